@@ -1,0 +1,55 @@
+// The binary contract between generated kernels and the host runtime: error record layout, error codes and
+// the per-rank device context. Plain C++ with no LLVM/MLIR so that runtime/ can include it.
+#pragma once
+#include <cstdint>
+
+namespace megamoe::abi {
+
+// Most ranks one node holds; sizes the peer-offset table in DeviceContext.
+inline constexpr int kMaxRanks = 8;
+
+// What a kernel reports through the device error record. The first error wins (CAS on `code`).
+enum class ErrorCode : uint64_t {
+  kNone = 0,
+  kWaitTimeout = 1,     // a bounded wait saw `seen` < `expected` on flag `flag` past its timeout
+  kBadIndex = 2,        // an index read on the device was out of range (`seen` = value, `expected` = bound)
+  kCapacity = 3,        // a pool or buffer would overflow (`seen` = needed, `expected` = capacity)
+};
+
+// Device error record: one per rank, in device memory, zeroed once by the runtime.
+// Word order is fixed: lowering writes words by index (see kErrorWord*).
+struct DeviceError {
+  uint64_t code;      // ErrorCode; written last-but-CAS: 0 -> code claims the record
+  uint64_t rank;      // rank that observed the error
+  uint64_t flag;      // which flag (a kernel-chosen id, usually the flag's byte offset in the heap)
+  uint64_t seen;      // value observed
+  uint64_t expected;  // value waited for / bound
+  uint64_t block;     // linear block id of the reporter
+};
+inline constexpr int kErrorWordCode = 0, kErrorWordRank = 1, kErrorWordFlag = 2, kErrorWordSeen = 3,
+                     kErrorWordExpected = 4, kErrorWordBlock = 5, kErrorWords = 6;
+static_assert(sizeof(DeviceError) == kErrorWords * sizeof(uint64_t));
+
+// DeviceError::flag encoding: kind in the high 32 bits, index in the low 32.
+enum class FlagKind : uint32_t {
+  kUser = 0,         // a kernel's own flag; index chosen by the kernel (e.g. expert or peer)
+  kRankBarrier = 1,  // rank_barrier slot; index = the peer whose arrival was awaited
+  kGridBarrier = 2,  // grid_barrier counter; index 0
+};
+inline constexpr uint64_t flagId(FlagKind kind, uint32_t index) {
+  return (uint64_t(kind) << 32) | index;
+}
+
+// Per-rank context in device memory, handed to every communicating kernel as one pointer.
+// Field offsets are part of the ABI: dsl/ loads them by offsetof.
+struct DeviceContext {
+  uint64_t heap_base;                 // this rank's symmetric heap base (device address)
+  int64_t peer_offset[kMaxRanks];     // peer p's heap base minus ours: peer address = local address + offset
+  uint32_t rank;
+  uint32_t nranks;
+  uint64_t timeout_ns;                // bound of every cross-rank wait
+  uint64_t error;                     // device address of this rank's DeviceError
+  uint64_t epoch;                     // device-advanced call counter (see docs/decisions/epochs.md)
+};
+
+}  // namespace megamoe::abi

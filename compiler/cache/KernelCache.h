@@ -1,0 +1,93 @@
+// On-disk cache of compiled code objects, keyed by kernel name, specialisation, target, options and the
+// compiler fingerprint. LLVM-free: the runtime (no LLVM) reads it, the compiler writes it.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace megamoe::cache {
+
+// Thrown for cache errors that must not be silently ignored (unwritable directory, ...).
+class CacheError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Everything that decides a code object's bytes.
+struct KernelKey {
+  std::string kernel;                                   // e.g. "swiglu_fwd"
+  std::vector<std::pair<std::string, int64_t>> spec;    // compile-time constants, in the kernel's declared order
+  std::string target;                                   // "sm_90a" | "gfx950"
+  std::string options;                                  // canonical text of the target options struct
+  std::string fingerprint;                              // project version + LLVM version + generator hash
+
+  // Hex SHA-256 of all fields (the entry's directory name).
+  std::string digest() const;
+  // Hex SHA-256 of all fields but the fingerprint: how a JIT-less runtime finds the generated entry.
+  std::string lookupDigest() const;
+  // "swiglu_fwd[I=2048,clamp=0]@sm_90a"
+  std::string describe() const;
+};
+
+struct CacheEntry {
+  KernelKey key;
+  std::string dir;                  // absolute path of the entry directory
+  std::vector<uint8_t> binary;      // the code object (cubin or HSACO)
+  std::string metadata;             // JSON text the compiler attached (static facts, compile time, ...)
+};
+
+struct EntryInfo {
+  std::string digest;
+  std::string description;          // KernelKey::describe()
+  std::string target;
+  uint64_t bytes = 0;
+  int64_t mtime = 0;                // seconds since epoch
+  bool valid = false;
+  std::string problem;              // why it is invalid (empty when valid)
+};
+
+class KernelCache {
+ public:
+  // $MEGAMOE_CACHE_DIR, else $XDG_CACHE_HOME/megamoe, else $HOME/.cache/megamoe.
+  static std::string defaultRoot();
+
+  // Creates the root if missing; throws CacheError naming the path if it cannot be created or written.
+  explicit KernelCache(std::string root);
+  const std::string& root() const { return root_; }
+
+  // Exact lookup. A corrupt or truncated entry counts as a miss and is removed.
+  std::optional<CacheEntry> lookup(const KernelKey& key) const;
+  // Lookup by everything but the fingerprint (the newest entry stored for it): the runtime's cache-only mode.
+  std::optional<CacheEntry> lookupAnyFingerprint(const KernelKey& key) const;
+
+  // Writes into a temp dir under the root, then renames it into place. If another process stored the same key
+  // first, its entry is kept and returned. Throws CacheError on I/O failure.
+  CacheEntry store(const KernelKey& key, const std::vector<uint8_t>& binary, const std::string& metadata) const;
+
+  struct Built {
+    std::vector<uint8_t> binary;
+    std::string metadata;
+  };
+  // lookup, else build + store. `hit` reports which happened.
+  CacheEntry getOrBuild(const KernelKey& key, const std::function<Built()>& build, bool* hit = nullptr) const;
+
+  std::vector<EntryInfo> list() const;
+  // Every entry checked (manifest parse, size, SHA-256 of the binary); invalid ones reported, not removed.
+  std::vector<EntryInfo> verify() const;
+  // Removes invalid entries, stale temp dirs, and entries whose fingerprint differs from `keepFingerprint`
+  // (when non-empty). Returns how many entries were removed.
+  int prune(const std::string& keepFingerprint) const;
+
+ private:
+  std::string root_;
+};
+
+// Hex SHA-256 of bytes (used for keys and integrity checks).
+std::string sha256Hex(const void* data, size_t size);
+inline std::string sha256Hex(const std::string& s) { return sha256Hex(s.data(), s.size()); }
+
+}  // namespace megamoe::cache

@@ -1,0 +1,182 @@
+// The megamoe dialect: what upstream MLIR lacks for fused multi-GPU MoE kernels. Tile copies between memory
+// levels, the MMA tile loop and its accumulator store (lowered through each target's MMA atom descriptor),
+// peer addressing on the symmetric heap, release signals, bounded acquire waits, grid and cross-rank barriers.
+// Pointers are !llvm.ptr with address spaces: 0 generic, 1 global, 3 shared (LDS on gfx950).
+#ifndef MEGAMOE_OPS_TD
+#define MEGAMOE_OPS_TD
+
+include "mlir/IR/OpBase.td"
+include "mlir/IR/EnumAttr.td"
+include "mlir/IR/AttrTypeBase.td"
+include "mlir/Interfaces/SideEffectInterfaces.td"
+include "mlir/Dialect/LLVMIR/LLVMTypes.td"
+
+def MegaMoe_Dialect : Dialect {
+  let name = "megamoe";
+  let cppNamespace = "::megamoe";
+  let summary = "Tile, MMA and cross-GPU communication ops of the megamoe kernel compiler";
+  let dependentDialects = ["::mlir::LLVM::LLVMDialect"];
+}
+
+class MegaMoe_Op<string mnemonic, list<Trait> traits = []> : Op<MegaMoe_Dialect, mnemonic, traits>;
+
+//===----------------------------------------------------------------------===//
+// Enums
+//===----------------------------------------------------------------------===//
+
+def MemScope_CTA : I32EnumAttrCase<"cta", 0>;
+def MemScope_GPU : I32EnumAttrCase<"gpu", 1>;
+def MemScope_System : I32EnumAttrCase<"system", 2>;
+def MemScopeAttr : I32EnumAttr<"MemScope", "memory-model scope of a signal or wait",
+    [MemScope_CTA, MemScope_GPU, MemScope_System]> {
+  let cppNamespace = "::megamoe";
+}
+
+def SignalKind_Store : I32EnumAttrCase<"store", 0>;
+def SignalKind_Add : I32EnumAttrCase<"add", 1>;
+def SignalKindAttr : I32EnumAttr<"SignalKind", "how a signal updates its flag",
+    [SignalKind_Store, SignalKind_Add]> {
+  let cppNamespace = "::megamoe";
+}
+
+def Swizzle_None : I32EnumAttrCase<"none", 0>;
+def Swizzle_B128 : I32EnumAttrCase<"b128", 1>;
+def SwizzleAttr : I32EnumAttr<"Swizzle", "shared-memory tile swizzle (16-byte chunk c of row r at c ^ (r % 8))",
+    [Swizzle_None, Swizzle_B128]> {
+  let cppNamespace = "::megamoe";
+}
+
+def AnyLLVMPtr : Type<CPred<"::llvm::isa<::mlir::LLVM::LLVMPointerType>($_self)">, "LLVM pointer">;
+
+//===----------------------------------------------------------------------===//
+// Tiles and MMA
+//===----------------------------------------------------------------------===//
+
+def MegaMoe_TileCopyOp : MegaMoe_Op<"tile_copy"> {
+  let summary = "copy a rows x cols tile between global and shared memory, all threads of the block";
+  let description = [{
+    Every thread of the block (`threads` of them) moves 16-byte chunks. Leading dimensions are in elements.
+    Loading (global -> shared): rows at or past `rows_valid` are zero-filled in shared memory, never read.
+    Storing (shared -> global): rows at or past `rows_valid` are not written. The shared side may be swizzled.
+    ```mlir
+    megamoe.tile_copy %src[%lds], %dst[%ldd] rows_valid %n {rows = 64, cols = 64, threads = 128,
+        elem = bf16, swizzle = b128} : !llvm.ptr<1> -> !llvm.ptr<3>
+    ```
+  }];
+  let arguments = (ins AnyLLVMPtr:$src, I32:$src_ld, AnyLLVMPtr:$dst, I32:$dst_ld, I32:$rows_valid,
+                   I64Attr:$rows, I64Attr:$cols, I64Attr:$threads, TypeAttr:$elem, SwizzleAttr:$swizzle);
+  let assemblyFormat = [{
+    $src `[` $src_ld `]` `,` $dst `[` $dst_ld `]` `rows_valid` $rows_valid attr-dict `:` type($src) `->` type($dst)
+  }];
+  let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    bool isLoad();  // global -> shared
+    int64_t elemBytes();
+  }];
+}
+
+def MegaMoe_MmaTileOp : MegaMoe_Op<"mma_tile", [MemoryEffects<[MemRead]>]> {
+  let summary = "acc += A * B^T for an m x n x k tile with A [m, k] and B [n, k] K-major in shared memory";
+  let description = [{
+    The MMA loop over one shared-memory stage, executed by all `threads` of the block. Both operands are
+    K-major rows of 128 bytes (k = 64 bf16) with the b128 swizzle, as `tile_copy` writes them. The accumulator is
+    the calling thread's fragment: m * n / threads f32 values whose placement is the target's MMA atom fragment
+    layout; only `acc_store` interprets it. Lowering picks the atom from the target's descriptor table
+    (sm_90a: wgmma m64nNk16, one warpgroup per 64 rows; gfx950: v_mfma_f32_32x32x16_bf16, one wave per 32 rows).
+  }];
+  let arguments = (ins VectorOfRankAndType<[1], [F32]>:$acc, AnyLLVMPtr:$a, AnyLLVMPtr:$b,
+                   I64Attr:$m, I64Attr:$n, I64Attr:$k, I64Attr:$threads);
+  let results = (outs VectorOfRankAndType<[1], [F32]>:$result);
+  let assemblyFormat = [{
+    $a `,` $b `,` $acc attr-dict `:` type($a) `,` type($b) `,` type($acc) `->` type($result)
+  }];
+  let hasVerifier = 1;
+}
+
+def MegaMoe_AccStoreOp : MegaMoe_Op<"acc_store"> {
+  let summary = "store an mma_tile accumulator fragment to a row-major global tile, converting to `elem`";
+  let arguments = (ins VectorOfRankAndType<[1], [F32]>:$acc, AnyLLVMPtr:$dst, I32:$ld, I32:$rows_valid,
+                   I64Attr:$m, I64Attr:$n, I64Attr:$threads, TypeAttr:$elem);
+  let assemblyFormat = [{
+    $acc `,` $dst `[` $ld `]` `rows_valid` $rows_valid attr-dict `:` type($acc) `,` type($dst)
+  }];
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Symmetric heap and signalling
+//===----------------------------------------------------------------------===//
+
+def MegaMoe_PeerPtrOp : MegaMoe_Op<"peer_ptr", [MemoryEffects<[MemRead]>]> {
+  let summary = "the address of a local symmetric-heap location in peer `peer`'s heap";
+  let description = [{
+    `offsets` points at the rank's table of i64 peer offsets (peer base minus local base); the result is
+    `ptr + offsets[peer]` in bytes. Every rank's heap has the same layout, so this names the same object.
+  }];
+  let arguments = (ins AnyLLVMPtr:$ptr, AnyLLVMPtr:$offsets, I32:$peer);
+  let results = (outs AnyLLVMPtr:$result);
+  let assemblyFormat = "$ptr `,` $offsets `[` $peer `]` attr-dict `:` type($ptr) `,` type($offsets) `->` type($result)";
+  let hasVerifier = 1;
+}
+
+def MegaMoe_SignalOp : MegaMoe_Op<"signal", [MemoryEffects<[MemWrite]>]> {
+  let summary = "publish: release fence at `scope`, then store or add `value` to the 64-bit flag";
+  let description = [{
+    Everything the thread wrote before the signal is visible at `scope` to a thread that acquires the flag
+    and sees the new value. Executed by the calling thread alone.
+  }];
+  let arguments = (ins AnyLLVMPtr:$flag, I64:$value, MemScopeAttr:$scope, SignalKindAttr:$kind);
+  let assemblyFormat = "$kind $flag `,` $value `scope` `(` $scope `)` attr-dict `:` type($flag)";
+  let hasVerifier = 1;
+}
+
+def MegaMoe_WaitOp : MegaMoe_Op<"wait", [MemoryEffects<[MemRead, MemWrite]>]> {
+  let summary = "bounded acquire wait until the 64-bit flag >= expected (unsigned); false on timeout";
+  let description = [{
+    Spins with acquire loads at `scope`. Past `timeout_ns` nanoseconds it claims the error record at `error`
+    (abi::DeviceError: CAS code 0 -> kWaitTimeout, then rank, flag_id, seen, expected, block) and returns false;
+    the kernel should then exit. It never spins forever. Executed by the calling thread alone.
+  }];
+  let arguments = (ins AnyLLVMPtr:$flag, I64:$expected, I64:$timeout_ns, AnyLLVMPtr:$error, I32:$rank,
+                   I64:$flag_id, MemScopeAttr:$scope);
+  let results = (outs I1:$ok);
+  let assemblyFormat = [{
+    $flag `at_least` $expected `timeout` $timeout_ns `error` $error `(` $rank `,` $flag_id `)` `scope` `(` $scope `)`
+    attr-dict `:` type($flag) `,` type($error)
+  }];
+  let hasVerifier = 1;
+}
+
+def MegaMoe_GridBarrierOp : MegaMoe_Op<"grid_barrier", [MemoryEffects<[MemRead, MemWrite]>]> {
+  let summary = "all blocks of the grid meet; the counter is monotonic, `expected` = blocks * generation";
+  let description = [{
+    Executed by every thread of every block. Thread 0 adds 1 (release, gpu scope) and waits (bounded) until the
+    counter reaches `expected`; the block then re-converges. Returns true when the rank's error record is still
+    clear, so that every thread can exit on any error. Never reset: callers derive `expected` from the epoch.
+  }];
+  let arguments = (ins AnyLLVMPtr:$counter, I64:$expected, I64:$timeout_ns, AnyLLVMPtr:$error, I32:$rank);
+  let results = (outs I1:$ok);
+  let assemblyFormat = [{
+    $counter `at_least` $expected `timeout` $timeout_ns `error` $error `(` $rank `)` attr-dict `:` type($counter) `,` type($error)
+  }];
+  let hasVerifier = 1;
+}
+
+def MegaMoe_RankBarrierOp : MegaMoe_Op<"rank_barrier", [MemoryEffects<[MemRead, MemWrite]>]> {
+  let summary = "all ranks meet: each stores `value` into slot [rank] of every peer's flag array, then waits";
+  let description = [{
+    `flags` is a local symmetric-heap array of `nranks` u64 slots. Executed by every thread of one block per
+    rank; thread 0 signals (system scope) and waits for all slots >= `value`. Returns true when the error record
+    is clear afterwards.
+  }];
+  let arguments = (ins AnyLLVMPtr:$flags, AnyLLVMPtr:$offsets, I32:$rank, I32:$nranks, I64:$value,
+                   I64:$timeout_ns, AnyLLVMPtr:$error);
+  let results = (outs I1:$ok);
+  let assemblyFormat = [{
+    $flags `,` $offsets `(` $rank `of` $nranks `)` `at_least` $value `timeout` $timeout_ns `error` $error attr-dict
+    `:` type($flags) `,` type($offsets) `,` type($error)
+  }];
+  let hasVerifier = 1;
+}
+
+#endif // MEGAMOE_OPS_TD

@@ -1,0 +1,128 @@
+// megamoe dialect registration and op verifiers: one diagnostic per violated rule (tests/lit/invalid.mlir).
+#include "megamoe/Dialect/MegaMoe.h"
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/DialectImplementation.h"
+#include "mlir/IR/OpImplementation.h"
+
+using namespace mlir;
+using namespace megamoe;
+
+#include "megamoe/Dialect/MegaMoeOpsDialect.cpp.inc"
+#include "megamoe/Dialect/MegaMoeOpsEnums.cpp.inc"
+
+void MegaMoeDialect::initialize() {
+  addOperations<
+#define GET_OP_LIST
+#include "megamoe/Dialect/MegaMoeOps.cpp.inc"
+      >();
+}
+
+static unsigned addressSpace(Type t) { return cast<LLVM::LLVMPointerType>(t).getAddressSpace(); }
+static bool isGlobalLike(Type t) {
+  unsigned as = addressSpace(t);
+  return as == kGlobalSpace || as == kGenericSpace;
+}
+static bool isShared(Type t) { return addressSpace(t) == kSharedSpace; }
+
+static LogicalResult verifyElemType(Operation* op, Type elem) {
+  if (!elem.isBF16() && !elem.isF16() && !elem.isF32())
+    return op->emitOpError("element type must be bf16, f16 or f32, got ") << elem;
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// TileCopyOp
+//===----------------------------------------------------------------------===//
+
+bool TileCopyOp::isLoad() { return isShared(getDst().getType()); }
+int64_t TileCopyOp::elemBytes() { return getElem().getIntOrFloatBitWidth() / 8; }
+
+LogicalResult TileCopyOp::verify() {
+  Type src = getSrc().getType(), dst = getDst().getType();
+  bool load = isGlobalLike(src) && isShared(dst), store = isShared(src) && isGlobalLike(dst);
+  if (!load && !store)
+    return emitOpError("copies between memory levels: one side must be global (address space 0 or 1) and the "
+                       "other shared (address space 3)");
+  if (failed(verifyElemType(*this, getElem()))) return failure();
+  int64_t rows = getRows(), cols = getCols(), threads = getThreads();
+  if (rows <= 0 || cols <= 0 || threads <= 0) return emitOpError("rows, cols and threads must be positive");
+  int64_t rowBytes = cols * elemBytes();
+  if (rowBytes % 16 != 0) return emitOpError("a tile row must be a multiple of 16 bytes, got ") << rowBytes;
+  if ((rows * rowBytes / 16) % threads != 0)
+    return emitOpError("the tile's 16-byte chunks (") << rows * rowBytes / 16 << ") must divide evenly among "
+                                                      << threads << " threads";
+  if (getSwizzle() == Swizzle::b128 && (rowBytes != 128 || rows % 8 != 0))
+    return emitOpError("b128 swizzle needs 128-byte rows and a multiple of 8 rows, got ")
+           << rowBytes << "-byte rows x " << rows;
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// MmaTileOp / AccStoreOp
+//===----------------------------------------------------------------------===//
+
+// Shape rules shared by the MMA tile and its accumulator store; both targets' atoms satisfy them.
+static LogicalResult verifyAccShape(Operation* op, VectorType acc, int64_t m, int64_t n, int64_t threads) {
+  if (threads <= 0 || threads % 128 != 0)
+    return op->emitOpError("threads must be a positive multiple of 128 (one warpgroup / two waves), got ") << threads;
+  if (m != 64 * (threads / 128))
+    return op->emitOpError("m must be 64 per 128 threads (") << 64 * (threads / 128) << "), got " << m;
+  if (n <= 0 || n % 32 != 0 || n > 256) return op->emitOpError("n must be a multiple of 32 in [32, 256], got ") << n;
+  if (acc.getNumElements() != m * n / threads)
+    return op->emitOpError("accumulator must hold m * n / threads = ") << m * n / threads << " f32 per thread, got "
+                                                                          << acc.getNumElements();
+  return success();
+}
+
+LogicalResult MmaTileOp::verify() {
+  if (!isShared(getA().getType()) || !isShared(getB().getType()))
+    return emitOpError("operands A and B must be in shared memory (address space 3)");
+  if (getK() != 64) return emitOpError("k must be 64 (one 128-byte swizzled bf16 row per stage), got ") << getK();
+  if (getAcc().getType() != getResult().getType()) return emitOpError("result type must equal the accumulator type");
+  return verifyAccShape(*this, getAcc().getType(), getM(), getN(), getThreads());
+}
+
+LogicalResult AccStoreOp::verify() {
+  if (!isGlobalLike(getDst().getType())) return emitOpError("destination must be global memory");
+  if (failed(verifyElemType(*this, getElem()))) return failure();
+  return verifyAccShape(*this, getAcc().getType(), getM(), getN(), getThreads());
+}
+
+//===----------------------------------------------------------------------===//
+// Heap and signalling
+//===----------------------------------------------------------------------===//
+
+LogicalResult PeerPtrOp::verify() {
+  if (!isGlobalLike(getPtr().getType())) return emitOpError("only global memory lives on the symmetric heap");
+  if (getResult().getType() != getPtr().getType()) return emitOpError("result type must equal the pointer type");
+  return success();
+}
+
+LogicalResult SignalOp::verify() {
+  if (!isGlobalLike(getFlag().getType()) && getScope() != MemScope::cta)
+    return emitOpError("a flag in shared memory can only be signalled at cta scope");
+  return success();
+}
+
+LogicalResult WaitOp::verify() {
+  if (!isGlobalLike(getFlag().getType()) && getScope() != MemScope::cta)
+    return emitOpError("a flag in shared memory can only be waited on at cta scope");
+  if (!isGlobalLike(getError().getType())) return emitOpError("the error record must be in global memory");
+  return success();
+}
+
+LogicalResult GridBarrierOp::verify() {
+  if (!isGlobalLike(getCounter().getType())) return emitOpError("the barrier counter must be in global memory");
+  if (!isGlobalLike(getError().getType())) return emitOpError("the error record must be in global memory");
+  return success();
+}
+
+LogicalResult RankBarrierOp::verify() {
+  if (!isGlobalLike(getFlags().getType())) return emitOpError("the flag array must be on the symmetric heap");
+  if (!isGlobalLike(getError().getType())) return emitOpError("the error record must be in global memory");
+  return success();
+}
+
+#define GET_OP_CLASSES
+#include "megamoe/Dialect/MegaMoeOps.cpp.inc"

@@ -1,0 +1,212 @@
+// Lowering patterns both targets share (tile_copy, peer_ptr, signal, wait), parameterised by TargetHooks.
+#include "TargetHooks.h"
+
+#include "compiler/abi/DeviceAbi.h"
+#include "megamoe/Target/MmaAtoms.h"
+#include "megamoe/Transforms/Passes.h"
+#include "mlir/Transforms/GreedyPatternRewriteDriver.h"
+
+using namespace mlir;
+
+namespace megamoe {
+namespace lowering {
+
+Value i32(OpBuilder& b, Location loc, int64_t v) { return arith::ConstantIntOp::create(b, loc, v, 32); }
+Value i64(OpBuilder& b, Location loc, int64_t v) { return arith::ConstantIntOp::create(b, loc, v, 64); }
+
+Value byteGep(OpBuilder& b, Location loc, Value ptr, Value byteOffset) {
+  return LLVM::GEPOp::create(b, loc, ptr.getType(), b.getI8Type(), ptr, ValueRange{byteOffset});
+}
+
+Value convertF32(OpBuilder& b, Location loc, Value v, Type elem) {
+  if (elem.isF32()) return v;
+  return arith::TruncFOp::create(b, loc, elem, v);
+}
+
+LogicalResult markKernels(Operation* root, const TargetHooks& hooks) {
+  WalkResult r = root->walk([&](LLVM::LLVMFuncOp f) {
+    if (!f->hasAttr("megamoe.kernel")) return WalkResult::advance();
+    auto threads = f->getAttrOfType<IntegerAttr>("megamoe.block_threads");
+    if (!threads) {
+      f.emitError("kernel function needs megamoe.block_threads (the fixed block size)");
+      return WalkResult::interrupt();
+    }
+    hooks.markKernel(f, threads.getInt());
+    return WalkResult::advance();
+  });
+  return failure(r.wasInterrupted());
+}
+
+LogicalResult applyLowering(Operation* root, FrozenRewritePatternSet patterns) {
+  GreedyRewriteConfig config;
+  if (failed(applyPatternsGreedily(root, patterns, config))) return root->emitError("megamoe lowering did not converge");
+  Operation* left = nullptr;
+  root->walk([&](Operation* op) {
+    if (!left && isa<MegaMoeDialect>(op->getDialect())) left = op;
+  });
+  if (left) return left->emitOpError("has no lowering for this target");
+  return success();
+}
+
+}  // namespace lowering
+
+namespace {
+using namespace lowering;
+
+// Each thread moves (rows * chunksPerRow / threads) 16-byte chunks; chunk q of the tile is row q / chunksPerRow,
+// column chunk q % chunksPerRow. Consecutive threads take consecutive chunks, so global accesses coalesce.
+struct TileCopyLowering : OpRewritePattern<TileCopyOp> {
+  TileCopyLowering(MLIRContext* ctx, const TargetHooks& hooks) : OpRewritePattern(ctx), hooks(hooks) {}
+  LogicalResult matchAndRewrite(TileCopyOp op, PatternRewriter& b) const override {
+    Location loc = op.getLoc();
+    bool load = op.isLoad();
+    int64_t eb = op.elemBytes(), chunksPerRow = op.getCols() * eb / 16;
+    int64_t total = op.getRows() * chunksPerRow, perThread = total / op.getThreads();
+    bool swizzle = op.getSwizzle() == Swizzle::b128;
+    auto chunkTy = VectorType::get({4}, b.getI32Type());
+
+    Value tid = hooks.threadId(b, loc);
+    Value cpr = i32(b, loc, chunksPerRow), ebc = i32(b, loc, eb), sixteen = i32(b, loc, 16);
+    Value srcLd = op.getSrcLd(), dstLd = op.getDstLd();
+    auto body = [&](OpBuilder& nb, Location l, Value it, ValueRange) {
+      Value q = arith::AddIOp::create(nb, l, arith::MulIOp::create(nb, l, it, i32(nb, l, op.getThreads())), tid);
+      Value row = arith::DivUIOp::create(nb, l, q, cpr);
+      Value chunk = arith::RemUIOp::create(nb, l, q, cpr);
+      // Element offset of the chunk on each side; the shared side may be swizzled.
+      auto offsetOf = [&](Value ld, bool sharedSide) {
+        Value c = chunk;
+        if (sharedSide && swizzle) c = arith::XOrIOp::create(nb, l, chunk, arith::RemUIOp::create(nb, l, row, i32(nb, l, 8)));
+        Value rowOff = arith::MulIOp::create(nb, l, arith::ExtUIOp::create(nb, l, nb.getI64Type(), row),
+                                             arith::ExtUIOp::create(nb, l, nb.getI64Type(), ld));
+        Value colBytes = arith::MulIOp::create(nb, l, c, sixteen);
+        Value bytes = arith::AddIOp::create(
+            nb, l, arith::MulIOp::create(nb, l, rowOff, arith::ExtUIOp::create(nb, l, nb.getI64Type(), ebc)),
+            arith::ExtUIOp::create(nb, l, nb.getI64Type(), colBytes));
+        return bytes;
+      };
+      Value srcPtr = byteGep(nb, l, op.getSrc(), offsetOf(srcLd, !load));
+      Value dstPtr = byteGep(nb, l, op.getDst(), offsetOf(dstLd, load));
+      Value inside = arith::CmpIOp::create(nb, l, arith::CmpIPredicate::ult, row, op.getRowsValid());
+      if (load) {
+        // Rows past rows_valid read nothing and leave zeros in shared memory.
+        auto ifOp = scf::IfOp::create(nb, l, TypeRange{chunkTy}, inside, /*withElse=*/true);
+        OpBuilder tb = ifOp.getThenBodyBuilder();
+        scf::YieldOp::create(tb, l, ValueRange{LLVM::LoadOp::create(tb, l, chunkTy, srcPtr, 16).getResult()});
+        OpBuilder eb2 = ifOp.getElseBodyBuilder();
+        Value zero = arith::ConstantOp::create(eb2, l, chunkTy, DenseElementsAttr::get(chunkTy, eb2.getI32IntegerAttr(0)));
+        scf::YieldOp::create(eb2, l, ValueRange{zero});
+        LLVM::StoreOp::create(nb, l, ifOp.getResult(0), dstPtr, 16);
+      } else {
+        auto ifOp = scf::IfOp::create(nb, l, TypeRange{}, inside, /*withElse=*/false);
+        OpBuilder tb = ifOp.getThenBodyBuilder();
+        Value v = LLVM::LoadOp::create(tb, l, chunkTy, srcPtr, 16);
+        LLVM::StoreOp::create(tb, l, v, dstPtr, 16);
+      }
+      scf::YieldOp::create(nb, l);
+    };
+    scf::ForOp::create(b, loc, i32(b, loc, 0), i32(b, loc, perThread), i32(b, loc, 1), ValueRange{}, body);
+    if (load) hooks.afterSharedWrite(b, loc);
+    b.eraseOp(op);
+    return success();
+  }
+  const TargetHooks& hooks;
+};
+
+struct PeerPtrLowering : OpRewritePattern<PeerPtrOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(PeerPtrOp op, PatternRewriter& b) const override {
+    Location loc = op.getLoc();
+    Value slot = LLVM::GEPOp::create(b, loc, op.getOffsets().getType(), b.getI64Type(), op.getOffsets(),
+                                     ValueRange{op.getPeer()});
+    Value offset = LLVM::LoadOp::create(b, loc, b.getI64Type(), slot, 8);
+    b.replaceOp(op, byteGep(b, loc, op.getPtr(), offset));
+    return success();
+  }
+};
+
+// Release fence at the scope, then the flag update (itself release-ordered).
+struct SignalLowering : OpRewritePattern<SignalOp> {
+  SignalLowering(MLIRContext* ctx, const TargetHooks& hooks) : OpRewritePattern(ctx), hooks(hooks) {}
+  LogicalResult matchAndRewrite(SignalOp op, PatternRewriter& b) const override {
+    Location loc = op.getLoc();
+    StringRef scope = hooks.syncScope(op.getScope());
+    LLVM::FenceOp::create(b, loc, LLVM::AtomicOrdering::release, scope);
+    if (op.getKind() == SignalKind::store)
+      LLVM::StoreOp::create(b, loc, op.getValue(), op.getFlag(), 8, false, false, false, LLVM::AtomicOrdering::release,
+                            scope);
+    else
+      LLVM::AtomicRMWOp::create(b, loc, LLVM::AtomicBinOp::add, op.getFlag(), op.getValue(),
+                                LLVM::AtomicOrdering::release, scope, 8);
+    b.eraseOp(op);
+    return success();
+  }
+  const TargetHooks& hooks;
+};
+
+// Spin with acquire loads until flag >= expected or the clock passes the bound; on timeout claim the error
+// record (first error wins) and fill it in.
+struct WaitLowering : OpRewritePattern<WaitOp> {
+  WaitLowering(MLIRContext* ctx, const TargetHooks& hooks) : OpRewritePattern(ctx), hooks(hooks) {}
+  LogicalResult matchAndRewrite(WaitOp op, PatternRewriter& b) const override {
+    Location loc = op.getLoc();
+    StringRef scope = hooks.syncScope(op.getScope());
+    Type i64t = b.getI64Type(), i1t = b.getI1Type();
+    Value start = hooks.nowNs(b, loc);
+    Value deadline = arith::AddIOp::create(b, loc, start, op.getTimeoutNs());
+    // scf.while carries (seen, reached); it loops while neither reached nor timed out.
+    auto loop = scf::WhileOp::create(b, loc, TypeRange{i64t, i1t}, ValueRange{i64(b, loc, 0), arith::ConstantIntOp::create(b, loc, 0, 1)});
+    {
+      Block* before = b.createBlock(&loop.getBefore(), {}, {i64t, i1t}, {loc, loc});
+      b.setInsertionPointToStart(before);
+      Value seen = LLVM::LoadOp::create(b, loc, i64t, op.getFlag(), 8, false, false, false, false,
+                                        LLVM::AtomicOrdering::acquire, scope);
+      Value reached = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::uge, seen, op.getExpected());
+      Value late = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ugt, hooks.nowNs(b, loc), deadline);
+      Value stop = arith::OrIOp::create(b, loc, reached, late);
+      Value again = arith::XOrIOp::create(b, loc, stop, arith::ConstantIntOp::create(b, loc, 1, 1));
+      scf::ConditionOp::create(b, loc, again, ValueRange{seen, reached});
+      Block* after = b.createBlock(&loop.getAfter(), {}, {i64t, i1t}, {loc, loc});
+      b.setInsertionPointToStart(after);
+      scf::YieldOp::create(b, loc, after->getArguments());
+    }
+    b.setInsertionPointAfter(loop);
+    Value seen = loop.getResult(0), reached = loop.getResult(1);
+    Value timedOut = arith::XOrIOp::create(b, loc, reached, arith::ConstantIntOp::create(b, loc, 1, 1));
+    auto ifOp = scf::IfOp::create(b, loc, TypeRange{}, timedOut, false);
+    {
+      OpBuilder tb = ifOp.getThenBodyBuilder();
+      auto word = [&](int index) {
+        return LLVM::GEPOp::create(tb, loc, op.getError().getType(), i64t, op.getError(), ArrayRef<LLVM::GEPArg>{index});
+      };
+      auto cas = LLVM::AtomicCmpXchgOp::create(tb, loc, word(abi::kErrorWordCode), i64(tb, loc, 0),
+                                              i64(tb, loc, uint64_t(abi::ErrorCode::kWaitTimeout)),
+                                              LLVM::AtomicOrdering::acq_rel, LLVM::AtomicOrdering::monotonic, "");
+      Value claimed = LLVM::ExtractValueOp::create(tb, loc, cas, ArrayRef<int64_t>{1});
+      auto fill = scf::IfOp::create(tb, loc, TypeRange{}, claimed, false);
+      OpBuilder fb = fill.getThenBodyBuilder();
+      auto put = [&](int index, Value v) {
+        Value w = LLVM::GEPOp::create(fb, loc, op.getError().getType(), i64t, op.getError(), ArrayRef<LLVM::GEPArg>{index});
+        LLVM::StoreOp::create(fb, loc, v, w, 8, /*volatile=*/true);
+      };
+      put(abi::kErrorWordRank, arith::ExtUIOp::create(fb, loc, i64t, op.getRank()));
+      put(abi::kErrorWordFlag, op.getFlagId());
+      put(abi::kErrorWordSeen, seen);
+      put(abi::kErrorWordExpected, op.getExpected());
+      put(abi::kErrorWordBlock, arith::ExtUIOp::create(fb, loc, i64t, hooks.blockId(fb, loc)));
+      LLVM::FenceOp::create(fb, loc, LLVM::AtomicOrdering::release, "");
+    }
+    b.replaceOp(op, reached);
+    return success();
+  }
+  const TargetHooks& hooks;
+};
+
+}  // namespace
+
+void populateCommonLoweringPatterns(RewritePatternSet& patterns, const TargetHooks& hooks) {
+  MLIRContext* ctx = patterns.getContext();
+  patterns.add<TileCopyLowering, SignalLowering, WaitLowering>(ctx, hooks);
+  patterns.add<PeerPtrLowering>(ctx);
+}
+
+}  // namespace megamoe

@@ -1,0 +1,162 @@
+// megamoe-lower-to-nvvm: megamoe ops -> LLVM + NVVM for sm_90a. The MMA lowering follows the wgmma atom
+// descriptor in megamoe/Target/MmaAtoms.h.
+#include "TargetHooks.h"
+
+#include "megamoe/Target/MmaAtoms.h"
+#include "megamoe/Transforms/Passes.h"
+
+using namespace mlir;
+
+namespace megamoe {
+#define GEN_PASS_DEF_MEGAMOELOWERTONVVM
+#include "megamoe/Transforms/Passes.h.inc"
+
+namespace {
+using namespace lowering;
+using Atom = atoms::WgmmaM64NK16Bf16;
+
+class NvvmHooks final : public TargetHooks {
+ public:
+  Value threadId(OpBuilder& b, Location loc) const override { return NVVM::ThreadIdXOp::create(b, loc, b.getI32Type()); }
+  Value blockId(OpBuilder& b, Location loc) const override { return NVVM::BlockIdXOp::create(b, loc, b.getI32Type()); }
+  Value nowNs(OpBuilder& b, Location loc) const override { return NVVM::GlobalTimerOp::create(b, loc, b.getI64Type()); }
+  void blockBarrier(OpBuilder& b, Location loc) const override { NVVM::Barrier0Op::create(b, loc); }
+  // NVPTX syncscopes: "" is system, "device" the GPU, "block" the CTA.
+  StringRef syncScope(MemScope scope) const override {
+    switch (scope) {
+      case MemScope::cta: return "block";
+      case MemScope::gpu: return "device";
+      case MemScope::system: return "";
+    }
+    llvm_unreachable("scope");
+  }
+  void afterSharedWrite(OpBuilder& b, Location loc) const override {
+    NVVM::FenceProxyOp::create(b, loc, NVVM::ProxyKind::async_shared,
+                               NVVM::SharedSpaceAttr::get(b.getContext(), NVVM::SharedSpace::shared_cta));
+  }
+  void markKernel(Operation* func, int64_t threads) const override {
+    Builder b(func->getContext());
+    func->setAttr(NVVM::NVVMDialect::getKernelFuncAttrName(), b.getUnitAttr());
+    func->setAttr(NVVM::NVVMDialect::getReqntidAttrName(), b.getDenseI32ArrayAttr({int32_t(threads), 1, 1}));
+  }
+};
+
+Value sharedAddress(OpBuilder& b, Location loc, Value sharedPtr) {
+  return LLVM::PtrToIntOp::create(b, loc, b.getI64Type(), sharedPtr);
+}
+
+// vector<Nxf32> <-> !llvm.struct<(f32 x N)> (wgmma's register operand form).
+Value vectorToStruct(OpBuilder& b, Location loc, Value vec, Type structTy, int64_t n) {
+  Value s = LLVM::UndefOp::create(b, loc, structTy);
+  for (int64_t i = 0; i < n; ++i) {
+    Value e = vector::ExtractOp::create(b, loc, vec, ArrayRef<int64_t>{i});
+    s = LLVM::InsertValueOp::create(b, loc, s, e, ArrayRef<int64_t>{i});
+  }
+  return s;
+}
+Value structToVector(OpBuilder& b, Location loc, Value s, VectorType vecTy) {
+  Value v = arith::ConstantOp::create(b, loc, vecTy, DenseElementsAttr::get(vecTy, b.getF32FloatAttr(0)));
+  for (int64_t i = 0; i < vecTy.getNumElements(); ++i) {
+    Value e = LLVM::ExtractValueOp::create(b, loc, s, ArrayRef<int64_t>{i});
+    v = vector::InsertOp::create(b, loc, e, v, ArrayRef<int64_t>{i});
+  }
+  return v;
+}
+
+// One warpgroup per 64 rows of A: warpgroup g reads A rows [64g, 64g + 64) (8 KB of swizzled rows further on) and
+// all of B; k / 16 wgmma ops step the descriptors by 32 bytes each, then commit and wait.
+struct MmaTileToWgmma : OpRewritePattern<MmaTileOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(MmaTileOp op, PatternRewriter& b) const override {
+    if (!Atom::validN(op.getN())) return b.notifyMatchFailure(op, "n is not a wgmma N (multiple of 8 up to 256)");
+    Location loc = op.getLoc();
+    MLIRContext* ctx = b.getContext();
+    int64_t n = op.getN(), accN = Atom::accPerThread(n);
+    auto vecTy = cast<VectorType>(op.getAcc().getType());
+    Type structTy = LLVM::LLVMStructType::getLiteral(ctx, SmallVector<Type>(accN, b.getF32Type()));
+
+    Value tid = NVVM::ThreadIdXOp::create(b, loc, b.getI32Type());
+    Value group = arith::ExtUIOp::create(b, loc, b.getI64Type(), arith::DivUIOp::create(b, loc, tid, i32(b, loc, Atom::kThreads)));
+    Value aBase = arith::AddIOp::create(b, loc, sharedAddress(b, loc, op.getA()),
+                                        arith::MulIOp::create(b, loc, group, i64(b, loc, Atom::kM * 128)));
+    auto desc = [&](Value addr) {
+      Value masked = arith::AndIOp::create(b, loc, addr, i64(b, loc, 0x3FFFF));
+      Value field = arith::ShRUIOp::create(b, loc, masked, i64(b, loc, 4));
+      return arith::OrIOp::create(b, loc, field, i64(b, loc, int64_t(Atom::descriptor(0)))).getResult();
+    };
+    Value descA = desc(aBase), descB = desc(sharedAddress(b, loc, op.getB()));
+
+    Value acc = vectorToStruct(b, loc, op.getAcc(), structTy, accN);
+    NVVM::WgmmaFenceAlignedOp::create(b, loc);
+    auto shape = NVVM::MMAShapeAttr::get(ctx, Atom::kM, n, Atom::kK);
+    for (int64_t kk = 0; kk < op.getK() / Atom::kK; ++kk) {
+      Value step = i64(b, loc, kk * int64_t(Atom::kDescriptorStepPerK16));
+      acc = NVVM::WgmmaMmaAsyncOp::create(
+          b, loc, structTy, acc, arith::AddIOp::create(b, loc, descA, step), arith::AddIOp::create(b, loc, descB, step),
+          shape, NVVM::WGMMATypes::bf16, NVVM::WGMMATypes::bf16, NVVM::WGMMATypes::f32, NVVM::WGMMAScaleOut::one,
+          NVVM::WGMMAScaleIn::one, NVVM::WGMMAScaleIn::one, NVVM::MMALayout::row, NVVM::MMALayout::col, nullptr);
+    }
+    NVVM::WgmmaGroupSyncAlignedOp::create(b, loc);
+    NVVM::WgmmaWaitGroupSyncOp::create(b, loc, uint64_t(0));
+    b.replaceOp(op, structToVector(b, loc, acc, vecTy));
+    return success();
+  }
+};
+
+// Walks the wgmma accumulator fragment: element pairs (i, i + 1) are adjacent columns of one row.
+struct AccStoreFromWgmma : OpRewritePattern<AccStoreOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(AccStoreOp op, PatternRewriter& b) const override {
+    Location loc = op.getLoc();
+    Type elem = op.getElem();
+    int64_t eb = elem.getIntOrFloatBitWidth() / 8, accN = Atom::accPerThread(op.getN());
+    Value tid = NVVM::ThreadIdXOp::create(b, loc, b.getI32Type());
+    Value group = arith::DivUIOp::create(b, loc, tid, i32(b, loc, Atom::kThreads));
+    Value t = arith::RemUIOp::create(b, loc, tid, i32(b, loc, Atom::kThreads));
+    Value warp = arith::DivUIOp::create(b, loc, t, i32(b, loc, 32));
+    Value lane = arith::RemUIOp::create(b, loc, t, i32(b, loc, 32));
+    // Row of element i = 64 g + 16 warp + lane / 4 + 8 ((i / 2) % 2); column = (i / 4) 8 + (lane % 4) 2 + i % 2.
+    Value rowBase = arith::AddIOp::create(
+        b, loc, arith::MulIOp::create(b, loc, group, i32(b, loc, Atom::kM)),
+        arith::AddIOp::create(b, loc, arith::MulIOp::create(b, loc, warp, i32(b, loc, 16)),
+                              arith::DivUIOp::create(b, loc, lane, i32(b, loc, 4))));
+    Value colBase = arith::MulIOp::create(b, loc, arith::RemUIOp::create(b, loc, lane, i32(b, loc, 4)), i32(b, loc, 2));
+    auto pairTy = VectorType::get({2}, elem);
+    for (int64_t i = 0; i < accN; i += 2) {
+      atoms::Coord c = Atom::acc(0, i);  // the thread-independent part: lane 0 of warp 0
+      Value row = arith::AddIOp::create(b, loc, rowBase, i32(b, loc, c.row));
+      Value col = arith::AddIOp::create(b, loc, colBase, i32(b, loc, c.col));
+      Value inside = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, row, op.getRowsValid());
+      auto ifOp = scf::IfOp::create(b, loc, TypeRange{}, inside, false);
+      OpBuilder tb = ifOp.getThenBodyBuilder();
+      Value pair = arith::ConstantOp::create(tb, loc, pairTy, DenseElementsAttr::get(pairTy, tb.getZeroAttr(elem)));
+      for (int64_t j = 0; j < 2; ++j) {
+        Value v = vector::ExtractOp::create(tb, loc, op.getAcc(), ArrayRef<int64_t>{i + j});
+        pair = vector::InsertOp::create(tb, loc, convertF32(tb, loc, v, elem), pair, ArrayRef<int64_t>{j});
+      }
+      Value index = arith::AddIOp::create(
+          tb, loc,
+          arith::MulIOp::create(tb, loc, arith::ExtUIOp::create(tb, loc, tb.getI64Type(), row),
+                                arith::ExtUIOp::create(tb, loc, tb.getI64Type(), op.getLd())),
+          arith::ExtUIOp::create(tb, loc, tb.getI64Type(), col));
+      Value ptr = LLVM::GEPOp::create(tb, loc, op.getDst().getType(), elem, op.getDst(), ValueRange{index});
+      LLVM::StoreOp::create(tb, loc, pair, ptr, 2 * eb);
+    }
+    b.eraseOp(op);
+    return success();
+  }
+};
+
+struct LowerToNVVMPass : impl::MegaMoeLowerToNVVMBase<LowerToNVVMPass> {
+  void runOnOperation() override {
+    NvvmHooks hooks;
+    if (failed(markKernels(getOperation(), hooks))) return signalPassFailure();
+    RewritePatternSet patterns(&getContext());
+    populateExpandBarriersPatterns(patterns);
+    populateCommonLoweringPatterns(patterns, hooks);
+    patterns.add<MmaTileToWgmma, AccStoreFromWgmma>(&getContext());
+    if (failed(applyLowering(getOperation(), std::move(patterns)))) signalPassFailure();
+  }
+};
+}  // namespace
+}  // namespace megamoe

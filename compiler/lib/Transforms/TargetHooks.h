@@ -1,0 +1,38 @@
+// What the shared lowering patterns ask of a target: thread and block ids, the block barrier, a nanosecond clock,
+// syncscope names, and what must follow shared-memory writes. One implementation per target pass.
+#pragma once
+#include "megamoe/Dialect/MegaMoe.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/Rewrite/FrozenRewritePatternSet.h"
+
+namespace megamoe {
+
+class TargetHooks {
+ public:
+  virtual ~TargetHooks() = default;
+  virtual mlir::Value threadId(mlir::OpBuilder& b, mlir::Location loc) const = 0;   // i32, x dimension
+  virtual mlir::Value blockId(mlir::OpBuilder& b, mlir::Location loc) const = 0;    // i32, x dimension
+  virtual mlir::Value nowNs(mlir::OpBuilder& b, mlir::Location loc) const = 0;      // i64 nanoseconds
+  virtual void blockBarrier(mlir::OpBuilder& b, mlir::Location loc) const = 0;
+  virtual llvm::StringRef syncScope(MemScope scope) const = 0;
+  // Called after a tile_copy wrote shared memory (sm_90a: make generic-proxy writes visible to wgmma/TMA).
+  virtual void afterSharedWrite(mlir::OpBuilder& b, mlir::Location loc) const = 0;
+  // Kernel function attributes for `megamoe.kernel` functions with `megamoe.block_threads`.
+  virtual void markKernel(mlir::Operation* func, int64_t blockThreads) const = 0;
+};
+
+// Small builders shared by the lowerings.
+namespace lowering {
+mlir::Value i32(mlir::OpBuilder& b, mlir::Location loc, int64_t v);
+mlir::Value i64(mlir::OpBuilder& b, mlir::Location loc, int64_t v);
+// ptr + byteOffset (i32 or i64), keeping the pointer's address space.
+mlir::Value byteGep(mlir::OpBuilder& b, mlir::Location loc, mlir::Value ptr, mlir::Value byteOffset);
+// Converts the f32 value to `elem` (bf16, f16 or f32).
+mlir::Value convertF32(mlir::OpBuilder& b, mlir::Location loc, mlir::Value v, mlir::Type elem);
+// Marks every func carrying `megamoe.kernel` via hooks.markKernel; fails on a kernel without block_threads.
+mlir::LogicalResult markKernels(mlir::Operation* root, const TargetHooks& hooks);
+// Runs `patterns` to completion and fails, naming the op, if any megamoe op is left.
+mlir::LogicalResult applyLowering(mlir::Operation* root, mlir::FrozenRewritePatternSet patterns);
+}  // namespace lowering
+
+}  // namespace megamoe
