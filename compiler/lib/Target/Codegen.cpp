@@ -1,0 +1,332 @@
+// Codegen in process for both targets, plus the static facts over each object. See Codegen.h.
+#include "megamoe/Target/Codegen.h"
+
+#include <dlfcn.h>
+#include <nvJitLink.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <mutex>
+#include <regex>
+#include <sstream>
+
+#include "lld/Common/Driver.h"
+#include "llvm/IR/LegacyPassManager.h"
+#include "llvm/Transforms/Utils/Cloning.h"
+#include "llvm/IR/Module.h"
+#include "llvm/MC/TargetRegistry.h"
+#include "llvm/Passes/PassBuilder.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/TargetSelect.h"
+#include "llvm/Support/raw_ostream.h"
+#include "llvm/Target/TargetMachine.h"
+#include "llvm/Target/TargetOptions.h"
+#include "megamoe/Dialect/MegaMoe.h"
+#include "megamoe/Dialect/Registration.h"
+#include "megamoe/GeneratorHash.h"
+#include "megamoe/Target/Pipeline.h"
+#include "mlir/Dialect/GPU/IR/GPUDialect.h"
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/Diagnostics.h"
+#include "mlir/Pass/PassManager.h"
+#include "mlir/Target/LLVMIR/Export.h"
+
+LLD_HAS_DRIVER(elf)
+
+namespace megamoe {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double msSince(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
+
+std::string jsonEscape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '"' || c == '\\') out += '\\', out += c;
+    else if (c == '\n') out += "\\n";
+    else if (static_cast<unsigned char>(c) < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04x", c);
+      out += buf;
+    } else out += c;
+  }
+  return out;
+}
+
+void initLlvmTargets() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    llvm::InitializeAllTargetInfos();
+    llvm::InitializeAllTargets();
+    llvm::InitializeAllTargetMCs();
+    llvm::InitializeAllAsmPrinters();
+  });
+}
+
+std::unique_ptr<llvm::TargetMachine> makeTargetMachine(const TargetOptions& options, std::string* error) {
+  initLlvmTargets();
+  llvm::Triple triple(options.triple());
+  std::string lookupError;
+  const llvm::Target* target = llvm::TargetRegistry::lookupTarget(triple, lookupError);
+  if (!target) {
+    *error = "LLVM has no backend for " + options.triple() + ": " + lookupError;
+    return nullptr;
+  }
+  auto level = options.optLevel() >= 3 ? llvm::CodeGenOptLevel::Aggressive : llvm::CodeGenOptLevel::Default;
+  return std::unique_ptr<llvm::TargetMachine>(target->createTargetMachine(
+      triple, options.cpu(), options.features(), llvm::TargetOptions(), llvm::Reloc::PIC_, std::nullopt, level));
+}
+
+void optimize(llvm::Module& module, llvm::TargetMachine& tm, int optLevel) {
+  llvm::LoopAnalysisManager lam;
+  llvm::FunctionAnalysisManager fam;
+  llvm::CGSCCAnalysisManager cgam;
+  llvm::ModuleAnalysisManager mam;
+  llvm::PassBuilder pb(&tm);
+  pb.registerModuleAnalyses(mam);
+  pb.registerCGSCCAnalyses(cgam);
+  pb.registerFunctionAnalyses(fam);
+  pb.registerLoopAnalyses(lam);
+  pb.crossRegisterProxies(lam, fam, cgam, mam);
+  llvm::OptimizationLevel level = optLevel >= 3   ? llvm::OptimizationLevel::O3
+                                  : optLevel == 2 ? llvm::OptimizationLevel::O2
+                                  : optLevel == 1 ? llvm::OptimizationLevel::O1
+                                                  : llvm::OptimizationLevel::O0;
+  llvm::ModulePassManager mpm = level == llvm::OptimizationLevel::O0 ? pb.buildO0DefaultPipeline(level)
+                                                                    : pb.buildPerModuleDefaultPipeline(level);
+  mpm.run(module, mam);
+}
+
+bool emit(llvm::Module& module, llvm::TargetMachine& tm, llvm::CodeGenFileType type, std::string* out,
+          std::string* error) {
+  llvm::SmallString<0> buffer;
+  llvm::raw_svector_ostream os(buffer);
+  llvm::legacy::PassManager pm;
+  if (tm.addPassesToEmitFile(pm, os, nullptr, type)) {
+    *error = "the backend cannot emit this file type";
+    return false;
+  }
+  pm.run(module);
+  *out = std::string(buffer.str());
+  return true;
+}
+
+int64_t firstInt(const std::string& text, const std::string& pattern, int64_t fallback) {
+  std::smatch m;
+  if (std::regex_search(text, m, std::regex(pattern))) return std::stoll(m[1].str());
+  return fallback;
+}
+
+int64_t countOccurrences(const std::string& text, const std::string& needle) {
+  int64_t n = 0;
+  for (size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + needle.size())) ++n;
+  return n;
+}
+
+// PTX -> cubin with nvJitLink; its info log (ptxas -v) gives registers, stack frame, spills and shared memory.
+bool linkCubin(const std::string& ptx, CompiledKernel& k, std::string* error) {
+  const char* opts[] = {"-arch=sm_90a", "-O3", "-Xptxas=-v"};
+  nvJitLinkHandle h = nullptr;
+  if (nvJitLinkCreate(&h, 3, opts) != NVJITLINK_SUCCESS) {
+    *error = "nvJitLinkCreate failed (is the CUDA 13 toolkit's libnvJitLink present?)";
+    return false;
+  }
+  auto log = [&](bool info) {
+    size_t size = 0;
+    (info ? nvJitLinkGetInfoLogSize : nvJitLinkGetErrorLogSize)(h, &size);
+    std::string s(size, '\0');
+    if (size) (info ? nvJitLinkGetInfoLog : nvJitLinkGetErrorLog)(h, s.data());
+    return s;
+  };
+  bool ok = nvJitLinkAddData(h, NVJITLINK_INPUT_PTX, ptx.data(), ptx.size(), k.name.c_str()) == NVJITLINK_SUCCESS &&
+            nvJitLinkComplete(h) == NVJITLINK_SUCCESS;
+  if (!ok) {
+    *error = "nvJitLink could not build the cubin: " + log(false);
+    nvJitLinkDestroy(&h);
+    return false;
+  }
+  size_t size = 0;
+  nvJitLinkGetLinkedCubinSize(h, &size);
+  k.binary.resize(size);
+  nvJitLinkGetLinkedCubin(h, k.binary.data());
+  std::string info = log(true);
+  nvJitLinkDestroy(&h);
+  StaticFacts& f = k.facts;
+  f.registers = firstInt(info, R"(Used (\d+) registers)", -1);
+  f.scratchBytes = firstInt(info, R"((\d+) bytes stack frame)", 0);
+  f.spillBytes = firstInt(info, R"((\d+) bytes spill stores)", 0) + firstInt(info, R"((\d+) bytes spill loads)", 0);
+  f.sharedBytes = firstInt(info, R"((\d+) bytes smem)", 0);
+  if (f.registers < 0) {
+    *error = "nvJitLink's info log has no register count: " + info;
+    return false;
+  }
+  return true;
+}
+
+// Object -> shared HSACO with lld in process (lld keeps global state: one link at a time).
+bool linkHsaco(const std::string& object, CompiledKernel& k, std::string* error) {
+  static std::mutex lldMutex;
+  std::lock_guard<std::mutex> lock(lldMutex);
+  llvm::SmallString<128> in, out;
+  if (llvm::sys::fs::createTemporaryFile("megamoe", "o", in) || llvm::sys::fs::createTemporaryFile("megamoe", "hsaco", out)) {
+    *error = "cannot create temporary files for lld";
+    return false;
+  }
+  { std::ofstream(in.c_str(), std::ios::binary).write(object.data(), std::streamsize(object.size())); }
+  std::string lldLog;
+  llvm::raw_string_ostream lldOut(lldLog);
+  const char* args[] = {"ld.lld", "-shared", "--no-undefined", in.c_str(), "-o", out.c_str()};
+  lld::Result r = lld::lldMain(args, lldOut, lldOut, {{lld::Gnu, &lld::elf::link}});
+  std::ifstream f(out.c_str(), std::ios::binary);
+  k.binary.assign(std::istreambuf_iterator<char>(f), {});
+  llvm::sys::fs::remove(in);
+  llvm::sys::fs::remove(out);
+  if (r.retCode != 0 || k.binary.empty()) {
+    *error = "lld could not link the HSACO: " + lldLog;
+    return false;
+  }
+  return true;
+}
+
+// gfx950 facts from the assembly's code-object metadata.
+void readGfx950Facts(const std::string& asmText, StaticFacts& f) {
+  f.registers = firstInt(asmText, R"(\.vgpr_count:\s+(\d+))", -1);
+  f.agprs = firstInt(asmText, R"(\.agpr_count:\s+(\d+))", 0);
+  f.sgprs = firstInt(asmText, R"(\.sgpr_count:\s+(\d+))", 0);
+  f.scratchBytes = firstInt(asmText, R"(\.private_segment_fixed_size:\s+(\d+))", 0);
+  f.sharedBytes = firstInt(asmText, R"(\.group_segment_fixed_size:\s+(\d+))", 0);
+  f.mmaMnemonic = "v_mfma_f32_32x32x16_bf16";
+  f.mmaInstructions = countOccurrences(asmText, f.mmaMnemonic);
+}
+
+// Budgets: no scratch / spills, registers within what one block needs, shared memory within the chip,
+// and the matrix instruction present wherever the kernel used an MMA tile.
+void checkBudgets(const TargetOptions& options, CompiledKernel& k) {
+  StaticFacts& f = k.facts;
+  auto fail = [&](const std::string& s) { f.violations.push_back(s); };
+  if (options.arch() == Arch::sm_90a) {
+    if (f.spillBytes) fail("register spills: " + std::to_string(f.spillBytes) + " bytes (budget 0)");
+    if (f.scratchBytes) fail("stack frame: " + std::to_string(f.scratchBytes) + " bytes (budget 0)");
+    if (f.registers > 255) fail("registers per thread: " + std::to_string(f.registers) + " (limit 255)");
+    if (f.registers * k.blockThreads > 65536) fail("registers per block exceed the 64K register file");
+    if (f.sharedBytes + k.dynamicSharedBytes > 227 * 1024) fail("shared memory over 227 KB per block");
+  } else {
+    if (f.scratchBytes) fail("scratch: " + std::to_string(f.scratchBytes) + " bytes (budget 0)");
+    if (f.registers < 0) fail("no .vgpr_count in the code-object metadata");
+    if (f.registers + f.agprs > 512) fail("VGPR + AGPR = " + std::to_string(f.registers + f.agprs) + " (limit 512)");
+    if (f.sharedBytes + k.dynamicSharedBytes > 160 * 1024) fail("LDS over 160 KB per work-group");
+  }
+  if (f.expectsMma && f.mmaInstructions == 0) fail("the kernel uses an MMA tile but no " + f.mmaMnemonic + " was emitted");
+  if (!f.expectsMma && f.mmaInstructions) fail("unexpected " + f.mmaMnemonic + " in a kernel without an MMA tile");
+}
+
+}  // namespace
+
+std::string StaticFacts::json() const {
+  std::ostringstream o;
+  o << "{\"target\":\"" << target << "\",\"registers\":" << registers << ",\"agprs\":" << agprs << ",\"sgprs\":" << sgprs
+    << ",\"scratch_bytes\":" << scratchBytes << ",\"spill_bytes\":" << spillBytes << ",\"shared_bytes\":" << sharedBytes
+    << ",\"mma_instructions\":" << mmaInstructions << ",\"mma_mnemonic\":\"" << mmaMnemonic
+    << "\",\"expects_mma\":" << (expectsMma ? "true" : "false") << ",\"violations\":[";
+  for (size_t i = 0; i < violations.size(); ++i) o << (i ? "," : "") << '"' << jsonEscape(violations[i]) << '"';
+  o << "]}";
+  return o.str();
+}
+
+std::string CompiledKernel::metadataJson() const {
+  std::ostringstream o;
+  o << "{\"symbol\":\"" << name << "\",\"block_threads\":" << blockThreads << ",\"shared_bytes\":" << dynamicSharedBytes
+    << ",\"compile_ms\":{\"lower\":" << lowerMs << ",\"optimize\":" << optimizeMs << ",\"codegen\":" << codegenMs
+    << ",\"link\":" << linkMs << "},\"static\":" << facts.json() << "}";
+  return o.str();
+}
+
+std::string compilerFingerprint() {
+  return std::string("megamoe ") + MEGAMOE_VERSION + "; LLVM " + MEGAMOE_LLVM_VERSION + "; generator " +
+         MEGAMOE_GENERATOR_HASH;
+}
+
+std::optional<CompiledKernel> compileKernel(mlir::ModuleOp source, const TargetOptions& options, std::string* error) {
+  CompiledKernel k;
+  k.facts.target = options.name();
+  mlir::OwningOpRef<mlir::ModuleOp> module(source.clone());
+  mlir::MLIRContext* ctx = module->getContext();
+
+  // Kernel identity and launch facts from the target-neutral IR.
+  module->walk([&](mlir::LLVM::LLVMFuncOp f) {
+    if (!f->hasAttr("megamoe.kernel")) return;
+    k.name = f.getName().str();
+    if (auto t = f->getAttrOfType<mlir::IntegerAttr>("megamoe.block_threads")) k.blockThreads = t.getInt();
+    if (auto s = f->getAttrOfType<mlir::IntegerAttr>("megamoe.dynamic_shared_bytes")) k.dynamicSharedBytes = s.getInt();
+  });
+  module->walk([&](MmaTileOp) { k.facts.expectsMma = true; });
+  if (k.name.empty()) {
+    *error = "the module has no function marked megamoe.kernel";
+    return std::nullopt;
+  }
+
+  auto t0 = Clock::now();
+  std::string diagnostics;
+  {
+    mlir::ScopedDiagnosticHandler handler(ctx, [&](mlir::Diagnostic& d) {
+      diagnostics += d.str() + "\n";
+      return mlir::success();
+    });
+    mlir::PassManager pm(ctx);
+    buildPipeline(pm, options);
+    if (mlir::failed(pm.run(*module))) {
+      *error = "lowering " + k.name + " for " + options.name() + " failed: " + diagnostics;
+      return std::nullopt;
+    }
+  }
+  mlir::gpu::GPUModuleOp gpuModule;
+  module->walk([&](mlir::gpu::GPUModuleOp m) { gpuModule = m; });
+  if (!gpuModule) {
+    *error = "the kernel module has no gpu.module";
+    return std::nullopt;
+  }
+  llvm::LLVMContext llvmContext;
+  std::unique_ptr<llvm::Module> llvmModule = mlir::translateModuleToLLVMIR(gpuModule, llvmContext, k.name);
+  if (!llvmModule) {
+    *error = "translating " + k.name + " to LLVM IR failed";
+    return std::nullopt;
+  }
+  k.lowerMs = msSince(t0);
+
+  auto tm = makeTargetMachine(options, error);
+  if (!tm) return std::nullopt;
+  llvmModule->setTargetTriple(tm->getTargetTriple());
+  llvmModule->setDataLayout(tm->createDataLayout());
+  if (options.arch() == Arch::gfx950)
+    llvmModule->addModuleFlag(llvm::Module::Error, "amdhsa_code_object_version", 500);
+  auto t1 = Clock::now();
+  optimize(*llvmModule, *tm, options.optLevel());
+  k.optimizeMs = msSince(t1);
+
+  auto t2 = Clock::now();
+  if (options.arch() == Arch::sm_90a) {
+    if (!emit(*llvmModule, *tm, llvm::CodeGenFileType::AssemblyFile, &k.assembly, error)) return std::nullopt;
+    k.facts.mmaMnemonic = "wgmma.mma_async";
+    k.facts.mmaInstructions = countOccurrences(k.assembly, "wgmma.mma_async.sync");
+    k.codegenMs = msSince(t2);
+    auto t3 = Clock::now();
+    if (!linkCubin(k.assembly, k, error)) return std::nullopt;
+    k.linkMs = msSince(t3);
+  } else {
+    std::string object;
+    std::unique_ptr<llvm::Module> copy = llvm::CloneModule(*llvmModule);
+    if (!emit(*llvmModule, *tm, llvm::CodeGenFileType::AssemblyFile, &k.assembly, error)) return std::nullopt;
+    if (!emit(*copy, *tm, llvm::CodeGenFileType::ObjectFile, &object, error)) return std::nullopt;
+    readGfx950Facts(k.assembly, k.facts);
+    k.codegenMs = msSince(t2);
+    auto t3 = Clock::now();
+    if (!linkHsaco(object, k, error)) return std::nullopt;
+    k.linkMs = msSince(t3);
+  }
+  checkBudgets(options, k);
+  return k;
+}
+
+}  // namespace megamoe

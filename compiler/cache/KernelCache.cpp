@@ -1,0 +1,996 @@
+// On-disk kernel cache: entries/<digest>/{manifest.json,code.bin}, index/<lookupDigest>, tmp/. Every entry appears
+// by one atomic directory rename, so readers never see a half-written entry; see docs/decisions/cache-layout.md.
+#include "compiler/cache/KernelCache.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <pwd.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cinttypes>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <filesystem>
+#include <map>
+#include <random>
+#include <system_error>
+#include <tuple>
+
+namespace megamoe::cache {
+namespace {
+
+constexpr int kManifestFormat = 1;
+constexpr size_t kMaxManifestBytes = size_t(64) << 20;   // far above any real manifest; bounds reads of garbage
+constexpr size_t kMaxIndexBytes = 4096;
+constexpr int64_t kStaleTempSeconds = 3600;
+constexpr const char* kManifestName = "manifest.json";
+constexpr const char* kBinaryName = "code.bin";
+
+std::string joinPath(const std::string& a, const std::string& b) { return a + "/" + b; }
+
+[[noreturn]] void throwIo(const std::string& what, const std::string& path, int err) {
+  throw CacheError(what + " '" + path + "': " + std::strerror(err));
+}
+
+bool isHexDigest(const std::string& s) {
+  return s.size() == 64 &&
+         std::all_of(s.begin(), s.end(), [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Files
+
+// Reads a whole file, `path` relative to the directory `dirFd` (or AT_FDCWD). Returns 0 or an errno value; EFBIG
+// when the file is larger than maxBytes (nothing is read then). `fileSize` receives the size fstat reported.
+int readFileAt(int dirFd, const std::string& path, std::vector<uint8_t>& out, size_t maxBytes,
+               uint64_t* fileSize = nullptr) {
+  out.clear();
+  int fd = ::openat(dirFd, path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return errno;
+  struct stat st;
+  if (::fstat(fd, &st) != 0) {
+    int err = errno;
+    ::close(fd);
+    return err;
+  }
+  if (fileSize) *fileSize = uint64_t(st.st_size);
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return EISDIR;
+  }
+  if (uint64_t(st.st_size) > maxBytes) {
+    ::close(fd);
+    return EFBIG;
+  }
+  out.resize(size_t(st.st_size));
+  size_t done = 0;
+  while (done < out.size()) {
+    ssize_t n = ::read(fd, out.data() + done, out.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      int err = errno;
+      ::close(fd);
+      return err;
+    }
+    if (n == 0) break;  // shrank since fstat: the caller's size checks see the short result
+    done += size_t(n);
+  }
+  out.resize(done);
+  ::close(fd);
+  return 0;
+}
+
+int readTextFileAt(int dirFd, const std::string& path, std::string& out, size_t maxBytes) {
+  std::vector<uint8_t> bytes;
+  int err = readFileAt(dirFd, path, bytes, maxBytes);
+  out.assign(bytes.begin(), bytes.end());
+  return err;
+}
+
+// Creates `path` (which must not exist) holding exactly `data`; throws CacheError naming the path.
+void writeNewFile(const std::string& path, const void* data, size_t size) {
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0) throwIo("cannot create", path, errno);
+  const auto* bytes = static_cast<const uint8_t*>(data);
+  size_t done = 0;
+  while (done < size) {
+    ssize_t n = ::write(fd, bytes + done, size - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      int err = n < 0 ? errno : EIO;
+      ::close(fd);
+      ::unlink(path.c_str());
+      throwIo("cannot write", path, err);
+    }
+    done += size_t(n);
+  }
+  if (::close(fd) != 0) {
+    int err = errno;
+    ::unlink(path.c_str());
+    throwIo("cannot write", path, err);
+  }
+}
+
+void removeTree(const std::string& path) {
+  std::error_code ignored;
+  std::filesystem::remove_all(path, ignored);
+}
+
+// mkdir that tolerates an existing directory. Returns 0 or an errno value (ENOTDIR when a non-directory is there).
+int makeDirectory(const std::string& path) {
+  if (::mkdir(path.c_str(), 0755) == 0) return 0;
+  int err = errno;
+  struct stat st;
+  if (err == EEXIST) return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode) ? 0 : ENOTDIR;
+  return err;
+}
+
+// mkdir -p. On failure returns the errno value and sets `failedAt` to the component that could not be made.
+int makeDirectories(const std::string& path, std::string& failedAt) {
+  for (size_t slash = path.find('/', 1);; slash = path.find('/', slash + 1)) {
+    std::string prefix = path.substr(0, slash);
+    if (!prefix.empty() && prefix.back() != '/') {
+      if (int err = makeDirectory(prefix)) {
+        failedAt = prefix;
+        return err;
+      }
+    }
+    if (slash == std::string::npos) return 0;
+  }
+}
+
+std::vector<std::string> listDirectory(const std::string& path) {
+  std::vector<std::string> names;
+  DIR* dir = ::opendir(path.c_str());
+  if (!dir) return names;
+  while (const dirent* entry = ::readdir(dir)) {
+    std::string name = entry->d_name;
+    if (name != "." && name != "..") names.push_back(std::move(name));
+  }
+  ::closedir(dir);
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+// "<pid>.<counter>.<random>": unique across processes (pid), threads and calls (counter), and pid reuse (random).
+std::string uniqueSuffix() {
+  static std::atomic<uint64_t> counter{0};
+  thread_local std::mt19937_64 rng([] {
+    uint64_t seed = uint64_t(std::chrono::steady_clock::now().time_since_epoch().count()) ^ uint64_t(::getpid());
+    try {
+      std::random_device device;
+      seed ^= (uint64_t(device()) << 32) ^ device();
+    } catch (...) {
+      // No entropy source: the pid and counter still make the name unique.
+    }
+    return seed;
+  }());
+  char buffer[80];
+  std::snprintf(buffer, sizeof buffer, "%ld.%" PRIu64 ".%016" PRIx64, long(::getpid()), counter.fetch_add(1),
+                uint64_t(rng()));
+  return buffer;
+}
+
+// Removes a temp directory unless release() is called.
+class TempDirGuard {
+ public:
+  explicit TempDirGuard(std::string path) : path_(std::move(path)) {}
+  ~TempDirGuard() {
+    if (!path_.empty()) removeTree(path_);
+  }
+  TempDirGuard(const TempDirGuard&) = delete;
+  TempDirGuard& operator=(const TempDirGuard&) = delete;
+  void release() { path_.clear(); }
+
+ private:
+  std::string path_;
+};
+
+// ---------------------------------------------------------------------------------------------------------------
+// Minimal JSON: enough for the manifest (objects, arrays, strings, 64-bit integers, true/false/null).
+
+void appendJsonString(std::string& out, const std::string& s) {
+  static const char kHexDigits[] = "0123456789abcdef";
+  out += '"';
+  for (char ch : s) {
+    auto c = static_cast<unsigned char>(ch);
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\r': out += "\\r"; break;
+      case '\t': out += "\\t"; break;
+      case '\b': out += "\\b"; break;
+      case '\f': out += "\\f"; break;
+      default:
+        if (c < 0x20 || c == 0x7f) {
+          out += "\\u00";
+          out += kHexDigits[c >> 4];
+          out += kHexDigits[c & 0xf];
+        } else {
+          out += ch;  // other bytes verbatim, so arbitrary byte strings round-trip exactly
+        }
+    }
+  }
+  out += '"';
+}
+
+struct JsonValue {
+  enum class Kind { kNull, kBool, kInteger, kString, kArray, kObject };
+  Kind kind = Kind::kNull;
+  bool boolean = false;
+  int64_t integer = 0;
+  std::string string;
+  std::vector<JsonValue> array;
+  std::vector<std::pair<std::string, JsonValue>> object;
+
+  const JsonValue* find(const std::string& name) const {
+    for (const auto& [key, value] : object)
+      if (key == name) return &value;
+    return nullptr;
+  }
+};
+
+class JsonParser {
+ public:
+  explicit JsonParser(const std::string& text) : text_(text) {}
+
+  // Parses the whole text as one value; on failure `error` says what and where.
+  bool parse(JsonValue& out, std::string& error) {
+    skipSpace();
+    bool ok = parseValue(out, 0);
+    if (ok) {
+      skipSpace();
+      if (pos_ != text_.size()) ok = fail("trailing characters");
+    }
+    if (!ok) error = error_;
+    return ok;
+  }
+
+ private:
+  static constexpr int kMaxDepth = 32;
+
+  bool fail(const std::string& why) {
+    error_ = why + " at offset " + std::to_string(pos_);
+    return false;
+  }
+  bool atEnd() const { return pos_ >= text_.size(); }
+  char peek() const { return text_[pos_]; }
+  void skipSpace() {
+    while (!atEnd() && (peek() == ' ' || peek() == '\n' || peek() == '\r' || peek() == '\t')) ++pos_;
+  }
+  bool consume(char c) {
+    skipSpace();
+    if (atEnd() || peek() != c) return false;
+    ++pos_;
+    return true;
+  }
+
+  bool parseValue(JsonValue& out, int depth) {
+    if (depth > kMaxDepth) return fail("nesting too deep");
+    skipSpace();
+    if (atEnd()) return fail("unexpected end of input");
+    char c = peek();
+    if (c == '{') return parseObject(out, depth);
+    if (c == '[') return parseArray(out, depth);
+    if (c == '"') {
+      out.kind = JsonValue::Kind::kString;
+      return parseString(out.string);
+    }
+    if (c == '-' || (c >= '0' && c <= '9')) return parseInteger(out);
+    for (const char* literal : {"true", "false", "null"}) {
+      if (text_.compare(pos_, std::strlen(literal), literal) == 0) {
+        pos_ += std::strlen(literal);
+        out.kind = literal[0] == 'n' ? JsonValue::Kind::kNull : JsonValue::Kind::kBool;
+        out.boolean = literal[0] == 't';
+        return true;
+      }
+    }
+    return fail("unexpected character");
+  }
+
+  bool parseObject(JsonValue& out, int depth) {
+    out.kind = JsonValue::Kind::kObject;
+    ++pos_;  // '{'
+    if (consume('}')) return true;
+    do {
+      skipSpace();
+      std::string key;
+      if (atEnd() || peek() != '"') return fail("expected a key");
+      if (!parseString(key)) return false;
+      if (out.find(key)) return fail("duplicate key '" + key + "'");
+      if (!consume(':')) return fail("expected ':'");
+      JsonValue value;
+      if (!parseValue(value, depth + 1)) return false;
+      out.object.emplace_back(std::move(key), std::move(value));
+    } while (consume(','));
+    return consume('}') || fail("expected ',' or '}'");
+  }
+
+  bool parseArray(JsonValue& out, int depth) {
+    out.kind = JsonValue::Kind::kArray;
+    ++pos_;  // '['
+    if (consume(']')) return true;
+    do {
+      JsonValue value;
+      if (!parseValue(value, depth + 1)) return false;
+      out.array.push_back(std::move(value));
+    } while (consume(','));
+    return consume(']') || fail("expected ',' or ']'");
+  }
+
+  bool parseHex4(uint32_t& out) {
+    if (text_.size() - pos_ < 4) return fail("truncated \\u escape");
+    out = 0;
+    for (int i = 0; i < 4; ++i) {
+      char c = text_[pos_++];
+      uint32_t digit;
+      if (c >= '0' && c <= '9') digit = uint32_t(c - '0');
+      else if (c >= 'a' && c <= 'f') digit = uint32_t(c - 'a' + 10);
+      else if (c >= 'A' && c <= 'F') digit = uint32_t(c - 'A' + 10);
+      else return fail("bad hex digit in \\u escape");
+      out = out * 16 + digit;
+    }
+    return true;
+  }
+
+  static void appendUtf8(std::string& out, uint32_t cp) {
+    if (cp < 0x80) {
+      out += char(cp);
+    } else if (cp < 0x800) {
+      out += char(0xc0 | (cp >> 6));
+      out += char(0x80 | (cp & 0x3f));
+    } else if (cp < 0x10000) {
+      out += char(0xe0 | (cp >> 12));
+      out += char(0x80 | ((cp >> 6) & 0x3f));
+      out += char(0x80 | (cp & 0x3f));
+    } else {
+      out += char(0xf0 | (cp >> 18));
+      out += char(0x80 | ((cp >> 12) & 0x3f));
+      out += char(0x80 | ((cp >> 6) & 0x3f));
+      out += char(0x80 | (cp & 0x3f));
+    }
+  }
+
+  bool parseString(std::string& out) {
+    ++pos_;  // opening quote
+    while (true) {
+      if (atEnd()) return fail("unterminated string");
+      auto c = static_cast<unsigned char>(text_[pos_++]);
+      if (c == '"') return true;
+      if (c < 0x20) return fail("raw control character in string");
+      if (c != '\\') {
+        out += char(c);
+        continue;
+      }
+      if (atEnd()) return fail("unterminated escape");
+      char e = text_[pos_++];
+      switch (e) {
+        case '"': out += '"'; break;
+        case '\\': out += '\\'; break;
+        case '/': out += '/'; break;
+        case 'b': out += '\b'; break;
+        case 'f': out += '\f'; break;
+        case 'n': out += '\n'; break;
+        case 'r': out += '\r'; break;
+        case 't': out += '\t'; break;
+        case 'u': {
+          uint32_t unit;
+          if (!parseHex4(unit)) return false;
+          if (unit >= 0xdc00 && unit <= 0xdfff) return fail("lone low surrogate");
+          if (unit >= 0xd800 && unit <= 0xdbff) {
+            uint32_t low;
+            if (text_.compare(pos_, 2, "\\u") != 0) return fail("lone high surrogate");
+            pos_ += 2;
+            if (!parseHex4(low)) return false;
+            if (low < 0xdc00 || low > 0xdfff) return fail("bad low surrogate");
+            unit = 0x10000 + ((unit - 0xd800) << 10) + (low - 0xdc00);
+          }
+          appendUtf8(out, unit);
+          break;
+        }
+        default: return fail("bad escape");
+      }
+    }
+  }
+
+  bool parseInteger(JsonValue& out) {
+    bool negative = text_[pos_] == '-';
+    if (negative) ++pos_;
+    size_t first = pos_;
+    uint64_t magnitude = 0;
+    const uint64_t limit = negative ? uint64_t(INT64_MAX) + 1 : uint64_t(INT64_MAX);
+    while (!atEnd() && peek() >= '0' && peek() <= '9') {
+      uint64_t digit = uint64_t(peek() - '0');
+      if (magnitude > (limit - digit) / 10) return fail("integer out of range");
+      magnitude = magnitude * 10 + digit;
+      ++pos_;
+    }
+    if (pos_ == first) return fail("expected digits");
+    if (text_[first] == '0' && pos_ - first > 1) return fail("leading zero");
+    if (!atEnd() && (peek() == '.' || peek() == 'e' || peek() == 'E')) return fail("only integers are supported");
+    out.kind = JsonValue::Kind::kInteger;
+    // Two's-complement negation of the magnitude handles INT64_MIN without signed overflow.
+    out.integer = negative ? int64_t(~magnitude + 1) : int64_t(magnitude);
+    return true;
+  }
+
+  const std::string& text_;
+  size_t pos_ = 0;
+  std::string error_;
+};
+
+// ---------------------------------------------------------------------------------------------------------------
+// Manifest
+
+struct Manifest {
+  KernelKey key;
+  std::string digest;
+  std::string lookupDigest;
+  uint64_t binarySize = 0;
+  std::string binarySha256;
+  int64_t created = 0;
+  std::string metadata;
+};
+
+std::string renderManifest(const Manifest& m) {
+  std::string out = "{\n";
+  auto stringField = [&](const char* name, const std::string& value) {
+    out += "  \"";
+    out += name;
+    out += "\": ";
+    appendJsonString(out, value);
+    out += ",\n";
+  };
+  auto integerField = [&](const char* name, const std::string& value) {
+    out += "  \"";
+    out += name;
+    out += "\": " + value + ",\n";
+  };
+  integerField("format", std::to_string(kManifestFormat));
+  stringField("digest", m.digest);
+  stringField("lookup_digest", m.lookupDigest);
+  stringField("kernel", m.key.kernel);
+  out += "  \"spec\": [";
+  for (size_t i = 0; i < m.key.spec.size(); ++i) {
+    out += i ? ", [" : "[";
+    appendJsonString(out, m.key.spec[i].first);
+    out += ", " + std::to_string(m.key.spec[i].second) + "]";
+  }
+  out += "],\n";
+  stringField("target", m.key.target);
+  stringField("options", m.key.options);
+  stringField("fingerprint", m.key.fingerprint);
+  integerField("binary_size", std::to_string(m.binarySize));
+  stringField("binary_sha256", m.binarySha256);
+  integerField("created", std::to_string(m.created));
+  out += "  \"metadata\": ";
+  appendJsonString(out, m.metadata);
+  out += "\n}\n";
+  return out;
+}
+
+bool parseManifest(const std::string& text, Manifest& m, std::string& problem) {
+  JsonValue root;
+  std::string error;
+  if (!JsonParser(text).parse(root, error)) {
+    problem = "manifest.json is not valid JSON: " + error;
+    return false;
+  }
+  if (root.kind != JsonValue::Kind::kObject) {
+    problem = "manifest.json is not a JSON object";
+    return false;
+  }
+  auto field = [&](const char* name, JsonValue::Kind kind) -> const JsonValue* {
+    const JsonValue* value = root.find(name);
+    if (!value || value->kind != kind) {
+      problem = std::string("manifest.json field '") + name + "' is missing or has the wrong type";
+      return nullptr;
+    }
+    return value;
+  };
+  using K = JsonValue::Kind;
+  const JsonValue* format = field("format", K::kInteger);
+  if (!format) return false;
+  if (format->integer != kManifestFormat) {
+    problem = "manifest.json has unsupported format " + std::to_string(format->integer);
+    return false;
+  }
+  const JsonValue *digest, *lookupDigest, *kernel, *spec, *target, *options, *fingerprint, *size, *sha, *created,
+      *metadata;
+  if (!(digest = field("digest", K::kString)) || !(lookupDigest = field("lookup_digest", K::kString)) ||
+      !(kernel = field("kernel", K::kString)) || !(spec = field("spec", K::kArray)) ||
+      !(target = field("target", K::kString)) || !(options = field("options", K::kString)) ||
+      !(fingerprint = field("fingerprint", K::kString)) || !(size = field("binary_size", K::kInteger)) ||
+      !(sha = field("binary_sha256", K::kString)) || !(created = field("created", K::kInteger)) ||
+      !(metadata = field("metadata", K::kString)))
+    return false;
+  if (size->integer < 0) {
+    problem = "manifest.json has a negative binary_size";
+    return false;
+  }
+  m.key.spec.clear();
+  for (const JsonValue& pair : spec->array) {
+    if (pair.kind != K::kArray || pair.array.size() != 2 || pair.array[0].kind != K::kString ||
+        pair.array[1].kind != K::kInteger) {
+      problem = "manifest.json field 'spec' is not a list of [name, integer] pairs";
+      return false;
+    }
+    m.key.spec.emplace_back(pair.array[0].string, pair.array[1].integer);
+  }
+  m.key.kernel = kernel->string;
+  m.key.target = target->string;
+  m.key.options = options->string;
+  m.key.fingerprint = fingerprint->string;
+  m.digest = digest->string;
+  m.lookupDigest = lookupDigest->string;
+  m.binarySize = uint64_t(size->integer);
+  m.binarySha256 = sha->string;
+  m.created = created->integer;
+  m.metadata = metadata->string;
+  return true;
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Entries
+
+bool sameKeyIgnoringFingerprint(const KernelKey& a, const KernelKey& b) {
+  return a.kernel == b.kernel && a.spec == b.spec && a.target == b.target && a.options == b.options;
+}
+bool sameKey(const KernelKey& a, const KernelKey& b) {
+  return sameKeyIgnoringFingerprint(a, b) && a.fingerprint == b.fingerprint;
+}
+
+enum class Check {
+  kCheap,  // manifest and binary size only (list)
+  kFull,   // also reads the binary and checks its SHA-256 (lookup, verify)
+};
+
+struct LoadedEntry {
+  bool missing = false;       // the directory does not exist (not an error: a miss)
+  std::string problem;        // non-empty: the entry is invalid
+  bool haveManifest = false;  // `manifest` parsed (it may still be inconsistent)
+  Manifest manifest;
+  uint64_t binaryBytes = 0;
+  std::vector<uint8_t> binary;  // kFull only
+
+  bool valid() const { return !missing && problem.empty(); }
+};
+
+// Loads and validates the entry in `dir`, which must be the entry for `digest`. Both files are read through one
+// directory descriptor: if another process swaps the entry meanwhile (remove + re-store), we still see one
+// generation's manifest and binary, never a mix.
+LoadedEntry loadEntry(const std::string& dir, const std::string& digest, Check check) {
+  LoadedEntry e;
+  int dirFd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dirFd < 0) {
+    if (errno == ENOENT) e.missing = true;
+    else if (errno == ENOTDIR) e.problem = "not a directory";
+    else e.problem = std::string("cannot open the entry: ") + std::strerror(errno);
+    return e;
+  }
+  struct DirCloser {
+    int fd;
+    ~DirCloser() { ::close(fd); }
+  } closer{dirFd};
+
+  std::string text;
+  if (int err = readTextFileAt(dirFd, kManifestName, text, kMaxManifestBytes)) {
+    e.problem = err == ENOENT ? std::string("manifest.json is missing")
+                              : std::string("cannot read manifest.json: ") + std::strerror(err);
+    return e;
+  }
+  if (!parseManifest(text, e.manifest, e.problem)) return e;
+  e.haveManifest = true;
+  const Manifest& m = e.manifest;
+  if (m.digest != digest) {
+    e.problem = "manifest digest " + m.digest + " does not match the directory name";
+    return e;
+  }
+  if (m.key.digest() != digest) {
+    e.problem = "manifest key fields do not hash to the directory name";
+    return e;
+  }
+  if (m.lookupDigest != m.key.lookupDigest()) {
+    e.problem = "manifest lookup_digest does not match its key fields";
+    return e;
+  }
+
+  auto sizeProblem = [&](uint64_t actual) {
+    return "code.bin has " + std::to_string(actual) + " bytes, the manifest records " +
+           std::to_string(m.binarySize);
+  };
+  if (check == Check::kCheap) {
+    struct stat binaryStat;
+    if (::fstatat(dirFd, kBinaryName, &binaryStat, 0) != 0) {
+      e.problem = errno == ENOENT ? std::string("code.bin is missing")
+                                  : std::string("cannot stat code.bin: ") + std::strerror(errno);
+      return e;
+    }
+    e.binaryBytes = uint64_t(binaryStat.st_size);
+    if (e.binaryBytes != m.binarySize) e.problem = sizeProblem(e.binaryBytes);
+    return e;
+  }
+
+  uint64_t fileSize = 0;
+  int err = readFileAt(dirFd, kBinaryName, e.binary, size_t(std::min<uint64_t>(m.binarySize, SIZE_MAX)), &fileSize);
+  e.binaryBytes = fileSize;
+  if (err == EFBIG) {
+    e.problem = sizeProblem(fileSize);
+  } else if (err) {
+    e.problem = err == ENOENT ? std::string("code.bin is missing")
+                              : std::string("cannot read code.bin: ") + std::strerror(err);
+  } else if (e.binary.size() != m.binarySize) {
+    e.problem = sizeProblem(e.binary.size());
+  } else if (sha256Hex(e.binary.data(), e.binary.size()) != m.binarySha256) {
+    e.problem = "code.bin SHA-256 does not match the manifest (contents corrupted)";
+  }
+  if (!e.problem.empty()) e.binary.clear();
+  return e;
+}
+
+struct Layout {
+  std::string root;
+  std::string entries() const { return joinPath(root, "entries"); }
+  std::string index() const { return joinPath(root, "index"); }
+  std::string tmp() const { return joinPath(root, "tmp"); }
+  std::string entry(const std::string& digest) const { return joinPath(entries(), digest); }
+  std::string indexFile(const std::string& lookupDigest) const { return joinPath(index(), lookupDigest); }
+
+  // Creates the root (mkdir -p) and its three subdirectories; returns 0 or an errno value with the failing path.
+  int create(std::string& failedAt) const {
+    if (int err = makeDirectories(root, failedAt)) return err;
+    for (const std::string& dir : {entries(), index(), tmp()}) {
+      if (int err = makeDirectory(dir)) {
+        failedAt = dir;
+        return err;
+      }
+    }
+    return 0;
+  }
+  void createOrThrow() const {
+    std::string failedAt;
+    if (int err = create(failedAt)) throwIo("cannot create the cache directory", failedAt, err);
+  }
+
+  // Removes entries/<name> without racing readers or writers: rename it into tmp/ first, so a concurrent store
+  // of the same digest can land at once. With `keepIfValid`, an entry that turns out valid once moved (another
+  // process replaced the corrupt one we saw) is put back instead. Returns whether an entry was removed.
+  bool removeEntry(const std::string& name, bool keepIfValid) const {
+    makeDirectory(tmp());
+    std::string from = entry(name);
+    std::string aside = joinPath(tmp(), "trash." + name + "." + uniqueSuffix());
+    if (::rename(from.c_str(), aside.c_str()) != 0) return false;  // already gone, or beyond repair by us
+    if (keepIfValid && isHexDigest(name) && loadEntry(aside, name, Check::kFull).valid() &&
+        ::rename(aside.c_str(), from.c_str()) == 0)
+      return false;
+    removeTree(aside);
+    return true;
+  }
+
+  // Points index/<lookupDigest> at `digest`: temp file + rename, so readers see the old or the new one.
+  void writeIndex(const std::string& lookupDigest, const std::string& digest) const {
+    std::string temp = joinPath(tmp(), "index." + lookupDigest + "." + uniqueSuffix());
+    std::string content = digest + "\n";
+    writeNewFile(temp, content.data(), content.size());
+    std::string target = indexFile(lookupDigest);
+    if (::rename(temp.c_str(), target.c_str()) != 0) {
+      int err = errno;
+      ::unlink(temp.c_str());
+      throwIo("cannot update the cache index", target, err);
+    }
+  }
+
+  // The digest index/<lookupDigest> names, or "" when absent or malformed.
+  std::string readIndex(const std::string& lookupDigest) const {
+    std::string text;
+    if (readTextFileAt(AT_FDCWD, indexFile(lookupDigest), text, kMaxIndexBytes) != 0) return "";
+    while (!text.empty() && (text.back() == '\n' || text.back() == ' ' || text.back() == '\r')) text.pop_back();
+    return isHexDigest(text) ? text : "";
+  }
+};
+
+CacheEntry toCacheEntry(LoadedEntry&& loaded, std::string dir) {
+  CacheEntry entry;
+  entry.key = std::move(loaded.manifest.key);
+  entry.dir = std::move(dir);
+  entry.binary = std::move(loaded.binary);
+  entry.metadata = std::move(loaded.manifest.metadata);
+  return entry;
+}
+
+// Length-prefixed fields ("<bytes>:<text>"), so no two different keys serialise alike; the leading tag keeps
+// digest and lookupDigest apart and versions the scheme.
+std::string serialiseKey(const KernelKey& key, bool withFingerprint) {
+  std::string out;
+  auto field = [&out](const std::string& text) {
+    out += std::to_string(text.size());
+    out += ':';
+    out += text;
+  };
+  field(withFingerprint ? "megamoe.kernel-key.v1" : "megamoe.kernel-lookup-key.v1");
+  field(key.kernel);
+  field(std::to_string(key.spec.size()));
+  for (const auto& [name, value] : key.spec) {
+    field(name);
+    field(std::to_string(value));
+  }
+  field(key.target);
+  field(key.options);
+  if (withFingerprint) field(key.fingerprint);
+  return out;
+}
+
+std::string nonEmptyEnv(const char* name) {
+  const char* value = std::getenv(name);
+  return value && *value ? value : "";
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------------------------
+// KernelKey
+
+std::string KernelKey::digest() const { return sha256Hex(serialiseKey(*this, true)); }
+
+std::string KernelKey::lookupDigest() const { return sha256Hex(serialiseKey(*this, false)); }
+
+std::string KernelKey::describe() const {
+  std::string out = kernel;
+  if (!spec.empty()) {
+    out += '[';
+    for (size_t i = 0; i < spec.size(); ++i) {
+      if (i) out += ',';
+      out += spec[i].first + "=" + std::to_string(spec[i].second);
+    }
+    out += ']';
+  }
+  return out + "@" + target;
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// KernelCache
+
+std::string KernelCache::defaultRoot() {
+  std::string dir = nonEmptyEnv("MEGAMOE_CACHE_DIR");
+  if (!dir.empty()) return dir;
+  dir = nonEmptyEnv("XDG_CACHE_HOME");
+  if (!dir.empty() && dir[0] == '/') return joinPath(dir, "megamoe");  // XDG: relative values are ignored
+  dir = nonEmptyEnv("HOME");
+  if (dir.empty()) {
+    if (const passwd* user = ::getpwuid(::getuid()); user && user->pw_dir && *user->pw_dir) dir = user->pw_dir;
+  }
+  if (dir.empty())
+    throw CacheError("cannot choose a kernel cache directory: HOME is not set (set MEGAMOE_CACHE_DIR)");
+  return joinPath(joinPath(dir, ".cache"), "megamoe");
+}
+
+KernelCache::KernelCache(std::string root) : root_(std::move(root)) {
+  auto notWritable = [this](const std::string& reason) {
+    return CacheError("kernel cache directory '" + root_ + "' is not writable: " + reason +
+                      " (set MEGAMOE_CACHE_DIR to a writable directory)");
+  };
+  if (root_.empty()) throw notWritable("the path is empty");
+  if (root_[0] != '/') {
+    std::error_code ec;
+    std::filesystem::path cwd = std::filesystem::current_path(ec);
+    if (ec) throw notWritable("cannot resolve the relative path: " + ec.message());
+    root_ = joinPath(cwd.string(), root_);
+  }
+  while (root_.size() > 1 && root_.back() == '/') root_.pop_back();
+
+  std::string failedAt;
+  Layout layout{root_};
+  if (int err = layout.create(failedAt)) throw notWritable("cannot create '" + failedAt + "': " + std::strerror(err));
+  // mkdir above may have found everything in place; only creating a file proves we can write (root ignores modes,
+  // a read-only mount does not).
+  std::string probe = joinPath(layout.tmp(), "probe." + uniqueSuffix());
+  int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0) throw notWritable("cannot create a file in '" + layout.tmp() + "': " + std::strerror(errno));
+  ::close(fd);
+  ::unlink(probe.c_str());
+}
+
+std::optional<CacheEntry> KernelCache::lookup(const KernelKey& key) const {
+  Layout layout{root_};
+  std::string digest = key.digest();
+  std::string dir = layout.entry(digest);
+  LoadedEntry loaded = loadEntry(dir, digest, Check::kFull);
+  if (loaded.missing) return std::nullopt;
+  if (!loaded.valid() || !sameKey(loaded.manifest.key, key)) {
+    layout.removeEntry(digest, /*keepIfValid=*/true);
+    return std::nullopt;
+  }
+  return toCacheEntry(std::move(loaded), std::move(dir));
+}
+
+std::optional<CacheEntry> KernelCache::lookupAnyFingerprint(const KernelKey& key) const {
+  Layout layout{root_};
+  std::string digest = layout.readIndex(key.lookupDigest());
+  if (digest.empty()) return std::nullopt;
+  std::string dir = layout.entry(digest);
+  LoadedEntry loaded = loadEntry(dir, digest, Check::kFull);
+  if (loaded.missing) return std::nullopt;
+  if (!loaded.valid()) {
+    layout.removeEntry(digest, /*keepIfValid=*/true);
+    return std::nullopt;
+  }
+  // A valid entry for another key (a hand-edited index) is not ours to delete: just a miss.
+  if (!sameKeyIgnoringFingerprint(loaded.manifest.key, key)) return std::nullopt;
+  return toCacheEntry(std::move(loaded), std::move(dir));
+}
+
+CacheEntry KernelCache::store(const KernelKey& key, const std::vector<uint8_t>& binary,
+                              const std::string& metadata) const {
+  Layout layout{root_};
+  layout.createOrThrow();  // someone may have removed the tree since construction
+
+  Manifest manifest;
+  manifest.key = key;
+  manifest.digest = key.digest();
+  manifest.lookupDigest = key.lookupDigest();
+  manifest.binarySize = binary.size();
+  manifest.binarySha256 = sha256Hex(binary.data(), binary.size());
+  manifest.created = int64_t(std::time(nullptr));
+  manifest.metadata = metadata;
+  const std::string& digest = manifest.digest;
+  std::string dir = layout.entry(digest);
+
+  std::string temp;
+  for (int attempt = 0;; ++attempt) {
+    temp = joinPath(layout.tmp(), digest + "." + uniqueSuffix());
+    if (::mkdir(temp.c_str(), 0755) == 0) break;
+    if (errno != EEXIST || attempt == 8) throwIo("cannot create the temp directory", temp, errno);
+  }
+  TempDirGuard guard(temp);
+  writeNewFile(joinPath(temp, kBinaryName), binary.data(), binary.size());
+  std::string manifestText = renderManifest(manifest);
+  writeNewFile(joinPath(temp, kManifestName), manifestText.data(), manifestText.size());
+
+  // The rename either publishes our entry or finds one already there. A valid one wins (another process stored
+  // the same key first); a corrupt one is removed once and the rename retried. A third attempt only covers an
+  // entry that vanished between a failed rename and our look at it.
+  bool removedCorrupt = false;
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    if (::rename(temp.c_str(), dir.c_str()) == 0) {
+      guard.release();
+      layout.writeIndex(manifest.lookupDigest, digest);
+      CacheEntry entry;
+      entry.key = key;
+      entry.dir = dir;
+      entry.binary = binary;
+      entry.metadata = metadata;
+      return entry;
+    }
+    int err = errno;
+    // EEXIST/ENOTEMPTY: a directory is there; ENOTDIR: a file is (corrupt, handled like any invalid entry).
+    if (err != EEXIST && err != ENOTEMPTY && err != ENOTDIR)
+      throwIo("cannot move the new entry into place at", dir, err);
+    LoadedEntry existing = loadEntry(dir, digest, Check::kFull);
+    if (existing.missing) continue;
+    if (existing.valid() && sameKey(existing.manifest.key, key)) {
+      layout.writeIndex(manifest.lookupDigest, digest);
+      return toCacheEntry(std::move(existing), dir);
+    }
+    if (removedCorrupt) break;
+    layout.removeEntry(digest, /*keepIfValid=*/true);
+    removedCorrupt = true;
+  }
+  throw CacheError("cannot store " + key.describe() + ": the entry at '" + dir +
+                   "' stayed invalid after it was replaced");
+}
+
+CacheEntry KernelCache::getOrBuild(const KernelKey& key, const std::function<Built()>& build, bool* hit) const {
+  if (std::optional<CacheEntry> cached = lookup(key)) {
+    if (hit) *hit = true;
+    return std::move(*cached);
+  }
+  if (hit) *hit = false;
+  Built built = build();
+  return store(key, built.binary, built.metadata);
+}
+
+namespace {
+
+struct ScannedEntry {
+  EntryInfo info;
+  std::string fingerprint;  // empty unless the manifest parsed
+  std::string lookupDigest;
+  int64_t created = 0;
+};
+
+std::vector<ScannedEntry> scanEntries(const Layout& layout, Check check) {
+  std::vector<ScannedEntry> scanned;
+  for (const std::string& name : listDirectory(layout.entries())) {
+    ScannedEntry s;
+    s.info.digest = name;
+    std::string path = layout.entry(name);
+    struct stat st;
+    if (::lstat(path.c_str(), &st) == 0) s.info.mtime = int64_t(st.st_mtime);
+    if (!isHexDigest(name)) {
+      s.info.problem = "not a cache entry (unexpected name in entries/)";
+    } else {
+      LoadedEntry loaded = loadEntry(path, name, check);
+      if (loaded.missing) continue;  // removed while we looked
+      s.info.problem = loaded.problem;
+      s.info.bytes = loaded.binaryBytes;
+      if (loaded.haveManifest) {
+        s.info.description = loaded.manifest.key.describe();
+        s.info.target = loaded.manifest.key.target;
+        s.fingerprint = loaded.manifest.key.fingerprint;
+        s.lookupDigest = loaded.manifest.lookupDigest;
+        s.created = loaded.manifest.created;
+      }
+    }
+    s.info.valid = s.info.problem.empty();
+    scanned.push_back(std::move(s));
+  }
+  std::sort(scanned.begin(), scanned.end(), [](const ScannedEntry& a, const ScannedEntry& b) {
+    return std::tie(a.info.description, a.info.digest) < std::tie(b.info.description, b.info.digest);
+  });
+  return scanned;
+}
+
+std::vector<EntryInfo> infos(std::vector<ScannedEntry>&& scanned) {
+  std::vector<EntryInfo> out;
+  out.reserve(scanned.size());
+  for (ScannedEntry& s : scanned) out.push_back(std::move(s.info));
+  return out;
+}
+
+}  // namespace
+
+std::vector<EntryInfo> KernelCache::list() const { return infos(scanEntries(Layout{root_}, Check::kCheap)); }
+
+std::vector<EntryInfo> KernelCache::verify() const { return infos(scanEntries(Layout{root_}, Check::kFull)); }
+
+int KernelCache::prune(const std::string& keepFingerprint) const {
+  Layout layout{root_};
+  int removed = 0;
+  // Newest surviving entry per lookup key, to re-point index files whose entry goes away.
+  std::map<std::string, std::pair<int64_t, std::string>> survivors;
+  for (const ScannedEntry& s : scanEntries(layout, Check::kFull)) {
+    if (!s.info.valid) {
+      removed += layout.removeEntry(s.info.digest, /*keepIfValid=*/true);
+    } else if (!keepFingerprint.empty() && s.fingerprint != keepFingerprint) {
+      removed += layout.removeEntry(s.info.digest, /*keepIfValid=*/false);
+    } else {
+      auto& newest = survivors[s.lookupDigest];
+      if (newest.second.empty() || s.created >= newest.first) newest = {s.created, s.info.digest};
+    }
+  }
+
+  int64_t now = int64_t(std::time(nullptr));
+  for (const std::string& name : listDirectory(layout.tmp())) {
+    std::string path = joinPath(layout.tmp(), name);
+    struct stat st;
+    if (::lstat(path.c_str(), &st) == 0 && now - int64_t(st.st_mtime) > kStaleTempSeconds) removeTree(path);
+  }
+
+  for (const std::string& name : listDirectory(layout.index())) {
+    std::string target = layout.readIndex(name);
+    struct stat st;
+    if (!target.empty() && ::stat(layout.entry(target).c_str(), &st) == 0) continue;
+    auto survivor = survivors.find(name);
+    if (survivor != survivors.end() && ::stat(layout.entry(survivor->second.second).c_str(), &st) == 0) {
+      try {
+        layout.writeIndex(name, survivor->second.second);
+        continue;
+      } catch (const CacheError&) {
+        // fall through: a dangling index is worse than none
+      }
+    }
+    ::unlink(layout.indexFile(name).c_str());
+  }
+  return removed;
+}
+
+}  // namespace megamoe::cache

@@ -1,0 +1,312 @@
+// Implementation of the kernel DSL (see Dsl.h): every handle operation becomes one or a few ops at the kernel's
+// insertion point. This is the only DSL file that includes dialect headers.
+#include "dsl/Dsl.h"
+
+#include <cstddef>
+#include <stdexcept>
+
+#include "compiler/abi/DeviceAbi.h"
+#include "megamoe/Dialect/MegaMoe.h"
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/GPU/IR/GPUDialect.h"
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+#include "mlir/Dialect/Math/IR/Math.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/Dialect/Vector/IR/VectorOps.h"
+
+using namespace mlir;
+
+namespace megamoe::dsl {
+namespace {
+int64_t elemBytes(Elem e) {
+  switch (e) {
+    case Elem::bf16:
+    case Elem::f16: return 2;
+    case Elem::f32:
+    case Elem::i32: return 4;
+    case Elem::i64: return 8;
+  }
+  return 0;
+}
+Type ptrType(MLIRContext* ctx, unsigned space) { return LLVM::LLVMPointerType::get(ctx, space); }
+}  // namespace
+
+// ---- scalars ---------------------------------------------------------------------------------------------------
+
+#define MEGAMOE_BINOP(OP, ARITH)                                                  \
+  template <int B>                                                               \
+  Int<B> Int<B>::operator OP(const Int<B>& o) const {                            \
+    return {k_, ARITH::create(k_->builder(), k_->loc(), v_, o.v_)};              \
+  }
+MEGAMOE_BINOP(+, arith::AddIOp)
+MEGAMOE_BINOP(-, arith::SubIOp)
+MEGAMOE_BINOP(*, arith::MulIOp)
+MEGAMOE_BINOP(/, arith::DivUIOp)
+MEGAMOE_BINOP(%, arith::RemUIOp)
+#undef MEGAMOE_BINOP
+
+template <int B>
+static Int<B> constant(Kernel* k, int64_t c) {
+  return {k, arith::ConstantIntOp::create(k->builder(), k->loc(), c, B)};
+}
+template <int B> Int<B> Int<B>::operator+(int64_t c) const { return *this + constant<B>(k_, c); }
+template <int B> Int<B> Int<B>::operator*(int64_t c) const { return *this * constant<B>(k_, c); }
+template <int B> Int<B> Int<B>::operator/(int64_t c) const { return *this / constant<B>(k_, c); }
+template <int B> Int<B> Int<B>::operator%(int64_t c) const { return *this % constant<B>(k_, c); }
+template <int B>
+static Bool compare(Kernel* k, arith::CmpIPredicate p, Value a, Value b) {
+  return {k, arith::CmpIOp::create(k->builder(), k->loc(), p, a, b)};
+}
+template <int B> Bool Int<B>::operator<(const Int& o) const { return compare<B>(k_, arith::CmpIPredicate::ult, v_, o.v_); }
+template <int B> Bool Int<B>::operator>=(const Int& o) const { return compare<B>(k_, arith::CmpIPredicate::uge, v_, o.v_); }
+template <int B> Bool Int<B>::operator==(const Int& o) const { return compare<B>(k_, arith::CmpIPredicate::eq, v_, o.v_); }
+template <int B> Bool Int<B>::operator<(int64_t c) const { return *this < constant<B>(k_, c); }
+template <int B> Bool Int<B>::operator==(int64_t c) const { return *this == constant<B>(k_, c); }
+template class Int<32>;
+template class Int<64>;
+
+Bool Bool::operator&&(const Bool& o) const { return {k_, arith::AndIOp::create(k_->builder(), k_->loc(), v_, o.v_)}; }
+Bool Bool::operator||(const Bool& o) const { return {k_, arith::OrIOp::create(k_->builder(), k_->loc(), v_, o.v_)}; }
+Bool Bool::operator!() const {
+  Value one = arith::ConstantIntOp::create(k_->builder(), k_->loc(), 1, 1);
+  return {k_, arith::XOrIOp::create(k_->builder(), k_->loc(), v_, one)};
+}
+
+// ---- vectors ---------------------------------------------------------------------------------------------------
+
+Vec Vec::to(Elem e) const {
+  auto vt = cast<VectorType>(v_.getType());
+  Type target = k_->type(e);
+  if (vt.getElementType() == target) return *this;
+  auto nt = VectorType::get(vt.getShape(), target);
+  if (vt.getElementType().getIntOrFloatBitWidth() < target.getIntOrFloatBitWidth())
+    return {k_, arith::ExtFOp::create(k_->builder(), k_->loc(), nt, v_)};
+  return {k_, arith::TruncFOp::create(k_->builder(), k_->loc(), nt, v_)};
+}
+Vec Vec::toF32() const { return to(Elem::f32); }
+Vec Vec::operator+(const Vec& o) const { return {k_, arith::AddFOp::create(k_->builder(), k_->loc(), v_, o.v_)}; }
+Vec Vec::operator*(const Vec& o) const { return {k_, arith::MulFOp::create(k_->builder(), k_->loc(), v_, o.v_)}; }
+Vec Vec::operator/(const Vec& o) const { return {k_, arith::DivFOp::create(k_->builder(), k_->loc(), v_, o.v_)}; }
+Vec Vec::operator-() const { return {k_, arith::NegFOp::create(k_->builder(), k_->loc(), v_)}; }
+Vec Vec::exp2() const { return {k_, math::Exp2Op::create(k_->builder(), k_->loc(), v_)}; }
+Vec Vec::splat(float c) const {
+  auto vt = cast<VectorType>(v_.getType());
+  auto attr = DenseElementsAttr::get(vt, k_->builder().getFloatAttr(vt.getElementType(), c));
+  return {k_, arith::ConstantOp::create(k_->builder(), k_->loc(), vt, attr)};
+}
+Vec Vec::min(float c) const { return {k_, arith::MinNumFOp::create(k_->builder(), k_->loc(), v_, splat(c).v_)}; }
+Vec Vec::max(float c) const { return {k_, arith::MaxNumFOp::create(k_->builder(), k_->loc(), v_, splat(c).v_)}; }
+
+// ---- pointers --------------------------------------------------------------------------------------------------
+
+GlobalPtr GlobalPtr::operator+(const I64& elements) const {
+  return {k_, LLVM::GEPOp::create(k_->builder(), k_->loc(), v_.getType(), k_->type(elem_), v_, ValueRange{elements.value()}),
+          elem_};
+}
+Vec GlobalPtr::load(int n) const {
+  auto vt = VectorType::get({n}, k_->type(elem_));
+  unsigned align = unsigned(std::min<int64_t>(16, n * elemBytes(elem_)));
+  return {k_, LLVM::LoadOp::create(k_->builder(), k_->loc(), vt, v_, align)};
+}
+void GlobalPtr::store(const Vec& v) const {
+  auto vt = cast<VectorType>(v.value().getType());
+  unsigned align = unsigned(std::min<int64_t>(16, vt.getNumElements() * elemBytes(elem_)));
+  LLVM::StoreOp::create(k_->builder(), k_->loc(), v.value(), v_, align);
+}
+I64 GlobalPtr::loadI64() const {
+  return {k_, LLVM::LoadOp::create(k_->builder(), k_->loc(), k_->builder().getI64Type(), v_, 8)};
+}
+
+// ---- device context --------------------------------------------------------------------------------------------
+
+namespace {
+Value contextField(Kernel* k, Value ctx, size_t offset) {
+  Value off = arith::ConstantIntOp::create(k->builder(), k->loc(), int64_t(offset), 64);
+  return LLVM::GEPOp::create(k->builder(), k->loc(), ctx.getType(), k->builder().getI8Type(), ctx, ValueRange{off});
+}
+}  // namespace
+I32 Context::rank() const {
+  return {k_, LLVM::LoadOp::create(k_->builder(), k_->loc(), k_->builder().getI32Type(),
+                                   contextField(k_, p_, offsetof(abi::DeviceContext, rank)), 4)};
+}
+I32 Context::nranks() const {
+  return {k_, LLVM::LoadOp::create(k_->builder(), k_->loc(), k_->builder().getI32Type(),
+                                   contextField(k_, p_, offsetof(abi::DeviceContext, nranks)), 4)};
+}
+I64 Context::timeoutNs() const {
+  return GlobalPtr(k_, contextField(k_, p_, offsetof(abi::DeviceContext, timeout_ns)), Elem::i64).loadI64();
+}
+I64 Context::epoch() const {
+  return GlobalPtr(k_, contextField(k_, p_, offsetof(abi::DeviceContext, epoch)), Elem::i64).loadI64();
+}
+GlobalPtr Context::error() const {
+  I64 addr = GlobalPtr(k_, contextField(k_, p_, offsetof(abi::DeviceContext, error)), Elem::i64).loadI64();
+  return {k_, LLVM::IntToPtrOp::create(k_->builder(), k_->loc(), p_.getType(), addr.value()), Elem::i64};
+}
+GlobalPtr Context::peerOffsets() const {
+  return {k_, contextField(k_, p_, offsetof(abi::DeviceContext, peer_offset)), Elem::i64};
+}
+
+// ---- kernel ----------------------------------------------------------------------------------------------------
+
+Kernel::Kernel(MLIRContext& ctx, std::string name, int64_t blockThreads)
+    : name_(std::move(name)), blockThreads_(blockThreads), b_(&ctx), loc_(NameLoc::get(b_.getStringAttr(name_))) {
+  ctx.loadDialect<MegaMoeDialect, LLVM::LLVMDialect, gpu::GPUDialect, scf::SCFDialect, arith::ArithDialect,
+                  math::MathDialect, vector::VectorDialect>();
+  if (blockThreads <= 0 || blockThreads > 1024) throw std::invalid_argument("block size must be 1..1024 threads");
+  module_ = ModuleOp::create(loc_);
+  (*module_)->setAttr("gpu.container_module", b_.getUnitAttr());
+  b_.setInsertionPointToEnd(module_->getBody());
+  auto gm = gpu::GPUModuleOp::create(b_, loc_, name_ + "_module");
+  gpuModule_ = gm;
+  b_.setInsertionPointToStart(gm.getBody());
+  auto fnType = LLVM::LLVMFunctionType::get(LLVM::LLVMVoidType::get(&ctx), {});
+  auto fn = LLVM::LLVMFuncOp::create(b_, loc_, name_, fnType);
+  fn->setAttr("megamoe.kernel", b_.getUnitAttr());
+  fn->setAttr("megamoe.block_threads", b_.getI64IntegerAttr(blockThreads));
+  func_ = fn;
+  Block* entry = fn.addEntryBlock(b_);
+  b_.setInsertionPointToStart(entry);
+}
+
+Kernel::~Kernel() = default;
+
+Type Kernel::type(Elem e) {
+  switch (e) {
+    case Elem::bf16: return b_.getBF16Type();
+    case Elem::f16: return b_.getF16Type();
+    case Elem::f32: return b_.getF32Type();
+    case Elem::i32: return b_.getI32Type();
+    case Elem::i64: return b_.getI64Type();
+  }
+  return {};
+}
+
+Value Kernel::addArg(Type t) {
+  auto fn = cast<LLVM::LLVMFuncOp>(func_);
+  Block& entry = fn.getBody().front();
+  Value arg = entry.addArgument(t, loc_);
+  SmallVector<Type> inputs(entry.getArgumentTypes());
+  fn.setFunctionTypeAttr(TypeAttr::get(LLVM::LLVMFunctionType::get(LLVM::LLVMVoidType::get(b_.getContext()), inputs)));
+  return arg;
+}
+
+GlobalPtr Kernel::argPtr(Elem e) { return {this, addArg(ptrType(b_.getContext(), kGlobalSpace)), e}; }
+I32 Kernel::argI32() { return {this, addArg(b_.getI32Type())}; }
+I64 Kernel::argI64() { return {this, addArg(b_.getI64Type())}; }
+Context Kernel::argContext() { return {this, addArg(ptrType(b_.getContext(), kGlobalSpace))}; }
+
+I32 Kernel::i32(int64_t v) { return constant<32>(this, v); }
+I64 Kernel::i64(int64_t v) { return constant<64>(this, v); }
+I64 Kernel::widen(const I32& v) { return {this, arith::ExtUIOp::create(b_, loc_, b_.getI64Type(), v.value())}; }
+I32 Kernel::threadIdx() {
+  Value id = gpu::ThreadIdOp::create(b_, loc_, gpu::Dimension::x);
+  return {this, arith::IndexCastUIOp::create(b_, loc_, b_.getI32Type(), id)};
+}
+I32 Kernel::blockIdx(int dim) {
+  gpu::Dimension d = dim == 0 ? gpu::Dimension::x : dim == 1 ? gpu::Dimension::y : gpu::Dimension::z;
+  Value id = gpu::BlockIdOp::create(b_, loc_, d);
+  return {this, arith::IndexCastUIOp::create(b_, loc_, b_.getI32Type(), id)};
+}
+Vec Kernel::zeros(int n, Elem e) {
+  auto vt = VectorType::get({n}, type(e));
+  return {this, arith::ConstantOp::create(b_, loc_, vt, DenseElementsAttr::get(vt, b_.getZeroAttr(type(e))))};
+}
+
+void Kernel::forRange(const I32& lo, const I32& hi, const I32& step, const std::function<void(I32)>& body) {
+  auto loop = scf::ForOp::create(b_, loc_, lo.value(), hi.value(), step.value());
+  OpBuilder::InsertionGuard guard(b_);
+  b_.setInsertionPoint(loop.getBody()->getTerminator());
+  body(I32(this, loop.getInductionVar()));
+}
+
+void Kernel::ifThen(const Bool& cond, const std::function<void()>& body) {
+  auto op = scf::IfOp::create(b_, loc_, TypeRange{}, cond.value(), false);
+  OpBuilder::InsertionGuard guard(b_);
+  b_.setInsertionPoint(op.thenBlock()->getTerminator());
+  body();
+}
+
+void Kernel::returnIf(const Bool& cond) {
+  Block* here = b_.getInsertionBlock();
+  if (here->getParentOp() != func_)
+    throw std::logic_error("returnIf is only allowed at the top level of the kernel body, not inside loops or ifs");
+  Region* region = here->getParent();
+  Block* exit = b_.createBlock(region, region->end());
+  LLVM::ReturnOp::create(b_, loc_, ValueRange{});
+  Block* cont = b_.createBlock(region, region->end());
+  b_.setInsertionPointToEnd(here);
+  LLVM::CondBrOp::create(b_, loc_, cond.value(), exit, cont);
+  b_.setInsertionPointToStart(cont);
+}
+
+SharedTile Kernel::sharedTile(Elem e, int64_t rows, int64_t cols) {
+  int64_t bytes = rows * cols * elemBytes(e);
+  auto arrayTy = LLVM::LLVMArrayType::get(b_.getI8Type(), uint64_t(bytes));
+  std::string sym = name_ + "_smem" + std::to_string(sharedCount_++);
+  {
+    OpBuilder::InsertionGuard guard(b_);
+    b_.setInsertionPoint(func_);
+    LLVM::GlobalOp::create(b_, loc_, arrayTy, false, LLVM::Linkage::Internal, sym, Attribute(), 1024, kSharedSpace);
+  }
+  Value base = LLVM::AddressOfOp::create(b_, loc_, ptrType(b_.getContext(), kSharedSpace), sym);
+  return {this, base, e, rows, cols};
+}
+
+void Kernel::blockSync() { gpu::BarrierOp::create(b_, loc_); }
+
+void Kernel::copyTile(const GlobalPtr& src, const I32& srcLd, const SharedTile& dst, const I32& rowsValid, bool swizzle) {
+  TileCopyOp::create(b_, loc_, src.value(), srcLd.value(), dst.value(), i32(dst.cols()).value(), rowsValid.value(),
+                     dst.rows(), dst.cols(), blockThreads_, type(dst.elem()), swizzle ? Swizzle::b128 : Swizzle::none);
+}
+void Kernel::copyTile(const SharedTile& src, const GlobalPtr& dst, const I32& dstLd, const I32& rowsValid, bool swizzle) {
+  TileCopyOp::create(b_, loc_, src.value(), i32(src.cols()).value(), dst.value(), dstLd.value(), rowsValid.value(),
+                     src.rows(), src.cols(), blockThreads_, type(src.elem()), swizzle ? Swizzle::b128 : Swizzle::none);
+}
+
+Acc Kernel::zeroAcc(int64_t m, int64_t n) {
+  int64_t perThread = m * n / blockThreads_;
+  return {zeros(int(perThread), Elem::f32).value(), m, n};
+}
+Acc Kernel::mma(const Acc& acc, const SharedTile& a, const SharedTile& b) {
+  Value r = MmaTileOp::create(b_, loc_, acc.value.getType(), acc.value, a.value(), b.value(), acc.m, acc.n, a.cols(),
+                              blockThreads_);
+  return {r, acc.m, acc.n};
+}
+void Kernel::storeAcc(const Acc& acc, const GlobalPtr& dst, const I32& ld, const I32& rowsValid) {
+  AccStoreOp::create(b_, loc_, acc.value, dst.value(), ld.value(), rowsValid.value(), acc.m, acc.n, blockThreads_,
+                     type(dst.elem()));
+}
+
+Bool Kernel::gridBarrier(const Context& ctx, const GlobalPtr& counter, const I64& expected) {
+  return {this, GridBarrierOp::create(b_, loc_, b_.getI1Type(), counter.value(), expected.value(), ctx.timeoutNs().value(),
+                                      ctx.error().value(), ctx.rank().value())};
+}
+Bool Kernel::rankBarrier(const Context& ctx, const GlobalPtr& flags, const I64& value) {
+  return {this, RankBarrierOp::create(b_, loc_, b_.getI1Type(), flags.value(), ctx.peerOffsets().value(),
+                                      ctx.rank().value(), ctx.nranks().value(), value.value(), ctx.timeoutNs().value(),
+                                      ctx.error().value())};
+}
+
+GlobalPtr Kernel::peer(const Context& ctx, const GlobalPtr& local, const I32& peerRank) {
+  return {this, PeerPtrOp::create(b_, loc_, local.value().getType(), local.value(), ctx.peerOffsets().value(), peerRank.value()),
+          local.elem()};
+}
+
+static MemScope toScope(Scope s) {
+  return s == Scope::cta ? MemScope::cta : s == Scope::gpu ? MemScope::gpu : MemScope::system;
+}
+void Kernel::signal(const GlobalPtr& flag, const I64& value, Scope scope, bool add) {
+  SignalOp::create(b_, loc_, flag.value(), value.value(), toScope(scope), add ? SignalKind::add : SignalKind::store);
+}
+Bool Kernel::waitAtLeast(const Context& ctx, const GlobalPtr& flag, const I64& expected, const I64& flagId, Scope scope) {
+  return {this, WaitOp::create(b_, loc_, b_.getI1Type(), flag.value(), expected.value(), ctx.timeoutNs().value(),
+                               ctx.error().value(), ctx.rank().value(), flagId.value(), toScope(scope))};
+}
+
+OwningOpRef<ModuleOp> Kernel::finish() {
+  LLVM::ReturnOp::create(b_, loc_, ValueRange{});
+  return std::move(module_);
+}
+
+}  // namespace megamoe::dsl

@@ -1,0 +1,209 @@
+// The megamoe kernel DSL: C++ that builds megamoe IR. Kernel authors write typed handles and lambdas; they never
+// write MLIR text or assembly. Names follow execution scope and memory level:
+//   block.*     ops executed by every thread of the block together (tile copies, MMA tiles, barriers)
+//   thread.*    ops of the calling thread alone (signals, waits)
+//   Global / Shared pointers and tiles carry their memory level in the type.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/OwningOpRef.h"
+#include "mlir/IR/Value.h"
+
+namespace megamoe::dsl {
+
+class Kernel;
+
+enum class Elem { bf16, f16, f32, i32, i64 };
+enum class Scope { cta, gpu, system };
+
+// Scalar handles. Arithmetic builds arith ops at the kernel's insertion point.
+class Bool {
+ public:
+  Bool(Kernel* k, mlir::Value v) : k_(k), v_(v) {}
+  mlir::Value value() const { return v_; }
+  Bool operator&&(const Bool& o) const;
+  Bool operator||(const Bool& o) const;
+  Bool operator!() const;
+ private:
+  Kernel* k_;
+  mlir::Value v_;
+};
+
+template <int Bits>
+class Int {
+ public:
+  Int(Kernel* k, mlir::Value v) : k_(k), v_(v) {}
+  mlir::Value value() const { return v_; }
+  Kernel* kernel() const { return k_; }
+  Int operator+(const Int& o) const;
+  Int operator-(const Int& o) const;
+  Int operator*(const Int& o) const;
+  Int operator/(const Int& o) const;  // unsigned
+  Int operator%(const Int& o) const;  // unsigned
+  Int operator+(int64_t c) const;
+  Int operator*(int64_t c) const;
+  Int operator/(int64_t c) const;
+  Int operator%(int64_t c) const;
+  Bool operator<(const Int& o) const;   // unsigned
+  Bool operator>=(const Int& o) const;  // unsigned
+  Bool operator==(const Int& o) const;
+  Bool operator<(int64_t c) const;
+  Bool operator==(int64_t c) const;
+ private:
+  Kernel* k_;
+  mlir::Value v_;
+};
+using I32 = Int<32>;
+using I64 = Int<64>;
+
+// A vector of `n` values of one element type in registers (f32 for math, bf16 for storage).
+class Vec {
+ public:
+  Vec(Kernel* k, mlir::Value v) : k_(k), v_(v) {}
+  mlir::Value value() const { return v_; }
+  Vec toF32() const;
+  Vec to(Elem e) const;
+  Vec operator+(const Vec& o) const;
+  Vec operator*(const Vec& o) const;
+  Vec operator/(const Vec& o) const;
+  Vec operator-() const;
+  Vec exp2() const;
+  Vec min(float c) const;
+  Vec max(float c) const;
+  Vec splat(float c) const;  // a vector like this one filled with c
+ private:
+  Kernel* k_;
+  mlir::Value v_;
+};
+
+// Pointers by memory level; offsets are in elements.
+class GlobalPtr {
+ public:
+  GlobalPtr(Kernel* k, mlir::Value v, Elem e) : k_(k), v_(v), elem_(e) {}
+  mlir::Value value() const { return v_; }
+  Elem elem() const { return elem_; }
+  GlobalPtr operator+(const I64& elements) const;
+  GlobalPtr as(Elem e) const { return {k_, v_, e}; }
+  Vec load(int n) const;            // n contiguous elements, one vector access
+  void store(const Vec& v) const;
+  I64 loadI64() const;
+ private:
+  Kernel* k_;
+  mlir::Value v_;
+  Elem elem_;
+};
+
+// A rows x cols tile in shared memory (static allocation, 1024-byte aligned so swizzled MMA operands work).
+class SharedTile {
+ public:
+  SharedTile(Kernel* k, mlir::Value base, Elem e, int64_t rows, int64_t cols)
+      : k_(k), base_(base), elem_(e), rows_(rows), cols_(cols) {}
+  mlir::Value value() const { return base_; }
+  Elem elem() const { return elem_; }
+  int64_t rows() const { return rows_; }
+  int64_t cols() const { return cols_; }
+ private:
+  Kernel* k_;
+  mlir::Value base_;
+  Elem elem_;
+  int64_t rows_, cols_;
+};
+
+// An MMA accumulator fragment (m x n tile spread over the block in the target's atom layout).
+struct Acc {
+  mlir::Value value;
+  int64_t m, n;
+};
+
+// Device context (compiler/abi/DeviceAbi.h DeviceContext): fields loaded on use.
+class Context {
+ public:
+  Context(Kernel* k, mlir::Value p) : k_(k), p_(p) {}
+  I32 rank() const;
+  I32 nranks() const;
+  I64 timeoutNs() const;
+  GlobalPtr error() const;          // the DeviceError record
+  GlobalPtr peerOffsets() const;    // the i64 peer-offset table
+  I64 epoch() const;
+  mlir::Value value() const { return p_; }
+ private:
+  Kernel* k_;
+  mlir::Value p_;
+};
+
+// Builds one kernel: a gpu.module holding one llvm.func marked megamoe.kernel with a fixed block size.
+class Kernel {
+ public:
+  Kernel(mlir::MLIRContext& ctx, std::string name, int64_t blockThreads);
+  ~Kernel();
+  Kernel(const Kernel&) = delete;
+  Kernel& operator=(const Kernel&) = delete;
+
+  const std::string& name() const { return name_; }
+  int64_t blockThreads() const { return blockThreads_; }
+
+  // Arguments, in order (declare them first).
+  GlobalPtr argPtr(Elem e);
+  I32 argI32();
+  I64 argI64();
+  Context argContext();
+
+  // Constants and ids.
+  I32 i32(int64_t v);
+  I64 i64(int64_t v);
+  I64 widen(const I32& v);
+  I32 threadIdx();
+  I32 blockIdx(int dim = 0);
+  Vec zeros(int n, Elem e);
+
+  // Structured control flow.
+  void forRange(const I32& lo, const I32& hi, const I32& step, const std::function<void(I32)>& body);
+  void ifThen(const Bool& cond, const std::function<void()>& body);
+  void returnIf(const Bool& cond);  // every thread for which cond holds exits the kernel
+
+  // Shared memory.
+  SharedTile sharedTile(Elem e, int64_t rows, int64_t cols);
+
+  // Block-scope ops.
+  void blockSync();
+  void copyTile(const GlobalPtr& src, const I32& srcLd, const SharedTile& dst, const I32& rowsValid, bool swizzle);
+  void copyTile(const SharedTile& src, const GlobalPtr& dst, const I32& dstLd, const I32& rowsValid, bool swizzle);
+  Acc zeroAcc(int64_t m, int64_t n);
+  Acc mma(const Acc& acc, const SharedTile& a, const SharedTile& b);  // acc += a * b^T over a 64-wide K stage
+  void storeAcc(const Acc& acc, const GlobalPtr& dst, const I32& ld, const I32& rowsValid);
+  Bool gridBarrier(const Context& ctx, const GlobalPtr& counter, const I64& expected);
+  Bool rankBarrier(const Context& ctx, const GlobalPtr& flags, const I64& value);
+
+  // Thread-scope ops on the symmetric heap.
+  GlobalPtr peer(const Context& ctx, const GlobalPtr& local, const I32& peerRank);
+  void signal(const GlobalPtr& flag, const I64& value, Scope scope, bool add = false);
+  Bool waitAtLeast(const Context& ctx, const GlobalPtr& flag, const I64& expected, const I64& flagId, Scope scope);
+
+  // Finishes the function and hands over the module (the Kernel is spent afterwards).
+  mlir::OwningOpRef<mlir::ModuleOp> finish();
+
+  // Internal: the builder at the current insertion point.
+  mlir::OpBuilder& builder() { return b_; }
+  mlir::Location loc() const { return loc_; }
+  mlir::Type type(Elem e);
+
+ private:
+  mlir::Value addArg(mlir::Type t);
+  std::string name_;
+  int64_t blockThreads_;
+  mlir::OpBuilder b_;
+  mlir::Location loc_;
+  mlir::OwningOpRef<mlir::ModuleOp> module_;
+  mlir::Operation* func_ = nullptr;
+  mlir::Operation* gpuModule_ = nullptr;
+  int sharedCount_ = 0;
+};
+
+}  // namespace megamoe::dsl

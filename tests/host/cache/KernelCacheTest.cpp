@@ -1,0 +1,594 @@
+// KernelCache in one process: round trips, fingerprint-less lookup, corruption handling, errors, maintenance.
+// Every test gets a fresh temporary root and random payloads.
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <optional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "compiler/cache/KernelCache.h"
+
+namespace megamoe::cache {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::vector<uint8_t> readBytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+std::string readText(const std::string& path) {
+  std::vector<uint8_t> bytes = readBytes(path);
+  return {bytes.begin(), bytes.end()};
+}
+void writeBytes(const std::string& path, const std::string& data) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(data.data(), std::streamsize(data.size()));
+  ASSERT_TRUE(out.good()) << path;
+}
+std::vector<std::string> namesIn(const std::string& dir) {
+  std::vector<std::string> names;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) names.push_back(entry.path().filename().string());
+  return names;
+}
+
+class KernelCacheTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const char* base = std::getenv("TMPDIR");
+    std::string pattern = std::string(base && *base ? base : "/tmp") + "/megamoe-cache-test.XXXXXX";
+    ASSERT_NE(::mkdtemp(pattern.data()), nullptr);
+    scratch_ = pattern;
+    root_ = scratch_ + "/cache";
+    seed_ = std::random_device{}();
+    rng_.seed(seed_);
+  }
+  void TearDown() override {
+    std::error_code ec;
+    fs::remove_all(scratch_, ec);
+  }
+
+  // Random bytes of a random length in [minSize, maxSize]; the seed is printed on failure.
+  std::vector<uint8_t> randomBytes(size_t minSize = 100, size_t maxSize = 5000) {
+    size_t size = std::uniform_int_distribution<size_t>(minSize, maxSize)(rng_);
+    std::vector<uint8_t> bytes(size);
+    for (uint8_t& b : bytes) b = uint8_t(rng_());
+    return bytes;
+  }
+
+  static KernelKey key(const std::string& kernel = "swiglu_fwd", const std::string& fingerprint = "fp-1") {
+    KernelKey k;
+    k.kernel = kernel;
+    k.spec = {{"I", 2048}, {"clamp", 0}};
+    k.target = "sm_90a";
+    k.options = "num_warps=4";
+    k.fingerprint = fingerprint;
+    return k;
+  }
+
+  std::string entryDir(const KernelKey& k) const { return root_ + "/entries/" + k.digest(); }
+
+  std::string scratch_;
+  std::string root_;
+  uint32_t seed_ = 0;
+  std::mt19937_64 rng_;
+};
+
+#define TRACE_SEED() SCOPED_TRACE("random seed " + std::to_string(seed_))
+
+void expectSameKey(const KernelKey& a, const KernelKey& b) {
+  EXPECT_EQ(a.kernel, b.kernel);
+  EXPECT_EQ(a.spec, b.spec);
+  EXPECT_EQ(a.target, b.target);
+  EXPECT_EQ(a.options, b.options);
+  EXPECT_EQ(a.fingerprint, b.fingerprint);
+}
+
+TEST_F(KernelCacheTest, MissThenStoreThenHitRoundTripsExactly) {
+  TRACE_SEED();
+  KernelCache cache(root_);
+  EXPECT_EQ(cache.root(), root_);
+  KernelKey k = key();
+  k.spec.push_back({"neg", INT64_MIN});
+  k.spec.push_back({"big", INT64_MAX});
+  EXPECT_FALSE(cache.lookup(k).has_value());
+
+  std::vector<uint8_t> binary = randomBytes();
+  // Metadata exercising every escaping path: quotes, backslashes, controls, NUL, DEL, UTF-8 and a stray byte.
+  std::string metadata = "{\"compile_ms\": 12, \"note\": \"q\\\"b\\\\\"}\n\t\r\b\f\x01\x1f\x7f";
+  metadata += std::string(1, '\0') + "\xc2\xb5s \xe2\x82\xac \xf0\x9f\x98\x80 \xff/";
+
+  CacheEntry stored = cache.store(k, binary, metadata);
+  EXPECT_EQ(stored.dir, entryDir(k));
+  EXPECT_EQ(stored.binary, binary);
+  EXPECT_EQ(stored.metadata, metadata);
+  EXPECT_EQ(readBytes(stored.dir + "/code.bin"), binary);
+  EXPECT_NE(readText(stored.dir + "/manifest.json").find(sha256Hex(binary.data(), binary.size())), std::string::npos);
+  EXPECT_TRUE(namesIn(root_ + "/tmp").empty());
+
+  // A fresh object on the same root (another process, in effect) sees the entry.
+  KernelCache reopened(root_);
+  std::optional<CacheEntry> hit = reopened.lookup(k);
+  ASSERT_TRUE(hit.has_value());
+  EXPECT_EQ(hit->binary, binary);
+  EXPECT_EQ(hit->metadata, metadata);
+  EXPECT_EQ(hit->dir, entryDir(k));
+  expectSameKey(hit->key, k);
+}
+
+TEST_F(KernelCacheTest, EmptyBinaryAndMetadataRoundTrip) {
+  KernelCache cache(root_);
+  KernelKey k = key();
+  k.spec.clear();
+  k.options.clear();
+  cache.store(k, {}, "");
+  std::optional<CacheEntry> hit = cache.lookup(k);
+  ASSERT_TRUE(hit.has_value());
+  EXPECT_TRUE(hit->binary.empty());
+  EXPECT_TRUE(hit->metadata.empty());
+  expectSameKey(hit->key, k);
+}
+
+TEST_F(KernelCacheTest, LookupAnyFingerprintFindsTheNewestEntryOfAnyFingerprint) {
+  TRACE_SEED();
+  KernelCache cache(root_);
+  std::vector<uint8_t> oldBinary = randomBytes();
+  cache.store(key("swiglu_fwd", "fp-old"), oldBinary, "old");
+
+  KernelKey current = key("swiglu_fwd", "fp-new");
+  EXPECT_FALSE(cache.lookup(current).has_value());
+  EXPECT_TRUE(fs::exists(entryDir(key("swiglu_fwd", "fp-old")))) << "an exact miss must not touch other entries";
+
+  std::optional<CacheEntry> any = cache.lookupAnyFingerprint(current);
+  ASSERT_TRUE(any.has_value());
+  EXPECT_EQ(any->binary, oldBinary);
+  EXPECT_EQ(any->key.fingerprint, "fp-old");
+  EXPECT_EQ(any->dir, entryDir(key("swiglu_fwd", "fp-old")));
+
+  std::vector<uint8_t> newerBinary = randomBytes();
+  cache.store(key("swiglu_fwd", "fp-newer"), newerBinary, "newer");
+  any = cache.lookupAnyFingerprint(current);
+  ASSERT_TRUE(any.has_value());
+  EXPECT_EQ(any->key.fingerprint, "fp-newer");
+  EXPECT_EQ(any->binary, newerBinary);
+
+  KernelKey otherSpec = current;
+  otherSpec.spec[0].second = 4096;
+  EXPECT_FALSE(cache.lookupAnyFingerprint(otherSpec).has_value());
+  KernelKey otherTarget = current;
+  otherTarget.target = "gfx950";
+  EXPECT_FALSE(cache.lookupAnyFingerprint(otherTarget).has_value());
+}
+
+TEST_F(KernelCacheTest, LookupAnyFingerprintRejectsBadIndexFiles) {
+  KernelCache cache(root_);
+  KernelKey mine = key("mine");
+  KernelKey other = key("other");
+  cache.store(other, {1, 2, 3}, "");
+  std::string indexFile = root_ + "/index/" + mine.lookupDigest();
+
+  writeBytes(indexFile, "../entries/" + other.digest());
+  EXPECT_FALSE(cache.lookupAnyFingerprint(mine).has_value());
+  writeBytes(indexFile, std::string(64, 'a') + "\n");
+  EXPECT_FALSE(cache.lookupAnyFingerprint(mine).has_value());
+  // Points at a valid entry of another kernel: a miss, and that entry is left alone.
+  writeBytes(indexFile, other.digest() + "\n");
+  EXPECT_FALSE(cache.lookupAnyFingerprint(mine).has_value());
+  EXPECT_TRUE(cache.lookup(other).has_value());
+}
+
+TEST_F(KernelCacheTest, GetOrBuildBuildsOnceThenHits) {
+  TRACE_SEED();
+  KernelCache cache(root_);
+  std::vector<uint8_t> binary = randomBytes();
+  int builds = 0;
+  auto build = [&] {
+    ++builds;
+    return KernelCache::Built{binary, "{\"built\":true}"};
+  };
+  bool hit = true;
+  CacheEntry first = cache.getOrBuild(key(), build, &hit);
+  EXPECT_FALSE(hit);
+  EXPECT_EQ(builds, 1);
+  EXPECT_EQ(first.binary, binary);
+  CacheEntry second = cache.getOrBuild(key(), build, &hit);
+  EXPECT_TRUE(hit);
+  EXPECT_EQ(builds, 1);
+  EXPECT_EQ(second.binary, binary);
+  EXPECT_EQ(second.metadata, "{\"built\":true}");
+  cache.getOrBuild(key(), build);  // `hit` is optional
+  EXPECT_EQ(builds, 1);
+}
+
+TEST_F(KernelCacheTest, StoreKeepsTheEntryAlreadyThere) {
+  TRACE_SEED();
+  KernelCache cache(root_);
+  std::vector<uint8_t> first = randomBytes(), second = randomBytes();
+  cache.store(key(), first, "first");
+  CacheEntry result = cache.store(key(), second, "second");
+  EXPECT_EQ(result.binary, first);
+  EXPECT_EQ(result.metadata, "first");
+  EXPECT_EQ(cache.lookup(key())->binary, first);
+  EXPECT_TRUE(namesIn(root_ + "/tmp").empty());
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Corruption
+
+enum class Corruption {
+  kTruncateBinary,
+  kAppendToBinary,
+  kFlipBinaryByte,
+  kDeleteBinary,
+  kGarbageManifest,
+  kEmptyManifest,
+  kDeleteManifest,
+  kManifestSizeLies,
+  kManifestKeyEdited,
+  kEntryIsAFile,
+};
+
+const char* corruptionName(Corruption c) {
+  switch (c) {
+    case Corruption::kTruncateBinary: return "TruncateBinary";
+    case Corruption::kAppendToBinary: return "AppendToBinary";
+    case Corruption::kFlipBinaryByte: return "FlipBinaryByte";
+    case Corruption::kDeleteBinary: return "DeleteBinary";
+    case Corruption::kGarbageManifest: return "GarbageManifest";
+    case Corruption::kEmptyManifest: return "EmptyManifest";
+    case Corruption::kDeleteManifest: return "DeleteManifest";
+    case Corruption::kManifestSizeLies: return "ManifestSizeLies";
+    case Corruption::kManifestKeyEdited: return "ManifestKeyEdited";
+    case Corruption::kEntryIsAFile: return "EntryIsAFile";
+  }
+  return "?";
+}
+
+// Damages the stored entry in `dir` the way `kind` says; `rng` picks positions.
+void corrupt(const std::string& dir, Corruption kind, std::mt19937_64& rng) {
+  std::string binaryPath = dir + "/code.bin", manifestPath = dir + "/manifest.json";
+  std::string binary = readText(binaryPath), manifest = readText(manifestPath);
+  ASSERT_FALSE(binary.empty());
+  switch (kind) {
+    case Corruption::kTruncateBinary:
+      ASSERT_EQ(::truncate(binaryPath.c_str(), off_t(binary.size() / 2)), 0);
+      break;
+    case Corruption::kAppendToBinary:
+      writeBytes(binaryPath, binary + "x");
+      break;
+    case Corruption::kFlipBinaryByte: {
+      size_t at = std::uniform_int_distribution<size_t>(0, binary.size() - 1)(rng);
+      binary[at] = char(binary[at] ^ (1 << (rng() % 8)));
+      writeBytes(binaryPath, binary);
+      break;
+    }
+    case Corruption::kDeleteBinary:
+      ASSERT_EQ(::unlink(binaryPath.c_str()), 0);
+      break;
+    case Corruption::kGarbageManifest:
+      writeBytes(manifestPath, "{\"format\": 1, \"kernel\": \x01\x02 garbage");
+      break;
+    case Corruption::kEmptyManifest:
+      writeBytes(manifestPath, "");
+      break;
+    case Corruption::kDeleteManifest:
+      ASSERT_EQ(::unlink(manifestPath.c_str()), 0);
+      break;
+    case Corruption::kManifestSizeLies: {
+      // Claim the truncated size, so only the hash can tell.
+      ASSERT_EQ(::truncate(binaryPath.c_str(), off_t(binary.size() - 1)), 0);
+      std::string field = "\"binary_size\": " + std::to_string(binary.size());
+      size_t at = manifest.find(field);
+      ASSERT_NE(at, std::string::npos) << manifest;
+      manifest.replace(at, field.size(), "\"binary_size\": " + std::to_string(binary.size() - 1));
+      writeBytes(manifestPath, manifest);
+      break;
+    }
+    case Corruption::kManifestKeyEdited: {
+      size_t at = manifest.find("swiglu_fwd");
+      ASSERT_NE(at, std::string::npos) << manifest;
+      manifest.replace(at, 10, "swiglu_bwd");
+      writeBytes(manifestPath, manifest);
+      break;
+    }
+    case Corruption::kEntryIsAFile:
+      fs::remove_all(dir);
+      writeBytes(dir, "not a directory");
+      break;
+  }
+}
+
+class KernelCacheCorruptionTest : public KernelCacheTest, public ::testing::WithParamInterface<Corruption> {};
+
+TEST_P(KernelCacheCorruptionTest, CorruptEntryIsAMissIsRemovedAndIsRebuilt) {
+  TRACE_SEED();
+  KernelCache cache(root_);
+  std::vector<uint8_t> binary = randomBytes();
+  cache.store(key(), binary, "meta");
+  corrupt(entryDir(key()), GetParam(), rng_);
+  if (HasFatalFailure()) return;
+
+  EXPECT_FALSE(cache.lookup(key()).has_value());
+  EXPECT_FALSE(fs::exists(entryDir(key()))) << "a corrupt entry must be removed";
+  EXPECT_TRUE(namesIn(root_ + "/tmp").empty()) << "the removed entry must not linger in tmp/";
+
+  int builds = 0;
+  bool hit = true;
+  CacheEntry rebuilt = cache.getOrBuild(
+      key(), [&] { return ++builds, KernelCache::Built{binary, "meta"}; }, &hit);
+  EXPECT_FALSE(hit);
+  EXPECT_EQ(builds, 1);
+  EXPECT_EQ(rebuilt.binary, binary);
+  std::optional<CacheEntry> again = cache.lookup(key());
+  ASSERT_TRUE(again.has_value());
+  EXPECT_EQ(again->binary, binary);
+  cache.getOrBuild(key(), [&] { return ++builds, KernelCache::Built{binary, "meta"}; }, &hit);
+  EXPECT_TRUE(hit);
+  EXPECT_EQ(builds, 1);
+}
+
+TEST_P(KernelCacheCorruptionTest, LookupAnyFingerprintMissesAndRemoves) {
+  TRACE_SEED();
+  KernelCache cache(root_);
+  cache.store(key("swiglu_fwd", "fp-old"), randomBytes(), "meta");
+  corrupt(entryDir(key("swiglu_fwd", "fp-old")), GetParam(), rng_);
+  if (HasFatalFailure()) return;
+  EXPECT_FALSE(cache.lookupAnyFingerprint(key("swiglu_fwd", "fp-new")).has_value());
+  EXPECT_FALSE(fs::exists(entryDir(key("swiglu_fwd", "fp-old"))));
+}
+
+// store() over a corrupt entry replaces it instead of returning it.
+TEST_P(KernelCacheCorruptionTest, StoreReplacesCorruptEntry) {
+  TRACE_SEED();
+  KernelCache cache(root_);
+  cache.store(key(), randomBytes(), "old");
+  corrupt(entryDir(key()), GetParam(), rng_);
+  if (HasFatalFailure()) return;
+  std::vector<uint8_t> fresh = randomBytes();
+  CacheEntry stored = cache.store(key(), fresh, "fresh");
+  EXPECT_EQ(stored.binary, fresh);
+  EXPECT_EQ(stored.metadata, "fresh");
+  std::optional<CacheEntry> hit = cache.lookup(key());
+  ASSERT_TRUE(hit.has_value());
+  EXPECT_EQ(hit->binary, fresh);
+  EXPECT_TRUE(namesIn(root_ + "/tmp").empty());
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    AllKinds, KernelCacheCorruptionTest,
+    ::testing::Values(Corruption::kTruncateBinary, Corruption::kAppendToBinary, Corruption::kFlipBinaryByte,
+                      Corruption::kDeleteBinary, Corruption::kGarbageManifest, Corruption::kEmptyManifest,
+                      Corruption::kDeleteManifest, Corruption::kManifestSizeLies, Corruption::kManifestKeyEdited,
+                      Corruption::kEntryIsAFile),
+    [](const ::testing::TestParamInfo<Corruption>& info) { return std::string(corruptionName(info.param)); });
+
+// ---------------------------------------------------------------------------------------------------------------
+// Errors and the default root
+
+void expectNotWritableError(const std::string& root) {
+  try {
+    KernelCache cache(root);
+    ADD_FAILURE() << "no CacheError for " << root;
+  } catch (const CacheError& e) {
+    std::string message = e.what();
+    EXPECT_NE(message.find("'" + root + "'"), std::string::npos) << message;
+    EXPECT_NE(message.find("not writable"), std::string::npos) << message;
+    EXPECT_NE(message.find("MEGAMOE_CACHE_DIR"), std::string::npos) << message;
+  }
+}
+
+TEST_F(KernelCacheTest, UnwritableRootThrowsNamingThePath) {
+  std::string file = scratch_ + "/regular-file";
+  writeBytes(file, "x");
+  expectNotWritableError(file + "/cache");           // parent is a regular file
+  expectNotWritableError(file + "/deeper/cache");    // ... further up
+  expectNotWritableError(file);                      // the root itself is a file
+  EXPECT_THROW(KernelCache(""), CacheError);
+}
+
+TEST_F(KernelCacheTest, StoreIntoBrokenLayoutThrowsNamingThePath) {
+  KernelCache cache(root_);
+  fs::remove_all(root_ + "/entries");
+  writeBytes(root_ + "/entries", "in the way");
+  try {
+    cache.store(key(), {1, 2, 3}, "");
+    ADD_FAILURE() << "store succeeded";
+  } catch (const CacheError& e) {
+    EXPECT_NE(std::string(e.what()).find(root_ + "/entries"), std::string::npos) << e.what();
+  }
+  EXPECT_TRUE(namesIn(root_ + "/tmp").empty());
+  EXPECT_FALSE(cache.lookup(key()).has_value());
+}
+
+TEST_F(KernelCacheTest, RecreatesRemovedLayout) {
+  KernelCache cache(root_);
+  fs::remove_all(root_);
+  EXPECT_FALSE(cache.lookup(key()).has_value());
+  EXPECT_FALSE(cache.lookupAnyFingerprint(key()).has_value());
+  cache.store(key(), {4, 5, 6}, "m");
+  EXPECT_TRUE(cache.lookupAnyFingerprint(key("swiglu_fwd", "other")).has_value());
+}
+
+TEST_F(KernelCacheTest, RelativeRootBecomesAbsolute) {
+  std::string previous = fs::current_path().string();
+  ASSERT_EQ(::chdir(scratch_.c_str()), 0);
+  std::string expected = fs::current_path().string() + "/relative/cache";
+  std::optional<KernelCache> cache;
+  EXPECT_NO_THROW(cache.emplace("relative/cache/"));
+  ASSERT_EQ(::chdir(previous.c_str()), 0);
+  ASSERT_TRUE(cache.has_value());
+  EXPECT_EQ(cache->root(), expected);
+  CacheEntry stored = cache->store(key(), {7}, "");
+  EXPECT_EQ(stored.dir.rfind(expected + "/entries/", 0), 0u) << stored.dir;
+}
+
+// Sets or unsets environment variables for one scope.
+class EnvGuard {
+ public:
+  explicit EnvGuard(std::vector<std::string> names) : names_(std::move(names)) {
+    for (const std::string& name : names_) {
+      const char* value = std::getenv(name.c_str());
+      saved_.push_back(value ? std::optional<std::string>(value) : std::nullopt);
+    }
+  }
+  ~EnvGuard() {
+    for (size_t i = 0; i < names_.size(); ++i) set(names_[i], saved_[i]);
+  }
+  static void set(const std::string& name, const std::optional<std::string>& value) {
+    if (value) ::setenv(name.c_str(), value->c_str(), 1);
+    else ::unsetenv(name.c_str());
+  }
+
+ private:
+  std::vector<std::string> names_;
+  std::vector<std::optional<std::string>> saved_;
+};
+
+TEST_F(KernelCacheTest, DefaultRootFollowsTheEnvironment) {
+  EnvGuard guard({"MEGAMOE_CACHE_DIR", "XDG_CACHE_HOME", "HOME"});
+  std::string explicitDir = scratch_ + "/explicit", xdg = scratch_ + "/xdg", home = scratch_ + "/home";
+  EnvGuard::set("MEGAMOE_CACHE_DIR", explicitDir);
+  EnvGuard::set("XDG_CACHE_HOME", xdg);
+  EnvGuard::set("HOME", home);
+  EXPECT_EQ(KernelCache::defaultRoot(), explicitDir);
+
+  EnvGuard::set("MEGAMOE_CACHE_DIR", std::nullopt);
+  EXPECT_EQ(KernelCache::defaultRoot(), xdg + "/megamoe");
+  EnvGuard::set("MEGAMOE_CACHE_DIR", std::string());  // empty counts as unset
+  EXPECT_EQ(KernelCache::defaultRoot(), xdg + "/megamoe");
+
+  EnvGuard::set("XDG_CACHE_HOME", std::nullopt);
+  EXPECT_EQ(KernelCache::defaultRoot(), home + "/.cache/megamoe");
+  EnvGuard::set("XDG_CACHE_HOME", std::string("relative/xdg"));  // the XDG spec says to ignore relative paths
+  EXPECT_EQ(KernelCache::defaultRoot(), home + "/.cache/megamoe");
+
+  // The default is usable as a root.
+  EnvGuard::set("MEGAMOE_CACHE_DIR", explicitDir);
+  KernelCache cache(KernelCache::defaultRoot());
+  cache.store(key(), {1}, "");
+  EXPECT_TRUE(fs::exists(explicitDir + "/entries/" + key().digest()));
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// list / verify / prune
+
+TEST_F(KernelCacheTest, VerifyReportsCorruptEntriesWithoutRemovingThem) {
+  TRACE_SEED();
+  KernelCache cache(root_);
+  KernelKey good = key("good"), flipped = key("flipped"), truncated = key("truncated");
+  std::vector<uint8_t> goodBinary = randomBytes(), flippedBinary = randomBytes(), truncatedBinary = randomBytes();
+  cache.store(good, goodBinary, "");
+  cache.store(flipped, flippedBinary, "");
+  cache.store(truncated, truncatedBinary, "");
+  corrupt(entryDir(flipped), Corruption::kFlipBinaryByte, rng_);
+  corrupt(entryDir(truncated), Corruption::kTruncateBinary, rng_);
+  if (HasFatalFailure()) return;
+
+  std::vector<EntryInfo> checked = cache.verify();
+  ASSERT_EQ(checked.size(), 3u);
+  for (const EntryInfo& info : checked) {
+    EXPECT_EQ(info.target, "sm_90a");
+    EXPECT_GT(info.mtime, 0);
+    if (info.digest == good.digest()) {
+      EXPECT_TRUE(info.valid) << info.problem;
+      EXPECT_TRUE(info.problem.empty());
+      EXPECT_EQ(info.description, good.describe());
+      EXPECT_EQ(info.bytes, goodBinary.size());
+    } else if (info.digest == flipped.digest()) {
+      EXPECT_FALSE(info.valid);
+      EXPECT_NE(info.problem.find("SHA-256"), std::string::npos) << info.problem;
+      EXPECT_EQ(info.description, flipped.describe());
+    } else {
+      EXPECT_EQ(info.digest, truncated.digest());
+      EXPECT_FALSE(info.valid);
+      EXPECT_NE(info.problem.find("bytes"), std::string::npos) << info.problem;
+    }
+  }
+  EXPECT_TRUE(fs::exists(entryDir(flipped)));
+  EXPECT_TRUE(fs::exists(entryDir(truncated)));
+
+  // list() is the cheap check: it sees the size change but does not hash.
+  std::vector<EntryInfo> listed = cache.list();
+  ASSERT_EQ(listed.size(), 3u);
+  for (const EntryInfo& info : listed) EXPECT_EQ(info.valid, info.digest != truncated.digest()) << info.description;
+}
+
+TEST_F(KernelCacheTest, VerifyReportsStrayNamesAndGarbageManifests) {
+  KernelCache cache(root_);
+  fs::create_directories(root_ + "/entries/not-a-digest");
+  fs::create_directories(root_ + "/entries/" + std::string(64, 'b'));
+  writeBytes(root_ + "/entries/" + std::string(64, 'b') + "/manifest.json", "[1, 2");
+  std::vector<EntryInfo> checked = cache.verify();
+  ASSERT_EQ(checked.size(), 2u);
+  for (const EntryInfo& info : checked) {
+    EXPECT_FALSE(info.valid) << info.digest;
+    EXPECT_FALSE(info.problem.empty()) << info.digest;
+  }
+  EXPECT_EQ(cache.prune(""), 2);
+  EXPECT_TRUE(namesIn(root_ + "/entries").empty());
+}
+
+TEST_F(KernelCacheTest, PruneRemovesInvalidEntriesOtherFingerprintsStaleTempsAndDanglingIndexes) {
+  TRACE_SEED();
+  KernelCache cache(root_);
+  KernelKey keptA = key("a", "keep"), keptB = key("b", "keep"), oldC = key("c", "old"), corruptD = key("d", "keep");
+  for (const KernelKey& k : {keptA, keptB, oldC, corruptD}) cache.store(k, randomBytes(), k.kernel);
+  corrupt(entryDir(corruptD), Corruption::kFlipBinaryByte, rng_);
+  if (HasFatalFailure()) return;
+
+  // Index for "b" points at an older fingerprint's entry, which prune removes: it must be re-pointed at "keep".
+  KernelKey oldB = key("b", "old");
+  cache.store(oldB, randomBytes(), "old b");
+  ASSERT_EQ(cache.lookupAnyFingerprint(keptB)->key.fingerprint, "old");
+
+  std::string stale = root_ + "/tmp/" + std::string(64, 'e') + ".1.2.3";
+  std::string fresh = root_ + "/tmp/" + std::string(64, 'f') + ".1.2.3";
+  fs::create_directories(stale + "/inner");
+  fs::create_directories(fresh);
+  struct timeval twoHoursAgo[2] = {{::time(nullptr) - 7200, 0}, {::time(nullptr) - 7200, 0}};
+  ASSERT_EQ(::utimes(stale.c_str(), twoHoursAgo), 0);
+  std::string dangling = root_ + "/index/" + std::string(64, 'c');
+  writeBytes(dangling, std::string(64, 'd') + "\n");
+
+  EXPECT_EQ(cache.prune("keep"), 3);  // oldC, oldB, corruptD
+
+  EXPECT_TRUE(cache.lookup(keptA).has_value());
+  EXPECT_TRUE(cache.lookup(keptB).has_value());
+  for (const KernelKey& k : {oldC, oldB, corruptD}) EXPECT_FALSE(fs::exists(entryDir(k))) << k.describe();
+  EXPECT_FALSE(fs::exists(stale));
+  EXPECT_TRUE(fs::exists(fresh));
+  EXPECT_FALSE(fs::exists(dangling));
+  std::optional<CacheEntry> any = cache.lookupAnyFingerprint(key("b", "new"));
+  ASSERT_TRUE(any.has_value());
+  EXPECT_EQ(any->key.fingerprint, "keep");
+  EXPECT_FALSE(cache.lookupAnyFingerprint(oldC).has_value());
+  EXPECT_FALSE(fs::exists(root_ + "/index/" + oldC.lookupDigest()));
+  for (const EntryInfo& info : cache.verify()) EXPECT_TRUE(info.valid) << info.description << ": " << info.problem;
+}
+
+TEST_F(KernelCacheTest, PruneWithoutFingerprintKeepsEveryValidEntry) {
+  TRACE_SEED();
+  KernelCache cache(root_);
+  KernelKey one = key("k", "fp-1"), two = key("k", "fp-2"), broken = key("broken", "fp-1");
+  for (const KernelKey& k : {one, two, broken}) cache.store(k, randomBytes(), "");
+  corrupt(entryDir(broken), Corruption::kGarbageManifest, rng_);
+  if (HasFatalFailure()) return;
+  EXPECT_EQ(cache.prune(""), 1);
+  EXPECT_TRUE(cache.lookup(one).has_value());
+  EXPECT_TRUE(cache.lookup(two).has_value());
+  EXPECT_EQ(cache.list().size(), 2u);
+  EXPECT_EQ(cache.prune(""), 0);
+}
+
+}  // namespace
+}  // namespace megamoe::cache
