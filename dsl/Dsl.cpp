@@ -88,7 +88,16 @@ Vec Vec::operator+(const Vec& o) const { return {k_, arith::AddFOp::create(k_->b
 Vec Vec::operator*(const Vec& o) const { return {k_, arith::MulFOp::create(k_->builder(), k_->loc(), v_, o.v_)}; }
 Vec Vec::operator/(const Vec& o) const { return {k_, arith::DivFOp::create(k_->builder(), k_->loc(), v_, o.v_)}; }
 Vec Vec::operator-() const { return {k_, arith::NegFOp::create(k_->builder(), k_->loc(), v_)}; }
-Vec Vec::exp2() const { return {k_, math::Exp2Op::create(k_->builder(), k_->loc(), v_)}; }
+// llvm.exp2 directly: both backends have a native instruction (ex2.approx / v_exp_f32); math.exp2 would become a
+// device-library call (__nv_exp2f / __ocml_exp2_f32) that the code objects cannot resolve.
+// (As a call_intrinsic: the GPU conversions mark llvm.intr.exp2 illegal to force the library route.)
+Vec Vec::exp2() const {
+  auto vt = cast<VectorType>(v_.getType());
+  if (!vt.getElementType().isF32()) throw std::invalid_argument("exp2 needs an f32 vector");
+  std::string name = "llvm.exp2.v" + std::to_string(vt.getNumElements()) + "f32";
+  return {k_, LLVM::CallIntrinsicOp::create(k_->builder(), k_->loc(), vt, k_->builder().getStringAttr(name), ValueRange{v_})
+                  .getResult(0)};
+}
 Vec Vec::splat(float c) const {
   auto vt = cast<VectorType>(v_.getType());
   auto attr = DenseElementsAttr::get(vt, k_->builder().getFloatAttr(vt.getElementType(), c));
@@ -218,6 +227,18 @@ void Kernel::forRange(const I32& lo, const I32& hi, const I32& step, const std::
   OpBuilder::InsertionGuard guard(b_);
   b_.setInsertionPoint(loop.getBody()->getTerminator());
   body(I32(this, loop.getInductionVar()));
+}
+
+Acc Kernel::forRange(const I32& lo, const I32& hi, const I32& step, const Acc& init,
+                     const std::function<Acc(I32, Acc)>& body) {
+  auto loop = scf::ForOp::create(b_, loc_, lo.value(), hi.value(), step.value(), ValueRange{init.value});
+  {
+    OpBuilder::InsertionGuard guard(b_);
+    b_.setInsertionPointToEnd(loop.getBody());
+    Acc next = body(I32(this, loop.getInductionVar()), Acc{loop.getRegionIterArg(0), init.m, init.n});
+    scf::YieldOp::create(b_, loc_, ValueRange{next.value});
+  }
+  return {loop.getResult(0), init.m, init.n};
 }
 
 void Kernel::ifThen(const Bool& cond, const std::function<void()>& body) {

@@ -165,6 +165,8 @@ class Kernel {
 
   // Structured control flow.
   void forRange(const I32& lo, const I32& hi, const I32& step, const std::function<void(I32)>& body);
+  // A loop that carries an MMA accumulator from one iteration to the next.
+  Acc forRange(const I32& lo, const I32& hi, const I32& step, const Acc& init, const std::function<Acc(I32, Acc)>& body);
   void ifThen(const Bool& cond, const std::function<void()>& body);
   void returnIf(const Bool& cond);  // every thread for which cond holds exits the kernel
 

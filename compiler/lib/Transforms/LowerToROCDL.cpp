@@ -75,9 +75,13 @@ struct MmaTileToMfma : OpRewritePattern<MmaTileOp> {
     Value rowA = arith::AddIOp::create(b, loc, arith::MulIOp::create(b, loc, wave, i32(b, loc, Atom::kM)),
                                        arith::RemUIOp::create(b, loc, lane, i32(b, loc, 32)));
     SmallVector<Value> acc;
-    for (int64_t s = 0; s < tilesN; ++s)
-      acc.push_back(vector::ExtractStridedSliceOp::create(b, loc, op.getAcc(), ArrayRef<int64_t>{s * Atom::kAccPerLane},
-                                                          ArrayRef<int64_t>{Atom::kAccPerLane}, ArrayRef<int64_t>{1}));
+    // Element-wise split and join (vector.{extract,insert}_strided_slice have no direct LLVM lowering).
+    for (int64_t s = 0; s < tilesN; ++s) {
+      SmallVector<Value> parts;
+      for (int64_t i = 0; i < Atom::kAccPerLane; ++i)
+        parts.push_back(vector::ExtractOp::create(b, loc, op.getAcc(), ArrayRef<int64_t>{s * Atom::kAccPerLane + i}));
+      acc.push_back(vector::FromElementsOp::create(b, loc, accTy, parts));
+    }
     Value zero = i32(b, loc, 0);
     for (int64_t kk = 0; kk < op.getK() / Atom::kK; ++kk) {
       Value a = LLVM::LoadOp::create(b, loc, fragTy, fragmentPtr(b, loc, op.getA(), rowA, kk, lane), 16);
@@ -87,10 +91,11 @@ struct MmaTileToMfma : OpRewritePattern<MmaTileOp> {
         acc[s] = ROCDL::mfma_f32_32x32x16_bf16::create(b, loc, accTy, ValueRange{a, bf, acc[s], zero, zero, zero});
       }
     }
-    Value result = op.getAcc();
+    SmallVector<Value> all;
     for (int64_t s = 0; s < tilesN; ++s)
-      result = vector::InsertStridedSliceOp::create(b, loc, acc[s], result, ArrayRef<int64_t>{s * Atom::kAccPerLane},
-                                                    ArrayRef<int64_t>{1});
+      for (int64_t i = 0; i < Atom::kAccPerLane; ++i)
+        all.push_back(vector::ExtractOp::create(b, loc, acc[s], ArrayRef<int64_t>{i}));
+    Value result = vector::FromElementsOp::create(b, loc, op.getAcc().getType(), all);
     b.replaceOp(op, result);
     return success();
   }

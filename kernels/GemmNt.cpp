@@ -1,0 +1,40 @@
+// gemm_nt: the one-expert bf16 GEMM tile kernel (see GemmNtSpec). Each 64-wide K stage is copied into swizzled
+// shared memory by the whole block, then multiplied with the target's MMA atom (wgmma / MFMA).
+#include "dsl/Dsl.h"
+#include "kernels/Kernels.h"
+
+namespace megamoe::kernels {
+using namespace dsl;
+
+mlir::OwningOpRef<mlir::ModuleOp> buildGemmNt(mlir::MLIRContext& ctx, const GemmNtSpec& s) {
+  using S = GemmNtSpec;
+  Kernel k(ctx, S::kName, S::kBlockThreads);
+  GlobalPtr a = k.argPtr(Elem::bf16);  // [M, K]
+  GlobalPtr b = k.argPtr(Elem::bf16);  // [N, K]
+  GlobalPtr c = k.argPtr(Elem::bf16);  // [M, N]
+  I32 m = k.argI32();
+
+  I32 m0 = k.blockIdx(1) * S::kBlockM;
+  k.returnIf(m0 >= m);
+  I32 n0 = k.blockIdx(0) * S::kBlockN;
+  I32 rowsValid = m - m0;
+  SharedTile tileA = k.sharedTile(Elem::bf16, S::kBlockM, S::kBlockK);
+  SharedTile tileB = k.sharedTile(Elem::bf16, S::kBlockN, S::kBlockK);
+  I32 ldk = k.i32(s.k);
+  GlobalPtr aRows = a + k.widen(m0) * s.k;
+  GlobalPtr bRows = b + k.widen(n0) * s.k;
+
+  Acc acc = k.forRange(k.i32(0), k.i32(s.k), k.i32(S::kBlockK), k.zeroAcc(S::kBlockM, S::kBlockN),
+                       [&](I32 k0, Acc acc) {
+                         k.copyTile(aRows + k.widen(k0), ldk, tileA, rowsValid, /*swizzle=*/true);
+                         k.copyTile(bRows + k.widen(k0), ldk, tileB, k.i32(S::kBlockN), /*swizzle=*/true);
+                         k.blockSync();
+                         Acc next = k.mma(acc, tileA, tileB);
+                         k.blockSync();  // the next stage overwrites the tiles
+                         return next;
+                       });
+  k.storeAcc(acc, c + (k.widen(m0) * s.n + k.widen(n0)), k.i32(s.n), rowsValid);
+  return k.finish();
+}
+
+}  // namespace megamoe::kernels

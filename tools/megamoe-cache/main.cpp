@@ -1,0 +1,371 @@
+// megamoe-cache: offline kernel-cache generation for model shapes, and cache maintenance (list, verify, prune).
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "kernels/Jit.h"
+
+using namespace megamoe;
+
+namespace {
+
+const char* kHelp = R"(megamoe-cache: generate and maintain the megamoe kernel cache.
+
+Kernels are compiled for each model shape and target and stored on disk, keyed by kernel name, specialisation
+constants, target, options and compiler fingerprint. The runtime then loads them without a compiler.
+
+Usage:
+  megamoe-cache generate [shape] [--ep 2,8] [--targets sm_90a,gfx950] [options]
+  megamoe-cache list     [--json FILE]
+  megamoe-cache verify
+  megamoe-cache prune    [--keep-all-fingerprints]
+  megamoe-cache presets
+  megamoe-cache kernels
+
+Shape (one of):
+  --preset NAME                 deepseek-v3 | qwen3-235b-a22b | mixtral-8x7b | deepseek-v2-lite
+  --hidden H --intermediate I --experts E --topk K
+  --kernel NAME --spec A=1,B=2  one kernel with explicit constants (see `kernels`)
+
+Options:
+  --ep LIST          expert-parallel rank counts (default 8)
+  --targets LIST     sm_90a, gfx950 (default both)
+  --cache-dir DIR    cache root (default: $MEGAMOE_CACHE_DIR, else $XDG_CACHE_HOME/megamoe, else ~/.cache/megamoe)
+  --json FILE        also write the results as JSON
+  --force            recompile even when the cache has the kernel
+  --quiet            no progress bar
+
+Examples:
+  megamoe-cache generate --preset deepseek-v3 --ep 2,8
+  megamoe-cache generate --hidden 4096 --intermediate 1536 --experts 128 --topk 8 --ep 8 --targets sm_90a
+  megamoe-cache generate --kernel gemm_nt --spec N=4096,K=7168 --targets gfx950
+  MEGAMOE_CACHE_DIR=/tmp/cache megamoe-cache verify
+
+Exit status: 0 on success, 1 when a kernel failed to compile or a static check failed, 2 on bad input.
+)";
+
+struct Usage : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+std::vector<std::string> splitList(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  for (std::string item; std::getline(ss, item, ',');)
+    if (!item.empty()) out.push_back(item);
+  return out;
+}
+
+int64_t parseInt(const std::string& flag, const std::string& v) {
+  try {
+    size_t used = 0;
+    long long x = std::stoll(v, &used);
+    if (used != v.size()) throw std::invalid_argument(v);
+    return x;
+  } catch (const std::exception&) {
+    throw Usage(flag + " expects an integer, got '" + v + "'");
+  }
+}
+
+std::string jsonEscape(const std::string& s) {
+  std::string o;
+  for (char c : s) {
+    if (c == '"' || c == '\\') o += '\\';
+    if (c == '\n') { o += "\\n"; continue; }
+    o += c;
+  }
+  return o;
+}
+
+struct Args {
+  std::string command;
+  std::map<std::string, std::string> flags;
+  bool has(const std::string& f) const { return flags.count(f) != 0; }
+  std::string get(const std::string& f, const std::string& def = "") const {
+    auto it = flags.find(f);
+    return it == flags.end() ? def : it->second;
+  }
+};
+
+Args parseArgs(int argc, char** argv) {
+  static const std::set<std::string> valued = {"--preset", "--hidden", "--intermediate", "--experts", "--topk", "--ep",
+                                               "--targets", "--cache-dir", "--json", "--kernel", "--spec"};
+  static const std::set<std::string> switches = {"--force", "--quiet", "--keep-all-fingerprints", "--help", "-h"};
+  Args a;
+  for (int i = 1; i < argc; ++i) {
+    std::string s = argv[i];
+    if (valued.count(s)) {
+      if (i + 1 >= argc) throw Usage(s + " needs a value");
+      a.flags[s] = argv[++i];
+    } else if (switches.count(s)) {
+      a.flags[s] = "1";
+    } else if (s.rfind("--", 0) == 0) {
+      throw Usage("unknown option " + s + " (see --help)");
+    } else if (a.command.empty()) {
+      a.command = s;
+    } else {
+      throw Usage("unexpected argument '" + s + "'");
+    }
+  }
+  return a;
+}
+
+struct Row {
+  std::string kernel, target, ranks, status, error;
+  bool hit = false;
+  double ms = 0, hitMs = 0;
+  std::optional<CompiledKernel> compiled;
+  std::string staticJson;
+};
+
+void progress(bool quiet, size_t done, size_t total, const std::string& what) {
+  if (quiet) return;
+  const int width = 30;
+  int filled = total ? int(width * done / total) : width;
+  std::fprintf(stderr, "\r[%s%s] %zu/%zu %-60.60s", std::string(filled, '#').c_str(),
+               std::string(width - filled, '.').c_str(), done, total, what.c_str());
+  if (done == total) std::fprintf(stderr, "\n");
+  std::fflush(stderr);
+}
+
+// Pulls the "static" object out of the metadata JSON the compiler stored (for cache hits).
+std::string staticOf(const std::string& metadata) {
+  size_t at = metadata.find("\"static\":");
+  if (at == std::string::npos) return "{}";
+  std::string s = metadata.substr(at + 9);
+  if (!s.empty() && s.back() == '}') s.pop_back();
+  return s;
+}
+
+std::string field(const std::string& json, const std::string& name) {
+  size_t at = json.find("\"" + name + "\":");
+  if (at == std::string::npos) return "?";
+  at += name.size() + 3;
+  size_t end = json.find_first_of(",}", at);
+  std::string v = json.substr(at, end - at);
+  if (!v.empty() && v.front() == '"') v = v.substr(1, v.size() - 2);
+  return v;
+}
+
+int generate(const Args& a) {
+  struct Work {
+    kernels::KernelSpec spec;
+    std::string ranks;
+  };
+  std::vector<Work> work;
+  std::vector<int64_t> eps;
+  for (const auto& e : splitList(a.get("--ep", "8"))) eps.push_back(parseInt("--ep", e));
+  std::string shapeName;
+  if (a.has("--kernel")) {
+    const kernels::KernelInfo* info = kernels::find(a.get("--kernel"));
+    if (!info) throw Usage("unknown kernel '" + a.get("--kernel") + "' (see `megamoe-cache kernels`)");
+    kernels::KernelSpec spec{info->name, {}};
+    std::map<std::string, int64_t> given;
+    for (const auto& kv : splitList(a.get("--spec"))) {
+      size_t eq = kv.find('=');
+      if (eq == std::string::npos) throw Usage("--spec expects NAME=VALUE pairs, got '" + kv + "'");
+      given[kv.substr(0, eq)] = parseInt("--spec " + kv.substr(0, eq), kv.substr(eq + 1));
+    }
+    for (const auto& name : info->constantNames) {
+      if (!given.count(name)) throw Usage(info->name + " needs --spec " + name + "=...");
+      spec.constants.push_back({name, given[name]});
+      given.erase(name);
+    }
+    if (!given.empty()) throw Usage(info->name + " has no constant '" + given.begin()->first + "'");
+    work.push_back({spec, "-"});
+    shapeName = spec.describe();
+  } else {
+    kernels::ModelShape shape;
+    if (a.has("--preset")) {
+      const kernels::ModelShape* p = kernels::findPreset(a.get("--preset"));
+      if (!p) throw Usage("unknown preset '" + a.get("--preset") + "' (see `megamoe-cache presets`)");
+      shape = *p;
+    } else if (a.has("--hidden")) {
+      for (const char* f : {"--intermediate", "--experts", "--topk"})
+        if (!a.has(f)) throw Usage(std::string("an explicit shape needs ") + f);
+      shape = {"custom", parseInt("--hidden", a.get("--hidden")), parseInt("--intermediate", a.get("--intermediate")),
+               parseInt("--experts", a.get("--experts")), parseInt("--topk", a.get("--topk"))};
+    } else {
+      throw Usage("generate needs --preset, an explicit shape, or --kernel (see --help)");
+    }
+    shapeName = shape.name;
+    std::map<std::string, std::string> seen;  // describe() -> EP list it serves
+    std::vector<kernels::KernelSpec> order;
+    for (int64_t ep : eps) {
+      std::string err = kernels::validateShape(shape, ep);
+      if (!err.empty()) throw Usage(shape.name + " at EP" + std::to_string(ep) + ": " + err);
+      for (auto& s : kernels::layerKernels(shape, ep)) {
+        std::string d = s.describe();
+        if (!seen.count(d)) order.push_back(s);
+        seen[d] += (seen[d].empty() ? "" : ",") + std::to_string(ep);
+      }
+    }
+    for (auto& s : order) work.push_back({s, seen[s.describe()]});
+  }
+
+  std::vector<TargetOptions> targets;
+  for (const auto& t : splitList(a.get("--targets", "sm_90a,gfx950"))) {
+    std::string err;
+    auto opt = TargetOptions::parse(t, &err);
+    if (!opt) throw Usage(err);
+    targets.push_back(*opt);
+  }
+  cache::KernelCache cache(a.has("--cache-dir") ? a.get("--cache-dir") : cache::KernelCache::defaultRoot());
+  bool quiet = a.has("--quiet") || !isatty(2);
+
+  auto t0 = std::chrono::steady_clock::now();
+  std::vector<Row> rows;
+  size_t total = work.size() * targets.size(), done = 0;
+  int failures = 0;
+  for (const auto& w : work) {
+    for (const auto& t : targets) {
+      Row r;
+      r.kernel = w.spec.describe();
+      r.target = t.name();
+      r.ranks = w.ranks;
+      progress(quiet, done, total, r.kernel + "@" + r.target);
+      try {
+        kernels::JitResult j = kernels::getKernel(w.spec, t, cache, a.has("--force"));
+        r.hit = j.hit;
+        r.ms = j.ms;
+        r.staticJson = staticOf(j.entry.metadata);
+        // The load path the runtime takes: lookup + read of the stored entry.
+        auto h0 = std::chrono::steady_clock::now();
+        auto again = cache.lookup(kernels::keyFor(w.spec, t));
+        r.hitMs = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - h0).count();
+        bool ok = again && field(r.staticJson, "violations") == "[]";
+        if (!ok) {
+          ++failures;
+          r.status = "FAIL";
+          r.error = again ? "static checks: " + r.staticJson : "entry unreadable after store";
+        } else {
+          r.status = "ok";
+        }
+        r.compiled = std::move(j.compiled);
+      } catch (const std::exception& e) {
+        ++failures;
+        r.status = "FAIL";
+        r.error = e.what();
+      }
+      rows.push_back(std::move(r));
+      progress(quiet, ++done, total, rows.back().kernel + "@" + rows.back().target);
+    }
+  }
+  double totalMs = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+
+  std::printf("megamoe kernel cache: %s, EP %s, %zu kernels x %zu targets\n", shapeName.c_str(),
+              a.get("--ep", "8").c_str(), work.size(), targets.size());
+  std::printf("cache: %s\nfingerprint: %s\n\n", cache.root().c_str(), compilerFingerprint().c_str());
+  std::printf("%-34s %-7s %-5s %-5s %9s %8s %5s %5s %7s %8s %5s  %s\n", "kernel", "target", "EP", "cache", "build ms",
+              "load ms", "regs", "agpr", "scratch", "shared", "mma", "status");
+  double maxCold = 0;
+  for (const auto& r : rows) {
+    if (!r.hit && r.status == "ok") maxCold = std::max(maxCold, r.ms);
+    std::printf("%-34s %-7s %-5s %-5s %9.1f %8.2f %5s %5s %7s %8s %5s  %s\n", r.kernel.c_str(), r.target.c_str(),
+                r.ranks.c_str(), r.hit ? "hit" : "miss", r.hit ? 0.0 : r.ms, r.hitMs,
+                field(r.staticJson, "registers").c_str(), field(r.staticJson, "agprs").c_str(),
+                field(r.staticJson, "scratch_bytes").c_str(), field(r.staticJson, "shared_bytes").c_str(),
+                field(r.staticJson, "mma_instructions").c_str(), r.status.c_str());
+    if (!r.error.empty()) std::printf("    error: %s\n", r.error.c_str());
+  }
+  std::printf("\n%zu entries, %d failed; total %.2f s; slowest cold JIT %.0f ms\n", rows.size(), failures,
+              totalMs / 1000, maxCold);
+  std::printf("gfx950 objects are checked statically only (no AMD GPU runs them here).\n");
+
+  if (a.has("--json")) {
+    std::ofstream j(a.get("--json"));
+    j << "{\"shape\":\"" << jsonEscape(shapeName) << "\",\"cache\":\"" << jsonEscape(cache.root())
+      << "\",\"fingerprint\":\"" << jsonEscape(compilerFingerprint()) << "\",\"total_ms\":" << totalMs
+      << ",\"failures\":" << failures << ",\"kernels\":[";
+    for (size_t i = 0; i < rows.size(); ++i) {
+      const Row& r = rows[i];
+      j << (i ? "," : "") << "{\"kernel\":\"" << jsonEscape(r.kernel) << "\",\"target\":\"" << r.target
+        << "\",\"ep\":\"" << r.ranks << "\",\"hit\":" << (r.hit ? "true" : "false") << ",\"ms\":" << r.ms
+        << ",\"load_ms\":" << r.hitMs << ",\"status\":\"" << r.status << "\",\"error\":\"" << jsonEscape(r.error)
+        << "\",\"static\":" << (r.staticJson.empty() ? "{}" : r.staticJson) << "}";
+    }
+    j << "]}\n";
+    if (!j) throw std::runtime_error("cannot write " + a.get("--json"));
+  }
+  return failures ? 1 : 0;
+}
+
+int list(const Args& a, bool verify) {
+  cache::KernelCache cache(a.has("--cache-dir") ? a.get("--cache-dir") : cache::KernelCache::defaultRoot());
+  auto entries = verify ? cache.verify() : cache.list();
+  std::printf("cache: %s (%zu entries)\n", cache.root().c_str(), entries.size());
+  int bad = 0;
+  for (const auto& e : entries) {
+    std::printf("%-8s %-12.12s %-48s %10llu B  %s\n", e.valid ? "ok" : "INVALID", e.digest.c_str(),
+                e.description.c_str(), (unsigned long long)e.bytes, e.problem.c_str());
+    bad += !e.valid;
+  }
+  if (verify) std::printf("%d invalid\n", bad);
+  if (a.has("--json")) {
+    std::ofstream j(a.get("--json"));
+    j << "[";
+    for (size_t i = 0; i < entries.size(); ++i)
+      j << (i ? "," : "") << "{\"digest\":\"" << entries[i].digest << "\",\"kernel\":\""
+        << jsonEscape(entries[i].description) << "\",\"bytes\":" << entries[i].bytes
+        << ",\"valid\":" << (entries[i].valid ? "true" : "false") << "}";
+    j << "]\n";
+  }
+  return verify && bad ? 1 : 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    Args a = parseArgs(argc, argv);
+    if (a.has("--help") || a.has("-h") || a.command.empty() || a.command == "help") {
+      std::fputs(kHelp, stdout);
+      return a.command.empty() && !a.has("--help") && !a.has("-h") ? 2 : 0;
+    }
+    if (a.command == "generate") return generate(a);
+    if (a.command == "list") return list(a, false);
+    if (a.command == "verify") return list(a, true);
+    if (a.command == "prune") {
+      cache::KernelCache cache(a.has("--cache-dir") ? a.get("--cache-dir") : cache::KernelCache::defaultRoot());
+      int n = cache.prune(a.has("--keep-all-fingerprints") ? "" : compilerFingerprint());
+      std::printf("pruned %d entries from %s\n", n, cache.root().c_str());
+      return 0;
+    }
+    if (a.command == "presets") {
+      for (const auto& p : kernels::presets())
+        std::printf("%-18s hidden=%lld intermediate=%lld experts=%lld topk=%lld\n", p.name.c_str(), (long long)p.hidden,
+                    (long long)p.intermediate, (long long)p.experts, (long long)p.topk);
+      return 0;
+    }
+    if (a.command == "kernels") {
+      for (const auto& k : kernels::registry()) {
+        std::string names;
+        for (const auto& n : k.constantNames) names += (names.empty() ? "" : ",") + n + "=...";
+        std::printf("%-12s --spec %-20s %s\n", k.name.c_str(), names.c_str(), k.summary.c_str());
+      }
+      return 0;
+    }
+    throw Usage("unknown command '" + a.command + "' (see --help)");
+  } catch (const Usage& e) {
+    std::fprintf(stderr, "megamoe-cache: %s\n", e.what());
+    return 2;
+  } catch (const std::invalid_argument& e) {
+    std::fprintf(stderr, "megamoe-cache: %s\n", e.what());
+    return 2;
+  } catch (const cache::CacheError& e) {
+    std::fprintf(stderr, "megamoe-cache: %s\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "megamoe-cache: error: %s\n", e.what());
+    return 1;
+  }
+}
