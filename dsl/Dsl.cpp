@@ -103,8 +103,13 @@ Vec Vec::splat(float c) const {
   auto attr = DenseElementsAttr::get(vt, k_->builder().getFloatAttr(vt.getElementType(), c));
   return {k_, arith::ConstantOp::create(k_->builder(), k_->loc(), vt, attr)};
 }
-Vec Vec::min(float c) const { return {k_, arith::MinNumFOp::create(k_->builder(), k_->loc(), v_, splat(c).v_)}; }
-Vec Vec::max(float c) const { return {k_, arith::MaxNumFOp::create(k_->builder(), k_->loc(), v_, splat(c).v_)}; }
+// Compare + select: arith.minnumf/maxnumf would become libdevice calls (__nv_fminf) on sm_90a.
+static Value selectBound(Kernel* k, Value v, Value bound, arith::CmpFPredicate keepIf) {
+  Value keep = arith::CmpFOp::create(k->builder(), k->loc(), keepIf, v, bound);
+  return arith::SelectOp::create(k->builder(), k->loc(), keep, v, bound);
+}
+Vec Vec::min(float c) const { return {k_, selectBound(k_, v_, splat(c).v_, arith::CmpFPredicate::ULE)}; }
+Vec Vec::max(float c) const { return {k_, selectBound(k_, v_, splat(c).v_, arith::CmpFPredicate::UGE)}; }
 
 // ---- pointers --------------------------------------------------------------------------------------------------
 

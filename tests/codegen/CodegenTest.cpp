@@ -1,0 +1,146 @@
+// Codegen tier: each registered kernel, at small and at model shapes, becomes a code object for sm_90a and gfx950
+// whose static facts pass (no scratch/spills, register and shared budgets, the MMA instruction where an MMA tile is
+// used). gfx950 objects are never executed: there is no AMD GPU here.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+
+#include "kernels/Jit.h"
+#include "megamoe/Dialect/Registration.h"
+#include "mlir/IR/DialectRegistry.h"
+#include "mlir/IR/MLIRContext.h"
+
+using namespace megamoe;
+
+namespace {
+
+TargetOptions target(const std::string& name) {
+  std::string err;
+  auto t = TargetOptions::parse(name, &err);
+  EXPECT_TRUE(t) << err;
+  return *t;
+}
+
+CompiledKernel compile(const kernels::KernelSpec& spec, const std::string& targetName) {
+  const kernels::KernelInfo* info = kernels::find(spec.kernel);
+  EXPECT_NE(info, nullptr) << spec.kernel;
+  EXPECT_EQ(info->validate(spec), "") << spec.describe();
+  mlir::DialectRegistry registry;
+  registerAllDialects(registry);
+  mlir::MLIRContext ctx(registry, mlir::MLIRContext::Threading::DISABLED);
+  auto module = info->build(ctx, spec);
+  std::string error;
+  auto k = compileKernel(*module, target(targetName), &error);
+  EXPECT_TRUE(k) << error;
+  return k ? *k : CompiledKernel{};
+}
+
+// ELF e_machine: EM_CUDA = 190, EM_AMDGPU = 224.
+int elfMachine(const std::vector<uint8_t>& b) {
+  if (b.size() < 20 || b[0] != 0x7f || b[1] != 'E' || b[2] != 'L' || b[3] != 'F') return -1;
+  return b[18] | (b[19] << 8);
+}
+
+struct Case {
+  kernels::KernelSpec spec;
+  bool mma;
+};
+
+std::vector<Case> cases() {
+  std::vector<Case> out = {
+      {kernels::SwigluSpec{64}.spec(), false},
+      {kernels::SwigluSpec{2048, 7000}.spec(), false},
+      {kernels::GemmNtSpec{128, 64}.spec(), true},
+  };
+  for (const auto& p : kernels::presets())
+    for (const auto& s : kernels::layerKernels(p, 8)) out.push_back({s, s.kernel == kernels::GemmNtSpec::kName});
+  return out;
+}
+
+class EveryKernel : public ::testing::TestWithParam<std::tuple<size_t, std::string>> {};
+
+TEST_P(EveryKernel, StaticFactsPass) {
+  auto [index, targetName] = GetParam();
+  Case c = cases()[index];
+  CompiledKernel k = compile(c.spec, targetName);
+  SCOPED_TRACE(c.spec.describe() + "@" + targetName + " " + k.facts.json());
+  EXPECT_TRUE(k.facts.ok());
+  EXPECT_EQ(k.facts.expectsMma, c.mma);
+  EXPECT_EQ(k.facts.scratchBytes, 0);
+  EXPECT_GT(k.facts.registers, 0);
+  if (targetName == "sm_90a") {
+    EXPECT_EQ(elfMachine(k.binary), 190);
+    EXPECT_EQ(k.facts.spillBytes, 0);
+    EXPECT_NE(k.assembly.find(".target sm_90a"), std::string::npos);
+    EXPECT_NE(k.assembly.find(".entry " + k.name), std::string::npos);
+    // m64n128k16 over a 64-wide K stage: four wgmma per stage.
+    EXPECT_EQ(k.facts.mmaInstructions, c.mma ? 4 : 0);
+    if (c.mma) EXPECT_NE(k.assembly.find("wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16"), std::string::npos);
+  } else {
+    EXPECT_EQ(elfMachine(k.binary), 224);
+    EXPECT_NE(k.assembly.find(".amdhsa_kernel " + k.name), std::string::npos);
+    EXPECT_NE(k.assembly.find("amdhsa.version"), std::string::npos);
+    EXPECT_LE(k.facts.registers + k.facts.agprs, 512);
+    EXPECT_LE(k.facts.sharedBytes, 160 * 1024);
+    // Two waves, each 4 N-tiles x 4 k16 steps of v_mfma_f32_32x32x16_bf16 per stage.
+    EXPECT_EQ(k.facts.mmaInstructions, c.mma ? 16 : 0);
+  }
+}
+
+std::string caseName(const ::testing::TestParamInfo<EveryKernel::ParamType>& info) {
+  std::string n = cases()[std::get<0>(info.param)].spec.describe() + "_" + std::get<1>(info.param);
+  for (char& ch : n)
+    if (!isalnum(static_cast<unsigned char>(ch))) ch = '_';
+  return n + "_" + std::to_string(std::get<0>(info.param));
+}
+
+INSTANTIATE_TEST_SUITE_P(Codegen, EveryKernel,
+                         ::testing::Combine(::testing::Range<size_t>(0, cases().size()),
+                                            ::testing::Values(std::string("sm_90a"), std::string("gfx950"))),
+                         caseName);
+
+TEST(Codegen, BadSpecNamesTheConstraint) {
+  auto* gemm = kernels::find("gemm_nt");
+  ASSERT_NE(gemm, nullptr);
+  EXPECT_NE(gemm->validate(kernels::GemmNtSpec{100, 64}.spec()).find("N=100 must be a positive multiple of 128"),
+            std::string::npos);
+  EXPECT_NE(gemm->validate(kernels::GemmNtSpec{128, 96}.spec()).find("K=96"), std::string::npos);
+  auto* swiglu = kernels::find("swiglu_fwd");
+  EXPECT_NE(swiglu->validate(kernels::SwigluSpec{12}.spec()).find("I=12"), std::string::npos);
+}
+
+TEST(Codegen, UnknownTargetIsRefused) {
+  std::string err;
+  EXPECT_FALSE(TargetOptions::parse("sm_100a", &err));
+  EXPECT_NE(err.find("supported targets are sm_90a, gfx950"), std::string::npos);
+  EXPECT_FALSE(TargetOptions::parse("gfx950", &err, 7));
+  EXPECT_NE(err.find("0..3"), std::string::npos);
+}
+
+TEST(Codegen, JitStoresThenHits) {
+  std::string dir = (std::filesystem::temp_directory_path() / ("megamoe-codegen-" + std::to_string(getpid()))).string();
+  cache::KernelCache c(dir);
+  auto spec = kernels::GemmNtSpec{128, 128}.spec();
+  auto first = kernels::getKernel(spec, target("sm_90a"), c);
+  EXPECT_FALSE(first.hit);
+  ASSERT_TRUE(first.compiled);
+  auto second = kernels::getKernel(spec, target("sm_90a"), c);
+  EXPECT_TRUE(second.hit);
+  EXPECT_EQ(second.entry.binary, first.entry.binary);
+  EXPECT_NE(second.entry.metadata.find("\"symbol\":\"gemm_nt\""), std::string::npos);
+  EXPECT_THROW(kernels::getKernel(kernels::GemmNtSpec{100, 64}.spec(), target("gfx950"), c), std::invalid_argument);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(Codegen, SameInputSameBytes) {
+  // Codegen is deterministic: two compiles of one spec give identical code objects (the cache relies on it).
+  for (const char* t : {"sm_90a", "gfx950"}) {
+    auto a = compile(kernels::GemmNtSpec{256, 128}.spec(), t);
+    auto b = compile(kernels::GemmNtSpec{256, 128}.spec(), t);
+    EXPECT_EQ(a.binary, b.binary) << t;
+  }
+}
+
+}  // namespace
