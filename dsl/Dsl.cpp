@@ -127,6 +127,7 @@ void GlobalPtr::store(const Vec& v) const {
   unsigned align = unsigned(std::min<int64_t>(16, vt.getNumElements() * elemBytes(elem_)));
   LLVM::StoreOp::create(k_->builder(), k_->loc(), v.value(), v_, align);
 }
+void GlobalPtr::storeI64(const I64& v) const { LLVM::StoreOp::create(k_->builder(), k_->loc(), v.value(), v_, 8); }
 I64 GlobalPtr::loadI64() const {
   return {k_, LLVM::LoadOp::create(k_->builder(), k_->loc(), k_->builder().getI64Type(), v_, 8)};
 }
@@ -152,6 +153,9 @@ I64 Context::timeoutNs() const {
 }
 I64 Context::epoch() const {
   return GlobalPtr(k_, contextField(k_, p_, offsetof(abi::DeviceContext, epoch)), Elem::i64).loadI64();
+}
+GlobalPtr Context::epochSlot() const {
+  return {k_, contextField(k_, p_, offsetof(abi::DeviceContext, epoch)), Elem::i64};
 }
 GlobalPtr Context::error() const {
   I64 addr = GlobalPtr(k_, contextField(k_, p_, offsetof(abi::DeviceContext, error)), Elem::i64).loadI64();
@@ -246,6 +250,31 @@ Acc Kernel::forRange(const I32& lo, const I32& hi, const I32& step, const Acc& i
   return {loop.getResult(0), init.m, init.n};
 }
 
+std::vector<I32> Kernel::forRange(const I32& lo, const I32& hi, const I32& step, const std::vector<I32>& init,
+                                  const std::function<std::vector<I32>(I32, const std::vector<I32>&)>& body) {
+  SmallVector<Value> inits;
+  for (const I32& v : init) inits.push_back(v.value());
+  auto loop = scf::ForOp::create(b_, loc_, lo.value(), hi.value(), step.value(), inits);
+  {
+    OpBuilder::InsertionGuard guard(b_);
+    b_.setInsertionPointToEnd(loop.getBody());
+    std::vector<I32> carried;
+    for (Value v : loop.getRegionIterArgs()) carried.emplace_back(this, v);
+    std::vector<I32> next = body(I32(this, loop.getInductionVar()), carried);
+    if (next.size() != init.size()) throw std::logic_error("forRange body must return one value per carried value");
+    SmallVector<Value> yields;
+    for (const I32& v : next) yields.push_back(v.value());
+    scf::YieldOp::create(b_, loc_, yields);
+  }
+  std::vector<I32> out;
+  for (Value v : loop.getResults()) out.emplace_back(this, v);
+  return out;
+}
+
+I32 Kernel::select(const Bool& cond, const I32& a, const I32& b) {
+  return {this, arith::SelectOp::create(b_, loc_, cond.value(), a.value(), b.value())};
+}
+
 void Kernel::ifThen(const Bool& cond, const std::function<void()>& body) {
   auto op = scf::IfOp::create(b_, loc_, TypeRange{}, cond.value(), false);
   OpBuilder::InsertionGuard guard(b_);
@@ -290,6 +319,12 @@ void Kernel::copyTile(const SharedTile& src, const GlobalPtr& dst, const I32& ds
                      src.rows(), src.cols(), blockThreads_, type(src.elem()), swizzle ? Swizzle::b128 : Swizzle::none);
 }
 
+void Kernel::copyTileTransposed(const GlobalPtr& src, const I32& srcLd, const SharedTile& dst, const I32& rowsValid) {
+  auto op = TileCopyOp::create(b_, loc_, src.value(), srcLd.value(), dst.value(), i32(dst.cols()).value(),
+                               rowsValid.value(), dst.cols(), dst.rows(), blockThreads_, type(dst.elem()), Swizzle::b128);
+  op.setTranspose(true);
+}
+
 Acc Kernel::zeroAcc(int64_t m, int64_t n) {
   int64_t perThread = m * n / blockThreads_;
   return {zeros(int(perThread), Elem::f32).value(), m, n};
@@ -328,6 +363,12 @@ void Kernel::signal(const GlobalPtr& flag, const I64& value, Scope scope, bool a
 Bool Kernel::waitAtLeast(const Context& ctx, const GlobalPtr& flag, const I64& expected, const I64& flagId, Scope scope) {
   return {this, WaitOp::create(b_, loc_, b_.getI1Type(), flag.value(), expected.value(), ctx.timeoutNs().value(),
                                ctx.error().value(), ctx.rank().value(), flagId.value(), toScope(scope))};
+}
+
+Bool Kernel::errorClear(const Context& ctx) {
+  Value code = LLVM::LoadOp::create(b_, loc_, b_.getI64Type(), ctx.error().value(), 8, false, false, false, false,
+                                    LLVM::AtomicOrdering::acquire, "");
+  return {this, arith::CmpIOp::create(b_, loc_, arith::CmpIPredicate::eq, code, i64(0).value())};
 }
 
 OwningOpRef<ModuleOp> Kernel::finish() {

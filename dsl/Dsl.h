@@ -94,6 +94,7 @@ class GlobalPtr {
   Vec load(int n) const;            // n contiguous elements, one vector access
   void store(const Vec& v) const;
   I64 loadI64() const;
+  void storeI64(const I64& v) const;
  private:
   Kernel* k_;
   mlir::Value v_;
@@ -132,6 +133,7 @@ class Context {
   GlobalPtr error() const;          // the DeviceError record
   GlobalPtr peerOffsets() const;    // the i64 peer-offset table
   I64 epoch() const;
+  GlobalPtr epochSlot() const;      // where the epoch lives (only epoch_advance writes it)
   mlir::Value value() const { return p_; }
  private:
   Kernel* k_;
@@ -167,7 +169,11 @@ class Kernel {
   void forRange(const I32& lo, const I32& hi, const I32& step, const std::function<void(I32)>& body);
   // A loop that carries an MMA accumulator from one iteration to the next.
   Acc forRange(const I32& lo, const I32& hi, const I32& step, const Acc& init, const std::function<Acc(I32, Acc)>& body);
+  // A loop carrying 32-bit scalars (counters, running sums) from one iteration to the next.
+  std::vector<I32> forRange(const I32& lo, const I32& hi, const I32& step, const std::vector<I32>& init,
+                            const std::function<std::vector<I32>(I32, const std::vector<I32>&)>& body);
   void ifThen(const Bool& cond, const std::function<void()>& body);
+  I32 select(const Bool& cond, const I32& a, const I32& b);
   void returnIf(const Bool& cond);  // every thread for which cond holds exits the kernel
 
   // Shared memory.
@@ -177,6 +183,9 @@ class Kernel {
   void blockSync();
   void copyTile(const GlobalPtr& src, const I32& srcLd, const SharedTile& dst, const I32& rowsValid, bool swizzle);
   void copyTile(const SharedTile& src, const GlobalPtr& dst, const I32& dstLd, const I32& rowsValid, bool swizzle);
+  // Loads the global rows x cols tile into `dst` as cols x rows (dst.rows() == cols): K x N operands become the
+  // K-major [N][K] layout the MMA tile reads. Rows of the source past rowsValid become zeros.
+  void copyTileTransposed(const GlobalPtr& src, const I32& srcLd, const SharedTile& dst, const I32& rowsValid);
   Acc zeroAcc(int64_t m, int64_t n);
   Acc mma(const Acc& acc, const SharedTile& a, const SharedTile& b);  // acc += a * b^T over a 64-wide K stage
   void storeAcc(const Acc& acc, const GlobalPtr& dst, const I32& ld, const I32& rowsValid);
@@ -187,6 +196,8 @@ class Kernel {
   GlobalPtr peer(const Context& ctx, const GlobalPtr& local, const I32& peerRank);
   void signal(const GlobalPtr& flag, const I64& value, Scope scope, bool add = false);
   Bool waitAtLeast(const Context& ctx, const GlobalPtr& flag, const I64& expected, const I64& flagId, Scope scope);
+  // True while the rank's device error record is clear (an acquire load of its code word).
+  Bool errorClear(const Context& ctx);
 
   // Finishes the function and hands over the module (the Kernel is spent afterwards).
   mlir::OwningOpRef<mlir::ModuleOp> finish();

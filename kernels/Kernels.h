@@ -54,6 +54,65 @@ struct GemmNtSpec {
   KernelSpec spec() const { return {kName, {{"N", n}, {"K", k}}}; }
 };
 
+// Grouped bf16 GEMMs over experts, one persistent kernel each, driven by device-side group offsets: offsets is an
+// i32 [E + 1] array of row starts (offsets[e + 1] - offsets[e] = group e's size, any value, 0 included; no host
+// sync and no padding needed). Tiles are 64 x 128 (GemmNtSpec's), `grid` CTAs loop over them. fp32 accumulation.
+//   grouped_gemm_nt: C [M_total, N] = A [M_total, K] * B[e] [N, K]^T   (forward L1 / L2)
+//   grouped_gemm_nn: C [M_total, N] = A [M_total, K] * B[e] [K, N]     (backward dgrad)
+//   grouped_gemm_tn: C[e] [M, N]    = A_e [K_e, M]^T * B_e [K_e, N]    (weight gradients; K_e = group size;
+//                    an expert without tokens gets C[e] = 0, written)
+// Args: A, B, C, offsets, grid. Rows of C outside the groups are never written.
+struct GroupedGemmSpec {
+  enum Layout : int64_t { kNT = 0, kNN = 1, kTN = 2 };
+  static constexpr int64_t kBlockThreads = 128, kBlockM = 64, kBlockN = 128, kBlockK = 64;
+  Layout layout;
+  int64_t experts;
+  int64_t n;
+  int64_t kOrM;  // K for NT/NN, M for TN
+  static const char* name(Layout l) {
+    return l == kNT ? "grouped_gemm_nt" : l == kNN ? "grouped_gemm_nn" : "grouped_gemm_tn";
+  }
+  KernelSpec spec() const {
+    return {name(layout), {{"E", experts}, {"N", n}, {layout == kTN ? "M" : "K", kOrM}}};
+  }
+};
+
+// ---- communication kernels over the symmetric heap (runtime tests and benchmarks) ----
+// All take the rank's DeviceContext first. Flags are monotonic: a call at epoch e waits for values derived from e + 1;
+// epoch_advance (launched last, stream-ordered) moves the epoch on, so nothing is reset and graphs can replay.
+
+// epoch_advance: ctx.epoch += 1 (one thread).
+struct EpochAdvanceSpec {
+  static constexpr const char* kName = "epoch_advance";
+  KernelSpec spec() const { return {kName, {}}; }
+};
+
+// ping_pong between ranks 0 and 1: in round i the rank i % 2 writes value e * rounds + i + 1 into the peer's slot
+// log[i] and signals the peer's flag; the other rank waits for it. Args: ctx, flag (heap u64), log (heap i64[rounds]).
+struct PingPongSpec {
+  static constexpr const char* kName = "ping_pong";
+  int64_t rounds;
+  KernelSpec spec() const { return {kName, {{"rounds", rounds}}}; }
+};
+
+// a2a_rows: all-to-all of rows. send [nranks][rows][H] bf16 (local), recv [nranks][rows][H] (heap): rank r's block
+// group p copies send[p] into peer p's recv[r] with 16-byte stores, then adds 1 to peer p's flags[r]; block (p, 0)
+// then waits until flags[p] reaches (e + 1) * kBlocksPerPeer. Args: ctx, send, recv, flags (heap u64[nranks]), rows.
+struct AllToAllRowsSpec {
+  static constexpr const char* kName = "a2a_rows";
+  static constexpr int64_t kBlockThreads = 256, kBlocksPerPeer = 16;
+  int64_t hidden;
+  KernelSpec spec() const { return {kName, {{"H", hidden}}}; }
+};
+
+// peer_store: bandwidth kernel, dst (on peer `peer`'s heap) = src, in 16-byte chunks, grid-stride.
+// Args: ctx, src, dst (local heap address), chunks (i64), peer (i32).
+struct PeerStoreSpec {
+  static constexpr const char* kName = "peer_store";
+  static constexpr int64_t kBlockThreads = 512, kUnroll = 4;
+  KernelSpec spec() const { return {kName, {}}; }
+};
+
 // ---- model shapes ----
 
 struct ModelShape {

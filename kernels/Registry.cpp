@@ -8,6 +8,11 @@ namespace megamoe::kernels {
 
 mlir::OwningOpRef<mlir::ModuleOp> buildSwiglu(mlir::MLIRContext& ctx, const SwigluSpec& s);
 mlir::OwningOpRef<mlir::ModuleOp> buildGemmNt(mlir::MLIRContext& ctx, const GemmNtSpec& s);
+mlir::OwningOpRef<mlir::ModuleOp> buildGroupedGemm(mlir::MLIRContext& ctx, const GroupedGemmSpec& s);
+mlir::OwningOpRef<mlir::ModuleOp> buildEpochAdvance(mlir::MLIRContext& ctx, const EpochAdvanceSpec& s);
+mlir::OwningOpRef<mlir::ModuleOp> buildPingPong(mlir::MLIRContext& ctx, const PingPongSpec& s);
+mlir::OwningOpRef<mlir::ModuleOp> buildAllToAllRows(mlir::MLIRContext& ctx, const AllToAllRowsSpec& s);
+mlir::OwningOpRef<mlir::ModuleOp> buildPeerStore(mlir::MLIRContext& ctx, const PeerStoreSpec& s);
 
 int64_t KernelSpec::get(std::string_view name) const {
   for (const auto& [k, v] : constants)
@@ -28,6 +33,27 @@ std::string positiveMultiple(const char* what, int64_t value, int64_t of, const 
     return std::string(what) + "=" + std::to_string(value) + " must be a positive multiple of " + std::to_string(of) +
            " (" + why + ")";
   return "";
+}
+
+KernelInfo groupedGemmInfo(GroupedGemmSpec::Layout layout) {
+  using S = GroupedGemmSpec;
+  const char* third = layout == S::kTN ? "M" : "K";
+  return {S::name(layout),
+          layout == S::kNT   ? "grouped bf16 GEMM C = A B[e]^T over device-side group offsets (persistent)"
+          : layout == S::kNN ? "grouped bf16 GEMM C = A B[e] over device-side group offsets (persistent)"
+                             : "grouped bf16 GEMM C[e] = A_e^T B_e, K = group size (weight gradients)",
+          {"E", "N", third},
+          [layout, third](const KernelSpec& s) {
+            std::string e = s.get("E") > 0 ? "" : "E=" + std::to_string(s.get("E")) + " must be > 0";
+            if (e.empty()) e = positiveMultiple("N", s.get("N"), S::kBlockN, "BLOCK_N");
+            if (e.empty())
+              e = layout == S::kTN ? positiveMultiple(third, s.get(third), S::kBlockM, "BLOCK_M")
+                                   : positiveMultiple(third, s.get(third), S::kBlockK, "BLOCK_K");
+            return e;
+          },
+          [layout, third](mlir::MLIRContext& ctx, const KernelSpec& s) {
+            return buildGroupedGemm(ctx, GroupedGemmSpec{layout, s.get("E"), s.get("N"), s.get(third)});
+          }};
 }
 }  // namespace
 
@@ -53,6 +79,31 @@ const std::vector<KernelInfo>& registry() {
          return e;
        },
        [](mlir::MLIRContext& ctx, const KernelSpec& s) { return buildGemmNt(ctx, GemmNtSpec{s.get("N"), s.get("K")}); }},
+      groupedGemmInfo(GroupedGemmSpec::kNT),
+      groupedGemmInfo(GroupedGemmSpec::kNN),
+      groupedGemmInfo(GroupedGemmSpec::kTN),
+      {EpochAdvanceSpec::kName,
+       "advance the rank's epoch by one (launched last in a call; stream-ordered, graph-capturable)",
+       {},
+       [](const KernelSpec&) { return std::string(); },
+       [](mlir::MLIRContext& ctx, const KernelSpec&) { return buildEpochAdvance(ctx, EpochAdvanceSpec{}); }},
+      {PingPongSpec::kName,
+       "cross-rank ping-pong between ranks 0 and 1 through the symmetric heap",
+       {"rounds"},
+       [](const KernelSpec& s) {
+         return s.get("rounds") > 0 ? std::string() : "rounds=" + std::to_string(s.get("rounds")) + " must be > 0";
+       },
+       [](mlir::MLIRContext& ctx, const KernelSpec& s) { return buildPingPong(ctx, PingPongSpec{s.get("rounds")}); }},
+      {AllToAllRowsSpec::kName,
+       "all-to-all of bf16 rows [nranks][rows][H] through the symmetric heap, flag per source rank",
+       {"H"},
+       [](const KernelSpec& s) { return positiveMultiple("H", s.get("H"), 8, "16-byte bf16 vectors"); },
+       [](mlir::MLIRContext& ctx, const KernelSpec& s) { return buildAllToAllRows(ctx, AllToAllRowsSpec{s.get("H")}); }},
+      {PeerStoreSpec::kName,
+       "stream 16-byte chunks into a peer's heap (peer bandwidth benchmark)",
+       {},
+       [](const KernelSpec&) { return std::string(); },
+       [](mlir::MLIRContext& ctx, const KernelSpec&) { return buildPeerStore(ctx, PeerStoreSpec{}); }},
   };
   return kernels;
 }
@@ -98,6 +149,8 @@ std::vector<KernelSpec> layerKernels(const ModelShape& s, int64_t ranks) {
       SwigluSpec{s.intermediate}.spec(),
       GemmNtSpec{2 * s.intermediate, s.hidden}.spec(),  // L1: [tokens, H] x [2I, H]^T
       GemmNtSpec{s.hidden, s.intermediate}.spec(),      // L2: [tokens, I] x [H, I]^T
+      AllToAllRowsSpec{s.hidden}.spec(),                // token rows between ranks (until the fused dispatch)
+      EpochAdvanceSpec{}.spec(),
   };
   return out;
 }

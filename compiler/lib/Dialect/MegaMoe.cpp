@@ -52,6 +52,14 @@ LogicalResult TileCopyOp::verify() {
   if ((rows * rowBytes / 16) % threads != 0)
     return emitOpError("the tile's 16-byte chunks (") << rows * rowBytes / 16 << ") must divide evenly among "
                                                       << threads << " threads";
+  if (getTranspose()) {
+    if (!load) return emitOpError("transpose is only supported for loads (global -> shared)");
+    if (rows * elemBytes() != 128 || cols % 8 != 0)
+      return emitOpError("a transposing copy needs 128-byte shared rows (rows * element bytes == 128) and cols a "
+                         "multiple of 8, got ")
+             << rows << " x " << cols;
+    return success();
+  }
   if (getSwizzle() == Swizzle::b128 && (rowBytes != 128 || rows % 8 != 0))
     return emitOpError("b128 swizzle needs 128-byte rows and a multiple of 8 rows, got ")
            << rowBytes << "-byte rows x " << rows;

@@ -85,8 +85,35 @@ struct TileCopyLowering : OpRewritePattern<TileCopyOp> {
         return bytes;
       };
       Value srcPtr = byteGep(nb, l, op.getSrc(), offsetOf(srcLd, !load));
-      Value dstPtr = byteGep(nb, l, op.getDst(), offsetOf(dstLd, load));
       Value inside = arith::CmpIOp::create(nb, l, arith::CmpIPredicate::ult, row, op.getRowsValid());
+      if (op.getTranspose()) {
+        // Source chunk (row r, columns 8c..8c+7) becomes column r of shared rows 8c..8c+7: eight element stores.
+        auto ifOp = scf::IfOp::create(nb, l, TypeRange{chunkTy}, inside, /*withElse=*/true);
+        OpBuilder tb = ifOp.getThenBodyBuilder();
+        scf::YieldOp::create(tb, l, ValueRange{LLVM::LoadOp::create(tb, l, chunkTy, srcPtr, 16).getResult()});
+        OpBuilder eb2 = ifOp.getElseBodyBuilder();
+        scf::YieldOp::create(eb2, l, ValueRange{arith::ConstantOp::create(
+                                         eb2, l, chunkTy, DenseElementsAttr::get(chunkTy, eb2.getI32IntegerAttr(0)))});
+        int64_t perChunk = 16 / eb;
+        auto elemsTy = VectorType::get({perChunk}, op.getElem());
+        Value elems = LLVM::BitcastOp::create(nb, l, elemsTy, ifOp.getResult(0));
+        Value dstRowBytes = i32(nb, l, op.getRows() * eb);
+        for (int64_t j = 0; j < perChunk; ++j) {
+          Value drow = arith::AddIOp::create(nb, l, arith::MulIOp::create(nb, l, chunk, i32(nb, l, perChunk)), i32(nb, l, j));
+          Value dchunk = arith::DivUIOp::create(nb, l, row, i32(nb, l, perChunk));
+          if (swizzle) dchunk = arith::XOrIOp::create(nb, l, dchunk, arith::RemUIOp::create(nb, l, drow, i32(nb, l, 8)));
+          Value bytes = arith::AddIOp::create(
+              nb, l,
+              arith::AddIOp::create(nb, l, arith::MulIOp::create(nb, l, drow, dstRowBytes),
+                                    arith::MulIOp::create(nb, l, dchunk, sixteen)),
+              arith::MulIOp::create(nb, l, arith::RemUIOp::create(nb, l, row, i32(nb, l, perChunk)), ebc));
+          Value e = vector::ExtractOp::create(nb, l, elems, ArrayRef<int64_t>{j});
+          LLVM::StoreOp::create(nb, l, e, byteGep(nb, l, op.getDst(), bytes), unsigned(eb));
+        }
+        scf::YieldOp::create(nb, l);
+        return;
+      }
+      Value dstPtr = byteGep(nb, l, op.getDst(), offsetOf(dstLd, load));
       if (load) {
         // Rows past rows_valid read nothing and leave zeros in shared memory.
         auto ifOp = scf::IfOp::create(nb, l, TypeRange{chunkTy}, inside, /*withElse=*/true);

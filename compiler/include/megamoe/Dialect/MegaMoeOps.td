@@ -58,13 +58,16 @@ def MegaMoe_TileCopyOp : MegaMoe_Op<"tile_copy"> {
     Every thread of the block (`threads` of them) moves 16-byte chunks. Leading dimensions are in elements.
     Loading (global -> shared): rows at or past `rows_valid` are zero-filled in shared memory, never read.
     Storing (shared -> global): rows at or past `rows_valid` are not written. The shared side may be swizzled.
+    With `transpose` (loads only), the global rows x cols tile lands in shared memory as cols x rows, so that a
+    K x N (or K x M) operand becomes the K-major [N][K] layout mma_tile reads; rows past `rows_valid` (K) are zeros.
     ```mlir
     megamoe.tile_copy %src[%lds], %dst[%ldd] rows_valid %n {rows = 64, cols = 64, threads = 128,
         elem = bf16, swizzle = b128} : !llvm.ptr<1> -> !llvm.ptr<3>
     ```
   }];
   let arguments = (ins AnyLLVMPtr:$src, I32:$src_ld, AnyLLVMPtr:$dst, I32:$dst_ld, I32:$rows_valid,
-                   I64Attr:$rows, I64Attr:$cols, I64Attr:$threads, TypeAttr:$elem, SwizzleAttr:$swizzle);
+                   I64Attr:$rows, I64Attr:$cols, I64Attr:$threads, TypeAttr:$elem, SwizzleAttr:$swizzle,
+                   UnitAttr:$transpose);
   let assemblyFormat = [{
     $src `[` $src_ld `]` `,` $dst `[` $dst_ld `]` `rows_valid` $rows_valid attr-dict `:` type($src) `->` type($dst)
   }];

@@ -1,0 +1,107 @@
+// Device backends behind one small interface: CUDA (driver API, sm_90a) and HIP (module API, gfx950), both loaded
+// with dlopen at run time so that nothing links a GPU driver and a machine without one still runs host code.
+#pragma once
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace megamoe {
+
+enum class BackendKind { kCuda, kHip };
+const char* backendKindName(BackendKind kind);  // "cuda" | "hip"
+
+// Device addresses are plain 64-bit integers (CUdeviceptr, or a HIP pointer's value); 0 is null.
+using DevicePtr = uint64_t;
+// Native handles, passed through as-is (CUstream / hipStream_t ...); nullptr is the default stream.
+using StreamHandle = void*;
+using EventHandle = void*;
+using ModuleHandle = void*;
+using FunctionHandle = void*;
+
+struct Dim3 {
+  uint32_t x = 1, y = 1, z = 1;
+};
+
+struct LaunchDims {
+  Dim3 grid;
+  Dim3 block;
+  Dim3 cluster{0, 0, 0};   // all zero: no cluster launch; otherwise cuLaunchKernelEx with this cluster shape
+  uint32_t sharedBytes = 0;  // dynamic shared memory
+  bool hasCluster() const { return cluster.x != 0 || cluster.y != 0 || cluster.z != 0; }
+};
+
+// CUDA and HIP IPC handles are both 64 opaque bytes.
+inline constexpr size_t kIpcHandleBytes = 64;
+struct IpcHandle {
+  std::array<uint8_t, kIpcHandleBytes> bytes{};
+};
+
+// One GPU. Every call makes the device current on the calling thread first; failures throw megamoe::Error
+// naming the driver call and the driver's message.
+class Device {
+ public:
+  virtual ~Device() = default;
+  virtual BackendKind kind() const = 0;
+  virtual int ordinal() const = 0;
+  virtual std::string name() const = 0;
+  // Code-object target this device runs: "sm_90a" (compute capability 9.0), "sm_XY" otherwise, or "gfx950".
+  virtual std::string target() const = 0;
+
+  virtual DevicePtr allocate(size_t bytes) = 0;
+  virtual void free(DevicePtr ptr) = 0;
+  virtual void memsetZero(DevicePtr dst, size_t bytes, StreamHandle stream) = 0;
+  virtual void copyHostToDevice(DevicePtr dst, const void* src, size_t bytes) = 0;
+  virtual void copyDeviceToHost(void* dst, DevicePtr src, size_t bytes) = 0;
+  virtual void copyDeviceToDevice(DevicePtr dst, DevicePtr src, size_t bytes) = 0;
+  virtual void copyHostToDeviceAsync(DevicePtr dst, const void* src, size_t bytes, StreamHandle stream) = 0;
+  virtual void copyDeviceToHostAsync(void* dst, DevicePtr src, size_t bytes, StreamHandle stream) = 0;
+  virtual void copyDeviceToDeviceAsync(DevicePtr dst, DevicePtr src, size_t bytes, StreamHandle stream) = 0;
+
+  virtual StreamHandle createStream() = 0;
+  virtual void destroyStream(StreamHandle stream) = 0;
+  virtual void synchronize(StreamHandle stream) = 0;
+  virtual void synchronizeDevice() = 0;
+
+  virtual EventHandle createEvent() = 0;
+  virtual void destroyEvent(EventHandle event) = 0;
+  virtual void recordEvent(EventHandle event, StreamHandle stream) = 0;
+  virtual void synchronizeEvent(EventHandle event) = 0;
+  virtual float elapsedMilliseconds(EventHandle start, EventHandle end) = 0;
+
+  virtual ModuleHandle loadModule(const void* image, size_t bytes) = 0;
+  virtual void unloadModule(ModuleHandle module) = 0;
+  virtual FunctionHandle getFunction(ModuleHandle module, const std::string& symbol) = 0;
+  // `params` is the usual array of pointers to each kernel argument. Raises the function's dynamic shared memory
+  // limit first when sharedBytes exceeds the 48 KB default (CUDA).
+  virtual void launch(FunctionHandle function, const LaunchDims& dims, StreamHandle stream, void** params) = 0;
+
+  virtual bool canAccessPeer(const Device& peer) = 0;
+  // Idempotent: "already enabled" is success.
+  virtual void enablePeerAccess(const Device& peer) = 0;
+
+  // `ptr` must be the base of an allocation from allocate().
+  virtual IpcHandle exportIpcHandle(DevicePtr ptr) = 0;
+  // Maps a peer process's allocation into this process; the result is a local device address.
+  virtual DevicePtr openIpcHandle(const IpcHandle& handle) = 0;
+  virtual void closeIpcHandle(DevicePtr mapped) = 0;
+};
+
+// A loaded driver library. Devices are created once per ordinal and shared.
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual BackendKind kind() const = 0;
+  virtual std::string libraryPath() const = 0;
+  virtual int deviceCount() = 0;
+  virtual std::shared_ptr<Device> device(int ordinal) = 0;
+};
+
+// Loads (once per kind and library path) the driver library and initialises it. `libraryPath` empty means the
+// environment's choice (MEGAMOE_CUDA_LIBRARY / MEGAMOE_HIP_LIBRARY, see env.h). A missing library throws
+// Error(kDriverNotFound, "CUDA driver libcuda.so.1 not found: ..."); a driver without devices throws
+// Error(kDriverError, ...). The library stays loaded for the life of the process.
+std::shared_ptr<Backend> openBackend(BackendKind kind, const std::string& libraryPath = "");
+
+}  // namespace megamoe

@@ -1,0 +1,70 @@
+// Finds a kernel's code object in the on-disk cache, loads it on a device and resolves its entry point. On a miss
+// it asks the JIT compiler when one is linked into the process, and otherwise fails with an error naming the
+// kernel, the lookup digest, the cache root and the command that generates the entry.
+#pragma once
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <utility>
+
+#include "compiler/cache/KernelCache.h"
+#include "megamoe/Backend.h"
+#include "megamoe/Json.h"
+
+namespace megamoe {
+
+// A kernel loaded on one device. The module is unloaded when the last reference goes.
+class Kernel {
+ public:
+  Kernel(std::shared_ptr<Device> device, cache::KernelKey key, std::string digest, KernelMetadata metadata,
+         ModuleHandle module, FunctionHandle function);
+  ~Kernel();
+  Kernel(const Kernel&) = delete;
+  Kernel& operator=(const Kernel&) = delete;
+
+  Device& device() const { return *device_; }
+  const cache::KernelKey& key() const { return key_; }
+  const std::string& digest() const { return digest_; }  // the entry's full digest (with fingerprint)
+  const KernelMetadata& metadata() const { return metadata_; }
+  FunctionHandle function() const { return function_; }
+
+ private:
+  std::shared_ptr<Device> device_;
+  cache::KernelKey key_;
+  std::string digest_;
+  KernelMetadata metadata_;
+  ModuleHandle module_;
+  FunctionHandle function_;
+};
+
+class KernelLoader {
+ public:
+  // Builds (and stores) an entry for a key, or returns nullopt when it cannot. Registered by the compiler library
+  // when it is linked in; absent in cache-only processes.
+  using JitCompiler = std::function<std::optional<cache::CacheEntry>(const cache::KernelKey&)>;
+  static void setJitCompiler(JitCompiler jit);  // an empty function unregisters
+  static bool hasJitCompiler();
+
+  // `cacheRoot` empty: cache::KernelCache::defaultRoot() (MEGAMOE_CACHE_DIR, ...).
+  explicit KernelLoader(const std::string& cacheRoot = "");
+  const std::string& cacheRoot() const { return cache_.root(); }
+
+  // The cache entry for `key`: exact lookup when key.fingerprint is set, else the newest entry for any
+  // fingerprint; on a miss the JIT, else Error(kKernelNotFound) with `generateHint` (the command that builds it).
+  cache::CacheEntry find(const cache::KernelKey& key, const std::string& generateHint) const;
+
+  // find() + load on `device`, cached per (device, digest). An empty key.target means the device's target; a
+  // target the device cannot run is an Error(kInvalidArgument).
+  std::shared_ptr<const Kernel> load(const std::shared_ptr<Device>& device, const cache::KernelKey& key,
+                                     const std::string& generateHint);
+
+ private:
+  cache::KernelCache cache_;
+  std::mutex mutex_;
+  std::map<std::pair<std::string, std::string>, std::shared_ptr<const Kernel>> loaded_;  // (device id, digest)
+};
+
+}  // namespace megamoe

@@ -1,0 +1,96 @@
+// The symmetric heap: one device allocation per rank with the same layout on every rank, each mapped into every
+// peer, so that a peer's copy of a region is at "local address + DeviceContext.peer_offset[peer]". It also holds
+// the rank's DeviceContext and DeviceError record (compiler/abi/DeviceAbi.h), written by the runtime.
+//   Mode A (createSingleProcess): one process drives all GPUs; peers are reached through peer access and UVA.
+//   Mode B (createMultiProcess): one process per GPU; IPC handles are exchanged through a Rendezvous.
+// A device error seen by checkErrors() marks the heap unusable for good (docs/decisions/epochs.md).
+#pragma once
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "compiler/abi/DeviceAbi.h"
+#include "megamoe/Backend.h"
+#include "megamoe/HeapLayout.h"
+#include "megamoe/env.h"
+
+namespace megamoe {
+
+class Rendezvous;
+
+// "rank 0: cross-rank wait timed out on flag 7 (seen 3, expected 4) in block 12"
+std::string describeDeviceError(const abi::DeviceError& error);
+
+class SymmetricHeap {
+ public:
+  static constexpr const char* kContextRegion = "megamoe.context";
+  static constexpr const char* kErrorRegion = "megamoe.error";
+
+  // The layout every rank builds: the runtime's regions first, then `regions` in order. Names starting with
+  // "megamoe." are reserved (Error(kInvalidArgument)).
+  static HeapLayout layoutFor(const std::vector<RegionSpec>& regions);
+
+  // Mode A: heap i lives on devices[i] and is rank i. Enables peer access both ways between every pair (a pair
+  // without P2P is an Error(kUnsupported)). The allocations are shared by the returned heaps and freed with the
+  // last of them.
+  static std::vector<std::unique_ptr<SymmetricHeap>> createSingleProcess(
+      const std::vector<std::shared_ptr<Device>>& devices, const std::vector<RegionSpec>& regions,
+      const RuntimeEnv& env);
+
+  // Mode B: this process is `rank` of `nranks`; every rank calls this with the same regions and path. Returns once
+  // every rank has mapped every peer; errors name the rank at fault (see Rendezvous).
+  static std::unique_ptr<SymmetricHeap> createMultiProcess(const std::shared_ptr<Device>& device,
+                                                           const std::vector<RegionSpec>& regions, int rank,
+                                                           int nranks, const std::string& rendezvousPath,
+                                                           const RuntimeEnv& env);
+
+  // Closes peer mappings first (IPC close before free), waits for the peers to do the same (mode B, bounded), then
+  // frees this rank's allocation.
+  ~SymmetricHeap();
+  SymmetricHeap(const SymmetricHeap&) = delete;
+  SymmetricHeap& operator=(const SymmetricHeap&) = delete;
+
+  int rank() const { return rank_; }
+  int nranks() const { return nranks_; }
+  Device& device() const { return *device_; }
+  const std::shared_ptr<Device>& devicePtr() const { return device_; }
+  const HeapLayout& layout() const { return layout_; }
+  DevicePtr base() const { return base_; }
+  // Throws Error(kInvalidArgument) for an unknown name.
+  DevicePtr regionAddress(const std::string& name) const;
+  // Where peer `peer` keeps what is at `localAddress` here, as seen from this rank's device.
+  DevicePtr peerAddress(int peer, DevicePtr localAddress) const;
+  DevicePtr contextAddress() const { return regionAddress(kContextRegion); }
+  DevicePtr errorAddress() const { return regionAddress(kErrorRegion); }
+  // The host copy of what the runtime wrote into the device context (the device's epoch advances on its own).
+  const abi::DeviceContext& context() const { return context_; }
+
+  // Synchronises `stream`, then reads the DeviceError record. A non-zero code marks the heap unusable and throws
+  // Error(kDeviceError) with describeDeviceError's text; a failed synchronisation also marks it unusable.
+  void checkErrors(StreamHandle stream = nullptr);
+  bool usable() const;
+  // Throws Error(kHeapUnusable) saying why, when the heap is unusable; launches call it.
+  void requireUsable() const;
+
+ private:
+  struct SharedAllocations;
+  SymmetricHeap(std::shared_ptr<Device> device, HeapLayout layout, int rank, int nranks);
+  void writeContext(const std::vector<int64_t>& peerOffsets, uint64_t waitTimeoutMs);
+  void markUnusable(const std::string& reason);
+
+  std::shared_ptr<Device> device_;
+  HeapLayout layout_;
+  int rank_;
+  int nranks_;
+  DevicePtr base_ = 0;
+  abi::DeviceContext context_{};
+  std::shared_ptr<SharedAllocations> shared_;  // mode A: owns every rank's allocation
+  std::vector<DevicePtr> peerMappings_;         // mode B: IPC mappings of peers' heaps (0 at our rank)
+  std::unique_ptr<Rendezvous> rendezvous_;      // mode B, kept for the teardown barrier
+  mutable std::mutex stateMutex_;
+  bool usable_ = true;
+  std::string unusableReason_;
+};
+
+}  // namespace megamoe

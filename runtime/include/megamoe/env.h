@@ -1,0 +1,35 @@
+// The one registry of MEGAMOE_* environment variables the runtime reads: name, default, one line of doc, and a
+// validating parser. Nothing else in runtime/ calls getenv for a MEGAMOE_* name.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace megamoe {
+
+struct EnvVar {
+  const char* name;
+  const char* defaultValue;  // as text; "" means "unset" (the doc says what that means)
+  const char* doc;
+};
+
+// Every variable, in documentation order.
+const std::vector<EnvVar>& envRegistry();
+
+struct RuntimeEnv {
+  std::string cacheDir;              // MEGAMOE_CACHE_DIR (empty: the cache's default root)
+  std::string cudaLibrary;           // MEGAMOE_CUDA_LIBRARY
+  std::string hipLibrary;            // MEGAMOE_HIP_LIBRARY
+  std::string backend;               // MEGAMOE_BACKEND: "auto" | "cuda" | "hip"
+  double rendezvousTimeoutS = 30.0;  // MEGAMOE_RENDEZVOUS_TIMEOUT_S
+  uint64_t waitTimeoutMs = 10000;    // MEGAMOE_WAIT_TIMEOUT_MS
+};
+
+// Reads through `lookup` (returns nullptr for unset). Throws Error(kInvalidEnv) naming the variable, the bad
+// value and what is expected.
+RuntimeEnv parseEnv(const std::function<const char*(const char*)>& lookup);
+// The process environment.
+RuntimeEnv parseEnv();
+
+}  // namespace megamoe

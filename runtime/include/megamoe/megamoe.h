@@ -1,0 +1,109 @@
+/* C ABI of the megamoe runtime, for C, ctypes and Rust FFI: opaque handles, plain structs of fixed-width
+ * integers, and an int status from every function (0 = MEGAMOE_OK). After a failure, megamoe_last_error() returns
+ * the message on the calling thread; every call clears it first, so after a success it is "". */
+#ifndef MEGAMOE_MEGAMOE_H
+#define MEGAMOE_MEGAMOE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#define MEGAMOE_API __attribute__((visibility("default")))
+#else
+#define MEGAMOE_API
+#endif
+
+/* Status codes: mirror megamoe::ErrorCode (runtime/include/megamoe/Error.h). */
+#define MEGAMOE_OK 0
+#define MEGAMOE_ERROR_INVALID_ARGUMENT 1
+#define MEGAMOE_ERROR_DRIVER_NOT_FOUND 2
+#define MEGAMOE_ERROR_DRIVER 3
+#define MEGAMOE_ERROR_KERNEL_NOT_FOUND 4
+#define MEGAMOE_ERROR_BAD_METADATA 5
+#define MEGAMOE_ERROR_RENDEZVOUS 6
+#define MEGAMOE_ERROR_TIMEOUT 7
+#define MEGAMOE_ERROR_DEVICE 8
+#define MEGAMOE_ERROR_HEAP_UNUSABLE 9
+#define MEGAMOE_ERROR_INVALID_ENV 10
+#define MEGAMOE_ERROR_UNSUPPORTED 11
+#define MEGAMOE_ERROR_INTERNAL 12
+
+typedef struct megamoe_runtime megamoe_runtime; /* one device */
+typedef struct megamoe_kernel megamoe_kernel;   /* owned by its runtime; valid until the runtime is destroyed */
+typedef struct megamoe_heap megamoe_heap;       /* one rank's symmetric heap */
+
+typedef struct megamoe_spec_entry {
+  const char* name;
+  int64_t value;
+} megamoe_spec_entry;
+
+typedef struct megamoe_kernel_key {
+  const char* kernel;             /* e.g. "swiglu_fwd" */
+  const megamoe_spec_entry* spec; /* compile-time constants in the kernel's declared order; may be NULL if count 0 */
+  size_t spec_count;
+  const char* target;      /* "sm_90a" | "gfx950"; NULL or "" = the device's */
+  const char* options;     /* canonical options text; NULL = "" */
+  const char* fingerprint; /* NULL or "" = newest entry of any compiler fingerprint */
+} megamoe_kernel_key;
+
+typedef struct megamoe_region_spec {
+  const char* name;
+  uint64_t size;
+  uint64_t alignment; /* power of two, at most 256 */
+} megamoe_region_spec;
+
+typedef struct megamoe_launch_dims {
+  uint32_t grid[3];
+  uint32_t block[3];
+  uint32_t cluster[3]; /* all zero: no cluster */
+  uint32_t shared_bytes;
+} megamoe_launch_dims;
+
+/* Message of the last failed call on this thread ("" if the last call succeeded). Never NULL. */
+MEGAMOE_API const char* megamoe_last_error(void);
+/* Short name of a status code ("kernel not found"). Never NULL. */
+MEGAMOE_API const char* megamoe_status_name(int status);
+
+/* backend: "cuda", "hip", or NULL/"auto" (MEGAMOE_BACKEND, else CUDA then HIP). */
+MEGAMOE_API int megamoe_runtime_create(const char* backend, int device, megamoe_runtime** out);
+/* NULL is accepted. Kernels of the runtime become invalid; heaps stay valid. */
+MEGAMOE_API int megamoe_runtime_destroy(megamoe_runtime* runtime);
+MEGAMOE_API int megamoe_device_count(const char* backend, int* count);
+
+/* Finds the kernel in the cache (MEGAMOE_CACHE_DIR), else asks the JIT when linked in, else fails with
+ * MEGAMOE_ERROR_KERNEL_NOT_FOUND naming the key, the cache and generate_hint (the command that builds it). */
+MEGAMOE_API int megamoe_kernel_load(megamoe_runtime* runtime, const megamoe_kernel_key* key,
+                                    const char* generate_hint, megamoe_kernel** out);
+MEGAMOE_API int megamoe_kernel_info(const megamoe_kernel* kernel, int* block_threads, int* shared_bytes);
+
+/* params: the usual array of pointers to each argument. heap may be NULL; a heap that saw a device error refuses
+ * (MEGAMOE_ERROR_HEAP_UNUSABLE). stream: the native stream handle, NULL for the default stream. */
+MEGAMOE_API int megamoe_launch(megamoe_runtime* runtime, const megamoe_kernel* kernel,
+                               const megamoe_launch_dims* dims, void* stream, void** params,
+                               const megamoe_heap* heap);
+
+/* One process per GPU: this process is `rank` of `nranks`; all meet at rendezvous_path (ignored when nranks is 1). */
+MEGAMOE_API int megamoe_heap_create(megamoe_runtime* runtime, const megamoe_region_spec* regions, size_t region_count,
+                                    int rank, int nranks, const char* rendezvous_path, megamoe_heap** out);
+/* One process drives all GPUs: heap i (rank i) on runtimes[i]'s device; out_heaps has nranks slots. */
+MEGAMOE_API int megamoe_heap_create_local(megamoe_runtime* const* runtimes, size_t nranks,
+                                          const megamoe_region_spec* regions, size_t region_count,
+                                          megamoe_heap** out_heaps);
+/* NULL is accepted. */
+MEGAMOE_API int megamoe_heap_destroy(megamoe_heap* heap);
+MEGAMOE_API int megamoe_heap_region(const megamoe_heap* heap, const char* name, uint64_t* device_address);
+/* Device address of the rank's DeviceContext (what communicating kernels take). */
+MEGAMOE_API int megamoe_heap_context(const megamoe_heap* heap, uint64_t* device_address);
+/* Synchronises stream, reads the device error record; a recorded error returns MEGAMOE_ERROR_DEVICE and marks the
+ * heap unusable for good. */
+MEGAMOE_API int megamoe_check_errors(megamoe_heap* heap, void* stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* MEGAMOE_MEGAMOE_H */

@@ -1,0 +1,224 @@
+// The C ABI (megamoe.h): converts handles and structs, and turns every exception into a status plus a thread-local
+// message. No exception crosses this boundary.
+#include "megamoe/megamoe.h"
+
+#include <memory>
+#include <mutex>
+#include <new>
+#include <string>
+#include <vector>
+
+#include "megamoe/Error.h"
+#include "megamoe/Runtime.h"
+
+struct megamoe_kernel {
+  std::shared_ptr<const megamoe::Kernel> kernel;
+};
+
+struct megamoe_runtime {
+  std::unique_ptr<megamoe::Runtime> runtime;
+  std::mutex mutex;
+  std::vector<std::unique_ptr<megamoe_kernel>> kernels;
+};
+
+struct megamoe_heap {
+  std::unique_ptr<megamoe::SymmetricHeap> heap;
+};
+
+namespace {
+
+thread_local std::string lastError;
+
+// Runs `body`, mapping exceptions to status codes.
+template <typename Body>
+int guarded(Body&& body) {
+  lastError.clear();
+  try {
+    body();
+    return MEGAMOE_OK;
+  } catch (const megamoe::Error& e) {
+    lastError = e.what();
+    return static_cast<int>(e.code());
+  } catch (const megamoe::cache::CacheError& e) {
+    lastError = std::string("kernel cache: ") + e.what();
+    return MEGAMOE_ERROR_INTERNAL;
+  } catch (const std::bad_alloc&) {
+    lastError = "out of host memory";
+    return MEGAMOE_ERROR_INTERNAL;
+  } catch (const std::exception& e) {
+    lastError = e.what();
+    return MEGAMOE_ERROR_INTERNAL;
+  } catch (...) {
+    lastError = "unknown exception";
+    return MEGAMOE_ERROR_INTERNAL;
+  }
+}
+
+template <typename T>
+void requireArg(const T* p, const char* what) {
+  if (!p) throw megamoe::Error(megamoe::ErrorCode::kInvalidArgument, std::string(what) + " must not be NULL");
+}
+
+std::string orEmpty(const char* s) { return s ? s : ""; }
+
+std::vector<megamoe::RegionSpec> toRegions(const megamoe_region_spec* regions, size_t count) {
+  if (count) requireArg(regions, "regions");
+  std::vector<megamoe::RegionSpec> out;
+  for (size_t i = 0; i < count; ++i) {
+    requireArg(regions[i].name, "region name");
+    out.push_back({regions[i].name, regions[i].size, regions[i].alignment});
+  }
+  return out;
+}
+
+}  // namespace
+
+extern "C" {
+
+const char* megamoe_last_error(void) { return lastError.c_str(); }
+
+const char* megamoe_status_name(int status) {
+  if (status < 0 || status > MEGAMOE_ERROR_INTERNAL) return "unknown status";
+  return megamoe::errorCodeName(static_cast<megamoe::ErrorCode>(status));
+}
+
+int megamoe_runtime_create(const char* backend, int device, megamoe_runtime** out) {
+  return guarded([&] {
+    requireArg(out, "out");
+    *out = nullptr;
+    auto handle = std::make_unique<megamoe_runtime>();
+    handle->runtime = std::make_unique<megamoe::Runtime>(orEmpty(backend), device, megamoe::parseEnv());
+    *out = handle.release();
+  });
+}
+
+int megamoe_runtime_destroy(megamoe_runtime* runtime) {
+  return guarded([&] { delete runtime; });
+}
+
+int megamoe_device_count(const char* backend, int* count) {
+  return guarded([&] {
+    requireArg(count, "count");
+    *count = 0;
+    const std::string name = orEmpty(backend);
+    if (name != "cuda" && name != "hip")
+      throw megamoe::Error(megamoe::ErrorCode::kInvalidArgument, "backend must be \"cuda\" or \"hip\"");
+    *count = megamoe::openBackend(name == "cuda" ? megamoe::BackendKind::kCuda : megamoe::BackendKind::kHip)
+                 ->deviceCount();
+  });
+}
+
+int megamoe_kernel_load(megamoe_runtime* runtime, const megamoe_kernel_key* key, const char* generate_hint,
+                        megamoe_kernel** out) {
+  return guarded([&] {
+    requireArg(out, "out");
+    *out = nullptr;
+    requireArg(runtime, "runtime");
+    requireArg(key, "key");
+    requireArg(key->kernel, "key->kernel");
+    if (key->spec_count) requireArg(key->spec, "key->spec");
+    megamoe::cache::KernelKey k;
+    k.kernel = key->kernel;
+    for (size_t i = 0; i < key->spec_count; ++i) {
+      requireArg(key->spec[i].name, "spec name");
+      k.spec.emplace_back(key->spec[i].name, key->spec[i].value);
+    }
+    k.target = orEmpty(key->target);
+    k.options = orEmpty(key->options);
+    k.fingerprint = orEmpty(key->fingerprint);
+    auto kernel = std::make_unique<megamoe_kernel>();
+    kernel->kernel = runtime->runtime->loadKernel(k, orEmpty(generate_hint));
+    std::lock_guard<std::mutex> lock(runtime->mutex);
+    runtime->kernels.push_back(std::move(kernel));
+    *out = runtime->kernels.back().get();
+  });
+}
+
+int megamoe_kernel_info(const megamoe_kernel* kernel, int* block_threads, int* shared_bytes) {
+  return guarded([&] {
+    requireArg(kernel, "kernel");
+    if (block_threads) *block_threads = kernel->kernel->metadata().blockThreads;
+    if (shared_bytes) *shared_bytes = kernel->kernel->metadata().sharedBytes;
+  });
+}
+
+int megamoe_launch(megamoe_runtime* runtime, const megamoe_kernel* kernel, const megamoe_launch_dims* dims,
+                   void* stream, void** params, const megamoe_heap* heap) {
+  return guarded([&] {
+    requireArg(runtime, "runtime");
+    requireArg(kernel, "kernel");
+    requireArg(dims, "dims");
+    megamoe::LaunchDims d;
+    d.grid = {dims->grid[0], dims->grid[1], dims->grid[2]};
+    d.block = {dims->block[0], dims->block[1], dims->block[2]};
+    d.cluster = {dims->cluster[0], dims->cluster[1], dims->cluster[2]};
+    d.sharedBytes = dims->shared_bytes;
+    runtime->runtime->launch(*kernel->kernel, d, stream, params, heap ? heap->heap.get() : nullptr);
+  });
+}
+
+int megamoe_heap_create(megamoe_runtime* runtime, const megamoe_region_spec* regions, size_t region_count, int rank,
+                        int nranks, const char* rendezvous_path, megamoe_heap** out) {
+  return guarded([&] {
+    requireArg(out, "out");
+    *out = nullptr;
+    requireArg(runtime, "runtime");
+    if (nranks > 1) requireArg(rendezvous_path, "rendezvous_path");
+    auto heap = std::make_unique<megamoe_heap>();
+    heap->heap = runtime->runtime->createHeap(toRegions(regions, region_count), rank, nranks, orEmpty(rendezvous_path));
+    *out = heap.release();
+  });
+}
+
+int megamoe_heap_create_local(megamoe_runtime* const* runtimes, size_t nranks, const megamoe_region_spec* regions,
+                              size_t region_count, megamoe_heap** out_heaps) {
+  return guarded([&] {
+    requireArg(out_heaps, "out_heaps");
+    requireArg(runtimes, "runtimes");
+    for (size_t i = 0; i < nranks; ++i) out_heaps[i] = nullptr;
+    std::vector<std::shared_ptr<megamoe::Device>> devices;
+    for (size_t i = 0; i < nranks; ++i) {
+      requireArg(runtimes[i], "runtimes[i]");
+      devices.push_back(runtimes[i]->runtime->device());
+    }
+    if (nranks == 0) throw megamoe::Error(megamoe::ErrorCode::kInvalidArgument, "nranks must be at least 1");
+    auto heaps = megamoe::SymmetricHeap::createSingleProcess(devices, toRegions(regions, region_count),
+                                                             runtimes[0]->runtime->env());
+    std::vector<std::unique_ptr<megamoe_heap>> handles;
+    for (auto& h : heaps) {
+      handles.push_back(std::make_unique<megamoe_heap>());
+      handles.back()->heap = std::move(h);
+    }
+    for (size_t i = 0; i < nranks; ++i) out_heaps[i] = handles[i].release();
+  });
+}
+
+int megamoe_heap_destroy(megamoe_heap* heap) {
+  return guarded([&] { delete heap; });
+}
+
+int megamoe_heap_region(const megamoe_heap* heap, const char* name, uint64_t* device_address) {
+  return guarded([&] {
+    requireArg(heap, "heap");
+    requireArg(name, "name");
+    requireArg(device_address, "device_address");
+    *device_address = heap->heap->regionAddress(name);
+  });
+}
+
+int megamoe_heap_context(const megamoe_heap* heap, uint64_t* device_address) {
+  return guarded([&] {
+    requireArg(heap, "heap");
+    requireArg(device_address, "device_address");
+    *device_address = heap->heap->contextAddress();
+  });
+}
+
+int megamoe_check_errors(megamoe_heap* heap, void* stream) {
+  return guarded([&] {
+    requireArg(heap, "heap");
+    heap->heap->checkErrors(stream);
+  });
+}
+
+}  // extern "C"

@@ -1,0 +1,87 @@
+// Parsing and validation of the MEGAMOE_* environment variables (registry in env.h).
+#include "megamoe/env.h"
+
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+
+#include "megamoe/Error.h"
+
+namespace megamoe {
+
+const std::vector<EnvVar>& envRegistry() {
+  static const std::vector<EnvVar> registry = {
+      {"MEGAMOE_CACHE_DIR", "",
+       "kernel cache root; unset: $XDG_CACHE_HOME/megamoe, else $HOME/.cache/megamoe"},
+      {"MEGAMOE_BACKEND", "auto", "device backend for the C ABI's default: auto (CUDA, then HIP) | cuda | hip"},
+      {"MEGAMOE_CUDA_LIBRARY", "libcuda.so.1", "CUDA driver library to dlopen"},
+      {"MEGAMOE_HIP_LIBRARY", "libamdhip64.so", "HIP runtime library to dlopen (tests point it at a fake)"},
+      {"MEGAMOE_RENDEZVOUS_TIMEOUT_S", "30",
+       "seconds a rank waits for the others to join the heap rendezvous (positive, fractions allowed)"},
+      {"MEGAMOE_WAIT_TIMEOUT_MS", "10000",
+       "bound of every cross-rank wait on the device, written into DeviceContext.timeout_ns (positive integer)"},
+  };
+  return registry;
+}
+
+namespace {
+
+std::string defaultOf(const char* name) {
+  for (const EnvVar& var : envRegistry())
+    if (std::string(var.name) == name) return var.defaultValue;
+  throw Error(ErrorCode::kInternal, std::string("environment variable ") + name + " is not in the registry");
+}
+
+[[noreturn]] void badValue(const char* name, const std::string& value, const std::string& expected) {
+  throw Error(ErrorCode::kInvalidEnv, std::string(name) + "='" + value + "' is invalid: expected " + expected +
+                                          " (default " + defaultOf(name) + ")");
+}
+
+std::string textOr(const std::function<const char*(const char*)>& lookup, const char* name) {
+  const char* value = lookup(name);
+  return value ? std::string(value) : defaultOf(name);
+}
+
+}  // namespace
+
+RuntimeEnv parseEnv(const std::function<const char*(const char*)>& lookup) {
+  RuntimeEnv env;
+  env.cacheDir = textOr(lookup, "MEGAMOE_CACHE_DIR");
+
+  env.cudaLibrary = textOr(lookup, "MEGAMOE_CUDA_LIBRARY");
+  if (env.cudaLibrary.empty()) badValue("MEGAMOE_CUDA_LIBRARY", env.cudaLibrary, "a library name or path");
+  env.hipLibrary = textOr(lookup, "MEGAMOE_HIP_LIBRARY");
+  if (env.hipLibrary.empty()) badValue("MEGAMOE_HIP_LIBRARY", env.hipLibrary, "a library name or path");
+
+  env.backend = textOr(lookup, "MEGAMOE_BACKEND");
+  if (env.backend != "auto" && env.backend != "cuda" && env.backend != "hip")
+    badValue("MEGAMOE_BACKEND", env.backend, "one of auto, cuda, hip");
+
+  {
+    const std::string text = textOr(lookup, "MEGAMOE_RENDEZVOUS_TIMEOUT_S");
+    errno = 0;
+    char* end = nullptr;
+    const double value = std::strtod(text.c_str(), &end);
+    if (text.empty() || *end != '\0' || errno != 0 || !std::isfinite(value) || value <= 0 || value > 86400)
+      badValue("MEGAMOE_RENDEZVOUS_TIMEOUT_S", text, "a positive number of seconds, at most 86400");
+    env.rendezvousTimeoutS = value;
+  }
+  {
+    const std::string text = textOr(lookup, "MEGAMOE_WAIT_TIMEOUT_MS");
+    errno = 0;
+    char* end = nullptr;
+    const bool digitsOnly = !text.empty() && text.find_first_not_of("0123456789") == std::string::npos;
+    const unsigned long long value = std::strtoull(text.c_str(), &end, 10);
+    // Bound so that value * 1e6 (nanoseconds) still fits in 64 bits.
+    if (!digitsOnly || *end != '\0' || errno != 0 || value == 0 || value > 1000ull * 1000 * 1000 * 1000)
+      badValue("MEGAMOE_WAIT_TIMEOUT_MS", text, "a positive integer number of milliseconds, at most 1e12");
+    env.waitTimeoutMs = value;
+  }
+  return env;
+}
+
+RuntimeEnv parseEnv() {
+  return parseEnv([](const char* name) -> const char* { return std::getenv(name); });
+}
+
+}  // namespace megamoe

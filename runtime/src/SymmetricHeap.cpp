@@ -1,0 +1,274 @@
+// Symmetric heap setup, device-error checking and teardown (see SymmetricHeap.h).
+#include "megamoe/SymmetricHeap.h"
+
+#include <cstring>
+#include <set>
+
+#include "megamoe/Error.h"
+#include "megamoe/Rendezvous.h"
+
+namespace megamoe {
+namespace {
+
+// What each rank hands the others in mode B.
+struct IpcPayload {
+  IpcHandle handle;
+  uint64_t heapBytes = 0;
+  uint32_t backend = 0;
+  uint32_t reserved = 0;
+};
+
+std::vector<uint8_t> toBytes(const IpcPayload& p) {
+  std::vector<uint8_t> out(sizeof p);
+  std::memcpy(out.data(), &p, sizeof p);
+  return out;
+}
+
+}  // namespace
+
+// Mode A: every rank's allocation, freed when the last heap of the group goes.
+struct SymmetricHeap::SharedAllocations {
+  std::vector<std::shared_ptr<Device>> devices;
+  std::vector<DevicePtr> bases;
+  ~SharedAllocations() {
+    for (size_t i = 0; i < bases.size(); ++i) {
+      try {
+        devices[i]->free(bases[i]);
+      } catch (...) {
+        // A destructor cannot report; a dead context has released its memory anyway.
+      }
+    }
+  }
+};
+
+std::string describeDeviceError(const abi::DeviceError& e) {
+  const std::string rank = "rank " + std::to_string(e.rank) + ": ";
+  const std::string block = " in block " + std::to_string(e.block);
+  switch (static_cast<abi::ErrorCode>(e.code)) {
+    case abi::ErrorCode::kNone: return rank + "no error";
+    case abi::ErrorCode::kWaitTimeout:
+      return rank + "cross-rank wait timed out on flag " + std::to_string(e.flag) + " (seen " +
+             std::to_string(e.seen) + ", expected " + std::to_string(e.expected) + ")" + block;
+    case abi::ErrorCode::kBadIndex:
+      return rank + "index out of range at site " + std::to_string(e.flag) + " (value " + std::to_string(e.seen) +
+             ", bound " + std::to_string(e.expected) + ")" + block;
+    case abi::ErrorCode::kCapacity:
+      return rank + "capacity exceeded at site " + std::to_string(e.flag) + " (needed " + std::to_string(e.seen) +
+             ", capacity " + std::to_string(e.expected) + ")" + block;
+  }
+  return rank + "unknown device error code " + std::to_string(e.code) + " (flag " + std::to_string(e.flag) +
+         ", seen " + std::to_string(e.seen) + ", expected " + std::to_string(e.expected) + ")" + block;
+}
+
+HeapLayout SymmetricHeap::layoutFor(const std::vector<RegionSpec>& regions) {
+  std::vector<RegionSpec> all;
+  all.push_back({kContextRegion, sizeof(abi::DeviceContext), 256});
+  all.push_back({kErrorRegion, sizeof(abi::DeviceError), 64});
+  for (const RegionSpec& r : regions) {
+    if (r.name.rfind("megamoe.", 0) == 0)
+      throw Error(ErrorCode::kInvalidArgument, "heap region name '" + r.name +
+                                                   "' is reserved (names starting with 'megamoe.' belong to the "
+                                                   "runtime)");
+    all.push_back(r);
+  }
+  return HeapLayout::place(all);
+}
+
+SymmetricHeap::SymmetricHeap(std::shared_ptr<Device> device, HeapLayout layout, int rank, int nranks)
+    : device_(std::move(device)), layout_(std::move(layout)), rank_(rank), nranks_(nranks) {}
+
+void SymmetricHeap::writeContext(const std::vector<int64_t>& peerOffsets, uint64_t waitTimeoutMs) {
+  abi::DeviceContext ctx{};
+  ctx.heap_base = base_;
+  for (int p = 0; p < nranks_; ++p) ctx.peer_offset[p] = peerOffsets[p];
+  ctx.rank = static_cast<uint32_t>(rank_);
+  ctx.nranks = static_cast<uint32_t>(nranks_);
+  ctx.timeout_ns = waitTimeoutMs * 1000000ull;
+  ctx.error = errorAddress();
+  ctx.epoch = 0;
+  device_->copyHostToDevice(contextAddress(), &ctx, sizeof ctx);
+  context_ = ctx;
+}
+
+std::vector<std::unique_ptr<SymmetricHeap>> SymmetricHeap::createSingleProcess(
+    const std::vector<std::shared_ptr<Device>>& devices, const std::vector<RegionSpec>& regions,
+    const RuntimeEnv& env) {
+  const int nranks = static_cast<int>(devices.size());
+  if (nranks < 1 || nranks > abi::kMaxRanks)
+    throw Error(ErrorCode::kInvalidArgument, "a symmetric heap spans 1 to " + std::to_string(abi::kMaxRanks) +
+                                                 " ranks, got " + std::to_string(nranks));
+  std::set<int> ordinals;
+  for (const auto& d : devices) {
+    if (!d) throw Error(ErrorCode::kInvalidArgument, "null device in the symmetric heap's device list");
+    if (d->kind() != devices[0]->kind())
+      throw Error(ErrorCode::kInvalidArgument, "a symmetric heap cannot mix CUDA and HIP devices");
+    if (!ordinals.insert(d->ordinal()).second)
+      throw Error(ErrorCode::kInvalidArgument, "device " + std::to_string(d->ordinal()) +
+                                                   " appears twice in the symmetric heap's device list");
+  }
+  const HeapLayout layout = layoutFor(regions);
+
+  for (int i = 0; i < nranks; ++i)
+    for (int j = 0; j < nranks; ++j)
+      if (i != j && !devices[i]->canAccessPeer(*devices[j]))
+        throw Error(ErrorCode::kUnsupported, "device " + std::to_string(devices[i]->ordinal()) +
+                                                 " cannot access device " + std::to_string(devices[j]->ordinal()) +
+                                                 " (no peer-to-peer path); the single-process heap needs P2P "
+                                                 "between every pair");
+  for (int i = 0; i < nranks; ++i)
+    for (int j = 0; j < nranks; ++j)
+      if (i != j) devices[i]->enablePeerAccess(*devices[j]);
+
+  auto shared = std::make_shared<SharedAllocations>();
+  for (int i = 0; i < nranks; ++i) {
+    const DevicePtr base = devices[i]->allocate(layout.totalBytes());
+    shared->devices.push_back(devices[i]);
+    shared->bases.push_back(base);
+    devices[i]->memsetZero(base, layout.totalBytes(), nullptr);
+  }
+
+  std::vector<std::unique_ptr<SymmetricHeap>> heaps;
+  for (int r = 0; r < nranks; ++r) {
+    std::unique_ptr<SymmetricHeap> heap(new SymmetricHeap(devices[r], layout, r, nranks));
+    heap->base_ = shared->bases[r];
+    heap->shared_ = shared;
+    // One address space (UVA): a peer's heap is its base, seen from here.
+    std::vector<int64_t> offsets(nranks);
+    for (int p = 0; p < nranks; ++p)
+      offsets[p] = static_cast<int64_t>(shared->bases[p] - shared->bases[r]);
+    heap->writeContext(offsets, env.waitTimeoutMs);
+    heaps.push_back(std::move(heap));
+  }
+  for (int r = 0; r < nranks; ++r) devices[r]->synchronizeDevice();
+  return heaps;
+}
+
+std::unique_ptr<SymmetricHeap> SymmetricHeap::createMultiProcess(const std::shared_ptr<Device>& device,
+                                                                 const std::vector<RegionSpec>& regions, int rank,
+                                                                 int nranks, const std::string& rendezvousPath,
+                                                                 const RuntimeEnv& env) {
+  if (!device) throw Error(ErrorCode::kInvalidArgument, "null device for the symmetric heap");
+  if (nranks < 1 || nranks > abi::kMaxRanks)
+    throw Error(ErrorCode::kInvalidArgument, "a symmetric heap spans 1 to " + std::to_string(abi::kMaxRanks) +
+                                                 " ranks, got " + std::to_string(nranks));
+  if (rank < 0 || rank >= nranks)
+    throw Error(ErrorCode::kInvalidArgument, "rank " + std::to_string(rank) + " is outside 0.." +
+                                                 std::to_string(nranks - 1));
+  const HeapLayout layout = layoutFor(regions);
+  std::unique_ptr<SymmetricHeap> heap(new SymmetricHeap(device, layout, rank, nranks));
+  heap->base_ = device->allocate(layout.totalBytes());
+  // Zero before anyone can see the memory: flags and counters start at 0 (epoch scheme).
+  device->memsetZero(heap->base_, layout.totalBytes(), nullptr);
+  device->synchronize(nullptr);
+
+  IpcPayload mine;
+  if (nranks > 1) mine.handle = device->exportIpcHandle(heap->base_);
+  mine.heapBytes = layout.totalBytes();
+  mine.backend = static_cast<uint32_t>(device->kind());
+  RendezvousOptions options;
+  options.path = rendezvousPath;
+  options.rank = rank;
+  options.nranks = nranks;
+  options.layoutHash = layout.hash() ^ (static_cast<uint64_t>(device->kind()) << 56);
+  options.timeoutS = env.rendezvousTimeoutS;
+  heap->rendezvous_ = std::make_unique<Rendezvous>(options, toBytes(mine));
+
+  try {
+    heap->peerMappings_.assign(nranks, 0);
+    std::vector<int64_t> offsets(nranks, 0);
+    for (int p = 0; p < nranks; ++p) {
+      if (p == rank) continue;
+      const std::vector<uint8_t>& bytes = heap->rendezvous_->payloads()[p];
+      IpcPayload theirs;
+      if (bytes.size() != sizeof theirs)
+        throw Error(ErrorCode::kRendezvous, "rank " + std::to_string(p) + " sent a malformed heap handle");
+      std::memcpy(&theirs, bytes.data(), sizeof theirs);
+      heap->peerMappings_[p] = device->openIpcHandle(theirs.handle);
+      offsets[p] = static_cast<int64_t>(heap->peerMappings_[p] - heap->base_);
+    }
+    heap->writeContext(offsets, env.waitTimeoutMs);
+    device->synchronize(nullptr);
+    // Nobody returns before everybody has mapped everybody: a kernel launched next may write into any peer.
+    heap->rendezvous_->barrier("heap setup");
+  } catch (const std::exception& e) {
+    heap->rendezvous_->abandon("rank " + std::to_string(rank) + " could not set up its heap: " + e.what());
+    throw;
+  }
+  return heap;
+}
+
+SymmetricHeap::~SymmetricHeap() {
+  for (DevicePtr mapped : peerMappings_) {
+    if (!mapped) continue;
+    try {
+      device_->closeIpcHandle(mapped);
+    } catch (...) {
+    }
+  }
+  if (rendezvous_) {
+    try {
+      // Peers may still map our memory until they have closed their handles too.
+      rendezvous_->barrier("heap teardown");
+    } catch (...) {
+      // A dead or late peer: free anyway, its mappings are its own problem now.
+    }
+  }
+  if (!shared_ && base_) {
+    try {
+      device_->free(base_);
+    } catch (...) {
+    }
+  }
+}
+
+DevicePtr SymmetricHeap::regionAddress(const std::string& name) const { return base_ + layout_.region(name).offset; }
+
+DevicePtr SymmetricHeap::peerAddress(int peer, DevicePtr localAddress) const {
+  if (peer < 0 || peer >= nranks_)
+    throw Error(ErrorCode::kInvalidArgument, "peer " + std::to_string(peer) + " is outside 0.." +
+                                                 std::to_string(nranks_ - 1));
+  if (localAddress < base_ || localAddress - base_ >= layout_.totalBytes())
+    throw Error(ErrorCode::kInvalidArgument, "address is not inside rank " + std::to_string(rank_) +
+                                                 "'s symmetric heap");
+  return localAddress + static_cast<uint64_t>(context_.peer_offset[peer]);
+}
+
+bool SymmetricHeap::usable() const {
+  std::lock_guard<std::mutex> lock(stateMutex_);
+  return usable_;
+}
+
+void SymmetricHeap::requireUsable() const {
+  std::lock_guard<std::mutex> lock(stateMutex_);
+  if (!usable_)
+    throw Error(ErrorCode::kHeapUnusable, "the symmetric heap of rank " + std::to_string(rank_) +
+                                              " is unusable after an earlier device error (" + unusableReason_ +
+                                              "); destroy it and create a new one");
+}
+
+void SymmetricHeap::markUnusable(const std::string& reason) {
+  std::lock_guard<std::mutex> lock(stateMutex_);
+  if (!usable_) return;
+  usable_ = false;
+  unusableReason_ = reason;
+}
+
+void SymmetricHeap::checkErrors(StreamHandle stream) {
+  requireUsable();
+  try {
+    device_->synchronize(stream);
+  } catch (const Error& e) {
+    const std::string message = "rank " + std::to_string(rank_) + ": " + e.what() +
+                                "; the symmetric heap is now marked unusable";
+    markUnusable(message);
+    throw Error(e.code(), message);
+  }
+  abi::DeviceError record{};
+  device_->copyDeviceToHost(&record, errorAddress(), sizeof record);
+  if (record.code == static_cast<uint64_t>(abi::ErrorCode::kNone)) return;
+  const std::string message = describeDeviceError(record) + "; the symmetric heap is now marked unusable";
+  markUnusable(message);
+  throw Error(ErrorCode::kDeviceError, message);
+}
+
+}  // namespace megamoe

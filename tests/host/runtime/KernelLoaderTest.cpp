@@ -1,0 +1,206 @@
+// KernelLoader over a temp cache (MEGAMOE_CACHE_DIR): hits, the miss message, the JIT hook, metadata errors and the
+// per-(device, digest) module cache, with modules loaded on the fake HIP device.
+#include <gtest/gtest.h>
+
+#include "TestSupport.h"
+#include "megamoe/Error.h"
+#include "megamoe/KernelLoader.h"
+
+namespace megamoe {
+namespace {
+
+std::vector<uint8_t> fakeImage(const std::string& text) {
+  std::vector<uint8_t> bytes(text.begin(), text.end());
+  bytes.push_back(0);
+  return bytes;
+}
+
+cache::KernelKey swigluKey() {
+  cache::KernelKey key;
+  key.kernel = "swiglu_fwd";
+  key.spec = {{"I", 2048}, {"clamp", 0}};
+  key.target = "gfx950";
+  key.options = "waves=8";
+  return key;
+}
+
+const char* kMetadata = R"({"symbol":"swiglu_fwd_kernel","block_threads":256,"shared_bytes":65536,
+                            "compile":{"ms":12,"passes":["a","b"]}})";
+
+// Unregisters the JIT hook however the test ends.
+struct JitGuard {
+  ~JitGuard() { KernelLoader::setJitCompiler(nullptr); }
+};
+
+class KernelLoaderTest : public ::testing::Test {
+ protected:
+  void SetUp() override { device = openBackend(BackendKind::kHip, test::FakeHip::path())->device(0); }
+  test::TempDir dir;
+  test::ScopedEnv cacheEnv{"MEGAMOE_CACHE_DIR", dir.path().c_str()};
+  std::shared_ptr<Device> device;
+};
+
+TEST_F(KernelLoaderTest, UsesMegamoeCacheDirAndFindsAnyFingerprint) {
+  KernelLoader loader;
+  EXPECT_EQ(loader.cacheRoot(), dir.path());
+  cache::KernelKey stored = swigluKey();
+  stored.fingerprint = "megamoe-0.1+llvm-22+gen-abc";
+  cache::KernelCache(dir.path()).store(stored, fakeImage("FAKEHIP\nswiglu_fwd_kernel 2\n"), kMetadata);
+
+  const cache::CacheEntry entry = loader.find(swigluKey(), "unused");
+  EXPECT_EQ(entry.key.fingerprint, stored.fingerprint);
+
+  auto kernel = loader.load(device, swigluKey(), "unused");
+  EXPECT_EQ(kernel->metadata().symbol, "swiglu_fwd_kernel");
+  EXPECT_EQ(kernel->metadata().blockThreads, 256);
+  EXPECT_EQ(kernel->metadata().sharedBytes, 65536);
+  EXPECT_EQ(kernel->digest(), stored.digest());
+}
+
+TEST_F(KernelLoaderTest, ModulesAreCachedPerDeviceAndDigest) {
+  cache::KernelKey stored = swigluKey();
+  stored.fingerprint = "fp";
+  cache::KernelCache(dir.path()).store(stored, fakeImage("FAKEHIP\nswiglu_fwd_kernel 2\n"), kMetadata);
+  auto& fake = test::FakeHip::get();
+  const int before = fake.modulesLoaded();
+  {
+    KernelLoader loader(dir.path());
+    auto a = loader.load(device, swigluKey(), "");
+    auto b = loader.load(device, swigluKey(), "");
+    EXPECT_EQ(a.get(), b.get());
+    EXPECT_EQ(fake.modulesLoaded(), before + 1);
+    auto other = openBackend(BackendKind::kHip, test::FakeHip::path())->device(1);
+    auto c = loader.load(other, swigluKey(), "");
+    EXPECT_NE(a.get(), c.get());
+    EXPECT_EQ(&c->device(), other.get());
+    EXPECT_EQ(fake.modulesLoaded(), before + 2);
+  }
+  EXPECT_EQ(fake.modulesLoaded(), before) << "modules must be unloaded with the loader's last reference";
+}
+
+TEST_F(KernelLoaderTest, MissNamesKeyDigestRootAndHint) {
+  KernelLoader loader;
+  const std::string hint = "megamoe-cache generate --kernel swiglu_fwd --spec I=2048,clamp=0 --target gfx950";
+  try {
+    loader.load(device, swigluKey(), hint);
+    FAIL() << "expected a miss";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_EQ(e.code(), ErrorCode::kKernelNotFound);
+    EXPECT_NE(what.find(swigluKey().describe()), std::string::npos) << what;
+    EXPECT_NE(what.find(swigluKey().lookupDigest()), std::string::npos) << what;
+    EXPECT_NE(what.find(dir.path()), std::string::npos) << what;
+    EXPECT_NE(what.find(hint), std::string::npos) << what;
+    EXPECT_NE(what.find("no JIT compiler"), std::string::npos) << what;
+  }
+}
+
+TEST_F(KernelLoaderTest, ExactFingerprintMissesAnOlderCompilersEntry) {
+  cache::KernelKey old = swigluKey();
+  old.fingerprint = "old";
+  cache::KernelCache(dir.path()).store(old, fakeImage("FAKEHIP\nswiglu_fwd_kernel 2\n"), kMetadata);
+  cache::KernelKey wanted = swigluKey();
+  wanted.fingerprint = "new";
+  KernelLoader loader;
+  try {
+    loader.find(wanted, "regenerate");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("exact digest " + wanted.digest()), std::string::npos) << e.what();
+  }
+}
+
+TEST_F(KernelLoaderTest, JitHookBuildsOnMiss) {
+  JitGuard guard;
+  int calls = 0;
+  cache::KernelKey seen;
+  KernelLoader::setJitCompiler([&](const cache::KernelKey& key) -> std::optional<cache::CacheEntry> {
+    ++calls;
+    seen = key;
+    cache::KernelKey withFingerprint = key;
+    withFingerprint.fingerprint = "jit";
+    return cache::KernelCache(dir.path()).store(withFingerprint, fakeImage("FAKEHIP\nswiglu_fwd_kernel 2\n"),
+                                                kMetadata);
+  });
+  EXPECT_TRUE(KernelLoader::hasJitCompiler());
+  KernelLoader loader;
+  auto kernel = loader.load(device, swigluKey(), "hint");
+  EXPECT_EQ(calls, 1);
+  EXPECT_EQ(seen.describe(), swigluKey().describe());
+  EXPECT_EQ(kernel->metadata().symbol, "swiglu_fwd_kernel");
+  loader.load(device, swigluKey(), "hint");  // now a cache hit
+  EXPECT_EQ(calls, 1);
+}
+
+TEST_F(KernelLoaderTest, JitHookThatCannotBuildIsReported) {
+  JitGuard guard;
+  KernelLoader::setJitCompiler([](const cache::KernelKey&) { return std::optional<cache::CacheEntry>(); });
+  KernelLoader loader;
+  try {
+    loader.find(swigluKey(), "hint");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kKernelNotFound);
+    EXPECT_NE(std::string(e.what()).find("JIT compiler could not build it"), std::string::npos) << e.what();
+  }
+  KernelLoader::setJitCompiler([](const cache::KernelKey&) -> std::optional<cache::CacheEntry> {
+    throw std::runtime_error("ptxas exploded");
+  });
+  try {
+    loader.find(swigluKey(), "hint");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("ptxas exploded"), std::string::npos) << e.what();
+  }
+}
+
+TEST_F(KernelLoaderTest, BadMetadataNamesTheEntry) {
+  cache::KernelKey stored = swigluKey();
+  stored.fingerprint = "fp";
+  const auto entry =
+      cache::KernelCache(dir.path()).store(stored, fakeImage("FAKEHIP\nswiglu_fwd_kernel 2\n"), R"({"symbol":"x"})");
+  KernelLoader loader;
+  try {
+    loader.load(device, swigluKey(), "");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kBadMetadata);
+    EXPECT_NE(std::string(e.what()).find(entry.dir), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("block_threads"), std::string::npos) << e.what();
+  }
+}
+
+TEST_F(KernelLoaderTest, MissingSymbolInTheCodeObjectIsADriverError) {
+  cache::KernelKey stored = swigluKey();
+  stored.fingerprint = "fp";
+  cache::KernelCache(dir.path()).store(stored, fakeImage("FAKEHIP\nother_kernel 1\n"), kMetadata);
+  auto& fake = test::FakeHip::get();
+  const int before = fake.modulesLoaded();
+  KernelLoader loader;
+  try {
+    loader.load(device, swigluKey(), "");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kDriverError);
+    EXPECT_NE(std::string(e.what()).find("hipModuleGetFunction(swiglu_fwd_kernel)"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("hipErrorNotFound"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(fake.modulesLoaded(), before) << "the module of a failed load must be unloaded";
+}
+
+TEST_F(KernelLoaderTest, TargetMismatchIsRejected) {
+  cache::KernelKey key = swigluKey();
+  key.target = "sm_90a";
+  KernelLoader loader;
+  try {
+    loader.load(device, key, "");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("targets sm_90a but hip device 0 runs gfx950"), std::string::npos)
+        << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace megamoe

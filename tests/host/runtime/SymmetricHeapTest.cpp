@@ -1,0 +1,196 @@
+// The symmetric heap over the fake HIP backend: the context it writes, both modes (mode B with fork()ed ranks and
+// fake IPC over shared memory), the device-error path and the unusable-heap policy, and teardown.
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "TestSupport.h"
+#include "megamoe/Error.h"
+#include "megamoe/Runtime.h"
+#include "megamoe/SymmetricHeap.h"
+
+namespace megamoe {
+namespace {
+
+const std::vector<RegionSpec> kRegions = {{"flags", 4096, 256}, {"pool", 1 << 20, 128}, {"counts", 24, 8}};
+
+RuntimeEnv fakeEnv() {
+  RuntimeEnv env = parseEnv();
+  env.hipLibrary = test::FakeHip::path();
+  env.waitTimeoutMs = 2500;
+  env.rendezvousTimeoutS = 10;
+  return env;
+}
+
+std::shared_ptr<Device> fakeDevice(int ordinal) {
+  return openBackend(BackendKind::kHip, test::FakeHip::path())->device(ordinal);
+}
+
+abi::DeviceContext readContext(const SymmetricHeap& heap) {
+  abi::DeviceContext ctx{};
+  heap.device().copyDeviceToHost(&ctx, heap.contextAddress(), sizeof ctx);
+  return ctx;
+}
+
+void writeError(const SymmetricHeap& heap, abi::DeviceError e) {
+  heap.device().copyHostToDevice(heap.errorAddress(), &e, sizeof e);
+}
+
+TEST(SymmetricHeap, ModeAWritesContextsWithUvaOffsets) {
+  const int liveBefore = test::FakeHip::get().liveAllocations();
+  {
+    std::vector<std::shared_ptr<Device>> devices = {fakeDevice(0), fakeDevice(1), fakeDevice(2), fakeDevice(3)};
+    auto heaps = SymmetricHeap::createSingleProcess(devices, kRegions, fakeEnv());
+    ASSERT_EQ(heaps.size(), 4u);
+    EXPECT_EQ(test::FakeHip::get().liveAllocations(), liveBefore + 4);
+    for (int i = 0; i < 4; ++i)
+      for (int j = 0; j < 4; ++j)
+        if (i != j) EXPECT_EQ(test::FakeHip::get().peerEnabled(i, j), 1) << i << "->" << j;
+    for (int r = 0; r < 4; ++r) {
+      const SymmetricHeap& heap = *heaps[r];
+      const abi::DeviceContext ctx = readContext(heap);
+      EXPECT_EQ(ctx.heap_base, heap.base());
+      EXPECT_EQ(ctx.rank, static_cast<uint32_t>(r));
+      EXPECT_EQ(ctx.nranks, 4u);
+      EXPECT_EQ(ctx.timeout_ns, 2500ull * 1000 * 1000);
+      EXPECT_EQ(ctx.error, heap.errorAddress());
+      EXPECT_EQ(ctx.epoch, 0u);
+      for (int p = 0; p < 4; ++p) {
+        EXPECT_EQ(heap.base() + static_cast<uint64_t>(ctx.peer_offset[p]), heaps[p]->base());
+        // The same region on the peer is at the same offset from the peer's base.
+        EXPECT_EQ(heap.peerAddress(p, heap.regionAddress("pool")), heaps[p]->regionAddress("pool"));
+      }
+      for (int p = 4; p < abi::kMaxRanks; ++p) EXPECT_EQ(ctx.peer_offset[p], 0);
+      EXPECT_EQ(std::memcmp(&ctx, &heap.context(), sizeof ctx), 0);
+      // User regions start zeroed (the fake's fresh memory is 0xA5).
+      std::vector<uint8_t> flags(4096, 0xff);
+      heap.device().copyDeviceToHost(flags.data(), heap.regionAddress("flags"), flags.size());
+      EXPECT_EQ(std::count(flags.begin(), flags.end(), 0), 4096);
+    }
+    // Writing through a peer address lands in the peer's heap (one address space in the fake, as with UVA).
+    const uint64_t value = 42;
+    heaps[0]->device().copyHostToDevice(heaps[0]->peerAddress(2, heaps[0]->regionAddress("counts")), &value, 8);
+    uint64_t seen = 0;
+    heaps[2]->device().copyDeviceToHost(&seen, heaps[2]->regionAddress("counts"), 8);
+    EXPECT_EQ(seen, value);
+    // Destroying one heap of the group leaves the others' memory valid.
+    heaps[1].reset();
+    EXPECT_EQ(test::FakeHip::get().liveAllocations(), liveBefore + 4);
+  }
+  EXPECT_EQ(test::FakeHip::get().liveAllocations(), liveBefore) << "the last heap of the group frees all";
+}
+
+TEST(SymmetricHeap, ModeARejectsBadDeviceLists) {
+  EXPECT_THROW(SymmetricHeap::createSingleProcess({}, kRegions, fakeEnv()), Error);
+  EXPECT_THROW(SymmetricHeap::createSingleProcess({fakeDevice(0), fakeDevice(0)}, kRegions, fakeEnv()), Error);
+  test::ScopedEnv noP2P("FAKEHIP_NO_P2P", "1");
+  try {
+    SymmetricHeap::createSingleProcess({fakeDevice(0), fakeDevice(1)}, kRegions, fakeEnv());
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kUnsupported);
+    EXPECT_NE(std::string(e.what()).find("device 0 cannot access device 1"), std::string::npos) << e.what();
+  }
+}
+
+TEST(SymmetricHeap, DeviceErrorBecomesAnErrorAndMarksTheHeapUnusable) {
+  auto heaps = SymmetricHeap::createSingleProcess({fakeDevice(0)}, kRegions, fakeEnv());
+  SymmetricHeap& heap = *heaps[0];
+  heap.checkErrors();  // clean
+  EXPECT_TRUE(heap.usable());
+  writeError(heap, {static_cast<uint64_t>(abi::ErrorCode::kWaitTimeout), 0, 7, 3, 4, 12});
+  try {
+    heap.checkErrors(nullptr);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kDeviceError);
+    EXPECT_STREQ(e.what(),
+                 "rank 0: cross-rank wait timed out on flag 7 (seen 3, expected 4) in block 12; the symmetric heap is "
+                 "now marked unusable");
+  }
+  EXPECT_FALSE(heap.usable());
+  try {
+    heap.requireUsable();
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kHeapUnusable);
+    EXPECT_NE(std::string(e.what()).find("unusable after an earlier device error (rank 0: cross-rank wait"),
+              std::string::npos)
+        << e.what();
+  }
+  // Clearing the record does not make the heap usable again: flags may be half-advanced.
+  writeError(heap, {});
+  EXPECT_THROW(heap.checkErrors(), Error);
+}
+
+TEST(SymmetricHeap, DescribesEveryDeviceErrorCode) {
+  using abi::ErrorCode;
+  EXPECT_EQ(describeDeviceError({uint64_t(ErrorCode::kBadIndex), 1, 9, 300, 256, 5}),
+            "rank 1: index out of range at site 9 (value 300, bound 256) in block 5");
+  EXPECT_EQ(describeDeviceError({uint64_t(ErrorCode::kCapacity), 2, 3, 9000, 8192, 0}),
+            "rank 2: capacity exceeded at site 3 (needed 9000, capacity 8192) in block 0");
+  EXPECT_EQ(describeDeviceError({77, 3, 1, 2, 3, 4}),
+            "rank 3: unknown device error code 77 (flag 1, seen 2, expected 3) in block 4");
+}
+
+TEST(SymmetricHeap, ModeBSingleRankNeedsNoRendezvous) {
+  auto heap = SymmetricHeap::createMultiProcess(fakeDevice(0), kRegions, 0, 1, "", fakeEnv());
+  const abi::DeviceContext ctx = readContext(*heap);
+  EXPECT_EQ(ctx.nranks, 1u);
+  EXPECT_EQ(ctx.peer_offset[0], 0);
+  heap->checkErrors();
+}
+
+TEST(SymmetricHeap, ModeBAcrossForkedRanksMapsEveryPeer) {
+  test::TempDir dir;
+  const std::string path = dir.file("heap.sock");
+  const int nranks = 3;
+  std::vector<std::unique_ptr<test::Child>> ranks;
+  for (int r = 0; r < nranks; ++r) {
+    ranks.push_back(std::make_unique<test::Child>([=]() -> std::string {
+      auto heap = SymmetricHeap::createMultiProcess(fakeDevice(r), kRegions, r, nranks, path, fakeEnv());
+      auto fail = [&](const std::string& why) { throw std::runtime_error("rank " + std::to_string(r) + ": " + why); };
+      const abi::DeviceContext ctx = readContext(*heap);
+      if (ctx.rank != static_cast<uint32_t>(r) || ctx.nranks != nranks) fail("bad rank fields");
+      if (ctx.peer_offset[r] != 0) fail("own offset is not 0");
+      // Every peer's context, read through the mapping, names that peer: the mappings point at the right heaps.
+      for (int p = 0; p < nranks; ++p) {
+        abi::DeviceContext peer{};
+        heap->device().copyDeviceToHost(&peer, heap->peerAddress(p, heap->contextAddress()), sizeof peer);
+        if (peer.rank != static_cast<uint32_t>(p)) fail("peer " + std::to_string(p) + "'s context is wrong");
+      }
+      if (test::FakeHip::get().openIpcMappings() != nranks - 1) fail("expected one mapping per peer");
+      heap.reset();  // teardown: close mappings, barrier, free
+      if (test::FakeHip::get().openIpcMappings() != 0) fail("mappings left open after teardown");
+      return "ok";
+    }));
+  }
+  for (auto& c : ranks) {
+    const test::ChildOutcome o = c->wait(30);
+    ASSERT_TRUE(o.finished);
+    EXPECT_TRUE(o.ok) << o.text;
+  }
+}
+
+TEST(SymmetricHeap, ModeBWithDifferentRegionsNamesTheRank) {
+  test::TempDir dir;
+  const std::string path = dir.file("heap.sock");
+  std::vector<std::unique_ptr<test::Child>> ranks;
+  for (int r = 0; r < 2; ++r) {
+    ranks.push_back(std::make_unique<test::Child>([=]() -> std::string {
+      std::vector<RegionSpec> regions = kRegions;
+      if (r == 1) regions[1].size *= 2;  // rank 1 sized its pool differently
+      SymmetricHeap::createMultiProcess(fakeDevice(r), regions, r, 2, path, fakeEnv());
+      return "ok";
+    }));
+  }
+  for (auto& c : ranks) {
+    const test::ChildOutcome o = c->wait(30);
+    ASSERT_TRUE(o.finished);
+    EXPECT_FALSE(o.ok);
+    EXPECT_NE(o.text.find("rank 1's heap layout"), std::string::npos) << o.text;
+  }
+}
+
+}  // namespace
+}  // namespace megamoe

@@ -1,0 +1,152 @@
+/* The C ABI compiled as C: the header must be valid C, and every error path must come back as a status plus a
+ * message, never a crash. Runs on the fake HIP library (MEGAMOE_FAKE_HIP_PATH) so that it needs no GPU. */
+#define _POSIX_C_SOURCE 200809L
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "megamoe/megamoe.h"
+
+static int failures = 0;
+
+#define CHECK(cond)                                                  \
+  do {                                                               \
+    if (!(cond)) {                                                   \
+      fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
+      ++failures;                                                    \
+    }                                                                \
+  } while (0)
+
+#define CHECK_STATUS(call, expected)                                                                  \
+  do {                                                                                                \
+    int status_ = (call);                                                                             \
+    if (status_ != (expected)) {                                                                      \
+      fprintf(stderr, "%s:%d: %s returned %d (%s), expected %d; last error: %s\n", __FILE__, __LINE__, \
+              #call, status_, megamoe_status_name(status_), (expected), megamoe_last_error());        \
+      ++failures;                                                                                     \
+    }                                                                                                 \
+  } while (0)
+
+static int contains(const char* haystack, const char* needle) { return strstr(haystack, needle) != NULL; }
+
+/* Device error record words (compiler/abi/DeviceAbi.h): code, rank, flag, seen, expected, block. */
+static void inject_wait_timeout(uint64_t context_address) {
+  /* On the fake backend device memory is host memory; DeviceContext.error is the word after heap_base,
+   * peer_offset[8], rank+nranks and timeout_ns. */
+  const uint64_t* context = (const uint64_t*)(uintptr_t)context_address;
+  uint64_t* record = (uint64_t*)(uintptr_t)context[1 + 8 + 1 + 1];
+  record[1] = 0;
+  record[2] = 7;
+  record[3] = 3;
+  record[4] = 4;
+  record[5] = 12;
+  record[0] = 1;
+}
+
+int main(void) {
+  char cache_dir[] = "/tmp/megamoe-capi-XXXXXX";
+  megamoe_runtime* runtime = NULL;
+  megamoe_kernel* kernel = NULL;
+  megamoe_heap* heap = NULL;
+  uint64_t address = 0;
+  int count = -1;
+
+  CHECK(strcmp(megamoe_last_error(), "") == 0);
+  CHECK(strcmp(megamoe_status_name(MEGAMOE_ERROR_KERNEL_NOT_FOUND), "kernel not found") == 0);
+  CHECK(strcmp(megamoe_status_name(-3), "unknown status") == 0);
+
+  /* Null arguments. */
+  CHECK_STATUS(megamoe_runtime_create("hip", 0, NULL), MEGAMOE_ERROR_INVALID_ARGUMENT);
+  CHECK(contains(megamoe_last_error(), "out must not be NULL"));
+  CHECK_STATUS(megamoe_runtime_destroy(NULL), MEGAMOE_OK);
+  CHECK(strcmp(megamoe_last_error(), "") == 0);
+  CHECK_STATUS(megamoe_heap_destroy(NULL), MEGAMOE_OK);
+  CHECK_STATUS(megamoe_check_errors(NULL, NULL), MEGAMOE_ERROR_INVALID_ARGUMENT);
+  CHECK_STATUS(megamoe_launch(NULL, NULL, NULL, NULL, NULL, NULL), MEGAMOE_ERROR_INVALID_ARGUMENT);
+
+  /* Missing driver and bad names. */
+  setenv("MEGAMOE_CUDA_LIBRARY", "/nonexistent/libcuda.so.1", 1);
+  CHECK_STATUS(megamoe_runtime_create("cuda", 0, &runtime), MEGAMOE_ERROR_DRIVER_NOT_FOUND);
+  CHECK(runtime == NULL);
+  CHECK(contains(megamoe_last_error(), "CUDA driver /nonexistent/libcuda.so.1 not found"));
+  CHECK_STATUS(megamoe_runtime_create("opencl", 0, &runtime), MEGAMOE_ERROR_INVALID_ARGUMENT);
+  setenv("MEGAMOE_WAIT_TIMEOUT_MS", "soon", 1);
+  CHECK_STATUS(megamoe_runtime_create("hip", 0, &runtime), MEGAMOE_ERROR_INVALID_ENV);
+  CHECK(contains(megamoe_last_error(), "MEGAMOE_WAIT_TIMEOUT_MS='soon'"));
+  unsetenv("MEGAMOE_WAIT_TIMEOUT_MS");
+
+  /* A runtime on the fake HIP device. */
+  if (!mkdtemp(cache_dir)) return 2;
+  setenv("MEGAMOE_CACHE_DIR", cache_dir, 1);
+  setenv("MEGAMOE_HIP_LIBRARY", MEGAMOE_FAKE_HIP_PATH, 1);
+  CHECK_STATUS(megamoe_device_count("hip", &count), MEGAMOE_OK);
+  CHECK(count == 4);
+  CHECK_STATUS(megamoe_runtime_create("hip", 9, &runtime), MEGAMOE_ERROR_INVALID_ARGUMENT);
+  CHECK(contains(megamoe_last_error(), "HIP device 9 does not exist"));
+  CHECK_STATUS(megamoe_runtime_create("hip", 0, &runtime), MEGAMOE_OK);
+  if (!runtime) return 1;
+
+  {
+    megamoe_spec_entry spec[2] = {{"I", 2048}, {"clamp", 0}};
+    megamoe_kernel_key key;
+    memset(&key, 0, sizeof key);
+    key.kernel = "swiglu_fwd";
+    key.spec = spec;
+    key.spec_count = 2;
+    CHECK_STATUS(megamoe_kernel_load(runtime, &key, "megamoe-cache generate swiglu_fwd", &kernel),
+                 MEGAMOE_ERROR_KERNEL_NOT_FOUND);
+    CHECK(kernel == NULL);
+    CHECK(contains(megamoe_last_error(), "swiglu_fwd[I=2048,clamp=0]@gfx950"));
+    CHECK(contains(megamoe_last_error(), cache_dir));
+    CHECK(contains(megamoe_last_error(), "megamoe-cache generate swiglu_fwd"));
+    key.kernel = NULL;
+    CHECK_STATUS(megamoe_kernel_load(runtime, &key, NULL, &kernel), MEGAMOE_ERROR_INVALID_ARGUMENT);
+  }
+
+  {
+    megamoe_region_spec regions[2] = {{"flags", 4096, 256}, {"pool", 1u << 20, 128}};
+    megamoe_region_spec bad[1] = {{"zero", 0, 16}};
+    CHECK_STATUS(megamoe_heap_create(runtime, bad, 1, 0, 1, NULL, &heap), MEGAMOE_ERROR_INVALID_ARGUMENT);
+    CHECK(contains(megamoe_last_error(), "'zero' has size 0"));
+    CHECK_STATUS(megamoe_heap_create(runtime, regions, 2, 0, 2, NULL, &heap), MEGAMOE_ERROR_INVALID_ARGUMENT);
+    CHECK_STATUS(megamoe_heap_create(runtime, regions, 2, 0, 1, NULL, &heap), MEGAMOE_OK);
+    if (!heap) return 1;
+    CHECK_STATUS(megamoe_heap_region(heap, "flags", &address), MEGAMOE_OK);
+    CHECK(address != 0 && address % 256 == 0);
+    CHECK_STATUS(megamoe_heap_region(heap, "nope", &address), MEGAMOE_ERROR_INVALID_ARGUMENT);
+    CHECK(contains(megamoe_last_error(), "no region 'nope'"));
+    CHECK_STATUS(megamoe_heap_context(heap, &address), MEGAMOE_OK);
+    CHECK_STATUS(megamoe_check_errors(heap, NULL), MEGAMOE_OK);
+    inject_wait_timeout(address);
+    CHECK_STATUS(megamoe_check_errors(heap, NULL), MEGAMOE_ERROR_DEVICE);
+    CHECK(contains(megamoe_last_error(), "rank 0: cross-rank wait timed out on flag 7 (seen 3, expected 4) in block 12"));
+    CHECK_STATUS(megamoe_check_errors(heap, NULL), MEGAMOE_ERROR_HEAP_UNUSABLE);
+    CHECK_STATUS(megamoe_heap_destroy(heap), MEGAMOE_OK);
+  }
+
+  {
+    megamoe_heap* heaps[2] = {NULL, NULL};
+    megamoe_runtime* second = NULL;
+    megamoe_runtime* both[2];
+    megamoe_region_spec regions[1] = {{"flags", 64, 64}};
+    CHECK_STATUS(megamoe_runtime_create("hip", 1, &second), MEGAMOE_OK);
+    both[0] = runtime;
+    both[1] = second;
+    CHECK_STATUS(megamoe_heap_create_local(both, 2, regions, 1, heaps), MEGAMOE_OK);
+    CHECK(heaps[0] != NULL && heaps[1] != NULL);
+    CHECK_STATUS(megamoe_heap_destroy(heaps[0]), MEGAMOE_OK);
+    CHECK_STATUS(megamoe_heap_destroy(heaps[1]), MEGAMOE_OK);
+    CHECK_STATUS(megamoe_runtime_destroy(second), MEGAMOE_OK);
+  }
+
+  CHECK_STATUS(megamoe_runtime_destroy(runtime), MEGAMOE_OK);
+  {
+    char command[128];
+    snprintf(command, sizeof command, "rm -rf '%s'", cache_dir);
+    if (system(command) != 0) fprintf(stderr, "could not remove %s\n", cache_dir);
+  }
+  if (failures) fprintf(stderr, "%d check(s) failed\n", failures);
+  else printf("c_abi_test: all checks passed\n");
+  return failures ? 1 : 0;
+}
