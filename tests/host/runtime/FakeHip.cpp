@@ -52,8 +52,19 @@ struct FakeModule {
   std::vector<FakeFunction*> functions;
 };
 
+// A launch recorded while its stream was capturing; parameters kept as each one's first 8 bytes (as FakeHipLaunch).
+struct RecordedLaunch {
+  const FakeFunction* function;
+  unsigned grid[3], block[3], shared;
+  std::vector<uint64_t> params;
+};
+struct FakeGraph {
+  std::vector<RecordedLaunch> launches;
+};
+
 struct State {
   std::mutex mutex;
+  std::map<void*, FakeGraph*> capturing;  // stream -> graph being recorded
   std::map<void*, Allocation> allocations;
   std::map<std::string, int> calls;
   std::vector<FakeHipLaunch> launches;
@@ -302,15 +313,15 @@ hipError_t hipModuleGetFunction(void** function, void* module, const char* name)
     }
   return kNotFound;
 }
-hipError_t hipModuleLaunchKernel(void* function, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
-                                 unsigned bz, unsigned shared, void* stream, void** params, void** extra) {
-  record("hipModuleLaunchKernel");
-  if (extra) return kInvalidValue;
-  const auto* f = static_cast<const FakeFunction*>(function);
+}  // extern "C"
+
+namespace {
+void launchNow(const FakeFunction* f, const unsigned grid[3], const unsigned block[3], unsigned shared, void* stream,
+               void** params) {
   FakeHipLaunch launch{};
   std::snprintf(launch.name, sizeof launch.name, "%s", f->name.c_str());
-  launch.grid[0] = gx, launch.grid[1] = gy, launch.grid[2] = gz;
-  launch.block[0] = bx, launch.block[1] = by, launch.block[2] = bz;
+  std::memcpy(launch.grid, grid, sizeof launch.grid);
+  std::memcpy(launch.block, block, sizeof launch.block);
   launch.sharedBytes = shared;
   launch.stream = stream;
   launch.device = currentDevice;
@@ -319,6 +330,77 @@ hipError_t hipModuleLaunchKernel(void* function, unsigned gx, unsigned gy, unsig
   runFakeKernel(*f, params);
   std::lock_guard<std::mutex> lock(state().mutex);
   state().launches.push_back(launch);
+}
+}  // namespace
+
+extern "C" {
+
+hipError_t hipModuleLaunchKernel(void* function, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                                 unsigned bz, unsigned shared, void* stream, void** params, void** extra) {
+  record("hipModuleLaunchKernel");
+  if (extra) return kInvalidValue;
+  const auto* f = static_cast<const FakeFunction*>(function);
+  const unsigned grid[3] = {gx, gy, gz}, block[3] = {bx, by, bz};
+  {
+    std::lock_guard<std::mutex> lock(state().mutex);
+    auto capture = state().capturing.find(stream);
+    if (capture != state().capturing.end()) {
+      RecordedLaunch recorded{f, {gx, gy, gz}, {bx, by, bz}, shared, {}};
+      for (int i = 0; i < f->nparams && i < 16; ++i) {
+        uint64_t value = 0;
+        std::memcpy(&value, params[i], sizeof value);
+        recorded.params.push_back(value);
+      }
+      capture->second->launches.push_back(std::move(recorded));
+      return kSuccess;
+    }
+  }
+  launchNow(f, grid, block, shared, stream, params);
+  return kSuccess;
+}
+// Graphs: capture records the stream's kernel launches (copies still run at once); launching the instantiated
+// graph replays them.
+hipError_t hipStreamBeginCapture(void* stream, int) {
+  record("hipStreamBeginCapture");
+  std::lock_guard<std::mutex> lock(state().mutex);
+  if (!stream || state().capturing.count(stream)) return kInvalidValue;
+  state().capturing[stream] = new FakeGraph;
+  return kSuccess;
+}
+hipError_t hipStreamEndCapture(void* stream, void** graph) {
+  record("hipStreamEndCapture");
+  std::lock_guard<std::mutex> lock(state().mutex);
+  auto capture = state().capturing.find(stream);
+  if (capture == state().capturing.end()) return kInvalidValue;
+  *graph = capture->second;
+  state().capturing.erase(capture);
+  return kSuccess;
+}
+hipError_t hipGraphInstantiateWithFlags(void** exec, void* graph, unsigned long long) {
+  record("hipGraphInstantiateWithFlags");
+  if (!graph) return kInvalidValue;
+  *exec = new FakeGraph(*static_cast<FakeGraph*>(graph));
+  return kSuccess;
+}
+hipError_t hipGraphLaunch(void* exec, void* stream) {
+  record("hipGraphLaunch");
+  if (!exec) return kInvalidValue;
+  for (const RecordedLaunch& l : static_cast<FakeGraph*>(exec)->launches) {
+    std::vector<uint64_t> values = l.params;
+    std::vector<void*> params;
+    for (uint64_t& v : values) params.push_back(&v);
+    launchNow(l.function, l.grid, l.block, l.shared, stream, params.data());
+  }
+  return kSuccess;
+}
+hipError_t hipGraphExecDestroy(void* exec) {
+  record("hipGraphExecDestroy");
+  delete static_cast<FakeGraph*>(exec);
+  return kSuccess;
+}
+hipError_t hipGraphDestroy(void* graph) {
+  record("hipGraphDestroy");
+  delete static_cast<FakeGraph*>(graph);
   return kSuccess;
 }
 hipError_t hipDeviceCanAccessPeer(int* can, int, int) {

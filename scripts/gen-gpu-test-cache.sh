@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Generates every sm_90a kernel the GPU tests (gpu_kernels_test, gpu_comm_test) load into the cache directory $1, so
+# that a machine without a compiler can run them: MEGAMOE_CACHE_DIR=$1 build/tests/gpu/gpu_kernels_test.
+# Usage: scripts/gen-gpu-test-cache.sh DIR   (MEGAMOE_CACHE_TOOL overrides build/bin/megamoe-cache)
+set -euo pipefail
+if [ $# -ne 1 ]; then
+  echo "usage: $0 CACHE_DIR" >&2
+  exit 2
+fi
+cd "$(dirname "$0")/.."
+tool=${MEGAMOE_CACHE_TOOL:-build/bin/megamoe-cache}
+dir=$1
+mkdir -p "$dir"
+
+# kernel and --spec, one per line ("-" for a kernel without constants). DeepSeek-V3: H=7168, I=2048.
+kernels=(
+  "swiglu_fwd I=2048,clamp_milli=0"
+  "swiglu_fwd I=2048,clamp_milli=7000"
+  "gemm_nt N=256,K=128"
+  "gemm_nt N=4096,K=7168"   # L1: [M, H] x [2I, H]^T
+  "gemm_nt N=7168,K=2048"   # L2: [M, I] x [H, I]^T
+  "epoch_advance -"
+  "ping_pong rounds=64"
+  "ping_pong rounds=2"      # the CUDA-graph replay test
+  "a2a_rows H=7168"
+  "peer_store -"
+)
+for entry in "${kernels[@]}"; do
+  read -r kernel spec <<<"$entry"
+  args=(generate --kernel "$kernel" --targets sm_90a --cache-dir "$dir" --quiet)
+  if [ "$spec" != "-" ]; then args+=(--spec "$spec"); fi
+  # The tool's exit status says whether the kernel compiled and passed its static checks.
+  if ! out=$("$tool" "${args[@]}" 2>&1); then
+    echo "$out" >&2
+    echo "failed: $tool ${args[*]}" >&2
+    exit 1
+  fi
+  grep -E "^$kernel" <<<"$out" || true
+done
+echo "GPU test kernels are in $dir"

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Runs on the GPU machine from the repository root, over what scripts/gpu-stage.sh put into .carry/:
+# SASS check of every cached cubin, the GPU test tier, and the benchmarks. Logs and JSON go to $OUT.
+#   usage: scripts/gpu-run.sh [sass] [tests] [gemm] [layer]   (default: all that exist)
+set -uo pipefail
+OUT=${OUT:-/tmp/megamoe-out}; mkdir -p "$OUT"
+export MEGAMOE_CACHE_DIR=$PWD/.carry/cache
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
+steps=${*:-sass tests gemm}
+nvidia-smi -L | tee "$OUT/machine.txt"; date -u | tee -a "$OUT/machine.txt"
+for step in $steps; do
+  case $step in
+    sass)
+      # Every cached sm_90a cubin disassembled: HGMMA must appear exactly where the kernel uses the MMA tile.
+      for d in .carry/cache/entries/*/; do
+        grep -q '"target": *"sm_90a"' "$d/manifest.json" || continue
+        name=$(python3 -c "import json,sys; m=json.load(open('$d/manifest.json')); print(m['kernel'])")
+        cp "$d/code.bin" /tmp/k.cubin
+        n=$(cuobjdump -sass /tmp/k.cubin | grep -c HGMMA)
+        echo "SASS $name HGMMA=$n $(cuobjdump -sass /tmp/k.cubin | grep -o 'HGMMA\.[0-9A-Za-z.]*' | sort -u | head -2 | tr '\n' ' ')"
+      done 2>&1 | tee "$OUT/sass.txt" ;;
+    tests)
+      for t in .carry/bin/gpu_*_test; do
+        echo "== $t"; timeout 300 "$t" 2>&1 | tail -60
+      done 2>&1 | tee "$OUT/gpu-tests.txt" ;;
+    gemm)
+      timeout 500 python3 tools/megamoe-bench/megamoe-bench gemm --lib .carry/lib/libmegamoe.so \
+        --json "$OUT/gemm.json" ${GEMM_CASES:+--cases $GEMM_CASES} 2>&1 | tee "$OUT/gemm.txt" ;;
+  esac
+done

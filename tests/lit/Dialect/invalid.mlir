@@ -1,0 +1,315 @@
+// One expected-error per verifier rule of the megamoe ops (compiler/lib/Dialect/MegaMoe.cpp).
+// RUN: megamoe-opt %s -split-input-file -verify-diagnostics
+
+//===----------------------------------------------------------------------===//
+// tile_copy
+//===----------------------------------------------------------------------===//
+
+llvm.func @tile_copy_global_to_global(%src: !llvm.ptr<1>, %dst: !llvm.ptr<1>, %i: i32) {
+  // expected-error @+1 {{copies between memory levels: one side must be global (address space 0 or 1) and the other shared (address space 3)}}
+  megamoe.tile_copy %src[%i], %dst[%i] rows_valid %i {rows = 64, cols = 64, threads = 128, elem = bf16, swizzle = 0 : i32} : !llvm.ptr<1> -> !llvm.ptr<1>
+  llvm.return
+}
+
+// -----
+
+llvm.func @tile_copy_shared_to_shared(%src: !llvm.ptr<3>, %dst: !llvm.ptr<3>, %i: i32) {
+  // expected-error @+1 {{copies between memory levels}}
+  megamoe.tile_copy %src[%i], %dst[%i] rows_valid %i {rows = 64, cols = 64, threads = 128, elem = bf16, swizzle = 0 : i32} : !llvm.ptr<3> -> !llvm.ptr<3>
+  llvm.return
+}
+
+// -----
+
+// Address space 5 (AMDGPU private) is neither global nor shared.
+llvm.func @tile_copy_private(%src: !llvm.ptr<5>, %dst: !llvm.ptr<3>, %i: i32) {
+  // expected-error @+1 {{copies between memory levels}}
+  megamoe.tile_copy %src[%i], %dst[%i] rows_valid %i {rows = 64, cols = 64, threads = 128, elem = bf16, swizzle = 0 : i32} : !llvm.ptr<5> -> !llvm.ptr<3>
+  llvm.return
+}
+
+// -----
+
+llvm.func @tile_copy_bad_elem(%src: !llvm.ptr<1>, %dst: !llvm.ptr<3>, %i: i32) {
+  // expected-error @+1 {{element type must be bf16, f16 or f32, got 'i32'}}
+  megamoe.tile_copy %src[%i], %dst[%i] rows_valid %i {rows = 64, cols = 64, threads = 128, elem = i32, swizzle = 0 : i32} : !llvm.ptr<1> -> !llvm.ptr<3>
+  llvm.return
+}
+
+// -----
+
+llvm.func @tile_copy_zero_rows(%src: !llvm.ptr<1>, %dst: !llvm.ptr<3>, %i: i32) {
+  // expected-error @+1 {{rows, cols and threads must be positive}}
+  megamoe.tile_copy %src[%i], %dst[%i] rows_valid %i {rows = 0, cols = 64, threads = 128, elem = bf16, swizzle = 0 : i32} : !llvm.ptr<1> -> !llvm.ptr<3>
+  llvm.return
+}
+
+// -----
+
+llvm.func @tile_copy_negative_cols(%src: !llvm.ptr<1>, %dst: !llvm.ptr<3>, %i: i32) {
+  // expected-error @+1 {{rows, cols and threads must be positive}}
+  megamoe.tile_copy %src[%i], %dst[%i] rows_valid %i {rows = 64, cols = -64, threads = 128, elem = bf16, swizzle = 0 : i32} : !llvm.ptr<1> -> !llvm.ptr<3>
+  llvm.return
+}
+
+// -----
+
+llvm.func @tile_copy_zero_threads(%src: !llvm.ptr<1>, %dst: !llvm.ptr<3>, %i: i32) {
+  // expected-error @+1 {{rows, cols and threads must be positive}}
+  megamoe.tile_copy %src[%i], %dst[%i] rows_valid %i {rows = 64, cols = 64, threads = 0, elem = bf16, swizzle = 0 : i32} : !llvm.ptr<1> -> !llvm.ptr<3>
+  llvm.return
+}
+
+// -----
+
+// 12 bf16 = 24 bytes: not a whole number of 16-byte chunks.
+llvm.func @tile_copy_row_not_16_bytes(%src: !llvm.ptr<1>, %dst: !llvm.ptr<3>, %i: i32) {
+  // expected-error @+1 {{a tile row must be a multiple of 16 bytes, got 24}}
+  megamoe.tile_copy %src[%i], %dst[%i] rows_valid %i {rows = 64, cols = 12, threads = 128, elem = bf16, swizzle = 0 : i32} : !llvm.ptr<1> -> !llvm.ptr<3>
+  llvm.return
+}
+
+// -----
+
+// 4 rows x 8 chunks = 32 chunks for 128 threads.
+llvm.func @tile_copy_chunks_not_divisible(%src: !llvm.ptr<3>, %dst: !llvm.ptr<1>, %i: i32) {
+  // expected-error @+1 {{the tile's 16-byte chunks (32) must divide evenly among 128 threads}}
+  megamoe.tile_copy %src[%i], %dst[%i] rows_valid %i {rows = 4, cols = 64, threads = 128, elem = bf16, swizzle = 0 : i32} : !llvm.ptr<3> -> !llvm.ptr<1>
+  llvm.return
+}
+
+// -----
+
+llvm.func @tile_copy_b128_short_rows(%src: !llvm.ptr<1>, %dst: !llvm.ptr<3>, %i: i32) {
+  // expected-error @+1 {{b128 swizzle needs 128-byte rows and a multiple of 8 rows, got 64-byte rows x 64}}
+  megamoe.tile_copy %src[%i], %dst[%i] rows_valid %i {rows = 64, cols = 32, threads = 128, elem = bf16, swizzle = 1 : i32} : !llvm.ptr<1> -> !llvm.ptr<3>
+  llvm.return
+}
+
+// -----
+
+// 128-byte rows (f32), but 4 rows do not fill the 8-row swizzle period.
+llvm.func @tile_copy_b128_rows_not_multiple_of_8(%src: !llvm.ptr<1>, %dst: !llvm.ptr<3>, %i: i32) {
+  // expected-error @+1 {{b128 swizzle needs 128-byte rows and a multiple of 8 rows, got 128-byte rows x 4}}
+  megamoe.tile_copy %src[%i], %dst[%i] rows_valid %i {rows = 4, cols = 32, threads = 32, elem = f32, swizzle = 1 : i32} : !llvm.ptr<1> -> !llvm.ptr<3>
+  llvm.return
+}
+
+// -----
+
+llvm.func @tile_copy_transpose_store(%src: !llvm.ptr<3>, %dst: !llvm.ptr<1>, %i: i32) {
+  // expected-error @+1 {{transpose is only supported for loads (global -> shared)}}
+  megamoe.tile_copy %src[%i], %dst[%i] rows_valid %i {rows = 64, cols = 64, threads = 128, elem = bf16, swizzle = 0 : i32, transpose} : !llvm.ptr<3> -> !llvm.ptr<1>
+  llvm.return
+}
+
+// -----
+
+// 32 bf16 source rows make 64-byte shared rows.
+llvm.func @tile_copy_transpose_short_shared_rows(%src: !llvm.ptr<1>, %dst: !llvm.ptr<3>, %i: i32) {
+  // expected-error @+1 {{a transposing copy needs 128-byte shared rows (rows * element bytes == 128) and cols a multiple of 8, got 32 x 64}}
+  megamoe.tile_copy %src[%i], %dst[%i] rows_valid %i {rows = 32, cols = 64, threads = 128, elem = bf16, swizzle = 1 : i32, transpose} : !llvm.ptr<1> -> !llvm.ptr<3>
+  llvm.return
+}
+
+// -----
+
+// 32 f32 rows make 128-byte shared rows, but 12 columns (three 16-byte chunks a row) are not a multiple of 8.
+llvm.func @tile_copy_transpose_cols_not_multiple_of_8(%src: !llvm.ptr<1>, %dst: !llvm.ptr<3>, %i: i32) {
+  // expected-error @+1 {{a transposing copy needs 128-byte shared rows (rows * element bytes == 128) and cols a multiple of 8, got 32 x 12}}
+  megamoe.tile_copy %src[%i], %dst[%i] rows_valid %i {rows = 32, cols = 12, threads = 32, elem = f32, swizzle = 0 : i32, transpose} : !llvm.ptr<1> -> !llvm.ptr<3>
+  llvm.return
+}
+
+//===----------------------------------------------------------------------===//
+// mma_tile
+//===----------------------------------------------------------------------===//
+
+// -----
+
+llvm.func @mma_tile_a_in_global(%a: !llvm.ptr<1>, %b: !llvm.ptr<3>, %acc: vector<64xf32>) {
+  // expected-error @+1 {{operands A and B must be in shared memory (address space 3)}}
+  %r = megamoe.mma_tile %a, %b, %acc {m = 64, n = 128, k = 64, threads = 128} : !llvm.ptr<1>, !llvm.ptr<3>, vector<64xf32> -> vector<64xf32>
+  llvm.return
+}
+
+// -----
+
+llvm.func @mma_tile_b_generic(%a: !llvm.ptr<3>, %b: !llvm.ptr, %acc: vector<64xf32>) {
+  // expected-error @+1 {{operands A and B must be in shared memory (address space 3)}}
+  %r = megamoe.mma_tile %a, %b, %acc {m = 64, n = 128, k = 64, threads = 128} : !llvm.ptr<3>, !llvm.ptr, vector<64xf32> -> vector<64xf32>
+  llvm.return
+}
+
+// -----
+
+llvm.func @mma_tile_k_not_64(%a: !llvm.ptr<3>, %b: !llvm.ptr<3>, %acc: vector<64xf32>) {
+  // expected-error @+1 {{k must be 64 (one 128-byte swizzled bf16 row per stage), got 32}}
+  %r = megamoe.mma_tile %a, %b, %acc {m = 64, n = 128, k = 32, threads = 128} : !llvm.ptr<3>, !llvm.ptr<3>, vector<64xf32> -> vector<64xf32>
+  llvm.return
+}
+
+// -----
+
+llvm.func @mma_tile_result_type(%a: !llvm.ptr<3>, %b: !llvm.ptr<3>, %acc: vector<64xf32>) {
+  // expected-error @+1 {{result type must equal the accumulator type}}
+  %r = megamoe.mma_tile %a, %b, %acc {m = 64, n = 128, k = 64, threads = 128} : !llvm.ptr<3>, !llvm.ptr<3>, vector<64xf32> -> vector<32xf32>
+  llvm.return
+}
+
+// -----
+
+llvm.func @mma_tile_threads_not_warpgroups(%a: !llvm.ptr<3>, %b: !llvm.ptr<3>, %acc: vector<64xf32>) {
+  // expected-error @+1 {{threads must be a positive multiple of 128 (one warpgroup / two waves), got 64}}
+  %r = megamoe.mma_tile %a, %b, %acc {m = 64, n = 128, k = 64, threads = 64} : !llvm.ptr<3>, !llvm.ptr<3>, vector<64xf32> -> vector<64xf32>
+  llvm.return
+}
+
+// -----
+
+llvm.func @mma_tile_m_not_64_per_warpgroup(%a: !llvm.ptr<3>, %b: !llvm.ptr<3>, %acc: vector<64xf32>) {
+  // expected-error @+1 {{m must be 64 per 128 threads (128), got 64}}
+  %r = megamoe.mma_tile %a, %b, %acc {m = 64, n = 128, k = 64, threads = 256} : !llvm.ptr<3>, !llvm.ptr<3>, vector<64xf32> -> vector<64xf32>
+  llvm.return
+}
+
+// -----
+
+llvm.func @mma_tile_n_not_multiple_of_32(%a: !llvm.ptr<3>, %b: !llvm.ptr<3>, %acc: vector<24xf32>) {
+  // expected-error @+1 {{n must be a multiple of 32 in [32, 256], got 48}}
+  %r = megamoe.mma_tile %a, %b, %acc {m = 64, n = 48, k = 64, threads = 128} : !llvm.ptr<3>, !llvm.ptr<3>, vector<24xf32> -> vector<24xf32>
+  llvm.return
+}
+
+// -----
+
+llvm.func @mma_tile_n_too_large(%a: !llvm.ptr<3>, %b: !llvm.ptr<3>, %acc: vector<144xf32>) {
+  // expected-error @+1 {{n must be a multiple of 32 in [32, 256], got 288}}
+  %r = megamoe.mma_tile %a, %b, %acc {m = 64, n = 288, k = 64, threads = 128} : !llvm.ptr<3>, !llvm.ptr<3>, vector<144xf32> -> vector<144xf32>
+  llvm.return
+}
+
+// -----
+
+llvm.func @mma_tile_acc_length(%a: !llvm.ptr<3>, %b: !llvm.ptr<3>, %acc: vector<32xf32>) {
+  // expected-error @+1 {{accumulator must hold m * n / threads = 64 f32 per thread, got 32}}
+  %r = megamoe.mma_tile %a, %b, %acc {m = 64, n = 128, k = 64, threads = 128} : !llvm.ptr<3>, !llvm.ptr<3>, vector<32xf32> -> vector<32xf32>
+  llvm.return
+}
+
+//===----------------------------------------------------------------------===//
+// acc_store
+//===----------------------------------------------------------------------===//
+
+// -----
+
+llvm.func @acc_store_to_shared(%acc: vector<64xf32>, %c: !llvm.ptr<3>, %i: i32) {
+  // expected-error @+1 {{destination must be global memory}}
+  megamoe.acc_store %acc, %c[%i] rows_valid %i {m = 64, n = 128, threads = 128, elem = bf16} : vector<64xf32>, !llvm.ptr<3>
+  llvm.return
+}
+
+// -----
+
+llvm.func @acc_store_bad_elem(%acc: vector<64xf32>, %c: !llvm.ptr<1>, %i: i32) {
+  // expected-error @+1 {{element type must be bf16, f16 or f32, got 'i8'}}
+  megamoe.acc_store %acc, %c[%i] rows_valid %i {m = 64, n = 128, threads = 128, elem = i8} : vector<64xf32>, !llvm.ptr<1>
+  llvm.return
+}
+
+// -----
+
+// The shape rules are shared with mma_tile; one case shows acc_store applies them.
+llvm.func @acc_store_acc_length(%acc: vector<64xf32>, %c: !llvm.ptr<1>, %i: i32) {
+  // expected-error @+1 {{accumulator must hold m * n / threads = 32 f32 per thread, got 64}}
+  megamoe.acc_store %acc, %c[%i] rows_valid %i {m = 64, n = 64, threads = 128, elem = bf16} : vector<64xf32>, !llvm.ptr<1>
+  llvm.return
+}
+
+//===----------------------------------------------------------------------===//
+// peer_ptr, signal, wait
+//===----------------------------------------------------------------------===//
+
+// -----
+
+llvm.func @peer_ptr_shared(%p: !llvm.ptr<3>, %off: !llvm.ptr<1>, %i: i32) {
+  // expected-error @+1 {{only global memory lives on the symmetric heap}}
+  %q = megamoe.peer_ptr %p, %off[%i] : !llvm.ptr<3>, !llvm.ptr<1> -> !llvm.ptr<3>
+  llvm.return
+}
+
+// -----
+
+llvm.func @peer_ptr_result_type(%p: !llvm.ptr<1>, %off: !llvm.ptr<1>, %i: i32) {
+  // expected-error @+1 {{result type must equal the pointer type}}
+  %q = megamoe.peer_ptr %p, %off[%i] : !llvm.ptr<1>, !llvm.ptr<1> -> !llvm.ptr
+  llvm.return
+}
+
+// -----
+
+llvm.func @signal_shared_gpu_scope(%f: !llvm.ptr<3>, %v: i64) {
+  // expected-error @+1 {{a flag in shared memory can only be signalled at cta scope}}
+  megamoe.signal store %f, %v scope(gpu) : !llvm.ptr<3>
+  llvm.return
+}
+
+// -----
+
+llvm.func @signal_shared_system_scope(%f: !llvm.ptr<3>, %v: i64) {
+  // expected-error @+1 {{a flag in shared memory can only be signalled at cta scope}}
+  megamoe.signal add %f, %v scope(system) : !llvm.ptr<3>
+  llvm.return
+}
+
+// -----
+
+llvm.func @wait_shared_system_scope(%f: !llvm.ptr<3>, %err: !llvm.ptr<1>, %v: i64, %r: i32) {
+  // expected-error @+1 {{a flag in shared memory can only be waited on at cta scope}}
+  %ok = megamoe.wait %f at_least %v timeout %v error %err(%r, %v) scope(system) : !llvm.ptr<3>, !llvm.ptr<1>
+  llvm.return
+}
+
+// -----
+
+llvm.func @wait_error_in_shared(%f: !llvm.ptr<1>, %err: !llvm.ptr<3>, %v: i64, %r: i32) {
+  // expected-error @+1 {{the error record must be in global memory}}
+  %ok = megamoe.wait %f at_least %v timeout %v error %err(%r, %v) scope(gpu) : !llvm.ptr<1>, !llvm.ptr<3>
+  llvm.return
+}
+
+//===----------------------------------------------------------------------===//
+// grid_barrier, rank_barrier
+//===----------------------------------------------------------------------===//
+
+// -----
+
+llvm.func @grid_barrier_counter_in_shared(%c: !llvm.ptr<3>, %err: !llvm.ptr<1>, %v: i64, %r: i32) {
+  // expected-error @+1 {{the barrier counter must be in global memory}}
+  %ok = megamoe.grid_barrier %c at_least %v timeout %v error %err(%r) : !llvm.ptr<3>, !llvm.ptr<1>
+  llvm.return
+}
+
+// -----
+
+llvm.func @grid_barrier_error_in_shared(%c: !llvm.ptr<1>, %err: !llvm.ptr<3>, %v: i64, %r: i32) {
+  // expected-error @+1 {{the error record must be in global memory}}
+  %ok = megamoe.grid_barrier %c at_least %v timeout %v error %err(%r) : !llvm.ptr<1>, !llvm.ptr<3>
+  llvm.return
+}
+
+// -----
+
+llvm.func @rank_barrier_flags_in_shared(%f: !llvm.ptr<3>, %off: !llvm.ptr<1>, %err: !llvm.ptr<1>, %v: i64, %r: i32) {
+  // expected-error @+1 {{the flag array must be on the symmetric heap}}
+  %ok = megamoe.rank_barrier %f, %off(%r of %r) at_least %v timeout %v error %err : !llvm.ptr<3>, !llvm.ptr<1>, !llvm.ptr<1>
+  llvm.return
+}
+
+// -----
+
+llvm.func @rank_barrier_error_in_shared(%f: !llvm.ptr<1>, %off: !llvm.ptr<1>, %err: !llvm.ptr<3>, %v: i64, %r: i32) {
+  // expected-error @+1 {{the error record must be in global memory}}
+  %ok = megamoe.rank_barrier %f, %off(%r of %r) at_least %v timeout %v error %err : !llvm.ptr<1>, !llvm.ptr<1>, !llvm.ptr<3>
+  llvm.return
+}

@@ -1,0 +1,552 @@
+// megamoe-lower-to-nvvm: every megamoe op -> LLVM + NVVM for sm_90a (wgmma atom of megamoe/Target/MmaAtoms.h).
+// RUN: megamoe-opt %s --split-input-file --verify-diagnostics --megamoe-lower-to-nvvm | FileCheck %s
+// RUN: megamoe-opt %s --split-input-file --verify-diagnostics --megamoe-lower-to-nvvm | FileCheck %s --check-prefix=GONE
+
+// No megamoe op survives, and nothing of the other target appears.
+// GONE-NOT: {{^ *(%[^ ]+ = )?megamoe\.}}
+// GONE-NOT: rocdl.
+
+//===----------------------------------------------------------------------===//
+// tile_copy
+//===----------------------------------------------------------------------===//
+
+// Load into a b128-swizzled tile: 64 x 64 bf16 = 512 chunks of 16 bytes, 4 per thread, 8 per row. Rows at or past
+// rows_valid are zero-filled, never read; the generic-proxy writes are fenced for wgmma (fence.proxy.async).
+// Kernel functions get nvvm.kernel and their block size as nvvm.reqntid.
+// CHECK-LABEL: llvm.func @tile_copy_load
+// CHECK-SAME: (%[[SRC:[^:]+]]: !llvm.ptr<1>, %[[DST:[^:]+]]: !llvm.ptr<3>, %[[LD:[^:]+]]: i32, %[[RV:[^:]+]]: i32)
+// CHECK-SAME: nvvm.kernel, nvvm.reqntid = array<i32: 128, 1, 1>
+// CHECK-DAG: %[[ZEROS:.*]] = arith.constant dense<0> : vector<4xi32>
+// CHECK-DAG: %[[THREADS:.*]] = arith.constant 128 : i32
+// CHECK-DAG: %[[PER_THREAD:.*]] = arith.constant 4 : i32
+// CHECK-DAG: %[[C8:.*]] = arith.constant 8 : i32
+// CHECK-DAG: %[[C16:.*]] = arith.constant 16 : i32
+// CHECK-DAG: %[[ELEM_BYTES:.*]] = arith.constant 2 : i64
+// CHECK: %[[TID:.*]] = nvvm.read.ptx.sreg.tid.x : i32
+// CHECK-NEXT: scf.for %[[IT:.*]] = %{{.*}} to %[[PER_THREAD]] step %{{.*}} : i32 {
+// CHECK-NEXT: %[[FIRST:.*]] = arith.muli %[[IT]], %[[THREADS]] : i32
+// CHECK-NEXT: %[[Q:.*]] = arith.addi %[[FIRST]], %[[TID]] : i32
+// CHECK-NEXT: %[[ROW:.*]] = arith.divui %[[Q]], %[[C8]] : i32
+// CHECK-NEXT: %[[CHUNK:.*]] = arith.remui %[[Q]], %[[C8]] : i32
+// The global side is not swizzled: byte offset row * ld * 2 + chunk * 16.
+// CHECK-NOT: arith.xori
+// CHECK: arith.muli %[[CHUNK]], %[[C16]] : i32
+// CHECK: arith.muli %{{.*}}, %[[ELEM_BYTES]] : i64
+// CHECK: %[[SRC_PTR:.*]] = llvm.getelementptr %[[SRC]][%{{.*}}] : (!llvm.ptr<1>, i64) -> !llvm.ptr<1>, i8
+// The shared side is swizzled, chunk ^ (row % 8); rows at or past rows_valid are not read.
+// CHECK-DAG: %[[INSIDE:.*]] = arith.cmpi ult, %[[ROW]], %[[RV]] : i32
+// CHECK-DAG: %[[PHASE:.*]] = arith.remui %[[ROW]], %[[C8]] : i32
+// CHECK-DAG: %[[SWIZZLED:.*]] = arith.xori %[[CHUNK]], %[[PHASE]] : i32
+// CHECK-DAG: arith.muli %[[SWIZZLED]], %[[C16]] : i32
+// CHECK-DAG: %[[DST_PTR:.*]] = llvm.getelementptr %[[DST]][%{{.*}}] : (!llvm.ptr<3>, i64) -> !llvm.ptr<3>, i8
+// CHECK: %[[CHUNK_VALUE:.*]] = scf.if %[[INSIDE]] -> (vector<4xi32>) {
+// CHECK-NEXT: %[[LOADED:.*]] = llvm.load %[[SRC_PTR]] {alignment = 16 : i64} : !llvm.ptr<1> -> vector<4xi32>
+// CHECK-NEXT: scf.yield %[[LOADED]] : vector<4xi32>
+// CHECK-NEXT: } else {
+// CHECK-NEXT: scf.yield %[[ZEROS]] : vector<4xi32>
+// CHECK-NEXT: }
+// CHECK-NEXT: llvm.store %[[CHUNK_VALUE]], %[[DST_PTR]] {alignment = 16 : i64} : vector<4xi32>, !llvm.ptr<3>
+// CHECK-NEXT: }
+// CHECK-NEXT: nvvm.fence.proxy {kind = #nvvm.proxy_kind<async.shared>, space = #nvvm.shared_space<cta>}
+// CHECK-NEXT: llvm.return
+gpu.module @k {
+  llvm.func @tile_copy_load(%src: !llvm.ptr<1>, %dst: !llvm.ptr<3>, %ld: i32, %rows_valid: i32) attributes {megamoe.kernel, megamoe.block_threads = 128 : i64} {
+    megamoe.tile_copy %src[%ld], %dst[%ld] rows_valid %rows_valid {rows = 64, cols = 64, threads = 128, elem = bf16, swizzle = 1 : i32} : !llvm.ptr<1> -> !llvm.ptr<3>
+    llvm.return
+  }
+}
+
+// -----
+
+// Store from an unswizzled f32 tile: 32 x 64 f32 = 512 chunks, 2 per thread of 256, 16 per row. Each side uses its
+// own leading dimension; rows past rows_valid are not written; no proxy fence (nothing was written to shared).
+// Not a kernel: no NVVM kernel attributes.
+// CHECK-LABEL: llvm.func @tile_copy_store(
+// CHECK-SAME: %[[SRC:[^:]+]]: !llvm.ptr<3>, %[[DST:[^:]+]]: !llvm.ptr<1>, %[[LDS:[^:]+]]: i32, %[[LDD:[^:]+]]: i32, %[[RV:[^:]+]]: i32)
+// CHECK-NOT: nvvm.kernel
+// CHECK-DAG: %[[THREADS:.*]] = arith.constant 256 : i32
+// CHECK-DAG: %[[PER_THREAD:.*]] = arith.constant 2 : i32
+// CHECK-DAG: %[[C16:.*]] = arith.constant 16 : i32
+// CHECK-DAG: %[[ELEM_BYTES:.*]] = arith.constant 4 : i64
+// CHECK: %[[TID:.*]] = nvvm.read.ptx.sreg.tid.x : i32
+// CHECK-NEXT: scf.for %[[IT:.*]] = %{{.*}} to %[[PER_THREAD]] step %{{.*}} : i32 {
+// CHECK-NEXT: %[[FIRST:.*]] = arith.muli %[[IT]], %[[THREADS]] : i32
+// CHECK-NEXT: %[[Q:.*]] = arith.addi %[[FIRST]], %[[TID]] : i32
+// CHECK-NEXT: %[[ROW:.*]] = arith.divui %[[Q]], %[[C16]] : i32
+// CHECK-NEXT: %[[CHUNK:.*]] = arith.remui %[[Q]], %[[C16]] : i32
+// CHECK: arith.extui %[[LDS]] : i32 to i64
+// CHECK: arith.muli %[[CHUNK]], %[[C16]] : i32
+// CHECK: arith.muli %{{.*}}, %[[ELEM_BYTES]] : i64
+// CHECK: %[[SRC_PTR:.*]] = llvm.getelementptr %[[SRC]][%{{.*}}] : (!llvm.ptr<3>, i64) -> !llvm.ptr<3>, i8
+// CHECK-DAG: %[[INSIDE:.*]] = arith.cmpi ult, %[[ROW]], %[[RV]] : i32
+// CHECK-DAG: arith.extui %[[LDD]] : i32 to i64
+// CHECK-DAG: %[[DST_PTR:.*]] = llvm.getelementptr %[[DST]][%{{.*}}] : (!llvm.ptr<1>, i64) -> !llvm.ptr<1>, i8
+// CHECK: scf.if %[[INSIDE]] {
+// CHECK-NEXT: %[[V:.*]] = llvm.load %[[SRC_PTR]] {alignment = 16 : i64} : !llvm.ptr<3> -> vector<4xi32>
+// CHECK-NEXT: llvm.store %[[V]], %[[DST_PTR]] {alignment = 16 : i64} : vector<4xi32>, !llvm.ptr<1>
+// CHECK-NEXT: }
+// CHECK-NEXT: }
+// CHECK-NEXT: llvm.return
+gpu.module @k {
+  llvm.func @tile_copy_store(%src: !llvm.ptr<3>, %dst: !llvm.ptr<1>, %lds: i32, %ldd: i32, %rows_valid: i32) {
+    megamoe.tile_copy %src[%lds], %dst[%ldd] rows_valid %rows_valid {rows = 32, cols = 64, threads = 256, elem = f32, swizzle = 0 : i32} : !llvm.ptr<3> -> !llvm.ptr<1>
+    llvm.return
+  }
+  // The same copy: no swizzle anywhere in it.
+  // CHECK-LABEL: llvm.func @tile_copy_store_no_swizzle
+  // CHECK-NOT: arith.xori
+  // CHECK: llvm.return
+  llvm.func @tile_copy_store_no_swizzle(%src: !llvm.ptr<3>, %dst: !llvm.ptr<1>, %lds: i32, %ldd: i32, %rows_valid: i32) {
+    megamoe.tile_copy %src[%lds], %dst[%ldd] rows_valid %rows_valid {rows = 32, cols = 64, threads = 256, elem = f32, swizzle = 0 : i32} : !llvm.ptr<3> -> !llvm.ptr<1>
+    llvm.return
+  }
+}
+
+// -----
+
+// Transposing load of a K x N = 64 x 128 bf16 tile into the K-major [N][K] layout mma_tile reads (128-byte shared
+// rows, b128 swizzle): the 16-byte source chunk c of source row r (columns 8c .. 8c + 7) becomes column r of
+// shared rows 8c + j, j = 0..7; shared byte offset (8c + j) * 128 + ((r / 8) ^ ((8c + j) % 8)) * 16 + (r % 8) * 2.
+// CHECK-LABEL: llvm.func @tile_copy_load_transposed
+// CHECK-SAME: (%[[SRC:[^:]+]]: !llvm.ptr<1>, %[[DST:[^:]+]]: !llvm.ptr<3>, %[[LD:[^:]+]]: i32, %[[RV:[^:]+]]: i32)
+// CHECK-DAG: %[[ZEROS:.*]] = arith.constant dense<0> : vector<4xi32>
+// CHECK-DAG: %[[C2:.*]] = arith.constant 2 : i32
+// CHECK-DAG: %[[C7:.*]] = arith.constant 7 : i32
+// CHECK-DAG: %[[C8:.*]] = arith.constant 8 : i32
+// CHECK-DAG: %[[C16:.*]] = arith.constant 16 : i32
+// CHECK-DAG: %[[C128:.*]] = arith.constant 128 : i32
+// CHECK: scf.for %[[IT:.*]] = %{{.*}} to %[[C8]] step %{{.*}} : i32 {
+// CHECK: %[[ROW:.*]] = arith.divui %{{.*}}, %[[C16]] : i32
+// CHECK-NEXT: %[[CHUNK:.*]] = arith.remui %{{.*}}, %[[C16]] : i32
+// CHECK: %[[SRC_PTR:.*]] = llvm.getelementptr %[[SRC]][%{{.*}}] : (!llvm.ptr<1>, i64) -> !llvm.ptr<1>, i8
+// CHECK-NEXT: %[[INSIDE:.*]] = arith.cmpi ult, %[[ROW]], %[[RV]] : i32
+// CHECK-NEXT: %[[CHUNK_VALUE:.*]] = scf.if %[[INSIDE]] -> (vector<4xi32>) {
+// CHECK-NEXT: llvm.load %[[SRC_PTR]] {alignment = 16 : i64} : !llvm.ptr<1> -> vector<4xi32>
+// CHECK: scf.yield %[[ZEROS]] : vector<4xi32>
+// CHECK-NEXT: }
+// CHECK-NEXT: %[[ELEMS:.*]] = llvm.bitcast %[[CHUNK_VALUE]] : vector<4xi32> to vector<8xbf16>
+// Element 0: shared row 8c.
+// CHECK-NEXT: %[[DROW0:.*]] = arith.muli %[[CHUNK]], %[[C8]] : i32
+// CHECK-NEXT: %[[KCHUNK0:.*]] = arith.divui %[[ROW]], %[[C8]] : i32
+// CHECK-NEXT: %[[PHASE0:.*]] = arith.remui %[[DROW0]], %[[C8]] : i32
+// CHECK-NEXT: %[[SWZ0:.*]] = arith.xori %[[KCHUNK0]], %[[PHASE0]] : i32
+// CHECK-DAG: %[[IN_CHUNK0:.*]] = arith.remui %[[ROW]], %[[C8]] : i32
+// CHECK-DAG: %[[IN_CHUNK_BYTES0:.*]] = arith.muli %[[IN_CHUNK0]], %[[C2]] : i32
+// CHECK-DAG: %[[CHUNK_BYTES0:.*]] = arith.muli %[[SWZ0]], %[[C16]] : i32
+// CHECK-DAG: %[[ROW_BYTES0:.*]] = arith.muli %[[DROW0]], %[[C128]] : i32
+// CHECK-DAG: %[[B0:.*]] = arith.addi %[[ROW_BYTES0]], %[[CHUNK_BYTES0]] : i32
+// CHECK-DAG: %[[OFF0:.*]] = arith.addi %[[B0]], %[[IN_CHUNK_BYTES0]] : i32
+// CHECK: %[[E0:.*]] = vector.extract %[[ELEMS]][0] : bf16 from vector<8xbf16>
+// CHECK-NEXT: %[[P0:.*]] = llvm.getelementptr %[[DST]][%[[OFF0]]] : (!llvm.ptr<3>, i32) -> !llvm.ptr<3>, i8
+// CHECK-NEXT: llvm.store %[[E0]], %[[P0]] {alignment = 2 : i64} : bf16, !llvm.ptr<3>
+// Elements 1..6.
+// CHECK-COUNT-6: llvm.store %{{.*}}, %{{.*}} {alignment = 2 : i64} : bf16, !llvm.ptr<3>
+// Element 7: shared row 8c + 7.
+// CHECK: %[[FIRST7:.*]] = arith.muli %[[CHUNK]], %[[C8]] : i32
+// CHECK-NEXT: %[[DROW7:.*]] = arith.addi %[[FIRST7]], %[[C7]] : i32
+// CHECK-NEXT: %[[KCHUNK7:.*]] = arith.divui %[[ROW]], %[[C8]] : i32
+// CHECK-NEXT: %[[PHASE7:.*]] = arith.remui %[[DROW7]], %[[C8]] : i32
+// CHECK-NEXT: %[[SWZ7:.*]] = arith.xori %[[KCHUNK7]], %[[PHASE7]] : i32
+// CHECK-DAG: %[[IN_CHUNK7:.*]] = arith.remui %[[ROW]], %[[C8]] : i32
+// CHECK-DAG: %[[IN_CHUNK_BYTES7:.*]] = arith.muli %[[IN_CHUNK7]], %[[C2]] : i32
+// CHECK-DAG: %[[CHUNK_BYTES7:.*]] = arith.muli %[[SWZ7]], %[[C16]] : i32
+// CHECK-DAG: %[[ROW_BYTES7:.*]] = arith.muli %[[DROW7]], %[[C128]] : i32
+// CHECK-DAG: %[[B7:.*]] = arith.addi %[[ROW_BYTES7]], %[[CHUNK_BYTES7]] : i32
+// CHECK-DAG: %[[OFF7:.*]] = arith.addi %[[B7]], %[[IN_CHUNK_BYTES7]] : i32
+// CHECK: %[[E7:.*]] = vector.extract %[[ELEMS]][7] : bf16 from vector<8xbf16>
+// CHECK-NEXT: %[[P7:.*]] = llvm.getelementptr %[[DST]][%[[OFF7]]] : (!llvm.ptr<3>, i32) -> !llvm.ptr<3>, i8
+// CHECK-NEXT: llvm.store %[[E7]], %[[P7]] {alignment = 2 : i64} : bf16, !llvm.ptr<3>
+// CHECK-NEXT: }
+// CHECK-NEXT: nvvm.fence.proxy {kind = #nvvm.proxy_kind<async.shared>, space = #nvvm.shared_space<cta>}
+// CHECK-NEXT: llvm.return
+gpu.module @k {
+  llvm.func @tile_copy_load_transposed(%src: !llvm.ptr<1>, %dst: !llvm.ptr<3>, %ld: i32, %rows_valid: i32) {
+    megamoe.tile_copy %src[%ld], %dst[%ld] rows_valid %rows_valid {rows = 64, cols = 128, threads = 128, elem = bf16, swizzle = 1 : i32, transpose} : !llvm.ptr<1> -> !llvm.ptr<3>
+    llvm.return
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// mma_tile
+//===----------------------------------------------------------------------===//
+
+// -----
+
+// One warpgroup: descriptors (addr & 0x3FFFF) >> 4 | 1 << 16 (LBO) | 64 << 32 (SBO 1024 B) | 1 << 62 (128B swizzle)
+// = ... | 4611686293305360384; k = 64 is four m64n128k16 steps, each advancing both descriptors by 32 bytes (+2),
+// chained through the accumulator; fence before, commit and wait(0) after.
+// CHECK-LABEL: llvm.func @mma_tile
+// CHECK-SAME: (%[[A:[^:]+]]: !llvm.ptr<3>, %[[B:[^:]+]]: !llvm.ptr<3>, %[[ACC:[^:]+]]: vector<64xf32>)
+// CHECK-DAG: %[[C2:.*]] = arith.constant 2 : i64
+// CHECK-DAG: %[[C4:.*]] = arith.constant 4 : i64
+// CHECK-DAG: %[[C6:.*]] = arith.constant 6 : i64
+// CHECK-DAG: %[[DESC_BITS:.*]] = arith.constant 4611686293305360384 : i64
+// CHECK-DAG: %[[ADDR_MASK:.*]] = arith.constant 262143 : i64
+// CHECK-DAG: %[[A_PER_WARPGROUP:.*]] = arith.constant 8192 : i64
+// CHECK-DAG: %[[WARPGROUP:.*]] = arith.constant 128 : i32
+// CHECK: %[[TID:.*]] = nvvm.read.ptx.sreg.tid.x : i32
+// CHECK-NEXT: %[[G32:.*]] = arith.divui %[[TID]], %[[WARPGROUP]] : i32
+// CHECK-NEXT: %[[G:.*]] = arith.extui %[[G32]] : i32 to i64
+// CHECK-DAG: %[[A_OFF:.*]] = arith.muli %[[G]], %[[A_PER_WARPGROUP]] : i64
+// CHECK-DAG: %[[A_ADDR:.*]] = llvm.ptrtoint %[[A]] : !llvm.ptr<3> to i64
+// CHECK: %[[A_BASE:.*]] = arith.addi %[[A_ADDR]], %[[A_OFF]] : i64
+// CHECK-NEXT: %[[A_MASKED:.*]] = arith.andi %[[A_BASE]], %[[ADDR_MASK]] : i64
+// CHECK-NEXT: %[[A_FIELD:.*]] = arith.shrui %[[A_MASKED]], %[[C4]] : i64
+// CHECK-NEXT: %[[DESC_A:.*]] = arith.ori %[[A_FIELD]], %[[DESC_BITS]] : i64
+// CHECK-NEXT: %[[B_ADDR:.*]] = llvm.ptrtoint %[[B]] : !llvm.ptr<3> to i64
+// CHECK-NEXT: %[[B_MASKED:.*]] = arith.andi %[[B_ADDR]], %[[ADDR_MASK]] : i64
+// CHECK-NEXT: %[[B_FIELD:.*]] = arith.shrui %[[B_MASKED]], %[[C4]] : i64
+// CHECK-NEXT: %[[DESC_B:.*]] = arith.ori %[[B_FIELD]], %[[DESC_BITS]] : i64
+// The accumulator goes in as wgmma's 64-member register struct.
+// CHECK: vector.extract %[[ACC]][63] : f32 from vector<64xf32>
+// CHECK-NEXT: %[[IN:.*]] = llvm.insertvalue %{{.*}}[63] : !llvm.struct<(f32,
+// CHECK-NEXT: nvvm.wgmma.fence.aligned
+// CHECK-NEXT: %[[W0:.*]] = nvvm.wgmma.mma_async %[[DESC_A]], %[[DESC_B]], %[[IN]], <m = 64, n = 128, k = 16>, D[<f32>, <one>], A[<bf16>, <one>, <row>], B[<bf16>, <one>, <col>]
+// CHECK-DAG: %[[DESC_A1:.*]] = arith.addi %[[DESC_A]], %[[C2]] : i64
+// CHECK-DAG: %[[DESC_B1:.*]] = arith.addi %[[DESC_B]], %[[C2]] : i64
+// CHECK: %[[W1:.*]] = nvvm.wgmma.mma_async %[[DESC_A1]], %[[DESC_B1]], %[[W0]], <m = 64, n = 128, k = 16>
+// CHECK-DAG: %[[DESC_A2:.*]] = arith.addi %[[DESC_A]], %[[C4]] : i64
+// CHECK-DAG: %[[DESC_B2:.*]] = arith.addi %[[DESC_B]], %[[C4]] : i64
+// CHECK: %[[W2:.*]] = nvvm.wgmma.mma_async %[[DESC_A2]], %[[DESC_B2]], %[[W1]], <m = 64, n = 128, k = 16>
+// CHECK-DAG: %[[DESC_A3:.*]] = arith.addi %[[DESC_A]], %[[C6]] : i64
+// CHECK-DAG: %[[DESC_B3:.*]] = arith.addi %[[DESC_B]], %[[C6]] : i64
+// CHECK: %[[W3:.*]] = nvvm.wgmma.mma_async %[[DESC_A3]], %[[DESC_B3]], %[[W2]], <m = 64, n = 128, k = 16>
+// CHECK-NEXT: nvvm.wgmma.commit.group.sync.aligned
+// CHECK-NEXT: nvvm.wgmma.wait.group.sync.aligned 0
+// CHECK-NEXT: llvm.extractvalue %[[W3]][0]
+// CHECK: llvm.extractvalue %[[W3]][63]
+// CHECK-NEXT: %[[OUT:.*]] = vector.insert %{{.*}} [63] : f32 into vector<64xf32>
+// CHECK-NEXT: llvm.return %[[OUT]] : vector<64xf32>
+gpu.module @k {
+  llvm.func @mma_tile(%a: !llvm.ptr<3>, %b: !llvm.ptr<3>, %acc: vector<64xf32>) -> vector<64xf32> {
+    %r = megamoe.mma_tile %a, %b, %acc {m = 64, n = 128, k = 64, threads = 128} : !llvm.ptr<3>, !llvm.ptr<3>, vector<64xf32> -> vector<64xf32>
+    llvm.return %r : vector<64xf32>
+  }
+}
+
+// -----
+
+// Two warpgroups (m = 128): each takes its own 64 rows of A (8 KB further on), all of B; n = 32 is one m64n32k16
+// atom with 16 accumulators per thread.
+// CHECK-LABEL: llvm.func @mma_tile_two_warpgroups
+// CHECK-SAME: (%[[A:[^:]+]]: !llvm.ptr<3>, %[[B:[^:]+]]: !llvm.ptr<3>, %[[ACC:[^:]+]]: vector<16xf32>)
+// CHECK-DAG: %[[A_PER_WARPGROUP:.*]] = arith.constant 8192 : i64
+// CHECK-DAG: %[[WARPGROUP:.*]] = arith.constant 128 : i32
+// CHECK: %[[TID:.*]] = nvvm.read.ptx.sreg.tid.x : i32
+// CHECK-NEXT: %[[G32:.*]] = arith.divui %[[TID]], %[[WARPGROUP]] : i32
+// CHECK-NEXT: %[[G:.*]] = arith.extui %[[G32]] : i32 to i64
+// CHECK: arith.muli %[[G]], %[[A_PER_WARPGROUP]] : i64
+// CHECK: llvm.insertvalue %{{.*}}[15] : !llvm.struct<(f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32)>
+// CHECK-NEXT: nvvm.wgmma.fence.aligned
+// CHECK-COUNT-4: nvvm.wgmma.mma_async {{.*}} <m = 64, n = 32, k = 16>
+// CHECK-NOT: nvvm.wgmma.mma_async
+// CHECK: nvvm.wgmma.commit.group.sync.aligned
+// CHECK-NEXT: nvvm.wgmma.wait.group.sync.aligned 0
+// CHECK: vector.insert %{{.*}} [15] : f32 into vector<16xf32>
+gpu.module @k {
+  llvm.func @mma_tile_two_warpgroups(%a: !llvm.ptr<3>, %b: !llvm.ptr<3>, %acc: vector<16xf32>) -> vector<16xf32> {
+    %r = megamoe.mma_tile %a, %b, %acc {m = 128, n = 32, k = 64, threads = 256} : !llvm.ptr<3>, !llvm.ptr<3>, vector<16xf32> -> vector<16xf32>
+    llvm.return %r : vector<16xf32>
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// acc_store
+//===----------------------------------------------------------------------===//
+
+// -----
+
+// The wgmma fragment: thread t = 32 warp + lane, element i sits at row 64 g + 16 warp + lane / 4 + 8 ((i / 2) % 2),
+// column (i / 4) 8 + (lane % 4) 2 + i % 2; pairs (i, i + 1) are adjacent columns, stored as one 2 x f16 store.
+// All 8 pairs of m64n32 (16 accumulators) are checked.
+// CHECK-LABEL: llvm.func @acc_store_f16
+// CHECK-SAME: (%[[ACC:[^:]+]]: vector<16xf32>, %[[C:[^:]+]]: !llvm.ptr<1>, %[[LD:[^:]+]]: i32, %[[RV:[^:]+]]: i32)
+// CHECK-DAG: %[[C24:.*]] = arith.constant 24 : i32
+// CHECK-DAG: %[[C8:.*]] = arith.constant 8 : i32
+// CHECK-DAG: %[[PAIR0:.*]] = arith.constant dense<0.000000e+00> : vector<2xf16>
+// CHECK-DAG: %[[C2:.*]] = arith.constant 2 : i32
+// CHECK-DAG: %[[C64:.*]] = arith.constant 64 : i32
+// CHECK-DAG: %[[C16:.*]] = arith.constant 16 : i32
+// CHECK-DAG: %[[C4:.*]] = arith.constant 4 : i32
+// CHECK-DAG: %[[C32:.*]] = arith.constant 32 : i32
+// CHECK-DAG: %[[C128:.*]] = arith.constant 128 : i32
+// CHECK: %[[TID:.*]] = nvvm.read.ptx.sreg.tid.x : i32
+// CHECK-DAG: %[[G:.*]] = arith.divui %[[TID]], %[[C128]] : i32
+// CHECK-DAG: %[[T:.*]] = arith.remui %[[TID]], %[[C128]] : i32
+// CHECK-DAG: %[[WARP:.*]] = arith.divui %[[T]], %[[C32]] : i32
+// CHECK-DAG: %[[LANE:.*]] = arith.remui %[[T]], %[[C32]] : i32
+// CHECK-DAG: %[[QUAD:.*]] = arith.divui %[[LANE]], %[[C4]] : i32
+// CHECK-DAG: %[[WARP_ROW:.*]] = arith.muli %[[WARP]], %[[C16]] : i32
+// CHECK-DAG: %[[IN_G:.*]] = arith.addi %[[WARP_ROW]], %[[QUAD]] : i32
+// CHECK-DAG: %[[G_ROW:.*]] = arith.muli %[[G]], %[[C64]] : i32
+// CHECK-DAG: %[[ROW:.*]] = arith.addi %[[G_ROW]], %[[IN_G]] : i32
+// CHECK-DAG: %[[LQ:.*]] = arith.remui %[[LANE]], %[[C4]] : i32
+// CHECK-DAG: %[[COL:.*]] = arith.muli %[[LQ]], %[[C2]] : i32
+//
+// Pair (0, 1): (row, col).
+// CHECK: %[[IN0:.*]] = arith.cmpi ult, %[[ROW]], %[[RV]] : i32
+// CHECK-NEXT: scf.if %[[IN0]] {
+// CHECK-NEXT: %[[E0:.*]] = vector.extract %[[ACC]][0] : f32 from vector<16xf32>
+// CHECK-NEXT: %[[H0:.*]] = arith.truncf %[[E0]] : f32 to f16
+// CHECK-NEXT: %[[P0:.*]] = vector.insert %[[H0]], %[[PAIR0]] [0] : f16 into vector<2xf16>
+// CHECK-NEXT: %[[E1:.*]] = vector.extract %[[ACC]][1] : f32 from vector<16xf32>
+// CHECK-NEXT: %[[H1:.*]] = arith.truncf %[[E1]] : f32 to f16
+// CHECK-NEXT: %[[P01:.*]] = vector.insert %[[H1]], %[[P0]] [1] : f16 into vector<2xf16>
+// CHECK-DAG: %[[COL_W:.*]] = arith.extui %[[COL]] : i32 to i64
+// CHECK-DAG: %[[LD_W:.*]] = arith.extui %[[LD]] : i32 to i64
+// CHECK-DAG: %[[ROW_W:.*]] = arith.extui %[[ROW]] : i32 to i64
+// CHECK: %[[ROW_OFF:.*]] = arith.muli %[[ROW_W]], %[[LD_W]] : i64
+// CHECK-NEXT: %[[IDX:.*]] = arith.addi %[[ROW_OFF]], %[[COL_W]] : i64
+// CHECK-NEXT: %[[PTR:.*]] = llvm.getelementptr %[[C]][%[[IDX]]] : (!llvm.ptr<1>, i64) -> !llvm.ptr<1>, f16
+// CHECK-NEXT: llvm.store %[[P01]], %[[PTR]] {alignment = 4 : i64} : vector<2xf16>, !llvm.ptr<1>
+// CHECK-NEXT: }
+//
+// Pair (2, 3): (row + 8, col).
+// CHECK-NEXT: %[[R1:.*]] = arith.addi %[[ROW]], %[[C8]] : i32
+// CHECK-NEXT: %[[IN1:.*]] = arith.cmpi ult, %[[R1]], %[[RV]] : i32
+// CHECK-NEXT: scf.if %[[IN1]] {
+// CHECK-NEXT: vector.extract %[[ACC]][2]
+// CHECK: vector.extract %[[ACC]][3]
+// CHECK-DAG: arith.extui %[[COL]] : i32 to i64
+// CHECK-DAG: arith.extui %[[R1]] : i32 to i64
+// CHECK: llvm.store %{{.*}}, %{{.*}} {alignment = 4 : i64} : vector<2xf16>, !llvm.ptr<1>
+// CHECK-NEXT: }
+//
+// Pair (4, 5): (row, col + 8).
+// CHECK-NEXT: %[[C2_:.*]] = arith.addi %[[COL]], %[[C8]] : i32
+// CHECK-NEXT: %[[IN2:.*]] = arith.cmpi ult, %[[ROW]], %[[RV]] : i32
+// CHECK-NEXT: scf.if %[[IN2]] {
+// CHECK-NEXT: vector.extract %[[ACC]][4]
+// CHECK: vector.extract %[[ACC]][5]
+// CHECK-DAG: arith.extui %[[C2_]] : i32 to i64
+// CHECK-DAG: arith.extui %[[ROW]] : i32 to i64
+// CHECK: llvm.store %{{.*}}, %{{.*}} {alignment = 4 : i64} : vector<2xf16>, !llvm.ptr<1>
+// CHECK-NEXT: }
+//
+// Pair (6, 7): (row + 8, col + 8).
+// CHECK-NEXT: %[[R3:.*]] = arith.addi %[[ROW]], %[[C8]] : i32
+// CHECK-NEXT: %[[C3_:.*]] = arith.addi %[[COL]], %[[C8]] : i32
+// CHECK-NEXT: %[[IN3:.*]] = arith.cmpi ult, %[[R3]], %[[RV]] : i32
+// CHECK-NEXT: scf.if %[[IN3]] {
+// CHECK-NEXT: vector.extract %[[ACC]][6]
+// CHECK: vector.extract %[[ACC]][7]
+// CHECK-DAG: arith.extui %[[C3_]] : i32 to i64
+// CHECK-DAG: arith.extui %[[R3]] : i32 to i64
+// CHECK: llvm.store %{{.*}}, %{{.*}} {alignment = 4 : i64} : vector<2xf16>, !llvm.ptr<1>
+// CHECK-NEXT: }
+//
+// Pair (8, 9): (row, col + 16).
+// CHECK-NEXT: %[[C4_:.*]] = arith.addi %[[COL]], %[[C16]] : i32
+// CHECK-NEXT: %[[IN4:.*]] = arith.cmpi ult, %[[ROW]], %[[RV]] : i32
+// CHECK-NEXT: scf.if %[[IN4]] {
+// CHECK-NEXT: vector.extract %[[ACC]][8]
+// CHECK: vector.extract %[[ACC]][9]
+// CHECK-DAG: arith.extui %[[C4_]] : i32 to i64
+// CHECK-DAG: arith.extui %[[ROW]] : i32 to i64
+// CHECK: llvm.store %{{.*}}, %{{.*}} {alignment = 4 : i64} : vector<2xf16>, !llvm.ptr<1>
+// CHECK-NEXT: }
+//
+// Pair (10, 11): (row + 8, col + 16).
+// CHECK-NEXT: %[[R5:.*]] = arith.addi %[[ROW]], %[[C8]] : i32
+// CHECK-NEXT: %[[C5_:.*]] = arith.addi %[[COL]], %[[C16]] : i32
+// CHECK-NEXT: %[[IN5:.*]] = arith.cmpi ult, %[[R5]], %[[RV]] : i32
+// CHECK-NEXT: scf.if %[[IN5]] {
+// CHECK-NEXT: vector.extract %[[ACC]][10]
+// CHECK: vector.extract %[[ACC]][11]
+// CHECK-DAG: arith.extui %[[C5_]] : i32 to i64
+// CHECK-DAG: arith.extui %[[R5]] : i32 to i64
+// CHECK: llvm.store %{{.*}}, %{{.*}} {alignment = 4 : i64} : vector<2xf16>, !llvm.ptr<1>
+// CHECK-NEXT: }
+//
+// Pair (12, 13): (row, col + 24).
+// CHECK-NEXT: %[[C6_:.*]] = arith.addi %[[COL]], %[[C24]] : i32
+// CHECK-NEXT: %[[IN6:.*]] = arith.cmpi ult, %[[ROW]], %[[RV]] : i32
+// CHECK-NEXT: scf.if %[[IN6]] {
+// CHECK-NEXT: vector.extract %[[ACC]][12]
+// CHECK: vector.extract %[[ACC]][13]
+// CHECK-DAG: arith.extui %[[C6_]] : i32 to i64
+// CHECK-DAG: arith.extui %[[ROW]] : i32 to i64
+// CHECK: llvm.store %{{.*}}, %{{.*}} {alignment = 4 : i64} : vector<2xf16>, !llvm.ptr<1>
+// CHECK-NEXT: }
+//
+// Pair (14, 15): (row + 8, col + 24).
+// CHECK-NEXT: %[[R7:.*]] = arith.addi %[[ROW]], %[[C8]] : i32
+// CHECK-NEXT: %[[C7_:.*]] = arith.addi %[[COL]], %[[C24]] : i32
+// CHECK-NEXT: %[[IN7:.*]] = arith.cmpi ult, %[[R7]], %[[RV]] : i32
+// CHECK-NEXT: scf.if %[[IN7]] {
+// CHECK-NEXT: vector.extract %[[ACC]][14]
+// CHECK: vector.extract %[[ACC]][15]
+// CHECK-DAG: arith.extui %[[C7_]] : i32 to i64
+// CHECK-DAG: arith.extui %[[R7]] : i32 to i64
+// CHECK: llvm.store %{{.*}}, %{{.*}} {alignment = 4 : i64} : vector<2xf16>, !llvm.ptr<1>
+// CHECK-NEXT: }
+// CHECK-NEXT: llvm.return
+gpu.module @k {
+  llvm.func @acc_store_f16(%acc: vector<16xf32>, %c: !llvm.ptr<1>, %ld: i32, %rows_valid: i32) {
+    megamoe.acc_store %acc, %c[%ld] rows_valid %rows_valid {m = 64, n = 32, threads = 128, elem = f16} : vector<16xf32>, !llvm.ptr<1>
+    llvm.return
+  }
+}
+
+// -----
+
+// 64 x 128 bf16: 32 pair stores, truncated to bf16; f32 keeps the values and stores 8-byte pairs.
+// CHECK-LABEL: llvm.func @acc_store_bf16
+// CHECK-COUNT-32: llvm.store %{{.*}}, %{{.*}} {alignment = 4 : i64} : vector<2xbf16>, !llvm.ptr<1>
+// CHECK-NOT: llvm.store
+// CHECK: llvm.return
+// CHECK-LABEL: llvm.func @acc_store_f32
+// CHECK-NOT: arith.truncf
+// CHECK-COUNT-8: llvm.store %{{.*}}, %{{.*}} {alignment = 8 : i64} : vector<2xf32>, !llvm.ptr
+// CHECK-NOT: llvm.store
+// CHECK: llvm.return
+gpu.module @k {
+  llvm.func @acc_store_bf16(%acc: vector<64xf32>, %c: !llvm.ptr<1>, %ld: i32, %rows_valid: i32) {
+    megamoe.acc_store %acc, %c[%ld] rows_valid %rows_valid {m = 64, n = 128, threads = 128, elem = bf16} : vector<64xf32>, !llvm.ptr<1>
+    llvm.return
+  }
+  llvm.func @acc_store_f32(%acc: vector<16xf32>, %c: !llvm.ptr, %ld: i32, %rows_valid: i32) {
+    megamoe.acc_store %acc, %c[%ld] rows_valid %rows_valid {m = 64, n = 32, threads = 128, elem = f32} : vector<16xf32>, !llvm.ptr
+    llvm.return
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// peer_ptr, signal, wait
+//===----------------------------------------------------------------------===//
+
+// -----
+
+// ptr + offsets[peer] bytes.
+// CHECK-LABEL: llvm.func @peer_ptr
+// CHECK-SAME: (%[[P:[^:]+]]: !llvm.ptr<1>, %[[OFF:[^:]+]]: !llvm.ptr<1>, %[[PEER:[^:]+]]: i32)
+// CHECK-NEXT: %[[SLOT:.*]] = llvm.getelementptr %[[OFF]][%[[PEER]]] : (!llvm.ptr<1>, i32) -> !llvm.ptr<1>, i64
+// CHECK-NEXT: %[[DELTA:.*]] = llvm.load %[[SLOT]] {alignment = 8 : i64} : !llvm.ptr<1> -> i64
+// CHECK-NEXT: %[[Q:.*]] = llvm.getelementptr %[[P]][%[[DELTA]]] : (!llvm.ptr<1>, i64) -> !llvm.ptr<1>, i8
+// CHECK-NEXT: llvm.return %[[Q]] : !llvm.ptr<1>
+gpu.module @k {
+  llvm.func @peer_ptr(%p: !llvm.ptr<1>, %offsets: !llvm.ptr<1>, %peer: i32) -> !llvm.ptr<1> {
+    %q = megamoe.peer_ptr %p, %offsets[%peer] : !llvm.ptr<1>, !llvm.ptr<1> -> !llvm.ptr<1>
+    llvm.return %q : !llvm.ptr<1>
+  }
+}
+
+// -----
+
+// Release fence at the scope, then a release store / add at the same scope. NVPTX syncscopes: system is the
+// default (none printed), gpu is "device", cta is "block".
+// CHECK-LABEL: llvm.func @signal
+// CHECK-SAME: (%[[F:[^:]+]]: !llvm.ptr<1>, %[[S:[^:]+]]: !llvm.ptr<3>, %[[V:[^:]+]]: i64)
+// CHECK-NEXT: llvm.fence release
+// CHECK-NEXT: llvm.store %[[V]], %[[F]] atomic release {alignment = 8 : i64} : i64, !llvm.ptr<1>
+// CHECK-NEXT: llvm.fence syncscope("device") release
+// CHECK-NEXT: %{{.*}} = llvm.atomicrmw add %[[F]], %[[V]] syncscope("device") release {alignment = 8 : i64} : !llvm.ptr<1>, i64
+// CHECK-NEXT: llvm.fence syncscope("block") release
+// CHECK-NEXT: llvm.store %[[V]], %[[S]] atomic syncscope("block") release {alignment = 8 : i64} : i64, !llvm.ptr<3>
+// CHECK-NEXT: llvm.return
+gpu.module @k {
+  llvm.func @signal(%f: !llvm.ptr<1>, %s: !llvm.ptr<3>, %v: i64) {
+    megamoe.signal store %f, %v scope(system) : !llvm.ptr<1>
+    megamoe.signal add %f, %v scope(gpu) : !llvm.ptr<1>
+    megamoe.signal store %s, %v scope(cta) : !llvm.ptr<3>
+    llvm.return
+  }
+}
+
+// -----
+
+// Spin with acquire loads until flag >= expected (unsigned) or %globaltimer passes start + timeout; on timeout CAS
+// the error code 0 -> 1 (kWaitTimeout) and, if claimed, fill words 1..5 (rank, flag id, seen, expected, block).
+// CHECK-LABEL: llvm.func @wait
+// CHECK-SAME: (%[[F:[^:]+]]: !llvm.ptr<1>, %[[ERR:[^:]+]]: !llvm.ptr<1>, %[[EXP:[^:]+]]: i64, %[[TMO:[^:]+]]: i64, %[[RANK:[^:]+]]: i32, %[[ID:[^:]+]]: i64)
+// CHECK-DAG: %[[ONE:.*]] = arith.constant 1 : i64
+// CHECK-DAG: %[[TRUE:.*]] = arith.constant true
+// CHECK-DAG: %[[FALSE:.*]] = arith.constant false
+// CHECK-DAG: %[[ZERO:.*]] = arith.constant 0 : i64
+// CHECK: %[[START:.*]] = nvvm.read.ptx.sreg.globaltimer : i64
+// CHECK-NEXT: %[[DEADLINE:.*]] = arith.addi %[[START]], %[[TMO]] : i64
+// CHECK-NEXT: %[[LOOP:.*]]:2 = scf.while (%{{.*}} = %[[ZERO]], %{{.*}} = %[[FALSE]]) : (i64, i1) -> (i64, i1) {
+// CHECK-NEXT: %[[SEEN:.*]] = llvm.load %[[F]] atomic acquire {alignment = 8 : i64} : !llvm.ptr<1> -> i64
+// CHECK-NEXT: %[[REACHED:.*]] = arith.cmpi uge, %[[SEEN]], %[[EXP]] : i64
+// CHECK-NEXT: %[[NOW:.*]] = nvvm.read.ptx.sreg.globaltimer : i64
+// CHECK-NEXT: %[[LATE:.*]] = arith.cmpi ugt, %[[NOW]], %[[DEADLINE]] : i64
+// CHECK-NEXT: %[[STOP:.*]] = arith.ori %[[REACHED]], %[[LATE]] : i1
+// CHECK-NEXT: %[[AGAIN:.*]] = arith.xori %[[STOP]], %[[TRUE]] : i1
+// CHECK-NEXT: scf.condition(%[[AGAIN]]) %[[SEEN]], %[[REACHED]] : i64, i1
+// CHECK: %[[TIMED_OUT:.*]] = arith.xori %[[LOOP]]#1, %[[TRUE]] : i1
+// CHECK-NEXT: scf.if %[[TIMED_OUT]] {
+// CHECK-NEXT: %[[CAS:.*]] = llvm.cmpxchg %[[ERR]], %[[ZERO]], %[[ONE]] acq_rel monotonic : !llvm.ptr<1>, i64
+// CHECK-NEXT: %[[CLAIMED:.*]] = llvm.extractvalue %[[CAS]][1] : !llvm.struct<(i64, i1)>
+// CHECK-NEXT: scf.if %[[CLAIMED]] {
+// CHECK-NEXT: %[[RANK_W:.*]] = arith.extui %[[RANK]] : i32 to i64
+// CHECK-NEXT: %[[W1:.*]] = llvm.getelementptr %[[ERR]][1] : (!llvm.ptr<1>) -> !llvm.ptr<1>, i64
+// CHECK-NEXT: llvm.store volatile %[[RANK_W]], %[[W1]] {alignment = 8 : i64} : i64, !llvm.ptr<1>
+// CHECK-NEXT: %[[W2:.*]] = llvm.getelementptr %[[ERR]][2] : (!llvm.ptr<1>) -> !llvm.ptr<1>, i64
+// CHECK-NEXT: llvm.store volatile %[[ID]], %[[W2]] {alignment = 8 : i64} : i64, !llvm.ptr<1>
+// CHECK-NEXT: %[[W3:.*]] = llvm.getelementptr %[[ERR]][3] : (!llvm.ptr<1>) -> !llvm.ptr<1>, i64
+// CHECK-NEXT: llvm.store volatile %[[LOOP]]#0, %[[W3]] {alignment = 8 : i64} : i64, !llvm.ptr<1>
+// CHECK-NEXT: %[[W4:.*]] = llvm.getelementptr %[[ERR]][4] : (!llvm.ptr<1>) -> !llvm.ptr<1>, i64
+// CHECK-NEXT: llvm.store volatile %[[EXP]], %[[W4]] {alignment = 8 : i64} : i64, !llvm.ptr<1>
+// CHECK-NEXT: %[[BLOCK:.*]] = nvvm.read.ptx.sreg.ctaid.x : i32
+// CHECK-NEXT: %[[BLOCK_W:.*]] = arith.extui %[[BLOCK]] : i32 to i64
+// CHECK-NEXT: %[[W5:.*]] = llvm.getelementptr %[[ERR]][5] : (!llvm.ptr<1>) -> !llvm.ptr<1>, i64
+// CHECK-NEXT: llvm.store volatile %[[BLOCK_W]], %[[W5]] {alignment = 8 : i64} : i64, !llvm.ptr<1>
+// CHECK-NEXT: llvm.fence release
+// CHECK-NEXT: }
+// CHECK-NEXT: }
+// CHECK-NEXT: llvm.return %[[LOOP]]#1 : i1
+gpu.module @k {
+  llvm.func @wait(%flag: !llvm.ptr<1>, %err: !llvm.ptr<1>, %expected: i64, %timeout: i64, %rank: i32, %id: i64) -> i1 {
+    %ok = megamoe.wait %flag at_least %expected timeout %timeout error %err(%rank, %id) scope(system) : !llvm.ptr<1>, !llvm.ptr<1>
+    llvm.return %ok : i1
+  }
+}
+
+// -----
+
+// A wait on a shared-memory flag loads at CTA scope; on a global flag at gpu scope, "device".
+// CHECK-LABEL: llvm.func @wait_scopes
+// CHECK: llvm.load %{{.*}} atomic syncscope("block") acquire {alignment = 8 : i64} : !llvm.ptr<3> -> i64
+// CHECK: llvm.load %{{.*}} atomic syncscope("device") acquire {alignment = 8 : i64} : !llvm.ptr<1> -> i64
+gpu.module @k {
+  llvm.func @wait_scopes(%s: !llvm.ptr<3>, %g: !llvm.ptr<1>, %err: !llvm.ptr<1>, %v: i64, %rank: i32) {
+    %a = megamoe.wait %s at_least %v timeout %v error %err(%rank, %v) scope(cta) : !llvm.ptr<3>, !llvm.ptr<1>
+    %b = megamoe.wait %g at_least %v timeout %v error %err(%rank, %v) scope(gpu) : !llvm.ptr<1>, !llvm.ptr<1>
+    llvm.return
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// Barriers (expanded by the same pass), kernel attributes
+//===----------------------------------------------------------------------===//
+
+// -----
+
+// The lowering expands barriers itself; the block barriers stay gpu.barrier (convert-gpu-to-nvvm lowers them).
+// CHECK-LABEL: llvm.func @barriers
+// CHECK-SAME: nvvm.kernel, nvvm.reqntid = array<i32: 256, 1, 1>
+// CHECK: gpu.barrier
+// CHECK: llvm.atomicrmw add %{{.*}} syncscope("device") release
+// CHECK: llvm.load %{{.*}} atomic syncscope("device") acquire
+// CHECK: nvvm.read.ptx.sreg.globaltimer
+// CHECK: gpu.barrier
+// CHECK: gpu.barrier
+// CHECK: llvm.store %{{.*}} atomic release
+// CHECK: llvm.load %{{.*}} atomic acquire
+// CHECK: gpu.barrier
+gpu.module @k {
+  llvm.func @barriers(%c: !llvm.ptr<1>, %f: !llvm.ptr<1>, %off: !llvm.ptr<1>, %err: !llvm.ptr<1>, %rank: i32, %n: i32, %v: i64, %t: i64) attributes {megamoe.kernel, megamoe.block_threads = 256 : i64} {
+    %a = megamoe.grid_barrier %c at_least %v timeout %t error %err(%rank) : !llvm.ptr<1>, !llvm.ptr<1>
+    %b = megamoe.rank_barrier %f, %off(%rank of %n) at_least %v timeout %t error %err : !llvm.ptr<1>, !llvm.ptr<1>, !llvm.ptr<1>
+    llvm.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  // expected-error @+1 {{kernel function needs megamoe.block_threads (the fixed block size)}}
+  llvm.func @kernel_without_block_size() attributes {megamoe.kernel} {
+    llvm.return
+  }
+}
