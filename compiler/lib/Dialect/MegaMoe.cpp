@@ -1,4 +1,4 @@
-// megamoe dialect registration and op verifiers: one diagnostic per violated rule (tests/lit/invalid.mlir).
+// megamoe dialect registration and op verifiers: one diagnostic per violated rule (tests/lit/Dialect/invalid.mlir).
 #include "megamoe/Dialect/MegaMoe.h"
 
 #include "mlir/IR/Builders.h"
@@ -25,6 +25,21 @@ static bool isGlobalLike(Type t) {
 }
 static bool isShared(Type t) { return addressSpace(t) == kSharedSpace; }
 
+// Block-scope ops are executed by `threads` threads: that must be the enclosing kernel's block size, or the threads
+// past `threads` would compute out-of-range chunks and rows (the lowerings do not guard them).
+static LogicalResult verifyBlockThreads(Operation* op, int64_t threads) {
+  auto fn = op->getParentOfType<LLVM::LLVMFuncOp>();
+  if (!fn) return success();
+  auto block = fn->getAttrOfType<IntegerAttr>("megamoe.block_threads");
+  if (block && block.getInt() != threads)
+    return op->emitOpError("threads = ") << threads << " must equal the kernel's megamoe.block_threads = "
+                                         << block.getInt();
+  return success();
+}
+
+// The largest shared-memory tile either target can hold (sm_90a: 227 KB per block; gfx950: 160 KB).
+static constexpr int64_t kMaxSharedTileBytes = 227 * 1024;
+
 static LogicalResult verifyElemType(Operation* op, Type elem) {
   if (!elem.isBF16() && !elem.isF16() && !elem.isF32())
     return op->emitOpError("element type must be bf16, f16 or f32, got ") << elem;
@@ -48,6 +63,10 @@ LogicalResult TileCopyOp::verify() {
   int64_t rows = getRows(), cols = getCols(), threads = getThreads();
   if (rows <= 0 || cols <= 0 || threads <= 0) return emitOpError("rows, cols and threads must be positive");
   int64_t rowBytes = cols * elemBytes();
+  if (rows > kMaxSharedTileBytes || cols > kMaxSharedTileBytes || rows * rowBytes > kMaxSharedTileBytes)
+    return emitOpError("a tile of ") << rows << " x " << cols << " elements exceeds the " << kMaxSharedTileBytes
+                                     << "-byte shared-memory capacity";
+  if (failed(verifyBlockThreads(*this, threads))) return failure();
   if (rowBytes % 16 != 0) return emitOpError("a tile row must be a multiple of 16 bytes, got ") << rowBytes;
   if ((rows * rowBytes / 16) % threads != 0)
     return emitOpError("the tile's 16-byte chunks (") << rows * rowBytes / 16 << ") must divide evenly among "
@@ -77,6 +96,7 @@ static LogicalResult verifyAccShape(Operation* op, VectorType acc, int64_t m, in
   if (m != 64 * (threads / 128))
     return op->emitOpError("m must be 64 per 128 threads (") << 64 * (threads / 128) << "), got " << m;
   if (n <= 0 || n % 32 != 0 || n > 256) return op->emitOpError("n must be a multiple of 32 in [32, 256], got ") << n;
+  if (failed(verifyBlockThreads(op, threads))) return failure();
   if (acc.getNumElements() != m * n / threads)
     return op->emitOpError("accumulator must hold m * n / threads = ") << m * n / threads << " f32 per thread, got "
                                                                           << acc.getNumElements();

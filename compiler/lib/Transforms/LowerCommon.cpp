@@ -179,7 +179,6 @@ struct WaitLowering : OpRewritePattern<WaitOp> {
     StringRef scope = hooks.syncScope(op.getScope());
     Type i64t = b.getI64Type(), i1t = b.getI1Type();
     Value start = hooks.nowNs(b, loc);
-    Value deadline = arith::AddIOp::create(b, loc, start, op.getTimeoutNs());
     // scf.while carries (seen, reached); it loops while neither reached nor timed out.
     auto loop = scf::WhileOp::create(b, loc, TypeRange{i64t, i1t}, ValueRange{i64(b, loc, 0), arith::ConstantIntOp::create(b, loc, 0, 1)});
     {
@@ -188,7 +187,9 @@ struct WaitLowering : OpRewritePattern<WaitOp> {
       Value seen = LLVM::LoadOp::create(b, loc, i64t, op.getFlag(), 8, false, false, false, false,
                                         LLVM::AtomicOrdering::acquire, scope);
       Value reached = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::uge, seen, op.getExpected());
-      Value late = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ugt, hooks.nowNs(b, loc), deadline);
+      // Elapsed time, not a deadline: now - start cannot wrap for any timeout.
+      Value elapsed = arith::SubIOp::create(b, loc, hooks.nowNs(b, loc), start);
+      Value late = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ugt, elapsed, op.getTimeoutNs());
       Value stop = arith::OrIOp::create(b, loc, reached, late);
       Value again = arith::XOrIOp::create(b, loc, stop, arith::ConstantIntOp::create(b, loc, 1, 1));
       scf::ConditionOp::create(b, loc, again, ValueRange{seen, reached});

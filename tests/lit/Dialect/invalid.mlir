@@ -21,6 +21,30 @@ llvm.func @tile_copy_shared_to_shared(%src: !llvm.ptr<3>, %dst: !llvm.ptr<3>, %i
 
 // -----
 
+llvm.func @tile_copy_threads_not_block_size(%src: !llvm.ptr<1>, %dst: !llvm.ptr<3>, %i: i32) attributes {megamoe.kernel, megamoe.block_threads = 256 : i64} {
+  // expected-error @+1 {{threads = 128 must equal the kernel's megamoe.block_threads = 256}}
+  megamoe.tile_copy %src[%i], %dst[%i] rows_valid %i {rows = 64, cols = 64, threads = 128, elem = bf16, swizzle = 1 : i32} : !llvm.ptr<1> -> !llvm.ptr<3>
+  llvm.return
+}
+
+// -----
+
+llvm.func @tile_copy_larger_than_shared_memory(%src: !llvm.ptr<1>, %dst: !llvm.ptr<3>, %i: i32) {
+  // expected-error @+1 {{a tile of 536870912 x 64 elements exceeds the 232448-byte shared-memory capacity}}
+  megamoe.tile_copy %src[%i], %dst[%i] rows_valid %i {rows = 536870912, cols = 64, threads = 128, elem = bf16, swizzle = 0 : i32} : !llvm.ptr<1> -> !llvm.ptr<3>
+  llvm.return
+}
+
+// -----
+
+llvm.func @mma_tile_threads_not_block_size(%a: !llvm.ptr<3>, %b: !llvm.ptr<3>, %acc: vector<64xf32>) attributes {megamoe.kernel, megamoe.block_threads = 256 : i64} {
+  // expected-error @+1 {{threads = 128 must equal the kernel's megamoe.block_threads = 256}}
+  %r = megamoe.mma_tile %a, %b, %acc {m = 64, n = 128, k = 64, threads = 128} : !llvm.ptr<3>, !llvm.ptr<3>, vector<64xf32> -> vector<64xf32>
+  llvm.return
+}
+
+// -----
+
 // Address space 5 (AMDGPU private) is neither global nor shared.
 llvm.func @tile_copy_private(%src: !llvm.ptr<5>, %dst: !llvm.ptr<3>, %i: i32) {
   // expected-error @+1 {{copies between memory levels}}

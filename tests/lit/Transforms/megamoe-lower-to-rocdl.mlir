@@ -621,13 +621,13 @@ gpu.module @k {
 // CHECK-DAG: %[[NS_PER_TICK:.*]] = arith.constant 10 : i64
 // CHECK: %[[T0:.*]] = llvm.call_intrinsic "llvm.amdgcn.s.memrealtime"() : () -> i64
 // CHECK-NEXT: %[[START:.*]] = arith.muli %[[T0]], %[[NS_PER_TICK]] : i64
-// CHECK-NEXT: %[[DEADLINE:.*]] = arith.addi %[[START]], %[[TMO]] : i64
 // CHECK-NEXT: %[[LOOP:.*]]:2 = scf.while (%{{.*}} = %[[ZERO]], %{{.*}} = %[[FALSE]]) : (i64, i1) -> (i64, i1) {
 // CHECK-NEXT: %[[SEEN:.*]] = llvm.load %[[F]] atomic acquire {alignment = 8 : i64} : !llvm.ptr<1> -> i64
 // CHECK-NEXT: %[[REACHED:.*]] = arith.cmpi uge, %[[SEEN]], %[[EXP]] : i64
 // CHECK-NEXT: %[[T1:.*]] = llvm.call_intrinsic "llvm.amdgcn.s.memrealtime"() : () -> i64
 // CHECK-NEXT: %[[NOW:.*]] = arith.muli %[[T1]], %[[NS_PER_TICK]] : i64
-// CHECK-NEXT: %[[LATE:.*]] = arith.cmpi ugt, %[[NOW]], %[[DEADLINE]] : i64
+// CHECK-NEXT: %[[ELAPSED:.*]] = arith.subi %[[NOW]], %[[START]] : i64
+// CHECK-NEXT: %[[LATE:.*]] = arith.cmpi ugt, %[[ELAPSED]], %[[TMO]] : i64
 // CHECK-NEXT: %[[STOP:.*]] = arith.ori %[[REACHED]], %[[LATE]] : i1
 // CHECK-NEXT: %[[AGAIN:.*]] = arith.xori %[[STOP]], %[[TRUE]] : i1
 // CHECK-NEXT: scf.condition(%[[AGAIN]]) %[[SEEN]], %[[REACHED]] : i64, i1

@@ -98,6 +98,10 @@ def MegaMoe_MmaTileOp : MegaMoe_Op<"mma_tile", [MemoryEffects<[MemRead]>]> {
 
 def MegaMoe_AccStoreOp : MegaMoe_Op<"acc_store"> {
   let summary = "store an mma_tile accumulator fragment to a row-major global tile, converting to `elem`";
+  let description = [{
+    Rows at or past `rows_valid` are not written. `ld` (elements) and the destination must keep 2-element
+    alignment: sm_90a stores adjacent column pairs of the wgmma fragment as one access.
+  }];
   let arguments = (ins VectorOfRankAndType<[1], [F32]>:$acc, AnyLLVMPtr:$dst, I32:$ld, I32:$rows_valid,
                    I64Attr:$m, I64Attr:$n, I64Attr:$threads, TypeAttr:$elem);
   let assemblyFormat = [{
