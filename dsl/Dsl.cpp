@@ -128,6 +128,9 @@ void GlobalPtr::store(const Vec& v) const {
   LLVM::StoreOp::create(k_->builder(), k_->loc(), v.value(), v_, align);
 }
 void GlobalPtr::storeI64(const I64& v) const { LLVM::StoreOp::create(k_->builder(), k_->loc(), v.value(), v_, 8); }
+I32 GlobalPtr::loadI32() const {
+  return {k_, LLVM::LoadOp::create(k_->builder(), k_->loc(), k_->builder().getI32Type(), v_, 4)};
+}
 I64 GlobalPtr::loadI64() const {
   return {k_, LLVM::LoadOp::create(k_->builder(), k_->loc(), k_->builder().getI64Type(), v_, 8)};
 }

@@ -94,6 +94,7 @@ class GlobalPtr {
   Vec load(int n) const;            // n contiguous elements, one vector access
   void store(const Vec& v) const;
   I64 loadI64() const;
+  I32 loadI32() const;
   void storeI64(const I64& v) const;
  private:
   Kernel* k_;

@@ -17,7 +17,7 @@ mlir::OwningOpRef<mlir::ModuleOp> buildGroupedGemm(mlir::MLIRContext& ctx, const
   I32 grid = k.argI32();
 
   const int64_t nTiles = s.n / S::kBlockN;
-  auto offset = [&](const I32& e) { return I32(&k, (offsets + k.widen(e)).load(1).value()); };
+  auto offset = [&](const I32& e) { return (offsets + k.widen(e)).loadI32(); };
   SharedTile tileA = k.sharedTile(Elem::bf16, S::kBlockM, S::kBlockK);
   SharedTile tileB = k.sharedTile(Elem::bf16, S::kBlockN, S::kBlockK);
 

@@ -29,7 +29,9 @@ constexpr uint32_t kDefaultSharedLimit = 48 * 1024;
   X(cuStreamCreate) X(cuStreamDestroy) X(cuStreamSynchronize) X(cuEventCreate) X(cuEventDestroy)                 \
   X(cuEventRecord) X(cuEventSynchronize) X(cuEventElapsedTime) X(cuModuleLoadData) X(cuModuleUnload)             \
   X(cuModuleGetFunction) X(cuFuncSetAttribute) X(cuLaunchKernel) X(cuLaunchKernelEx) X(cuDeviceCanAccessPeer)   \
-  X(cuCtxEnablePeerAccess) X(cuIpcGetMemHandle) X(cuIpcOpenMemHandle) X(cuIpcCloseMemHandle)
+  X(cuCtxEnablePeerAccess) X(cuIpcGetMemHandle) X(cuIpcOpenMemHandle) X(cuIpcCloseMemHandle)                  \
+  X(cuStreamBeginCapture) X(cuStreamEndCapture) X(cuGraphInstantiateWithFlags) X(cuGraphLaunch)                  \
+  X(cuGraphExecDestroy) X(cuGraphDestroy)
 
 using GetProcAddress = CUresult (*)(const char*, void**, int, cuuint64_t, CUdriverProcAddressQueryResult*);
 
@@ -219,6 +221,31 @@ class CudaDevice final : public Device {
     config.attrs = &cluster;
     config.numAttrs = 1;
     check(d_->cuLaunchKernelEx(&config, f, params, nullptr), "cuLaunchKernelEx(cluster)");
+  }
+
+  void beginCapture(StreamHandle stream) override {
+    makeCurrent();
+    check(d_->cuStreamBeginCapture(asStream(stream), CU_STREAM_CAPTURE_MODE_THREAD_LOCAL), "cuStreamBeginCapture");
+  }
+  GraphHandle endCapture(StreamHandle stream) override {
+    makeCurrent();
+    CUgraph graph = nullptr;
+    check(d_->cuStreamEndCapture(asStream(stream), &graph), "cuStreamEndCapture");
+    CUgraphExec exec = nullptr;
+    const CUresult result = d_->cuGraphInstantiateWithFlags(&exec, graph, 0);
+    d_->cuGraphDestroy(graph);  // an instantiated graph does not depend on its template
+    check(result, "cuGraphInstantiateWithFlags");
+    return exec;
+  }
+  void launchGraph(GraphHandle graph, StreamHandle stream) override {
+    if (!graph) throw Error(ErrorCode::kInvalidArgument, "launch of a null graph");
+    makeCurrent();
+    check(d_->cuGraphLaunch(static_cast<CUgraphExec>(graph), asStream(stream)), "cuGraphLaunch");
+  }
+  void destroyGraph(GraphHandle graph) override {
+    if (!graph) return;
+    makeCurrent();
+    check(d_->cuGraphExecDestroy(static_cast<CUgraphExec>(graph)), "cuGraphExecDestroy");
   }
 
   bool canAccessPeer(const Device& peer) override {

@@ -24,11 +24,14 @@ using hipEvent_t = void*;
 using hipModule_t = void*;
 using hipFunction_t = void*;
 using hipDeviceptr_t = void*;
+using hipGraph_t = void*;
+using hipGraphExec_t = void*;
 struct hipIpcMemHandle_t {
   char reserved[64];
 };
 constexpr unsigned kHipIpcMemLazyEnablePeerAccess = 0x1;
 constexpr unsigned kHipStreamNonBlocking = 0x1;
+constexpr int kHipStreamCaptureModeThreadLocal = 1;  // hipStreamCaptureMode
 
 template <typename Signature>
 using Fn = Signature*;
@@ -68,7 +71,13 @@ using Fn = Signature*;
   X(hipDeviceEnablePeerAccess, hipError_t(int, unsigned))                                        \
   X(hipIpcGetMemHandle, hipError_t(hipIpcMemHandle_t*, void*))                                   \
   X(hipIpcOpenMemHandle, hipError_t(void**, hipIpcMemHandle_t, unsigned))                        \
-  X(hipIpcCloseMemHandle, hipError_t(void*))
+  X(hipIpcCloseMemHandle, hipError_t(void*))                                                     \
+  X(hipStreamBeginCapture, hipError_t(hipStream_t, int))                                          \
+  X(hipStreamEndCapture, hipError_t(hipStream_t, hipGraph_t*))                                    \
+  X(hipGraphInstantiateWithFlags, hipError_t(hipGraphExec_t*, hipGraph_t, unsigned long long))    \
+  X(hipGraphLaunch, hipError_t(hipGraphExec_t, hipStream_t))                                      \
+  X(hipGraphExecDestroy, hipError_t(hipGraphExec_t))                                              \
+  X(hipGraphDestroy, hipError_t(hipGraph_t))
 
 struct HipRuntime {
   std::string path;
@@ -226,6 +235,31 @@ class HipDevice final : public Device {
     check(h_->hipModuleLaunchKernel(function, dims.grid.x, dims.grid.y, dims.grid.z, dims.block.x, dims.block.y,
                                     dims.block.z, dims.sharedBytes, stream, params, nullptr),
           "hipModuleLaunchKernel");
+  }
+
+  void beginCapture(StreamHandle stream) override {
+    makeCurrent();
+    check(h_->hipStreamBeginCapture(stream, kHipStreamCaptureModeThreadLocal), "hipStreamBeginCapture");
+  }
+  GraphHandle endCapture(StreamHandle stream) override {
+    makeCurrent();
+    hipGraph_t graph = nullptr;
+    check(h_->hipStreamEndCapture(stream, &graph), "hipStreamEndCapture");
+    hipGraphExec_t exec = nullptr;
+    const hipError_t result = h_->hipGraphInstantiateWithFlags(&exec, graph, 0);
+    h_->hipGraphDestroy(graph);  // an instantiated graph does not depend on its template
+    check(result, "hipGraphInstantiateWithFlags");
+    return exec;
+  }
+  void launchGraph(GraphHandle graph, StreamHandle stream) override {
+    if (!graph) throw Error(ErrorCode::kInvalidArgument, "launch of a null graph");
+    makeCurrent();
+    check(h_->hipGraphLaunch(graph, stream), "hipGraphLaunch");
+  }
+  void destroyGraph(GraphHandle graph) override {
+    if (!graph) return;
+    makeCurrent();
+    check(h_->hipGraphExecDestroy(graph), "hipGraphExecDestroy");
   }
 
   bool canAccessPeer(const Device& peer) override {

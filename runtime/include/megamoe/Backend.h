@@ -19,6 +19,7 @@ using StreamHandle = void*;
 using EventHandle = void*;
 using ModuleHandle = void*;
 using FunctionHandle = void*;
+using GraphHandle = void*;  // an instantiated graph (CUgraphExec / hipGraphExec_t)
 
 struct Dim3 {
   uint32_t x = 1, y = 1, z = 1;
@@ -76,6 +77,14 @@ class Device {
   // `params` is the usual array of pointers to each kernel argument. Raises the function's dynamic shared memory
   // limit first when sharedBytes exceeds the 48 KB default (CUDA).
   virtual void launch(FunctionHandle function, const LaunchDims& dims, StreamHandle stream, void** params) = 0;
+
+  // Graphs: what is enqueued on `stream` between beginCapture and endCapture is recorded instead of run (kernel
+  // arguments by value); endCapture returns it instantiated, to be replayed by launchGraph any number of times
+  // without host synchronisation. Capture is thread-local; the default stream cannot be captured.
+  virtual void beginCapture(StreamHandle stream) = 0;
+  virtual GraphHandle endCapture(StreamHandle stream) = 0;
+  virtual void launchGraph(GraphHandle graph, StreamHandle stream) = 0;
+  virtual void destroyGraph(GraphHandle graph) = 0;
 
   virtual bool canAccessPeer(const Device& peer) = 0;
   // Idempotent: "already enabled" is success.

@@ -1,0 +1,365 @@
+// GPU tier for the compute kernels (swiglu_fwd, gemm_nt) loaded from the kernel cache: fresh random normal inputs,
+// a higher-precision host reference, sentinel-filled outputs checked fully written, and a second launch that must be
+// bitwise identical. Skips without a CUDA device; the cache comes from scripts/gen-gpu-test-cache.sh.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "GpuTestSupport.h"
+#include "megamoe/Runtime.h"
+
+namespace megamoe {
+namespace {
+
+uint64_t gBaseSeed = 0;  // main(): --seed=N, else fresh from std::random_device
+
+// The generated entries these tests load (see scripts/gen-gpu-test-cache.sh).
+constexpr const char* kTarget = "sm_90a";
+constexpr const char* kTargetOptions = "target=sm_90a;O=3;ptx=80";
+// Launch geometry constants of the specs in kernels/Kernels.h (not included: it pulls in MLIR).
+constexpr int64_t kSwigluVector = 8, kSwigluBlockThreads = 256;
+constexpr int64_t kGemmBlockM = 64, kGemmBlockN = 128, kGemmBlockThreads = 128;
+
+constexpr uint16_t kSentinel = 0xFFFF;  // a NaN: no output of these kernels on finite inputs is one
+
+// ---- bf16 on the host ----
+uint16_t toBf16(float f) {  // round to nearest even
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40);  // quiet NaN
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return static_cast<uint16_t>(u >> 16);
+}
+float fromBf16(uint16_t b) {
+  const uint32_t u = static_cast<uint32_t>(b) << 16;
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+std::vector<uint16_t> randomBf16(std::mt19937& rng, size_t n, float scale = 1.f) {
+  std::normal_distribution<float> normal(0.f, scale);
+  std::vector<uint16_t> out(n);
+  for (auto& v : out) v = toBf16(normal(rng));
+  return out;
+}
+
+// A generator for the running test, from the run's seed and the test's name, so that a test reproduces alone.
+std::mt19937 testRng(uint64_t* seedOut = nullptr) {
+  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  const std::string name = std::string(info->test_suite_name()) + "." + info->name();
+  uint64_t seed = gBaseSeed;
+  for (char c : name) seed = (seed ^ static_cast<uint8_t>(c)) * 0x100000001b3ull;
+  std::printf("seed %llu (reproduce: --seed=%llu --gtest_filter=%s)\n", static_cast<unsigned long long>(seed),
+              static_cast<unsigned long long>(gBaseSeed), name.c_str());
+  if (seedOut) *seedOut = seed;
+  std::seed_seq seq{static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32)};
+  return std::mt19937(seq);
+}
+
+// ‖out − ref‖ / ‖ref‖ over the given elements; NaN anywhere makes it NaN, which fails every `<=`.
+struct ErrorNorm {
+  double diff2 = 0, ref2 = 0;
+  void add(double out, double ref) {
+    diff2 += (out - ref) * (out - ref);
+    ref2 += ref * ref;
+  }
+  double relative() const { return std::sqrt(diff2) / std::sqrt(ref2); }
+};
+
+// Device memory freed on scope exit.
+class Buffer {
+ public:
+  Buffer(Device& device, size_t bytes) : device_(device), bytes_(bytes), ptr_(device.allocate(bytes)) {}
+  ~Buffer() { device_.free(ptr_); }
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+  DevicePtr ptr() const { return ptr_; }
+  template <typename T>
+  void upload(const std::vector<T>& host) {
+    ASSERT_LE(host.size() * sizeof(T), bytes_);
+    device_.copyHostToDevice(ptr_, host.data(), host.size() * sizeof(T));
+    // A pageable upload may return before its DMA lands, and the test's non-blocking stream does not wait for
+    // the legacy stream it runs on.
+    device_.synchronizeDevice();
+  }
+  template <typename T>
+  std::vector<T> download() {
+    std::vector<T> host(bytes_ / sizeof(T));
+    device_.copyDeviceToHost(host.data(), ptr_, host.size() * sizeof(T));
+    return host;
+  }
+  void poison() { upload(std::vector<uint16_t>(bytes_ / 2, kSentinel)); }
+
+ private:
+  Device& device_;
+  size_t bytes_;
+  DevicePtr ptr_;
+};
+
+// The runtime on device 0 and a stream, or a skip with the reason.
+struct Gpu {
+  std::unique_ptr<Runtime> runtime;
+  StreamHandle stream = nullptr;
+  Device& device() const { return *runtime->device(); }
+  ~Gpu() {
+    if (runtime && stream) runtime->device()->destroyStream(stream);
+  }
+};
+
+std::string specText(const std::vector<std::pair<std::string, int64_t>>& spec) {
+  std::string text;
+  for (const auto& [name, value] : spec) text += (text.empty() ? "" : ",") + name + "=" + std::to_string(value);
+  return text;
+}
+
+std::shared_ptr<const Kernel> loadKernel(Runtime& runtime, const std::string& name,
+                                         const std::vector<std::pair<std::string, int64_t>>& spec) {
+  cache::KernelKey key{name, spec, kTarget, kTargetOptions, /*fingerprint: any*/ ""};
+  const std::string hint = "scripts/gen-gpu-test-cache.sh DIR and MEGAMOE_CACHE_DIR=DIR (or: megamoe-cache generate "
+                           "--kernel " + name + (spec.empty() ? "" : " --spec " + specText(spec)) +
+                           " --targets sm_90a)";
+  return runtime.loadKernel(key, hint);
+}
+
+float medianMs(std::vector<float> ms) {
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
+#define MEGAMOE_REQUIRE_SM90A(gpu)                                                                     \
+  MEGAMOE_REQUIRE_CUDA(backend_);                                                                      \
+  Gpu gpu;                                                                                             \
+  gpu.runtime = std::make_unique<Runtime>(BackendKind::kCuda, 0, parseEnv());                          \
+  if (gpu.device().target() != kTarget)                                                                \
+    GTEST_SKIP() << "the test cache holds sm_90a code; device 0 is " << gpu.device().target();         \
+  gpu.stream = gpu.device().createStream()
+
+// ---------------------------------------------------------------------------------------------------- swiglu_fwd
+
+struct SwigluCase {
+  int64_t rows, intermediate, clampMilli;
+  float inputScale;
+};
+
+// out = silu(gate) * up from the same bf16 inputs, in double, with the kernel's clamp (gate <= L, |up| <= L).
+double swigluReference(float gate, float up, double limit) {
+  double g = gate, u = up;
+  if (limit > 0) {
+    g = std::min(g, limit);
+    u = std::clamp(u, -limit, limit);
+  }
+  return g / (1.0 + std::exp(-g)) * u;
+}
+
+void runSwiglu(Gpu& gpu, const SwigluCase& c) {
+  std::mt19937 rng = testRng();
+  const int64_t m = c.rows, inter = c.intermediate;
+  auto kernel = loadKernel(*gpu.runtime, "swiglu_fwd", {{"I", inter}, {"clamp_milli", c.clampMilli}});
+  ASSERT_EQ(kernel->metadata().blockThreads, kSwigluBlockThreads);
+
+  const std::vector<uint16_t> h = randomBf16(rng, size_t(m * 2 * inter), c.inputScale);  // [M, 2I]: gate | up
+  Buffer hDev(gpu.device(), h.size() * 2);
+  hDev.upload(h);
+  Buffer out(gpu.device(), size_t((m + 1) * inter) * 2);  // one guard row past the end
+
+  uint64_t hArg = hDev.ptr(), outArg = out.ptr();
+  int32_t rowsArg = static_cast<int32_t>(m);
+  void* params[] = {&hArg, &outArg, &rowsArg};
+  LaunchDims dims;
+  const int64_t vectors = m * inter / kSwigluVector;
+  dims.grid.x = static_cast<uint32_t>((vectors + kSwigluBlockThreads - 1) / kSwigluBlockThreads);
+  dims.block.x = static_cast<uint32_t>(kSwigluBlockThreads);
+  auto launchOnce = [&] {
+    out.poison();
+    gpu.runtime->launch(*kernel, dims, gpu.stream, params);
+    gpu.device().synchronize(gpu.stream);
+    return out.download<uint16_t>();
+  };
+  const std::vector<uint16_t> first = launchOnce();
+
+  size_t unwritten = 0, guardTouched = 0;
+  for (int64_t i = 0; i < m * inter; ++i) unwritten += first[size_t(i)] == kSentinel;
+  for (int64_t i = m * inter; i < (m + 1) * inter; ++i) guardTouched += first[size_t(i)] != kSentinel;
+  EXPECT_EQ(unwritten, 0u) << "outputs left at the sentinel";
+  EXPECT_EQ(guardTouched, 0u) << "elements written past row M";
+
+  const double limit = double(c.clampMilli) / 1000.0;
+  ErrorNorm err, unclamped;
+  size_t clampedInputs = 0;
+  for (int64_t r = 0; r < m; ++r)
+    for (int64_t i = 0; i < inter; ++i) {
+      const float g = fromBf16(h[size_t(r * 2 * inter + i)]), u = fromBf16(h[size_t(r * 2 * inter + inter + i)]);
+      const double got = fromBf16(first[size_t(r * inter + i)]);
+      err.add(got, swigluReference(g, u, limit));
+      unclamped.add(got, swigluReference(g, u, 0));
+      clampedInputs += limit > 0 && (g > limit || std::fabs(u) > limit);
+    }
+  EXPECT_LE(err.relative(), 1e-2);
+  if (limit > 0) {
+    // The clamp must matter on these inputs, or this case would not test it.
+    EXPECT_GT(clampedInputs, size_t(m * inter / 10));
+    EXPECT_GT(unclamped.relative(), 0.1) << "the output does not depend on the clamp";
+  }
+
+  const std::vector<uint16_t> second = launchOnce();
+  const bool identical = first == second;
+  EXPECT_TRUE(identical) << "the second launch differs bitwise from the first";
+  std::printf("SUMMARY swiglu_fwd I=%lld clamp_milli=%lld M=%lld scale=%g: rel_err=%.3e%s unwritten=%zu "
+              "guard_touched=%zu rerun=%s\n",
+              (long long)inter, (long long)c.clampMilli, (long long)m, c.inputScale, err.relative(),
+              limit > 0 ? (" clamped_inputs=" + std::to_string(clampedInputs) + " err_vs_unclamped=" +
+                           std::to_string(unclamped.relative())).c_str()
+                        : "",
+              unwritten, guardTouched, identical ? "identical" : "DIFFERENT");
+}
+
+TEST(GpuKernels, SwigluI2048M777) {
+  MEGAMOE_REQUIRE_SM90A(gpu);
+  runSwiglu(gpu, {777, 2048, 0, 1.f});
+}
+
+TEST(GpuKernels, SwigluI2048M1) {
+  MEGAMOE_REQUIRE_SM90A(gpu);
+  runSwiglu(gpu, {1, 2048, 0, 1.f});
+}
+
+TEST(GpuKernels, SwigluClamp7M777) {
+  MEGAMOE_REQUIRE_SM90A(gpu);
+  runSwiglu(gpu, {777, 2048, 7000, 10.f});  // inputs x10, so that |x| > 7 is common
+}
+
+// ---------------------------------------------------------------------------------------------------- gemm_nt
+
+struct GemmCase {
+  int64_t n, k, m;
+  int checkRows;  // 0: every row against the reference; else this many random rows
+  bool time;
+};
+
+void runGemm(Gpu& gpu, const GemmCase& c) {
+  std::mt19937 rng = testRng();
+  const int64_t n = c.n, k = c.k, m = c.m;
+  auto kernel = loadKernel(*gpu.runtime, "gemm_nt", {{"N", n}, {"K", k}});
+  ASSERT_EQ(kernel->metadata().blockThreads, kGemmBlockThreads);
+  ASSERT_EQ(n % kGemmBlockN, 0);
+
+  const std::vector<uint16_t> a = randomBf16(rng, size_t(m * k)), b = randomBf16(rng, size_t(n * k));
+  Buffer aDev(gpu.device(), a.size() * 2), bDev(gpu.device(), b.size() * 2);
+  aDev.upload(a);
+  bDev.upload(b);
+  const int64_t tilesM = (m + kGemmBlockM - 1) / kGemmBlockM;
+  const int64_t rowsAllocated = (tilesM + 1) * kGemmBlockM;  // a whole spare tile of rows past M
+  Buffer cDev(gpu.device(), size_t(rowsAllocated * n) * 2);
+
+  uint64_t aArg = aDev.ptr(), bArg = bDev.ptr(), cArg = cDev.ptr();
+  int32_t mArg = static_cast<int32_t>(m);
+  void* params[] = {&aArg, &bArg, &cArg, &mArg};
+  LaunchDims dims;
+  dims.grid = {static_cast<uint32_t>(n / kGemmBlockN), static_cast<uint32_t>(tilesM), 1};
+  dims.block.x = static_cast<uint32_t>(kGemmBlockThreads);
+  auto launchOnce = [&] {
+    cDev.poison();
+    gpu.runtime->launch(*kernel, dims, gpu.stream, params);
+    gpu.device().synchronize(gpu.stream);
+    return cDev.download<uint16_t>();
+  };
+  const std::vector<uint16_t> first = launchOnce();
+
+  size_t unwritten = 0, pastM = 0;
+  for (int64_t i = 0; i < m * n; ++i) unwritten += first[size_t(i)] == kSentinel;
+  for (int64_t i = m * n; i < rowsAllocated * n; ++i) pastM += first[size_t(i)] != kSentinel;
+  EXPECT_EQ(unwritten, 0u) << "outputs of rows < M left at the sentinel";
+  EXPECT_EQ(pastM, 0u) << "elements written in rows >= M";
+
+  std::vector<int64_t> rows;
+  if (c.checkRows == 0) {
+    for (int64_t r = 0; r < m; ++r) rows.push_back(r);
+  } else {
+    std::vector<int64_t> all(static_cast<size_t>(m));
+    for (int64_t r = 0; r < m; ++r) all[size_t(r)] = r;
+    std::shuffle(all.begin(), all.end(), rng);
+    rows.assign(all.begin(), all.begin() + std::min<int64_t>(c.checkRows, m));
+  }
+  std::vector<float> bf(b.size());
+  for (size_t i = 0; i < b.size(); ++i) bf[i] = fromBf16(b[i]);
+  std::vector<float> arow(static_cast<size_t>(k));
+  ErrorNorm err;
+  for (int64_t r : rows) {
+    for (int64_t x = 0; x < k; ++x) arow[size_t(x)] = fromBf16(a[size_t(r * k + x)]);
+    for (int64_t col = 0; col < n; ++col) {
+      const float* brow = &bf[size_t(col * k)];
+      double acc[4] = {0, 0, 0, 0};  // fp64 reference, four chains so that it is not one long dependency
+      for (int64_t x = 0; x < k; x += 4)
+        for (int j = 0; j < 4; ++j) acc[j] += double(arow[size_t(x + j)]) * brow[x + j];
+      err.add(fromBf16(first[size_t(r * n + col)]), acc[0] + acc[1] + acc[2] + acc[3]);
+    }
+  }
+  EXPECT_LE(err.relative(), 1e-2);
+
+  const std::vector<uint16_t> second = launchOnce();
+  const bool identical = first == second;
+  EXPECT_TRUE(identical) << "the second launch differs bitwise from the first";
+
+  std::string timing;
+  if (c.time) {
+    EventHandle start = gpu.device().createEvent(), end = gpu.device().createEvent();
+    for (int i = 0; i < 3; ++i) gpu.runtime->launch(*kernel, dims, gpu.stream, params);
+    std::vector<float> ms;
+    for (int i = 0; i < 10; ++i) {
+      gpu.device().recordEvent(start, gpu.stream);
+      gpu.runtime->launch(*kernel, dims, gpu.stream, params);
+      gpu.device().recordEvent(end, gpu.stream);
+      gpu.device().synchronizeEvent(end);
+      ms.push_back(gpu.device().elapsedMilliseconds(start, end));
+    }
+    gpu.device().destroyEvent(start);
+    gpu.device().destroyEvent(end);
+    const float median = medianMs(ms);
+    const double tflops = 2.0 * double(m) * double(n) * double(k) / (median * 1e-3) / 1e12;
+    char text[128];
+    std::snprintf(text, sizeof text, " median_ms=%.4f tflops=%.1f", median, tflops);
+    timing = text;
+  }
+  std::printf("SUMMARY gemm_nt N=%lld K=%lld M=%lld: rel_err=%.3e over %zu rows unwritten=%zu "
+              "written_past_M=%zu rerun=%s%s\n",
+              (long long)n, (long long)k, (long long)m, err.relative(), rows.size(), unwritten, pastM,
+              identical ? "identical" : "DIFFERENT", timing.c_str());
+}
+
+TEST(GpuKernels, GemmNtSmallM1) {
+  MEGAMOE_REQUIRE_SM90A(gpu);
+  runGemm(gpu, {256, 128, 1, 0, false});
+}
+
+TEST(GpuKernels, GemmNtSmallM130) {
+  MEGAMOE_REQUIRE_SM90A(gpu);
+  runGemm(gpu, {256, 128, 130, 0, false});  // 130 = 2 * 64 + 2: a last tile with two valid rows
+}
+
+TEST(GpuKernels, GemmNtDeepSeekV3L1) {
+  MEGAMOE_REQUIRE_SM90A(gpu);
+  runGemm(gpu, {4096, 7168, 1000, 48, true});
+}
+
+TEST(GpuKernels, GemmNtDeepSeekV3L2) {
+  MEGAMOE_REQUIRE_SM90A(gpu);
+  runGemm(gpu, {7168, 2048, 1000, 48, true});
+}
+
+}  // namespace
+}  // namespace megamoe
+
+int main(int argc, char** argv) {
+  ::testing::InitGoogleTest(&argc, argv);
+  megamoe::gBaseSeed = (uint64_t(std::random_device{}()) << 32) | std::random_device{}();
+  for (int i = 1; i < argc; ++i)
+    if (std::strncmp(argv[i], "--seed=", 7) == 0) megamoe::gBaseSeed = std::strtoull(argv[i] + 7, nullptr, 10);
+  return RUN_ALL_TESTS();
+}
