@@ -311,11 +311,43 @@ SharedTile Kernel::sharedTile(Elem e, int64_t rows, int64_t cols) {
   return {this, base, e, rows, cols};
 }
 
+int64_t SharedTile::bytes() const { return rows_ * cols_ * elemBytes(elem_); }
+SharedTile SharedTile::stage(const I32& s) const {
+  I64 offset = k_->widen(s) * bytes();
+  Value p = LLVM::GEPOp::create(k_->builder(), k_->loc(), base_.getType(), k_->builder().getI8Type(), base_,
+                                ValueRange{offset.value()});
+  return {k_, p, elem_, rows_, cols_, 1};
+}
+
+SharedTile Kernel::dynamicSharedTile(Elem e, int64_t rows, int64_t cols, int64_t stages) {
+  std::string sym = name_ + "_dynamic_smem";
+  if (dynamicSharedBytes_ == 0) {
+    OpBuilder::InsertionGuard guard(b_);
+    b_.setInsertionPoint(func_);
+    // A zero-sized external array in the shared space is the dynamic shared memory (gpu.dynamic_shared_memory
+    // mislowers on LLVM 22's NVPTX, see ../shared/TOOLCHAIN.md).
+    LLVM::GlobalOp::create(b_, loc_, LLVM::LLVMArrayType::get(b_.getI8Type(), 0), false, LLVM::Linkage::External, sym,
+                           Attribute(), 1024, kSharedSpace);
+  }
+  int64_t offset = (dynamicSharedBytes_ + 1023) / 1024 * 1024;
+  dynamicSharedBytes_ = offset + rows * cols * elemBytes(e) * stages;
+  func_->setAttr("megamoe.dynamic_shared_bytes", b_.getI64IntegerAttr(dynamicSharedBytes_));
+  Value base = LLVM::AddressOfOp::create(b_, loc_, ptrType(b_.getContext(), kSharedSpace), sym);
+  base = LLVM::GEPOp::create(b_, loc_, base.getType(), b_.getI8Type(), base, ArrayRef<LLVM::GEPArg>{int32_t(offset)});
+  return {this, base, e, rows, cols, stages};
+}
+
+void Kernel::asyncCommit() { AsyncCommitOp::create(b_, loc_); }
+void Kernel::asyncWait(int64_t pending) { AsyncWaitOp::create(b_, loc_, pending); }
+
 void Kernel::blockSync() { gpu::BarrierOp::create(b_, loc_); }
 
-void Kernel::copyTile(const GlobalPtr& src, const I32& srcLd, const SharedTile& dst, const I32& rowsValid, bool swizzle) {
-  TileCopyOp::create(b_, loc_, src.value(), srcLd.value(), dst.value(), i32(dst.cols()).value(), rowsValid.value(),
-                     dst.rows(), dst.cols(), blockThreads_, type(dst.elem()), swizzle ? Swizzle::b128 : Swizzle::none);
+void Kernel::copyTile(const GlobalPtr& src, const I32& srcLd, const SharedTile& dst, const I32& rowsValid, bool swizzle,
+                      bool async) {
+  auto op = TileCopyOp::create(b_, loc_, src.value(), srcLd.value(), dst.value(), i32(dst.cols()).value(),
+                               rowsValid.value(), dst.rows(), dst.cols(), blockThreads_, type(dst.elem()),
+                               swizzle ? Swizzle::b128 : Swizzle::none);
+  if (async) op.setAsync(true);
 }
 void Kernel::copyTile(const SharedTile& src, const GlobalPtr& dst, const I32& dstLd, const I32& rowsValid, bool swizzle) {
   TileCopyOp::create(b_, loc_, src.value(), i32(src.cols()).value(), dst.value(), dstLd.value(), rowsValid.value(),
@@ -332,10 +364,13 @@ Acc Kernel::zeroAcc(int64_t m, int64_t n) {
   int64_t perThread = m * n / blockThreads_;
   return {zeros(int(perThread), Elem::f32).value(), m, n};
 }
-Acc Kernel::mma(const Acc& acc, const SharedTile& a, const SharedTile& b) {
-  Value r = MmaTileOp::create(b_, loc_, acc.value.getType(), acc.value, a.value(), b.value(), acc.m, acc.n, a.cols(),
-                              blockThreads_);
-  return {r, acc.m, acc.n};
+Acc Kernel::mma(const Acc& acc, const SharedTile& a, const SharedTile& b, int64_t pending) {
+  auto op = MmaTileOp::create(b_, loc_, acc.value.getType(), acc.value, a.value(), b.value(), acc.m, acc.n, a.cols(),
+                              blockThreads_, pending);
+  return {op.getResult(), acc.m, acc.n};
+}
+Acc Kernel::drain(const Acc& acc) {
+  return {MmaDrainOp::create(b_, loc_, acc.value.getType(), acc.value).getResult(), acc.m, acc.n};
 }
 void Kernel::storeAcc(const Acc& acc, const GlobalPtr& dst, const I32& ld, const I32& rowsValid) {
   AccStoreOp::create(b_, loc_, acc.value, dst.value(), ld.value(), rowsValid.value(), acc.m, acc.n, blockThreads_,

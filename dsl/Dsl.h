@@ -105,8 +105,11 @@ class GlobalPtr {
 // A rows x cols tile in shared memory (static allocation, 1024-byte aligned so swizzled MMA operands work).
 class SharedTile {
  public:
-  SharedTile(Kernel* k, mlir::Value base, Elem e, int64_t rows, int64_t cols)
-      : k_(k), base_(base), elem_(e), rows_(rows), cols_(cols) {}
+  SharedTile(Kernel* k, mlir::Value base, Elem e, int64_t rows, int64_t cols, int64_t stages = 1)
+      : k_(k), base_(base), elem_(e), rows_(rows), cols_(cols), stages_(stages) {}
+  int64_t stages() const { return stages_; }
+  int64_t bytes() const;                 // one stage
+  SharedTile stage(const I32& s) const;  // stage s of a multi-stage buffer
   mlir::Value value() const { return base_; }
   Elem elem() const { return elem_; }
   int64_t rows() const { return rows_; }
@@ -115,7 +118,7 @@ class SharedTile {
   Kernel* k_;
   mlir::Value base_;
   Elem elem_;
-  int64_t rows_, cols_;
+  int64_t rows_, cols_, stages_;
 };
 
 // An MMA accumulator fragment (m x n tile spread over the block in the target's atom layout).
@@ -177,18 +180,27 @@ class Kernel {
   I32 select(const Bool& cond, const I32& a, const I32& b);
   void returnIf(const Bool& cond);  // every thread for which cond holds exits the kernel
 
-  // Shared memory.
+  // Shared memory: static tiles (small), or dynamic multi-stage buffers (any size the target holds; the kernel's
+  // dynamic shared bytes are recorded for the launch).
   SharedTile sharedTile(Elem e, int64_t rows, int64_t cols);
+  SharedTile dynamicSharedTile(Elem e, int64_t rows, int64_t cols, int64_t stages);
 
   // Block-scope ops.
   void blockSync();
-  void copyTile(const GlobalPtr& src, const I32& srcLd, const SharedTile& dst, const I32& rowsValid, bool swizzle);
+  // async: only issue the copy (see asyncCommit / asyncWait); rows past rowsValid are zero-filled either way.
+  void copyTile(const GlobalPtr& src, const I32& srcLd, const SharedTile& dst, const I32& rowsValid, bool swizzle,
+                bool async = false);
+  void asyncCommit();
+  void asyncWait(int64_t pending);
   void copyTile(const SharedTile& src, const GlobalPtr& dst, const I32& dstLd, const I32& rowsValid, bool swizzle);
   // Loads the global rows x cols tile into `dst` as cols x rows (dst.rows() == cols): K x N operands become the
   // K-major [N][K] layout the MMA tile reads. Rows of the source past rowsValid become zeros.
   void copyTileTransposed(const GlobalPtr& src, const I32& srcLd, const SharedTile& dst, const I32& rowsValid);
   Acc zeroAcc(int64_t m, int64_t n);
-  Acc mma(const Acc& acc, const SharedTile& a, const SharedTile& b);  // acc += a * b^T over a 64-wide K stage
+  // acc += a * b^T over a 64-wide K stage. pending = 1 returns with this MMA possibly still running (the previous
+  // one finished); read the accumulator only after drain().
+  Acc mma(const Acc& acc, const SharedTile& a, const SharedTile& b, int64_t pending = 0);
+  Acc drain(const Acc& acc);
   void storeAcc(const Acc& acc, const GlobalPtr& dst, const I32& ld, const I32& rowsValid);
   Bool gridBarrier(const Context& ctx, const GlobalPtr& counter, const I64& expected);
   Bool rankBarrier(const Context& ctx, const GlobalPtr& flags, const I64& value);
@@ -218,6 +230,7 @@ class Kernel {
   mlir::Operation* func_ = nullptr;
   mlir::Operation* gpuModule_ = nullptr;
   int sharedCount_ = 0;
+  int64_t dynamicSharedBytes_ = 0;
 };
 
 }  // namespace megamoe::dsl

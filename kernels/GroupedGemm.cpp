@@ -7,35 +7,36 @@
 namespace megamoe::kernels {
 using namespace dsl;
 
-mlir::OwningOpRef<mlir::ModuleOp> buildGroupedGemm(mlir::MLIRContext& ctx, const GroupedGemmSpec& s) {
-  using S = GroupedGemmSpec;
-  Kernel k(ctx, S::name(s.layout), S::kBlockThreads);
-  GlobalPtr a = k.argPtr(Elem::bf16);
-  GlobalPtr b = k.argPtr(Elem::bf16);
-  GlobalPtr c = k.argPtr(Elem::bf16);
-  GlobalPtr offsets = k.argPtr(Elem::i32);
-  I32 grid = k.argI32();
+namespace {
 
-  const int64_t nTiles = s.n / S::kBlockN;
-  auto offset = [&](const I32& e) { return (offsets + k.widen(e)).loadI32(); };
-  SharedTile tileA = k.sharedTile(Elem::bf16, S::kBlockM, S::kBlockK);
-  SharedTile tileB = k.sharedTile(Elem::bf16, S::kBlockN, S::kBlockK);
+// Where a tile sits: its expert, the group's row range, and the tile's row/column origin.
+struct TilePlace {
+  I32 expert, groupStart, groupEnd, mTile, n0;
+};
 
-  // Tile t -> (expert, m-tile, n-tile). TN: every expert has the same (M / 64) x (N / 128) tiles. NT/NN: expert e
-  // has ceil(size_e / 64) x (N / 128) tiles, found by counting the experts whose tiles all come before t.
-  auto tilesOf = [&](const I32& e) {
+// Tile t -> place. TN: every expert has the same (M / bm) x (N / bn) tiles. NT/NN: expert e has
+// ceil(size_e / bm) x (N / bn) tiles, found by counting the experts whose tiles all come before t.
+struct TileScheduler {
+  Kernel& k;
+  const GroupedGemmSpec& s;
+  GlobalPtr offsets;
+  int64_t bm, bn;
+
+  I32 offset(const I32& e) const { return (offsets + k.widen(e)).loadI32(); }
+  int64_t nTiles() const { return s.n / bn; }
+  I32 tilesOf(const I32& e) const {
     I32 size = offset(e + 1) - offset(e);
-    return (size + (S::kBlockM - 1)) / S::kBlockM * nTiles;
-  };
-  I32 total = s.layout == S::kTN
-                  ? k.i32(s.experts * (s.kOrM / S::kBlockM) * nTiles)
-                  : k.forRange(k.i32(0), k.i32(s.experts), k.i32(1), {k.i32(0)},
-                               [&](I32 e, const std::vector<I32>& sum) { return std::vector<I32>{sum[0] + tilesOf(e)}; })[0];
-
-  k.forRange(k.blockIdx(), total, grid, [&](I32 t) {
+    return (size + (bm - 1)) / bm * nTiles();
+  }
+  I32 total() const {
+    if (s.layout == GroupedGemmSpec::kTN) return k.i32(s.experts * (s.kOrM / bm) * nTiles());
+    return k.forRange(k.i32(0), k.i32(s.experts), k.i32(1), {k.i32(0)},
+                      [&](I32 e, const std::vector<I32>& sum) { return std::vector<I32>{sum[0] + tilesOf(e)}; })[0];
+  }
+  TilePlace place(const I32& t) const {
     I32 expert = k.i32(0), local = t;
-    if (s.layout == S::kTN) {
-      const int64_t perExpert = (s.kOrM / S::kBlockM) * nTiles;
+    if (s.layout == GroupedGemmSpec::kTN) {
+      const int64_t perExpert = (s.kOrM / bm) * nTiles();
       expert = t / perExpert;
       local = t % perExpert;
     } else {
@@ -49,47 +50,106 @@ mlir::OwningOpRef<mlir::ModuleOp> buildGroupedGemm(mlir::MLIRContext& ctx, const
       expert = found[1];
       local = t - found[2];
     }
-    I32 mTile = local / nTiles, n0 = (local % nTiles) * S::kBlockN;
-    I32 groupStart = offset(expert), groupEnd = offset(expert + 1);
-    I32 ldn = k.i32(s.n);
+    return {expert, offset(expert), offset(expert + 1), local / nTiles(), (local % nTiles()) * bn};
+  }
+};
 
-    Acc acc = k.zeroAcc(S::kBlockM, S::kBlockN);
+// NT main loop: a `stages`-deep ring of asynchronous copies; the MMA of stage k overlaps the copies of stage
+// k + stages - 1 and the MMA of stage k + 1 is issued before stage k's result is waited for.
+void ntTile(Kernel& k, const GroupedGemmSpec& s, const GroupedGemmSpec::Tiles& c, const TilePlace& p,
+            const GlobalPtr& a, const GlobalPtr& b, const GlobalPtr& out, const SharedTile& ringA,
+            const SharedTile& ringB) {
+  const int64_t kTiles = s.kOrM / c.k;
+  I32 m0 = p.groupStart + p.mTile * c.m;
+  I32 rowsValid = p.groupEnd - m0;
+  I32 ldk = k.i32(s.kOrM);
+  GlobalPtr aRows = a + k.widen(m0) * s.kOrM;
+  GlobalPtr bRows = b + (k.widen(p.expert) * s.n + k.widen(p.n0)) * s.kOrM;
+  auto issue = [&](const I32& kt) {
+    I32 slot = kt % c.stages;
+    k.copyTile(aRows + k.widen(kt * c.k), ldk, ringA.stage(slot), rowsValid, /*swizzle=*/true, /*async=*/true);
+    k.copyTile(bRows + k.widen(kt * c.k), ldk, ringB.stage(slot), k.i32(c.n), /*swizzle=*/true, /*async=*/true);
+  };
+  for (int64_t st = 0; st + 1 < c.stages; ++st) {
+    issue(k.i32(st));
+    k.asyncCommit();
+  }
+  Acc acc = k.forRange(k.i32(0), k.i32(kTiles), k.i32(1), k.zeroAcc(c.m, c.n), [&](I32 kt, Acc acc) {
+    k.asyncWait(c.stages - 2);  // stage kt has landed (for this thread) ...
+    k.blockSync();              // ... and for every thread
+    I32 slot = kt % c.stages;
+    Acc next = k.mma(acc, ringA.stage(slot), ringB.stage(slot), /*pending=*/1);
+    // The MMA of stage kt - 1 has finished in every warpgroup: its slot can be refilled.
+    k.blockSync();
+    I32 ahead = kt + (c.stages - 1);
+    k.ifThen(ahead < kTiles, [&] { issue(ahead); });
+    k.asyncCommit();  // an empty group past the end keeps the wait counts uniform
+    return next;
+  });
+  acc = k.drain(acc);
+  k.storeAcc(acc, out + (k.widen(m0) * s.n + k.widen(p.n0)), k.i32(s.n), rowsValid);
+  k.asyncWait(0);
+  k.blockSync();  // the next tile's prologue refills the ring
+}
+
+}  // namespace
+
+mlir::OwningOpRef<mlir::ModuleOp> buildGroupedGemm(mlir::MLIRContext& ctx, const GroupedGemmSpec& s) {
+  using S = GroupedGemmSpec;
+  const S::Tiles c = s.tiles();
+  Kernel k(ctx, S::name(s.layout), c.threads);
+  GlobalPtr a = k.argPtr(Elem::bf16);
+  GlobalPtr b = k.argPtr(Elem::bf16);
+  GlobalPtr out = k.argPtr(Elem::bf16);
+  GlobalPtr offsets = k.argPtr(Elem::i32);
+  I32 grid = k.argI32();
+  TileScheduler sched{k, s, offsets, c.m, c.n};
+
+  if (s.layout == S::kNT) {
+    SharedTile ringA = k.dynamicSharedTile(Elem::bf16, c.m, c.k, c.stages);
+    SharedTile ringB = k.dynamicSharedTile(Elem::bf16, c.n, c.k, c.stages);
+    k.forRange(k.blockIdx(), sched.total(), grid,
+               [&](I32 t) { ntTile(k, s, c, sched.place(t), a, b, out, ringA, ringB); });
+    return k.finish();
+  }
+
+  SharedTile tileA = k.sharedTile(Elem::bf16, c.m, c.k);
+  SharedTile tileB = k.sharedTile(Elem::bf16, c.n, c.k);
+  k.forRange(k.blockIdx(), sched.total(), grid, [&](I32 t) {
+    TilePlace p = sched.place(t);
+    I32 ldn = k.i32(s.n);
+    Acc acc = k.zeroAcc(c.m, c.n);
     if (s.layout == S::kTN) {
       // C[e] tile (m0, n0) = sum over the group's rows r of A[r, m0..] x B[r, n0..]; K_e = group size.
-      I32 m0 = mTile * S::kBlockM;
-      I32 kSize = groupEnd - groupStart;
+      I32 m0 = p.mTile * c.m;
+      I32 kSize = p.groupEnd - p.groupStart;
       I32 ldm = k.i32(s.kOrM);
-      acc = k.forRange(k.i32(0), kSize, k.i32(S::kBlockK), acc, [&](I32 k0, Acc acc) {
-        I64 row = k.widen(groupStart + k0);
+      acc = k.forRange(k.i32(0), kSize, k.i32(c.k), acc, [&](I32 k0, Acc acc) {
+        I64 row = k.widen(p.groupStart + k0);
         k.copyTileTransposed(a + (row * s.kOrM + k.widen(m0)), ldm, tileA, kSize - k0);
-        k.copyTileTransposed(b + (row * s.n + k.widen(n0)), ldn, tileB, kSize - k0);
+        k.copyTileTransposed(b + (row * s.n + k.widen(p.n0)), ldn, tileB, kSize - k0);
         k.blockSync();
         Acc next = k.mma(acc, tileA, tileB);
         k.blockSync();
         return next;
       });
-      GlobalPtr out = c + ((k.widen(expert) * s.kOrM + k.widen(m0)) * s.n + k.widen(n0));
-      k.storeAcc(acc, out, ldn, k.i32(S::kBlockM));
+      k.storeAcc(acc, out + ((k.widen(p.expert) * s.kOrM + k.widen(m0)) * s.n + k.widen(p.n0)), ldn, k.i32(c.m));
     } else {
-      I32 m0 = groupStart + mTile * S::kBlockM;
-      I32 rowsValid = groupEnd - m0;
+      // NN: B[e] is [K, N]; its K x 128 tiles are transposed into the K-major layout on the way in.
+      I32 m0 = p.groupStart + p.mTile * c.m;
+      I32 rowsValid = p.groupEnd - m0;
       I32 ldk = k.i32(s.kOrM);
       GlobalPtr aRows = a + k.widen(m0) * s.kOrM;
-      acc = k.forRange(k.i32(0), k.i32(s.kOrM), k.i32(S::kBlockK), acc, [&](I32 k0, Acc acc) {
+      acc = k.forRange(k.i32(0), k.i32(s.kOrM), k.i32(c.k), acc, [&](I32 k0, Acc acc) {
         k.copyTile(aRows + k.widen(k0), ldk, tileA, rowsValid, /*swizzle=*/true);
-        if (s.layout == S::kNT) {
-          GlobalPtr bRows = b + (k.widen(expert) * s.n + k.widen(n0)) * s.kOrM;
-          k.copyTile(bRows + k.widen(k0), ldk, tileB, k.i32(S::kBlockN), /*swizzle=*/true);
-        } else {
-          GlobalPtr bTile = b + ((k.widen(expert) * s.kOrM + k.widen(k0)) * s.n + k.widen(n0));
-          k.copyTileTransposed(bTile, ldn, tileB, k.i32(S::kBlockK));
-        }
+        k.copyTileTransposed(b + ((k.widen(p.expert) * s.kOrM + k.widen(k0)) * s.n + k.widen(p.n0)), ldn, tileB,
+                             k.i32(c.k));
         k.blockSync();
         Acc next = k.mma(acc, tileA, tileB);
         k.blockSync();
         return next;
       });
-      k.storeAcc(acc, c + (k.widen(m0) * s.n + k.widen(n0)), ldn, rowsValid);
+      k.storeAcc(acc, out + (k.widen(m0) * s.n + k.widen(p.n0)), ldn, rowsValid);
     }
   });
   return k.finish();

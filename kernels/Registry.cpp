@@ -49,6 +49,8 @@ KernelInfo groupedGemmInfo(GroupedGemmSpec::Layout layout) {
             if (e.empty())
               e = layout == S::kTN ? positiveMultiple(third, s.get(third), S::kBlockM, "BLOCK_M")
                                    : positiveMultiple(third, s.get(third), S::kBlockK, "BLOCK_K");
+            if (e.empty() && layout == S::kNT && s.get("K") < 128)
+              e = "K=" + std::to_string(s.get("K")) + " must be >= 128 (the 3-stage copy pipeline's prologue)";
             return e;
           },
           [layout, third](mlir::MLIRContext& ctx, const KernelSpec& s) {

@@ -71,6 +71,8 @@ LogicalResult TileCopyOp::verify() {
   if ((rows * rowBytes / 16) % threads != 0)
     return emitOpError("the tile's 16-byte chunks (") << rows * rowBytes / 16 << ") must divide evenly among "
                                                       << threads << " threads";
+  if (getAsync() && (!load || getTranspose()))
+    return emitOpError("async copies are plain loads (global -> shared, not transposed)");
   if (getTranspose()) {
     if (!load) return emitOpError("transpose is only supported for loads (global -> shared)");
     if (rows * elemBytes() != 128 || cols % 8 != 0)
@@ -103,7 +105,13 @@ static LogicalResult verifyAccShape(Operation* op, VectorType acc, int64_t m, in
   return success();
 }
 
+LogicalResult AsyncWaitOp::verify() {
+  if (getPending() < 0 || getPending() > 7) return emitOpError("pending must be 0..7, got ") << getPending();
+  return success();
+}
+
 LogicalResult MmaTileOp::verify() {
+  if (getPending() < 0 || getPending() > 1) return emitOpError("pending must be 0 or 1, got ") << getPending();
   if (!isShared(getA().getType()) || !isShared(getB().getType()))
     return emitOpError("operands A and B must be in shared memory (address space 3)");
   if (getK() != 64) return emitOpError("k must be 64 (one 128-byte swizzled bf16 row per stage), got ") << getK();

@@ -114,6 +114,14 @@ struct TileCopyLowering : OpRewritePattern<TileCopyOp> {
         return;
       }
       Value dstPtr = byteGep(nb, l, op.getDst(), offsetOf(dstLd, load));
+      if (op.getAsync()) {
+        // Rows past rows_valid read nothing: point them at the tile's first chunk and copy 0 bytes (zero fill).
+        Value safeSrc = arith::SelectOp::create(nb, l, inside, srcPtr, op.getSrc());
+        if (hooks.asyncCopyChunk(nb, l, dstPtr, safeSrc, inside)) {
+          scf::YieldOp::create(nb, l);
+          return;
+        }
+      }
       if (load) {
         // Rows past rows_valid read nothing and leave zeros in shared memory.
         auto ifOp = scf::IfOp::create(nb, l, TypeRange{chunkTy}, inside, /*withElse=*/true);
@@ -132,7 +140,7 @@ struct TileCopyLowering : OpRewritePattern<TileCopyOp> {
       scf::YieldOp::create(nb, l);
     };
     scf::ForOp::create(b, loc, i32(b, loc, 0), i32(b, loc, perThread), i32(b, loc, 1), ValueRange{}, body);
-    if (load) hooks.afterSharedWrite(b, loc);
+    if (load && !op.getAsync()) hooks.afterSharedWrite(b, loc);
     b.eraseOp(op);
     return success();
   }
@@ -231,9 +239,29 @@ struct WaitLowering : OpRewritePattern<WaitOp> {
 
 }  // namespace
 
+struct AsyncCommitLowering : OpRewritePattern<AsyncCommitOp> {
+  AsyncCommitLowering(MLIRContext* ctx, const TargetHooks& hooks) : OpRewritePattern(ctx), hooks(hooks) {}
+  LogicalResult matchAndRewrite(AsyncCommitOp op, PatternRewriter& b) const override {
+    hooks.asyncCommit(b, op.getLoc());
+    b.eraseOp(op);
+    return success();
+  }
+  const TargetHooks& hooks;
+};
+
+struct AsyncWaitLowering : OpRewritePattern<AsyncWaitOp> {
+  AsyncWaitLowering(MLIRContext* ctx, const TargetHooks& hooks) : OpRewritePattern(ctx), hooks(hooks) {}
+  LogicalResult matchAndRewrite(AsyncWaitOp op, PatternRewriter& b) const override {
+    hooks.asyncWait(b, op.getLoc(), op.getPending());
+    b.eraseOp(op);
+    return success();
+  }
+  const TargetHooks& hooks;
+};
+
 void populateCommonLoweringPatterns(RewritePatternSet& patterns, const TargetHooks& hooks) {
   MLIRContext* ctx = patterns.getContext();
-  patterns.add<TileCopyLowering, SignalLowering, WaitLowering>(ctx, hooks);
+  patterns.add<TileCopyLowering, SignalLowering, WaitLowering, AsyncCommitLowering, AsyncWaitLowering>(ctx, hooks);
   patterns.add<PeerPtrLowering>(ctx);
 }
 

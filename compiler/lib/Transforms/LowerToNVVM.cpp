@@ -34,6 +34,17 @@ class NvvmHooks final : public TargetHooks {
     NVVM::FenceProxyOp::create(b, loc, NVVM::ProxyKind::async_shared,
                                NVVM::SharedSpaceAttr::get(b.getContext(), NVVM::SharedSpace::shared_cta));
   }
+  // cp.async.cg 16 bytes; a source size of 0 zero-fills the chunk.
+  bool asyncCopyChunk(OpBuilder& b, Location loc, Value dst, Value src, Value inside) const override {
+    Value bytes = arith::SelectOp::create(b, loc, inside, i32(b, loc, 16), i32(b, loc, 0));
+    NVVM::CpAsyncOp::create(b, loc, dst, src, 16, NVVM::LoadCacheModifierKind::CG, bytes);
+    return true;
+  }
+  void asyncCommit(OpBuilder& b, Location loc) const override { NVVM::CpAsyncCommitGroupOp::create(b, loc); }
+  void asyncWait(OpBuilder& b, Location loc, int64_t pending) const override {
+    NVVM::CpAsyncWaitGroupOp::create(b, loc, uint32_t(pending));
+    afterSharedWrite(b, loc);  // cp.async wrote through the generic proxy; wgmma reads through the async proxy
+  }
   void markKernel(Operation* func, int64_t threads) const override {
     Builder b(func->getContext());
     func->setAttr(NVVM::NVVMDialect::getKernelFuncAttrName(), b.getUnitAttr());
@@ -97,8 +108,28 @@ struct MmaTileToWgmma : OpRewritePattern<MmaTileOp> {
           NVVM::WGMMAScaleIn::one, NVVM::WGMMAScaleIn::one, NVVM::MMALayout::row, NVVM::MMALayout::col, nullptr);
     }
     NVVM::WgmmaGroupSyncAlignedOp::create(b, loc);
-    NVVM::WgmmaWaitGroupSyncOp::create(b, loc, uint64_t(0));
+    NVVM::WgmmaWaitGroupSyncOp::create(b, loc, uint64_t(op.getPending()));
     b.replaceOp(op, structToVector(b, loc, acc, vecTy));
+    return success();
+  }
+};
+
+// Waits for every wgmma group, then passes each accumulator register through an empty volatile asm so that no
+// read of it can be scheduled above the wait.
+struct MmaDrainToWgmmaWait : OpRewritePattern<MmaDrainOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(MmaDrainOp op, PatternRewriter& b) const override {
+    Location loc = op.getLoc();
+    NVVM::WgmmaWaitGroupSyncOp::create(b, loc, uint64_t(0));
+    auto vecTy = cast<VectorType>(op.getAcc().getType());
+    Value out = op.getAcc();
+    for (int64_t i = 0; i < vecTy.getNumElements(); ++i) {
+      Value e = vector::ExtractOp::create(b, loc, out, ArrayRef<int64_t>{i});
+      auto pin = LLVM::InlineAsmOp::create(b, loc, TypeRange{b.getF32Type()}, ValueRange{e}, "", "=f,0", /*has_side_effects=*/true,
+                                           /*is_align_stack=*/false, LLVM::tailcallkind::TailCallKind::None, nullptr, nullptr);
+      out = vector::InsertOp::create(b, loc, pin.getResult(0), out, ArrayRef<int64_t>{i});
+    }
+    b.replaceOp(op, out);
     return success();
   }
 };
@@ -154,7 +185,7 @@ struct LowerToNVVMPass : impl::MegaMoeLowerToNVVMBase<LowerToNVVMPass> {
     RewritePatternSet patterns(&getContext());
     populateExpandBarriersPatterns(patterns);
     populateCommonLoweringPatterns(patterns, hooks);
-    patterns.add<MmaTileToWgmma, AccStoreFromWgmma>(&getContext());
+    patterns.add<MmaTileToWgmma, MmaDrainToWgmmaWait, AccStoreFromWgmma>(&getContext());
     if (failed(applyLowering(getOperation(), std::move(patterns)))) signalPassFailure();
   }
 };

@@ -37,6 +37,10 @@ class RocdlHooks final : public TargetHooks {
     llvm_unreachable("scope");
   }
   void afterSharedWrite(OpBuilder&, Location) const override {}
+  // Async copies complete at once here (synchronous 16-byte moves); the group ops have nothing to do.
+  bool asyncCopyChunk(OpBuilder&, Location, Value, Value, Value) const override { return false; }
+  void asyncCommit(OpBuilder&, Location) const override {}
+  void asyncWait(OpBuilder&, Location, int64_t) const override {}
   void markKernel(Operation* func, int64_t threads) const override {
     Builder b(func->getContext());
     func->setAttr("rocdl.kernel", b.getUnitAttr());
@@ -135,6 +139,15 @@ struct AccStoreFromMfma : OpRewritePattern<AccStoreOp> {
   }
 };
 
+// MFMA results are ready when the instruction retires: nothing is in flight.
+struct MmaDrainToValue : OpRewritePattern<MmaDrainOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(MmaDrainOp op, PatternRewriter& b) const override {
+    b.replaceOp(op, op.getAcc());
+    return success();
+  }
+};
+
 struct LowerToROCDLPass : impl::MegaMoeLowerToROCDLBase<LowerToROCDLPass> {
   void runOnOperation() override {
     RocdlHooks hooks;
@@ -142,7 +155,7 @@ struct LowerToROCDLPass : impl::MegaMoeLowerToROCDLBase<LowerToROCDLPass> {
     RewritePatternSet patterns(&getContext());
     populateExpandBarriersPatterns(patterns);
     populateCommonLoweringPatterns(patterns, hooks);
-    patterns.add<MmaTileToMfma, AccStoreFromMfma>(&getContext());
+    patterns.add<MmaTileToMfma, MmaDrainToValue, AccStoreFromMfma>(&getContext());
     if (failed(applyLowering(getOperation(), std::move(patterns)))) signalPassFailure();
   }
 };

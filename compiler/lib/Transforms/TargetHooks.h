@@ -17,6 +17,12 @@ class TargetHooks {
   virtual llvm::StringRef syncScope(MemScope scope) const = 0;
   // Called after a tile_copy wrote shared memory (sm_90a: make generic-proxy writes visible to wgmma/TMA).
   virtual void afterSharedWrite(mlir::OpBuilder& b, mlir::Location loc) const = 0;
+  // Issues one 16-byte global -> shared copy without waiting (zero-filled when `inside` is false) and returns true,
+  // or returns false when the target has no asynchronous copy (the caller then copies synchronously).
+  virtual bool asyncCopyChunk(mlir::OpBuilder& b, mlir::Location loc, mlir::Value dst, mlir::Value src,
+                              mlir::Value inside) const = 0;
+  virtual void asyncCommit(mlir::OpBuilder& b, mlir::Location loc) const = 0;
+  virtual void asyncWait(mlir::OpBuilder& b, mlir::Location loc, int64_t pending) const = 0;
   // Kernel function attributes for `megamoe.kernel` functions with `megamoe.block_threads`.
   virtual void markKernel(mlir::Operation* func, int64_t blockThreads) const = 0;
 };

@@ -60,6 +60,9 @@ def MegaMoe_TileCopyOp : MegaMoe_Op<"tile_copy"> {
     Storing (shared -> global): rows at or past `rows_valid` are not written. The shared side may be swizzled.
     With `transpose` (loads only), the global rows x cols tile lands in shared memory as cols x rows, so that a
     K x N (or K x M) operand becomes the K-major [N][K] layout mma_tile reads; rows past `rows_valid` (K) are zeros.
+    With `async` (loads only), the copy is only issued (sm_90a: cp.async, zero-filling rows past `rows_valid`);
+    `async_commit` closes a group of issued copies and `async_wait` waits until at most `pending` groups are
+    in flight. On gfx950 async copies complete at once and the two group ops vanish.
     ```mlir
     megamoe.tile_copy %src[%lds], %dst[%ldd] rows_valid %n {rows = 64, cols = 64, threads = 128,
         elem = bf16, swizzle = b128} : !llvm.ptr<1> -> !llvm.ptr<3>
@@ -67,7 +70,7 @@ def MegaMoe_TileCopyOp : MegaMoe_Op<"tile_copy"> {
   }];
   let arguments = (ins AnyLLVMPtr:$src, I32:$src_ld, AnyLLVMPtr:$dst, I32:$dst_ld, I32:$rows_valid,
                    I64Attr:$rows, I64Attr:$cols, I64Attr:$threads, TypeAttr:$elem, SwizzleAttr:$swizzle,
-                   UnitAttr:$transpose);
+                   UnitAttr:$transpose, UnitAttr:$async);
   let assemblyFormat = [{
     $src `[` $src_ld `]` `,` $dst `[` $dst_ld `]` `rows_valid` $rows_valid attr-dict `:` type($src) `->` type($dst)
   }];
@@ -76,6 +79,22 @@ def MegaMoe_TileCopyOp : MegaMoe_Op<"tile_copy"> {
     bool isLoad();  // global -> shared
     int64_t elemBytes();
   }];
+}
+
+def MegaMoe_AsyncCommitOp : MegaMoe_Op<"async_commit", [MemoryEffects<[MemRead, MemWrite]>]> {
+  let summary = "close the group of async tile copies this thread issued since the last commit";
+  let assemblyFormat = "attr-dict";
+}
+
+def MegaMoe_AsyncWaitOp : MegaMoe_Op<"async_wait", [MemoryEffects<[MemRead, MemWrite]>]> {
+  let summary = "wait until at most `pending` committed async copy groups of this thread are in flight";
+  let description = [{
+    Afterwards the completed copies are visible to this thread and to the MMA unit (sm_90a adds the proxy fence);
+    a block barrier is still needed before other threads read them.
+  }];
+  let arguments = (ins I64Attr:$pending);
+  let assemblyFormat = "attr-dict";
+  let hasVerifier = 1;
 }
 
 def MegaMoe_MmaTileOp : MegaMoe_Op<"mma_tile", [MemoryEffects<[MemRead]>]> {
@@ -88,12 +107,25 @@ def MegaMoe_MmaTileOp : MegaMoe_Op<"mma_tile", [MemoryEffects<[MemRead]>]> {
     (sm_90a: wgmma m64nNk16, one warpgroup per 64 rows; gfx950: v_mfma_f32_32x32x16_bf16, one wave per 32 rows).
   }];
   let arguments = (ins VectorOfRankAndType<[1], [F32]>:$acc, AnyLLVMPtr:$a, AnyLLVMPtr:$b,
-                   I64Attr:$m, I64Attr:$n, I64Attr:$k, I64Attr:$threads);
+                   I64Attr:$m, I64Attr:$n, I64Attr:$k, I64Attr:$threads,
+                   DefaultValuedAttr<I64Attr, "0">:$pending);
   let results = (outs VectorOfRankAndType<[1], [F32]>:$result);
   let assemblyFormat = [{
     $a `,` $b `,` $acc attr-dict `:` type($a) `,` type($b) `,` type($acc) `->` type($result)
   }];
   let hasVerifier = 1;
+}
+
+def MegaMoe_MmaDrainOp : MegaMoe_Op<"mma_drain", [MemoryEffects<[MemRead, MemWrite]>,
+                                                 AllTypesMatch<["acc", "result"]>]> {
+  let summary = "wait for every MMA tile still in flight (pending > 0) and hand back the final accumulator";
+  let description = [{
+    `mma_tile {pending = 1}` returns while its own MMA may still run (the one before it has finished), so that the
+    next stage's copies overlap it. Only the accumulator `mma_drain` returns may be read.
+  }];
+  let arguments = (ins VectorOfRankAndType<[1], [F32]>:$acc);
+  let results = (outs VectorOfRankAndType<[1], [F32]>:$result);
+  let assemblyFormat = "$acc attr-dict `:` type($acc)";
 }
 
 def MegaMoe_AccStoreOp : MegaMoe_Op<"acc_store"> {
