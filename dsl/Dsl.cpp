@@ -50,6 +50,7 @@ static Int<B> constant(Kernel* k, int64_t c) {
   return {k, arith::ConstantIntOp::create(k->builder(), k->loc(), c, B)};
 }
 template <int B> Int<B> Int<B>::operator+(int64_t c) const { return *this + constant<B>(k_, c); }
+template <int B> Int<B> Int<B>::operator-(int64_t c) const { return *this - constant<B>(k_, c); }
 template <int B> Int<B> Int<B>::operator*(int64_t c) const { return *this * constant<B>(k_, c); }
 template <int B> Int<B> Int<B>::operator/(int64_t c) const { return *this / constant<B>(k_, c); }
 template <int B> Int<B> Int<B>::operator%(int64_t c) const { return *this % constant<B>(k_, c); }
@@ -317,6 +318,17 @@ SharedTile SharedTile::stage(const I32& s) const {
   Value p = LLVM::GEPOp::create(k_->builder(), k_->loc(), base_.getType(), k_->builder().getI8Type(), base_,
                                 ValueRange{offset.value()});
   return {k_, p, elem_, rows_, cols_, 1};
+}
+
+I32 SharedTile::loadI32(const I32& index) const {
+  Value p = LLVM::GEPOp::create(k_->builder(), k_->loc(), base_.getType(), k_->builder().getI32Type(), base_,
+                                ValueRange{index.value()});
+  return {k_, LLVM::LoadOp::create(k_->builder(), k_->loc(), k_->builder().getI32Type(), p, 4)};
+}
+void SharedTile::storeI32(const I32& index, const I32& v) const {
+  Value p = LLVM::GEPOp::create(k_->builder(), k_->loc(), base_.getType(), k_->builder().getI32Type(), base_,
+                                ValueRange{index.value()});
+  LLVM::StoreOp::create(k_->builder(), k_->loc(), v.value(), p, 4);
 }
 
 SharedTile Kernel::dynamicSharedTile(Elem e, int64_t rows, int64_t cols, int64_t stages) {

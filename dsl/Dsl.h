@@ -48,6 +48,7 @@ class Int {
   Int operator/(const Int& o) const;  // unsigned
   Int operator%(const Int& o) const;  // unsigned
   Int operator+(int64_t c) const;
+  Int operator-(int64_t c) const;
   Int operator*(int64_t c) const;
   Int operator/(int64_t c) const;
   Int operator%(int64_t c) const;
@@ -110,6 +111,9 @@ class SharedTile {
   int64_t stages() const { return stages_; }
   int64_t bytes() const;                 // one stage
   SharedTile stage(const I32& s) const;  // stage s of a multi-stage buffer
+  // Element access for small shared tables (row-major index into the first stage).
+  I32 loadI32(const I32& index) const;
+  void storeI32(const I32& index, const I32& v) const;
   mlir::Value value() const { return base_; }
   Elem elem() const { return elem_; }
   int64_t rows() const { return rows_; }

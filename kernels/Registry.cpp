@@ -44,7 +44,9 @@ KernelInfo groupedGemmInfo(GroupedGemmSpec::Layout layout) {
                              : "grouped bf16 GEMM C[e] = A_e^T B_e, K = group size (weight gradients)",
           {"E", "N", third},
           [layout, third](const KernelSpec& s) {
-            std::string e = s.get("E") > 0 ? "" : "E=" + std::to_string(s.get("E")) + " must be > 0";
+            std::string e = s.get("E") > 0 && s.get("E") <= 1024
+                                ? ""
+                                : "E=" + std::to_string(s.get("E")) + " must be 1..1024 (the shared tile table)";
             if (e.empty()) e = positiveMultiple("N", s.get("N"), S::kBlockN, "BLOCK_N");
             if (e.empty())
               e = layout == S::kTN ? positiveMultiple(third, s.get(third), S::kBlockM, "BLOCK_M")
