@@ -31,6 +31,11 @@ int64_t elemBytes(Elem e) {
 Type ptrType(MLIRContext* ctx, unsigned space) { return LLVM::LLVMPointerType::get(ctx, space); }
 }  // namespace
 
+static const char* staticAfterDynamic =
+    "a kernel uses either static shared tiles or dynamic ones, not both: dynamic shared memory would start after "
+    "the static part at a 16-byte alignment, breaking the 1024-byte alignment swizzled MMA operands need";
+
+
 // ---- scalars ---------------------------------------------------------------------------------------------------
 
 #define MEGAMOE_BINOP(OP, ARITH)                                                  \
@@ -300,6 +305,7 @@ void Kernel::returnIf(const Bool& cond) {
 }
 
 SharedTile Kernel::sharedTile(Elem e, int64_t rows, int64_t cols) {
+  if (dynamicSharedBytes_ > 0) throw std::logic_error(staticAfterDynamic);
   int64_t bytes = rows * cols * elemBytes(e);
   auto arrayTy = LLVM::LLVMArrayType::get(b_.getI8Type(), uint64_t(bytes));
   std::string sym = name_ + "_smem" + std::to_string(sharedCount_++);
@@ -332,6 +338,8 @@ void SharedTile::storeI32(const I32& index, const I32& v) const {
 }
 
 SharedTile Kernel::dynamicSharedTile(Elem e, int64_t rows, int64_t cols, int64_t stages) {
+  // Dynamic shared memory starts after the static part, aligned only to 16 bytes: swizzled tiles need 1024.
+  if (sharedCount_ > 0) throw std::logic_error(staticAfterDynamic);
   std::string sym = name_ + "_dynamic_smem";
   if (dynamicSharedBytes_ == 0) {
     OpBuilder::InsertionGuard guard(b_);

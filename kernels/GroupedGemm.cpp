@@ -145,7 +145,7 @@ mlir::OwningOpRef<mlir::ModuleOp> buildGroupedGemm(mlir::MLIRContext& ctx, const
   if (s.layout == S::kNT) {
     NtPipeline nt{k, s, c, a, b, out, k.dynamicSharedTile(Elem::bf16, c.m, c.k, c.stages),
                   k.dynamicSharedTile(Elem::bf16, c.n, c.k, c.stages)};
-    SharedTile first = k.sharedTile(Elem::i32, 1, (s.experts + 1 + 3) / 4 * 4);
+    SharedTile first = k.dynamicSharedTile(Elem::i32, 1, (s.experts + 1 + 3) / 4 * 4, 1);
     I32 total = sched.buildTable(first);
     k.ifThen(k.blockIdx() < total, [&] { nt.prologue(sched.placeFromTable(k.blockIdx(), first)); });
     k.forRange(k.blockIdx(), total, grid, [&](I32 t) {
