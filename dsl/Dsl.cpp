@@ -357,6 +357,13 @@ SharedTile Kernel::dynamicSharedTile(Elem e, int64_t rows, int64_t cols, int64_t
   return {this, base, e, rows, cols, stages};
 }
 
+void Kernel::copyTileMN(const GlobalPtr& src, const I32& srcLd, const SharedTile& dst, const I32& rowsValid, bool async) {
+  auto op = TileCopyOp::create(b_, loc_, src.value(), srcLd.value(), dst.value(), i32(dst.cols()).value(),
+                               rowsValid.value(), dst.rows(), dst.cols(), blockThreads_, type(dst.elem()),
+                               Swizzle::b128_mn);
+  if (async) op.setAsync(true);
+}
+
 void Kernel::asyncCommit() { AsyncCommitOp::create(b_, loc_); }
 void Kernel::asyncWait(int64_t pending) { AsyncWaitOp::create(b_, loc_, pending); }
 
@@ -384,9 +391,13 @@ Acc Kernel::zeroAcc(int64_t m, int64_t n) {
   int64_t perThread = m * n / blockThreads_;
   return {zeros(int(perThread), Elem::f32).value(), m, n};
 }
-Acc Kernel::mma(const Acc& acc, const SharedTile& a, const SharedTile& b, int64_t pending) {
-  auto op = MmaTileOp::create(b_, loc_, acc.value.getType(), acc.value, a.value(), b.value(), acc.m, acc.n, a.cols(),
+Acc Kernel::mma(const Acc& acc, const SharedTile& a, const SharedTile& b, int64_t pending, bool aMnMajor,
+                bool bMnMajor) {
+  int64_t k = aMnMajor ? a.rows() : a.cols();
+  auto op = MmaTileOp::create(b_, loc_, acc.value.getType(), acc.value, a.value(), b.value(), acc.m, acc.n, k,
                               blockThreads_, pending);
+  if (aMnMajor) op.setAMnMajor(true);
+  if (bMnMajor) op.setBMnMajor(true);
   return {op.getResult(), acc.m, acc.n};
 }
 Acc Kernel::drain(const Acc& acc) {

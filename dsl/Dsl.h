@@ -194,6 +194,10 @@ class Kernel {
   // async: only issue the copy (see asyncCommit / asyncWait); rows past rowsValid are zero-filled either way.
   void copyTile(const GlobalPtr& src, const I32& srcLd, const SharedTile& dst, const I32& rowsValid, bool swizzle,
                 bool async = false);
+  // Loads a K x MN global tile (rows = K) into `dst` in the MN-major b128_mn layout the MMA reads without a
+  // transpose (mma(..., aMnMajor / bMnMajor)).
+  void copyTileMN(const GlobalPtr& src, const I32& srcLd, const SharedTile& dst, const I32& rowsValid,
+                  bool async = false);
   void asyncCommit();
   void asyncWait(int64_t pending);
   void copyTile(const SharedTile& src, const GlobalPtr& dst, const I32& dstLd, const I32& rowsValid, bool swizzle);
@@ -203,7 +207,8 @@ class Kernel {
   Acc zeroAcc(int64_t m, int64_t n);
   // acc += a * b^T over a 64-wide K stage. pending = 1 returns with this MMA possibly still running (the previous
   // one finished); read the accumulator only after drain().
-  Acc mma(const Acc& acc, const SharedTile& a, const SharedTile& b, int64_t pending = 0);
+  Acc mma(const Acc& acc, const SharedTile& a, const SharedTile& b, int64_t pending = 0, bool aMnMajor = false,
+          bool bMnMajor = false);
   Acc drain(const Acc& acc);
   void storeAcc(const Acc& acc, const GlobalPtr& dst, const I32& ld, const I32& rowsValid);
   Bool gridBarrier(const Context& ctx, const GlobalPtr& counter, const I64& expected);

@@ -62,18 +62,16 @@ struct GemmNtSpec {
 //   grouped_gemm_tn: C[e] [M, N]    = A_e [K_e, M]^T * B_e [K_e, N]    (weight gradients; K_e = group size;
 //                    an expert without tokens gets C[e] = 0, written)
 // Args: A, B, C, offsets, grid. Rows of C outside the groups are never written.
-// Tiles (docs/decisions/gemm-tiles.md): NT runs 128 x BN tiles (BN = 256 when N allows, else 128) on two warpgroups
-// with a 3-stage asynchronous copy pipeline; NN and TN still run 64 x 128 tiles through transposing copies.
+// Tiles (docs/decisions/gemm-tiles.md): 128 x BN tiles (BN = 256 when N allows, else 128) on two warpgroups with a
+// 3-stage asynchronous copy pipeline; K x MN operands (NN's B, TN's A and B) stay MN-major in shared memory and the
+// MMA reads them transposed.
 struct GroupedGemmSpec {
   enum Layout : int64_t { kNT = 0, kNN = 1, kTN = 2 };
   static constexpr int64_t kBlockThreads = 128, kBlockM = 64, kBlockN = 128, kBlockK = 64;
   struct Tiles {
     int64_t threads, m, n, k, stages;
   };
-  Tiles tiles() const {
-    if (layout == kNT) return {256, 128, n % 256 == 0 ? 256 : 128, 64, 3};
-    return {kBlockThreads, kBlockM, kBlockN, kBlockK, 1};
-  }
+  Tiles tiles() const { return {256, 128, n % 256 == 0 ? 256 : 128, 64, 3}; }
   Layout layout;
   int64_t experts;
   int64_t n;

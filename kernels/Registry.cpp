@@ -49,9 +49,9 @@ KernelInfo groupedGemmInfo(GroupedGemmSpec::Layout layout) {
                                 : "E=" + std::to_string(s.get("E")) + " must be 1..1024 (the shared tile table)";
             if (e.empty()) e = positiveMultiple("N", s.get("N"), S::kBlockN, "BLOCK_N");
             if (e.empty())
-              e = layout == S::kTN ? positiveMultiple(third, s.get(third), S::kBlockM, "BLOCK_M")
+              e = layout == S::kTN ? positiveMultiple(third, s.get(third), 128, "BLOCK_M")
                                    : positiveMultiple(third, s.get(third), S::kBlockK, "BLOCK_K");
-            if (e.empty() && layout == S::kNT && s.get("K") < 128)
+            if (e.empty() && layout != S::kTN && s.get("K") < 128)
               e = "K=" + std::to_string(s.get("K")) + " must be >= 128 (the 3-stage copy pipeline's prologue)";
             return e;
           },

@@ -81,6 +81,9 @@ LogicalResult TileCopyOp::verify() {
              << rows << " x " << cols;
     return success();
   }
+  if (getSwizzle() == Swizzle::b128_mn && (!load || rowBytes % 128 != 0 || rows % 8 != 0))
+    return emitOpError("b128_mn tiles are loads with rows a multiple of 8 and rows a multiple of 128 bytes, got ")
+           << rowBytes << "-byte rows x " << rows;
   if (getSwizzle() == Swizzle::b128 && (rowBytes != 128 || rows % 8 != 0))
     return emitOpError("b128 swizzle needs 128-byte rows and a multiple of 8 rows, got ")
            << rowBytes << "-byte rows x " << rows;

@@ -62,7 +62,9 @@ struct TileCopyLowering : OpRewritePattern<TileCopyOp> {
     bool load = op.isLoad();
     int64_t eb = op.elemBytes(), chunksPerRow = op.getCols() * eb / 16;
     int64_t total = op.getRows() * chunksPerRow, perThread = total / op.getThreads();
-    bool swizzle = op.getSwizzle() == Swizzle::b128;
+    bool mnAsK = op.getSwizzle() == Swizzle::b128_mn && hooks.mnMajorTilesAsKMajor();
+    bool swizzle = op.getSwizzle() == Swizzle::b128 || mnAsK;
+    bool transpose = op.getTranspose() || mnAsK;
     auto chunkTy = VectorType::get({4}, b.getI32Type());
 
     Value tid = hooks.threadId(b, loc);
@@ -74,6 +76,19 @@ struct TileCopyLowering : OpRewritePattern<TileCopyOp> {
       Value chunk = arith::RemUIOp::create(nb, l, q, cpr);
       // Element offset of the chunk on each side; the shared side may be swizzled.
       auto offsetOf = [&](Value ld, bool sharedSide) {
+        if (sharedSide && op.getSwizzle() == Swizzle::b128_mn && !mnAsK) {
+          // Atom (row / 8, chunk / 8) of 1024 bytes; inside it row % 8 is the 128-byte line, swizzled like b128.
+          Value r8 = arith::RemUIOp::create(nb, l, row, i32(nb, l, 8));
+          Value atom = arith::AddIOp::create(
+              nb, l, arith::MulIOp::create(nb, l, arith::DivUIOp::create(nb, l, row, i32(nb, l, 8)), i32(nb, l, chunksPerRow / 8)),
+              arith::DivUIOp::create(nb, l, chunk, i32(nb, l, 8)));
+          Value inAtom = arith::XOrIOp::create(nb, l, arith::RemUIOp::create(nb, l, chunk, i32(nb, l, 8)), r8);
+          Value bytes = arith::AddIOp::create(
+              nb, l, arith::MulIOp::create(nb, l, atom, i32(nb, l, 1024)),
+              arith::AddIOp::create(nb, l, arith::MulIOp::create(nb, l, r8, i32(nb, l, 128)),
+                                    arith::MulIOp::create(nb, l, inAtom, sixteen)));
+          return arith::ExtUIOp::create(nb, l, nb.getI64Type(), bytes).getResult();
+        }
         Value c = chunk;
         if (sharedSide && swizzle) c = arith::XOrIOp::create(nb, l, chunk, arith::RemUIOp::create(nb, l, row, i32(nb, l, 8)));
         Value rowOff = arith::MulIOp::create(nb, l, arith::ExtUIOp::create(nb, l, nb.getI64Type(), row),
@@ -86,7 +101,7 @@ struct TileCopyLowering : OpRewritePattern<TileCopyOp> {
       };
       Value srcPtr = byteGep(nb, l, op.getSrc(), offsetOf(srcLd, !load));
       Value inside = arith::CmpIOp::create(nb, l, arith::CmpIPredicate::ult, row, op.getRowsValid());
-      if (op.getTranspose()) {
+      if (transpose) {
         // Source chunk (row r, columns 8c..8c+7) becomes column r of shared rows 8c..8c+7: eight element stores.
         auto ifOp = scf::IfOp::create(nb, l, TypeRange{chunkTy}, inside, /*withElse=*/true);
         OpBuilder tb = ifOp.getThenBodyBuilder();

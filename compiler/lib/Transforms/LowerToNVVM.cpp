@@ -41,6 +41,7 @@ class NvvmHooks final : public TargetHooks {
     return true;
   }
   void asyncCommit(OpBuilder& b, Location loc) const override { NVVM::CpAsyncCommitGroupOp::create(b, loc); }
+  bool mnMajorTilesAsKMajor() const override { return false; }  // wgmma reads MN-major operands transposed
   void asyncWait(OpBuilder& b, Location loc, int64_t pending) const override {
     NVVM::CpAsyncWaitGroupOp::create(b, loc, uint32_t(pending));
     afterSharedWrite(b, loc);  // cp.async wrote through the generic proxy; wgmma reads through the async proxy
@@ -88,24 +89,32 @@ struct MmaTileToWgmma : OpRewritePattern<MmaTileOp> {
 
     Value tid = NVVM::ThreadIdXOp::create(b, loc, b.getI32Type());
     Value group = arith::ExtUIOp::create(b, loc, b.getI64Type(), arith::DivUIOp::create(b, loc, tid, i32(b, loc, Atom::kThreads)));
+    // Warpgroup g reads A rows [64g, 64g + 64): 64 K-major rows of 128 bytes further on, or the g-th MN atom.
+    bool aMN = op.getAMnMajor(), bMN = op.getBMnMajor();
+    uint64_t atomsA = uint64_t(op.getM() / 64), atomsB = uint64_t(op.getN() / 64);
     Value aBase = arith::AddIOp::create(b, loc, sharedAddress(b, loc, op.getA()),
-                                        arith::MulIOp::create(b, loc, group, i64(b, loc, Atom::kM * 128)));
-    auto desc = [&](Value addr) {
+                                        arith::MulIOp::create(b, loc, group, i64(b, loc, aMN ? 1024 : Atom::kM * 128)));
+    auto desc = [&](Value addr, bool mn, uint64_t atoms) {
       Value masked = arith::AndIOp::create(b, loc, addr, i64(b, loc, 0x3FFFF));
       Value field = arith::ShRUIOp::create(b, loc, masked, i64(b, loc, 4));
-      return arith::OrIOp::create(b, loc, field, i64(b, loc, int64_t(Atom::descriptor(0)))).getResult();
+      uint64_t fixed = mn ? Atom::descriptorMN(0, atoms) : Atom::descriptor(0);
+      return arith::OrIOp::create(b, loc, field, i64(b, loc, int64_t(fixed))).getResult();
     };
-    Value descA = desc(aBase), descB = desc(sharedAddress(b, loc, op.getB()));
+    Value descA = desc(aBase, aMN, atomsA), descB = desc(sharedAddress(b, loc, op.getB()), bMN, atomsB);
+    uint64_t stepA = aMN ? Atom::descriptorStepPerK16MN(atomsA) : Atom::kDescriptorStepPerK16;
+    uint64_t stepB = bMN ? Atom::descriptorStepPerK16MN(atomsB) : Atom::kDescriptorStepPerK16;
 
     Value acc = vectorToStruct(b, loc, op.getAcc(), structTy, accN);
     NVVM::WgmmaFenceAlignedOp::create(b, loc);
     auto shape = NVVM::MMAShapeAttr::get(ctx, Atom::kM, n, Atom::kK);
     for (int64_t kk = 0; kk < op.getK() / Atom::kK; ++kk) {
-      Value step = i64(b, loc, kk * int64_t(Atom::kDescriptorStepPerK16));
+      Value a = arith::AddIOp::create(b, loc, descA, i64(b, loc, kk * int64_t(stepA)));
+      Value bd = arith::AddIOp::create(b, loc, descB, i64(b, loc, kk * int64_t(stepB)));
+      // A is M x K: "row" = K-major, "col" = MN-major. B is K x N: "col" = K-major, "row" = MN-major.
       acc = NVVM::WgmmaMmaAsyncOp::create(
-          b, loc, structTy, acc, arith::AddIOp::create(b, loc, descA, step), arith::AddIOp::create(b, loc, descB, step),
-          shape, NVVM::WGMMATypes::bf16, NVVM::WGMMATypes::bf16, NVVM::WGMMATypes::f32, NVVM::WGMMAScaleOut::one,
-          NVVM::WGMMAScaleIn::one, NVVM::WGMMAScaleIn::one, NVVM::MMALayout::row, NVVM::MMALayout::col, nullptr);
+          b, loc, structTy, acc, a, bd, shape, NVVM::WGMMATypes::bf16, NVVM::WGMMATypes::bf16, NVVM::WGMMATypes::f32,
+          NVVM::WGMMAScaleOut::one, NVVM::WGMMAScaleIn::one, NVVM::WGMMAScaleIn::one,
+          aMN ? NVVM::MMALayout::col : NVVM::MMALayout::row, bMN ? NVVM::MMALayout::row : NVVM::MMALayout::col, nullptr);
     }
     NVVM::WgmmaGroupSyncAlignedOp::create(b, loc);
     NVVM::WgmmaWaitGroupSyncOp::create(b, loc, uint64_t(op.getPending()));

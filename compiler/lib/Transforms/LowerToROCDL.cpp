@@ -40,6 +40,9 @@ class RocdlHooks final : public TargetHooks {
   // Async copies complete at once here (synchronous 16-byte moves); the group ops have nothing to do.
   bool asyncCopyChunk(OpBuilder&, Location, Value, Value, Value) const override { return false; }
   void asyncCommit(OpBuilder&, Location) const override {}
+  // MFMA wants 8 consecutive K values per lane: K x MN tiles are transposed into K-major rows while copying, so
+  // the MMA lowering reads every operand K-major.
+  bool mnMajorTilesAsKMajor() const override { return true; }
   void asyncWait(OpBuilder&, Location, int64_t) const override {}
   void markKernel(Operation* func, int64_t threads) const override {
     Builder b(func->getContext());
@@ -88,6 +91,7 @@ struct MmaTileToMfma : OpRewritePattern<MmaTileOp> {
     }
     Value zero = i32(b, loc, 0);
     for (int64_t kk = 0; kk < op.getK() / Atom::kK; ++kk) {
+      // Operands are K-major here whatever their mn_major flags say (see mnMajorTilesAsKMajor).
       Value a = LLVM::LoadOp::create(b, loc, fragTy, fragmentPtr(b, loc, op.getA(), rowA, kk, lane), 16);
       for (int64_t s = 0; s < tilesN; ++s) {
         Value rowB = arith::AddIOp::create(b, loc, i32(b, loc, s * Atom::kN), arith::RemUIOp::create(b, loc, lane, i32(b, loc, 32)));

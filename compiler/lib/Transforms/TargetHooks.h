@@ -23,6 +23,9 @@ class TargetHooks {
                               mlir::Value inside) const = 0;
   virtual void asyncCommit(mlir::OpBuilder& b, mlir::Location loc) const = 0;
   virtual void asyncWait(mlir::OpBuilder& b, mlir::Location loc, int64_t pending) const = 0;
+  // Whether b128_mn tiles are stored transposed into the K-major b128 layout (targets whose MMA operands are
+  // K-contiguous per lane, gfx950) instead of as MN-major atoms the MMA reads transposed (sm_90a).
+  virtual bool mnMajorTilesAsKMajor() const = 0;
   // Kernel function attributes for `megamoe.kernel` functions with `megamoe.block_threads`.
   virtual void markKernel(mlir::Operation* func, int64_t blockThreads) const = 0;
 };

@@ -41,8 +41,12 @@ def SignalKindAttr : I32EnumAttr<"SignalKind", "how a signal updates its flag",
 
 def Swizzle_None : I32EnumAttrCase<"none", 0>;
 def Swizzle_B128 : I32EnumAttrCase<"b128", 1>;
-def SwizzleAttr : I32EnumAttr<"Swizzle", "shared-memory tile swizzle (16-byte chunk c of row r at c ^ (r % 8))",
-    [Swizzle_None, Swizzle_B128]> {
+def Swizzle_B128MN : I32EnumAttrCase<"b128_mn", 2>;
+def SwizzleAttr : I32EnumAttr<"Swizzle",
+    "shared-memory tile layout: none (row-major), b128 (K-major 128-byte rows, chunk c of row r at c ^ (r % 8)), "
+    "b128_mn (MN-major: the tile's rows are K; 1024-byte atoms of 8 K-rows x 64 MN elements, atom (K/8, MN/64) at "
+    "(K/8 * MN atoms + MN/64) * 1024, each 128-byte row swizzled like b128)",
+    [Swizzle_None, Swizzle_B128, Swizzle_B128MN]> {
   let cppNamespace = "::megamoe";
 }
 
@@ -100,15 +104,16 @@ def MegaMoe_AsyncWaitOp : MegaMoe_Op<"async_wait", [MemoryEffects<[MemRead, MemW
 def MegaMoe_MmaTileOp : MegaMoe_Op<"mma_tile", [MemoryEffects<[MemRead]>]> {
   let summary = "acc += A * B^T for an m x n x k tile with A [m, k] and B [n, k] K-major in shared memory";
   let description = [{
-    The MMA loop over one shared-memory stage, executed by all `threads` of the block. Both operands are
-    K-major rows of 128 bytes (k = 64 bf16) with the b128 swizzle, as `tile_copy` writes them. The accumulator is
+    The MMA loop over one shared-memory stage, executed by all `threads` of the block. Operands are K-major
+    rows of 128 bytes (k = 64 bf16) with the b128 swizzle, or with `a_mn_major` / `b_mn_major` K x MN tiles in the
+    b128_mn layout, as `tile_copy` writes them. The accumulator is
     the calling thread's fragment: m * n / threads f32 values whose placement is the target's MMA atom fragment
     layout; only `acc_store` interprets it. Lowering picks the atom from the target's descriptor table
     (sm_90a: wgmma m64nNk16, one warpgroup per 64 rows; gfx950: v_mfma_f32_32x32x16_bf16, one wave per 32 rows).
   }];
   let arguments = (ins VectorOfRankAndType<[1], [F32]>:$acc, AnyLLVMPtr:$a, AnyLLVMPtr:$b,
                    I64Attr:$m, I64Attr:$n, I64Attr:$k, I64Attr:$threads,
-                   DefaultValuedAttr<I64Attr, "0">:$pending);
+                   DefaultValuedAttr<I64Attr, "0">:$pending, UnitAttr:$a_mn_major, UnitAttr:$b_mn_major);
   let results = (outs VectorOfRankAndType<[1], [F32]>:$result);
   let assemblyFormat = [{
     $a `,` $b `,` $acc attr-dict `:` type($a) `,` type($b) `,` type($acc) `->` type($result)
