@@ -11,6 +11,9 @@ gen grouped_gemm_nn E=128,N=2048,K=7168
 gen grouped_gemm_nn E=128,N=7168,K=4096
 gen grouped_gemm_tn E=128,N=4096,M=7168
 gen grouped_gemm_nt E=8,N=256,K=512
+gen grouped_gemm_nt E=16,N=512,K=1024
+gen grouped_gemm_nn E=16,N=512,K=1024
+gen grouped_gemm_tn E=16,N=512,M=1024
 gen grouped_gemm_nt E=128,N=3072,K=4096
 gen grouped_gemm_nt E=8,N=28672,K=4096
 echo "bench kernels in $dir"
