@@ -148,9 +148,9 @@ struct Pipeline {
 
 }  // namespace
 
-mlir::OwningOpRef<mlir::ModuleOp> buildGroupedGemm(mlir::MLIRContext& ctx, const GroupedGemmSpec& s) {
+mlir::OwningOpRef<mlir::ModuleOp> buildGroupedGemm(mlir::MLIRContext& ctx, const GroupedGemmSpec& s, Arch arch) {
   using S = GroupedGemmSpec;
-  const S::Tiles c = s.tiles();
+  const S::Tiles c = s.tiles(arch);
   Kernel k(ctx, S::name(s.layout), c.threads);
   GlobalPtr a = k.argPtr(Elem::bf16);
   GlobalPtr b = k.argPtr(Elem::bf16);

@@ -32,7 +32,7 @@ JitResult getKernel(const KernelSpec& spec, const TargetOptions& target, const c
   mlir::DialectRegistry registry;
   registerAllDialects(registry);
   mlir::MLIRContext ctx(registry, mlir::MLIRContext::Threading::DISABLED);
-  mlir::OwningOpRef<mlir::ModuleOp> module = info->build(ctx, spec);
+  mlir::OwningOpRef<mlir::ModuleOp> module = info->build(ctx, spec, target.arch());
   std::string error;
   r.compiled = compileKernel(*module, target, &error);
   if (!r.compiled) throw std::runtime_error(spec.describe() + "@" + target.name() + ": " + error);

@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "megamoe/Target/Target.h"
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/OwningOpRef.h"
 
@@ -27,7 +28,8 @@ struct KernelInfo {
   std::vector<std::string> constantNames;
   // "" when the spec is valid; otherwise a message naming the violated constraint.
   std::function<std::string(const KernelSpec&)> validate;
-  std::function<mlir::OwningOpRef<mlir::ModuleOp>(mlir::MLIRContext&, const KernelSpec&)> build;
+  // The IR is target-neutral; `arch` only picks tuning choices (tile shapes) where one size does not fit both.
+  std::function<mlir::OwningOpRef<mlir::ModuleOp>(mlir::MLIRContext&, const KernelSpec&, Arch)> build;
 };
 
 const std::vector<KernelInfo>& registry();
@@ -71,7 +73,12 @@ struct GroupedGemmSpec {
   struct Tiles {
     int64_t threads, m, n, k, stages;
   };
-  Tiles tiles() const { return {256, 128, n % 256 == 0 ? 256 : 128, 64, 3}; }
+  // gfx950 keeps BN = 128: its copies into shared memory are synchronous (transposing for K x MN operands), and a
+  // 128 x 256 fragment plus that copy code does not fit the 512 VGPR + AGPR budget.
+  Tiles tiles(Arch arch) const {
+    bool wide = n % 256 == 0 && arch == Arch::sm_90a;
+    return {256, 128, wide ? 256 : 128, 64, 3};
+  }
   Layout layout;
   int64_t experts;
   int64_t n;

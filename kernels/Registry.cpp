@@ -8,7 +8,7 @@ namespace megamoe::kernels {
 
 mlir::OwningOpRef<mlir::ModuleOp> buildSwiglu(mlir::MLIRContext& ctx, const SwigluSpec& s);
 mlir::OwningOpRef<mlir::ModuleOp> buildGemmNt(mlir::MLIRContext& ctx, const GemmNtSpec& s);
-mlir::OwningOpRef<mlir::ModuleOp> buildGroupedGemm(mlir::MLIRContext& ctx, const GroupedGemmSpec& s);
+mlir::OwningOpRef<mlir::ModuleOp> buildGroupedGemm(mlir::MLIRContext& ctx, const GroupedGemmSpec& s, Arch arch);
 mlir::OwningOpRef<mlir::ModuleOp> buildEpochAdvance(mlir::MLIRContext& ctx, const EpochAdvanceSpec& s);
 mlir::OwningOpRef<mlir::ModuleOp> buildPingPong(mlir::MLIRContext& ctx, const PingPongSpec& s);
 mlir::OwningOpRef<mlir::ModuleOp> buildAllToAllRows(mlir::MLIRContext& ctx, const AllToAllRowsSpec& s);
@@ -55,8 +55,8 @@ KernelInfo groupedGemmInfo(GroupedGemmSpec::Layout layout) {
               e = "K=" + std::to_string(s.get("K")) + " must be >= 128 (the 3-stage copy pipeline's prologue)";
             return e;
           },
-          [layout, third](mlir::MLIRContext& ctx, const KernelSpec& s) {
-            return buildGroupedGemm(ctx, GroupedGemmSpec{layout, s.get("E"), s.get("N"), s.get(third)});
+          [layout, third](mlir::MLIRContext& ctx, const KernelSpec& s, Arch arch) {
+            return buildGroupedGemm(ctx, GroupedGemmSpec{layout, s.get("E"), s.get("N"), s.get(third)}, arch);
           }};
 }
 }  // namespace
@@ -71,7 +71,7 @@ const std::vector<KernelInfo>& registry() {
          if (e.empty() && s.get("clamp_milli") < 0) e = "clamp_milli must be >= 0 (0 disables the clamp)";
          return e;
        },
-       [](mlir::MLIRContext& ctx, const KernelSpec& s) {
+       [](mlir::MLIRContext& ctx, const KernelSpec& s, Arch) {
          return buildSwiglu(ctx, SwigluSpec{s.get("I"), s.get("clamp_milli")});
        }},
       {GemmNtSpec::kName,
@@ -82,7 +82,7 @@ const std::vector<KernelInfo>& registry() {
          if (e.empty()) e = positiveMultiple("K", s.get("K"), GemmNtSpec::kBlockK, "BLOCK_K, one swizzled 128-byte row");
          return e;
        },
-       [](mlir::MLIRContext& ctx, const KernelSpec& s) { return buildGemmNt(ctx, GemmNtSpec{s.get("N"), s.get("K")}); }},
+       [](mlir::MLIRContext& ctx, const KernelSpec& s, Arch) { return buildGemmNt(ctx, GemmNtSpec{s.get("N"), s.get("K")}); }},
       groupedGemmInfo(GroupedGemmSpec::kNT),
       groupedGemmInfo(GroupedGemmSpec::kNN),
       groupedGemmInfo(GroupedGemmSpec::kTN),
@@ -90,24 +90,24 @@ const std::vector<KernelInfo>& registry() {
        "advance the rank's epoch by one (launched last in a call; stream-ordered, graph-capturable)",
        {},
        [](const KernelSpec&) { return std::string(); },
-       [](mlir::MLIRContext& ctx, const KernelSpec&) { return buildEpochAdvance(ctx, EpochAdvanceSpec{}); }},
+       [](mlir::MLIRContext& ctx, const KernelSpec&, Arch) { return buildEpochAdvance(ctx, EpochAdvanceSpec{}); }},
       {PingPongSpec::kName,
        "cross-rank ping-pong between ranks 0 and 1 through the symmetric heap",
        {"rounds"},
        [](const KernelSpec& s) {
          return s.get("rounds") > 0 ? std::string() : "rounds=" + std::to_string(s.get("rounds")) + " must be > 0";
        },
-       [](mlir::MLIRContext& ctx, const KernelSpec& s) { return buildPingPong(ctx, PingPongSpec{s.get("rounds")}); }},
+       [](mlir::MLIRContext& ctx, const KernelSpec& s, Arch) { return buildPingPong(ctx, PingPongSpec{s.get("rounds")}); }},
       {AllToAllRowsSpec::kName,
        "all-to-all of bf16 rows [nranks][rows][H] through the symmetric heap, flag per source rank",
        {"H"},
        [](const KernelSpec& s) { return positiveMultiple("H", s.get("H"), 8, "16-byte bf16 vectors"); },
-       [](mlir::MLIRContext& ctx, const KernelSpec& s) { return buildAllToAllRows(ctx, AllToAllRowsSpec{s.get("H")}); }},
+       [](mlir::MLIRContext& ctx, const KernelSpec& s, Arch) { return buildAllToAllRows(ctx, AllToAllRowsSpec{s.get("H")}); }},
       {PeerStoreSpec::kName,
        "stream 16-byte chunks into a peer's heap (peer bandwidth benchmark)",
        {},
        [](const KernelSpec&) { return std::string(); },
-       [](mlir::MLIRContext& ctx, const KernelSpec&) { return buildPeerStore(ctx, PeerStoreSpec{}); }},
+       [](mlir::MLIRContext& ctx, const KernelSpec&, Arch) { return buildPeerStore(ctx, PeerStoreSpec{}); }},
   };
   return kernels;
 }

@@ -30,9 +30,10 @@ CompiledKernel compile(const kernels::KernelSpec& spec, const std::string& targe
   mlir::DialectRegistry registry;
   registerAllDialects(registry);
   mlir::MLIRContext ctx(registry, mlir::MLIRContext::Threading::DISABLED);
-  auto module = info->build(ctx, spec);
+  TargetOptions options = target(targetName);
+  auto module = info->build(ctx, spec, options.arch());
   std::string error;
-  auto k = compileKernel(*module, target(targetName), &error);
+  auto k = compileKernel(*module, options, &error);
   EXPECT_TRUE(k) << error;
   return k ? *k : CompiledKernel{};
 }
@@ -56,6 +57,12 @@ std::vector<Case> cases() {
   };
   for (const auto& p : kernels::presets())
     for (const auto& s : kernels::layerKernels(p, 8)) out.push_back({s, s.kernel == kernels::GemmNtSpec::kName});
+  // The grouped GEMM family at the DeepSeek-V3 EP2 shapes, each layout (the forward and backward engines).
+  using G = kernels::GroupedGemmSpec;
+  for (const G& g : {G{G::kNT, 128, 4096, 7168}, G{G::kNT, 128, 7168, 2048}, G{G::kNN, 128, 2048, 7168},
+                     G{G::kNN, 128, 7168, 4096}, G{G::kTN, 128, 4096, 7168}, G{G::kTN, 128, 7168, 2048},
+                     G{G::kNT, 8, 384, 512}})
+    out.push_back({g.spec(), true});
   return out;
 }
 
@@ -75,17 +82,24 @@ TEST_P(EveryKernel, StaticFactsPass) {
     EXPECT_EQ(k.facts.spillBytes, 0);
     EXPECT_NE(k.assembly.find(".target sm_90a"), std::string::npos);
     EXPECT_NE(k.assembly.find(".entry " + k.name), std::string::npos);
-    // m64n128k16 over a 64-wide K stage: four wgmma per stage.
-    EXPECT_EQ(k.facts.mmaInstructions, c.mma ? 4 : 0);
-    if (c.mma) EXPECT_NE(k.assembly.find("wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16"), std::string::npos);
+    // m64nNk16 over a 64-wide K stage: four wgmma per stage (exactly one stage in gemm_nt's loop; the grouped
+    // kernels' loops may be unrolled by LLVM).
+    if (c.spec.kernel == kernels::GemmNtSpec::kName) EXPECT_EQ(k.facts.mmaInstructions, 4);
+    EXPECT_EQ(k.facts.mmaInstructions % 4, 0);
+    EXPECT_EQ(k.facts.mmaInstructions > 0, c.mma);
+    if (c.mma) EXPECT_NE(k.assembly.find("wgmma.mma_async.sync.aligned.m64n"), std::string::npos);
+    if (c.spec.kernel == kernels::GemmNtSpec::kName)
+      EXPECT_NE(k.assembly.find("wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16"), std::string::npos);
   } else {
     EXPECT_EQ(elfMachine(k.binary), 224);
     EXPECT_NE(k.assembly.find(".amdhsa_kernel " + k.name), std::string::npos);
     EXPECT_NE(k.assembly.find("amdhsa.version"), std::string::npos);
     EXPECT_LE(k.facts.registers + k.facts.agprs, 512);
     EXPECT_LE(k.facts.sharedBytes, 160 * 1024);
-    // Two waves, each 4 N-tiles x 4 k16 steps of v_mfma_f32_32x32x16_bf16 per stage.
-    EXPECT_EQ(k.facts.mmaInstructions, c.mma ? 16 : 0);
+    // gemm_nt: each wave 4 N-tiles x 4 k16 steps of v_mfma_f32_32x32x16_bf16 per stage; grouped: multiples of it.
+    if (c.spec.kernel == kernels::GemmNtSpec::kName) EXPECT_EQ(k.facts.mmaInstructions, 16);
+    EXPECT_EQ(k.facts.mmaInstructions % 16, 0);
+    EXPECT_EQ(k.facts.mmaInstructions > 0, c.mma);
   }
 }
 

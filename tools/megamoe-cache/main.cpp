@@ -41,6 +41,7 @@ Options:
   --targets LIST     sm_90a, gfx950 (default both)
   --cache-dir DIR    cache root (default: $MEGAMOE_CACHE_DIR, else $XDG_CACHE_HOME/megamoe, else ~/.cache/megamoe)
   --json FILE        also write the results as JSON
+  --emit-asm DIR     write the PTX / AMDGCN assembly of every kernel compiled in this run into DIR
   --force            recompile even when the cache has the kernel
   --quiet            no progress bar
 
@@ -98,7 +99,8 @@ struct Args {
 
 Args parseArgs(int argc, char** argv) {
   static const std::set<std::string> valued = {"--preset", "--hidden", "--intermediate", "--experts", "--topk", "--ep",
-                                               "--targets", "--cache-dir", "--json", "--kernel", "--spec"};
+                                               "--targets", "--cache-dir", "--json", "--kernel", "--spec",
+                                               "--emit-asm"};
   static const std::set<std::string> switches = {"--force", "--quiet", "--keep-all-fingerprints", "--help", "-h"};
   Args a;
   for (int i = 1; i < argc; ++i) {
@@ -249,6 +251,10 @@ int generate(const Args& a) {
           r.error = again ? "static checks: " + r.staticJson : "entry unreadable after store";
         } else {
           r.status = "ok";
+        }
+        if (j.compiled && a.has("--emit-asm")) {
+          std::string file = a.get("--emit-asm") + "/" + r.kernel + "." + r.target + (t.arch() == Arch::sm_90a ? ".ptx" : ".s");
+          std::ofstream(file) << j.compiled->assembly;
         }
         r.compiled = std::move(j.compiled);
       } catch (const std::exception& e) {

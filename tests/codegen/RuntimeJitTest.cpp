@@ -1,0 +1,61 @@
+// The runtime's cache miss, with and without the JIT linked in: without it the error names the kernel and the
+// command that generates it; with it the kernel is compiled in process, stored, and found again.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "megamoe/Error.h"
+#include "megamoe/KernelLoader.h"
+#include "tools/jit/RuntimeJit.h"
+
+using namespace megamoe;
+
+namespace {
+
+struct TempDir {
+  std::string path = (std::filesystem::temp_directory_path() / ("megamoe-jit-" + std::to_string(getpid()))).string();
+  ~TempDir() { std::filesystem::remove_all(path); }
+};
+
+cache::KernelKey gemmKey() {
+  return {"gemm_nt", {{"N", 128}, {"K", 64}}, "sm_90a", "target=sm_90a;O=3;ptx=80", ""};
+}
+
+TEST(RuntimeJit, MissWithoutJitNamesTheCommand) {
+  TempDir dir;
+  KernelLoader::setJitCompiler({});
+  KernelLoader loader(dir.path);
+  try {
+    loader.find(gemmKey(), "megamoe-cache generate --kernel gemm_nt --spec N=128,K=64 --targets sm_90a");
+    FAIL() << "a miss without a JIT must throw";
+  } catch (const Error& e) {
+    std::string m = e.what();
+    EXPECT_NE(m.find("gemm_nt[N=128,K=64]@sm_90a"), std::string::npos) << m;
+    EXPECT_NE(m.find("megamoe-cache generate --kernel gemm_nt"), std::string::npos) << m;
+  }
+}
+
+TEST(RuntimeJit, MissWithJitCompilesStoresAndHits) {
+  TempDir dir;
+  installRuntimeJit(dir.path);
+  KernelLoader loader(dir.path);
+  cache::CacheEntry first = loader.find(gemmKey(), "");
+  EXPECT_FALSE(first.binary.empty());
+  EXPECT_NE(first.metadata.find("\"symbol\":\"gemm_nt\""), std::string::npos);
+  // Stored: a loader with no JIT now finds it.
+  KernelLoader::setJitCompiler({});
+  cache::CacheEntry again = KernelLoader(dir.path).find(gemmKey(), "");
+  EXPECT_EQ(again.binary, first.binary);
+}
+
+TEST(RuntimeJit, ForeignOptionsAreRefused) {
+  TempDir dir;
+  installRuntimeJit(dir.path);
+  cache::KernelKey key = gemmKey();
+  key.options = "target=sm_90a;O=1";
+  EXPECT_THROW(KernelLoader(dir.path).find(key, ""), Error);
+  KernelLoader::setJitCompiler({});
+}
+
+}  // namespace
