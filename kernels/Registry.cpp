@@ -141,19 +141,30 @@ std::string validateShape(const ModelShape& s, int64_t ranks) {
   if (s.topk < 1 || s.topk > s.experts)
     return "topk=" + std::to_string(s.topk) + " must be 1..experts (" + std::to_string(s.experts) + ")";
   if (auto e = positiveMultiple("hidden", s.hidden, GemmNtSpec::kBlockN, "BLOCK_N of the L2 GEMM"); !e.empty()) return e;
-  if (auto e = positiveMultiple("intermediate", s.intermediate, GemmNtSpec::kBlockK, "BLOCK_K of the L2 GEMM");
+  if (auto e = positiveMultiple("intermediate", s.intermediate, GemmNtSpec::kBlockN, "BLOCK_N of the L2 dgrad GEMM");
       !e.empty())
     return e;
+  if (s.experts / ranks > 1024)
+    return "experts per rank = " + std::to_string(s.experts / ranks) + " must be <= 1024 (the grouped GEMM tile table)";
   return "";
 }
 
 std::vector<KernelSpec> layerKernels(const ModelShape& s, int64_t ranks) {
   if (std::string e = validateShape(s, ranks); !e.empty()) throw std::invalid_argument(s.name + ": " + e);
+  using G = GroupedGemmSpec;
+  const int64_t local = s.experts / ranks, h = s.hidden, i = s.intermediate;
   std::vector<KernelSpec> out = {
-      SwigluSpec{s.intermediate}.spec(),
-      GemmNtSpec{2 * s.intermediate, s.hidden}.spec(),  // L1: [tokens, H] x [2I, H]^T
-      GemmNtSpec{s.hidden, s.intermediate}.spec(),      // L2: [tokens, I] x [H, I]^T
-      AllToAllRowsSpec{s.hidden}.spec(),                // token rows between ranks (until the fused dispatch)
+      // forward
+      G{G::kNT, local, 2 * i, h}.spec(),  // L1: x [tokens, H] . w1[e] [2I, H]^T
+      SwigluSpec{i}.spec(),
+      G{G::kNT, local, h, i}.spec(),      // L2: act [tokens, I] . w2[e] [H, I]^T
+      // backward
+      G{G::kNN, local, i, h}.spec(),      // L2 dgrad: dy [tokens, H] . w2[e] [H, I]
+      G{G::kTN, local, i, h}.spec(),      // dW2[e] [H, I] = dy_e^T [H, tokens] . act_e [tokens, I]
+      G{G::kNN, local, h, 2 * i}.spec(),  // L1 dgrad: dh [tokens, 2I] . w1[e] [2I, H]
+      G{G::kTN, local, h, 2 * i}.spec(),  // dW1[e] [2I, H] = dh_e^T [2I, tokens] . x_e [tokens, H]
+      // token movement between ranks (until the fused dispatch / combine exist) and the epoch
+      AllToAllRowsSpec{h}.spec(),
       EpochAdvanceSpec{}.spec(),
   };
   return out;

@@ -123,6 +123,7 @@ Args parseArgs(int argc, char** argv) {
 
 struct Row {
   std::string kernel, target, ranks, status, error;
+  int64_t dynamicShared = 0;
   bool hit = false;
   double ms = 0, hitMs = 0;
   std::optional<CompiledKernel> compiled;
@@ -156,6 +157,13 @@ std::string field(const std::string& json, const std::string& name) {
   std::string v = json.substr(at, end - at);
   if (!v.empty() && v.front() == '"') v = v.substr(1, v.size() - 2);
   return v;
+}
+
+// Static + dynamic shared memory (LDS on gfx950) per block.
+std::string sharedColumn(const Row& r) {
+  std::string st = field(r.staticJson, "shared_bytes");
+  if (st == "?") return st;
+  return std::to_string(std::stoll(st) + r.dynamicShared);
 }
 
 int generate(const Args& a) {
@@ -240,6 +248,8 @@ int generate(const Args& a) {
         r.hit = j.hit;
         r.ms = j.ms;
         r.staticJson = staticOf(j.entry.metadata);
+        std::string dyn = field(j.entry.metadata, "shared_bytes");  // the top-level (dynamic) one comes first
+        r.dynamicShared = dyn == "?" ? 0 : std::stoll(dyn);
         // The load path the runtime takes: lookup + read of the stored entry.
         auto h0 = std::chrono::steady_clock::now();
         auto again = cache.lookup(kernels::keyFor(w.spec, t));
@@ -279,7 +289,7 @@ int generate(const Args& a) {
     std::printf("%-34s %-7s %-5s %-5s %9.1f %8.2f %5s %5s %7s %8s %5s  %s\n", r.kernel.c_str(), r.target.c_str(),
                 r.ranks.c_str(), r.hit ? "hit" : "miss", r.hit ? 0.0 : r.ms, r.hitMs,
                 field(r.staticJson, "registers").c_str(), field(r.staticJson, "agprs").c_str(),
-                field(r.staticJson, "scratch_bytes").c_str(), field(r.staticJson, "shared_bytes").c_str(),
+                field(r.staticJson, "scratch_bytes").c_str(), sharedColumn(r).c_str(),
                 field(r.staticJson, "mma_instructions").c_str(), r.status.c_str());
     if (!r.error.empty()) std::printf("    error: %s\n", r.error.c_str());
   }
@@ -296,7 +306,7 @@ int generate(const Args& a) {
       const Row& r = rows[i];
       j << (i ? "," : "") << "{\"kernel\":\"" << jsonEscape(r.kernel) << "\",\"target\":\"" << r.target
         << "\",\"ep\":\"" << r.ranks << "\",\"hit\":" << (r.hit ? "true" : "false") << ",\"ms\":" << r.ms
-        << ",\"load_ms\":" << r.hitMs << ",\"status\":\"" << r.status << "\",\"error\":\"" << jsonEscape(r.error)
+        << ",\"load_ms\":" << r.hitMs << ",\"dynamic_shared_bytes\":" << r.dynamicShared << ",\"status\":\"" << r.status << "\",\"error\":\"" << jsonEscape(r.error)
         << "\",\"static\":" << (r.staticJson.empty() ? "{}" : r.staticJson) << "}";
     }
     j << "]}\n";
