@@ -318,12 +318,12 @@ SharedTile Kernel::sharedTile(Elem e, int64_t rows, int64_t cols) {
   return {this, base, e, rows, cols};
 }
 
-int64_t SharedTile::bytes() const { return rows_ * cols_ * elemBytes(elem_); }
+int64_t SharedTile::bytes() const { return rows_ * pitch_ * elemBytes(elem_); }
 SharedTile SharedTile::stage(const I32& s) const {
   I64 offset = k_->widen(s) * bytes();
   Value p = LLVM::GEPOp::create(k_->builder(), k_->loc(), base_.getType(), k_->builder().getI8Type(), base_,
                                 ValueRange{offset.value()});
-  return {k_, p, elem_, rows_, cols_, 1};
+  return {k_, p, elem_, rows_, cols_, 1, pitch_};
 }
 
 I32 SharedTile::loadI32(const I32& index) const {
@@ -337,7 +337,8 @@ void SharedTile::storeI32(const I32& index, const I32& v) const {
   LLVM::StoreOp::create(k_->builder(), k_->loc(), v.value(), p, 4);
 }
 
-SharedTile Kernel::dynamicSharedTile(Elem e, int64_t rows, int64_t cols, int64_t stages) {
+SharedTile Kernel::dynamicSharedTile(Elem e, int64_t rows, int64_t cols, int64_t stages, int64_t pitch) {
+  if (pitch == 0) pitch = cols;
   // Dynamic shared memory starts after the static part, aligned only to 16 bytes: swizzled tiles need 1024.
   if (sharedCount_ > 0) throw std::logic_error(staticAfterDynamic);
   std::string sym = name_ + "_dynamic_smem";
@@ -350,11 +351,11 @@ SharedTile Kernel::dynamicSharedTile(Elem e, int64_t rows, int64_t cols, int64_t
                            Attribute(), 1024, kSharedSpace);
   }
   int64_t offset = (dynamicSharedBytes_ + 1023) / 1024 * 1024;
-  dynamicSharedBytes_ = offset + rows * cols * elemBytes(e) * stages;
+  dynamicSharedBytes_ = offset + rows * pitch * elemBytes(e) * stages;
   func_->setAttr("megamoe.dynamic_shared_bytes", b_.getI64IntegerAttr(dynamicSharedBytes_));
   Value base = LLVM::AddressOfOp::create(b_, loc_, ptrType(b_.getContext(), kSharedSpace), sym);
   base = LLVM::GEPOp::create(b_, loc_, base.getType(), b_.getI8Type(), base, ArrayRef<LLVM::GEPArg>{int32_t(offset)});
-  return {this, base, e, rows, cols, stages};
+  return {this, base, e, rows, cols, stages, pitch};
 }
 
 void Kernel::copyTileMN(const GlobalPtr& src, const I32& srcLd, const SharedTile& dst, const I32& rowsValid, bool async) {
@@ -377,7 +378,7 @@ void Kernel::copyTile(const GlobalPtr& src, const I32& srcLd, const SharedTile& 
   if (async) op.setAsync(true);
 }
 void Kernel::copyTile(const SharedTile& src, const GlobalPtr& dst, const I32& dstLd, const I32& rowsValid, bool swizzle) {
-  TileCopyOp::create(b_, loc_, src.value(), i32(src.cols()).value(), dst.value(), dstLd.value(), rowsValid.value(),
+  TileCopyOp::create(b_, loc_, src.value(), i32(src.pitch()).value(), dst.value(), dstLd.value(), rowsValid.value(),
                      src.rows(), src.cols(), blockThreads_, type(src.elem()), swizzle ? Swizzle::b128 : Swizzle::none);
 }
 
@@ -406,6 +407,11 @@ Acc Kernel::drain(const Acc& acc) {
 void Kernel::storeAcc(const Acc& acc, const GlobalPtr& dst, const I32& ld, const I32& rowsValid) {
   AccStoreOp::create(b_, loc_, acc.value, dst.value(), ld.value(), rowsValid.value(), acc.m, acc.n, blockThreads_,
                      type(dst.elem()));
+}
+
+void Kernel::storeAcc(const Acc& acc, const SharedTile& dst) {
+  AccStoreOp::create(b_, loc_, acc.value, dst.value(), i32(dst.pitch()).value(), i32(acc.m).value(), acc.m, acc.n,
+                     blockThreads_, type(dst.elem()));
 }
 
 Bool Kernel::gridBarrier(const Context& ctx, const GlobalPtr& counter, const I64& expected) {

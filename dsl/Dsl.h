@@ -106,9 +106,10 @@ class GlobalPtr {
 // A rows x cols tile in shared memory (static allocation, 1024-byte aligned so swizzled MMA operands work).
 class SharedTile {
  public:
-  SharedTile(Kernel* k, mlir::Value base, Elem e, int64_t rows, int64_t cols, int64_t stages = 1)
-      : k_(k), base_(base), elem_(e), rows_(rows), cols_(cols), stages_(stages) {}
+  SharedTile(Kernel* k, mlir::Value base, Elem e, int64_t rows, int64_t cols, int64_t stages = 1, int64_t pitch = 0)
+      : k_(k), base_(base), elem_(e), rows_(rows), cols_(cols), stages_(stages), pitch_(pitch ? pitch : cols) {}
   int64_t stages() const { return stages_; }
+  int64_t pitch() const { return pitch_; }  // elements from one row to the next (>= cols: padding avoids bank conflicts)
   int64_t bytes() const;                 // one stage
   SharedTile stage(const I32& s) const;  // stage s of a multi-stage buffer
   // Element access for small shared tables (row-major index into the first stage).
@@ -122,7 +123,7 @@ class SharedTile {
   Kernel* k_;
   mlir::Value base_;
   Elem elem_;
-  int64_t rows_, cols_, stages_;
+  int64_t rows_, cols_, stages_, pitch_;
 };
 
 // An MMA accumulator fragment (m x n tile spread over the block in the target's atom layout).
@@ -187,7 +188,7 @@ class Kernel {
   // Shared memory: static tiles (small), or dynamic multi-stage buffers (any size the target holds; the kernel's
   // dynamic shared bytes are recorded for the launch).
   SharedTile sharedTile(Elem e, int64_t rows, int64_t cols);
-  SharedTile dynamicSharedTile(Elem e, int64_t rows, int64_t cols, int64_t stages);
+  SharedTile dynamicSharedTile(Elem e, int64_t rows, int64_t cols, int64_t stages, int64_t pitch = 0);
 
   // Block-scope ops.
   void blockSync();
@@ -211,6 +212,8 @@ class Kernel {
           bool bMnMajor = false);
   Acc drain(const Acc& acc);
   void storeAcc(const Acc& acc, const GlobalPtr& dst, const I32& ld, const I32& rowsValid);
+  // Stages the accumulator in shared memory (all rows), e.g. for coalesced 16-byte stores with copyTile afterwards.
+  void storeAcc(const Acc& acc, const SharedTile& dst);
   Bool gridBarrier(const Context& ctx, const GlobalPtr& counter, const I64& expected);
   Bool rankBarrier(const Context& ctx, const GlobalPtr& flags, const I64& value);
 

@@ -76,7 +76,7 @@ struct Pipeline {
   const GroupedGemmSpec& s;
   const GroupedGemmSpec::Tiles& c;
   GlobalPtr a, b, out;
-  SharedTile ringA, ringB;
+  SharedTile ringA, ringB, staging;
 
   bool tn() const { return s.layout == GroupedGemmSpec::kTN; }
   bool aMN() const { return tn(); }
@@ -137,12 +137,17 @@ struct Pipeline {
     if (tn()) k.asyncWait(0);  // a TN tile shorter than the ring ends with copies never waited for
     k.blockSync();   // every warpgroup is done with the ring
     k.ifThen(hasNext, [&] { prologue(next()); });
+    // Epilogue through shared memory: fragments into a padded staging tile, then 16-byte coalesced row stores.
     I32 first = m0(p);
+    k.storeAcc(acc, staging);
+    k.blockSync();
     if (tn())
-      k.storeAcc(acc, out + ((k.widen(p.expert) * s.kOrM + k.widen(first)) * s.n + k.widen(p.n0)), k.i32(s.n),
-                 k.i32(c.m));
+      k.copyTile(staging, out + ((k.widen(p.expert) * s.kOrM + k.widen(first)) * s.n + k.widen(p.n0)), k.i32(s.n),
+                 k.i32(c.m), /*swizzle=*/false);
     else
-      k.storeAcc(acc, out + (k.widen(first) * s.n + k.widen(p.n0)), k.i32(s.n), p.groupEnd - first);
+      k.copyTile(staging, out + (k.widen(first) * s.n + k.widen(p.n0)), k.i32(s.n), p.groupEnd - first,
+                 /*swizzle=*/false);
+    k.blockSync();  // the next tile's epilogue overwrites the staging tile
   }
 };
 
@@ -164,7 +169,9 @@ mlir::OwningOpRef<mlir::ModuleOp> buildGroupedGemm(mlir::MLIRContext& ctx, const
                         : k.dynamicSharedTile(Elem::bf16, c.m, c.k, c.stages);
   SharedTile ringB = nt ? k.dynamicSharedTile(Elem::bf16, c.n, c.k, c.stages)
                         : k.dynamicSharedTile(Elem::bf16, c.k, c.n, c.stages);
-  Pipeline pipe{k, s, c, a, b, out, ringA, ringB};
+  // Staging rows padded by 8 elements (16 bytes): the 8 rows a warp's fragment store touches fall in distinct banks.
+  SharedTile staging = k.dynamicSharedTile(Elem::bf16, c.m, c.n, 1, c.n + 8);
+  Pipeline pipe{k, s, c, a, b, out, ringA, ringB, staging};
   SharedTile first = k.dynamicSharedTile(Elem::i32, 1, (s.experts + 1 + 3) / 4 * 4, 1);
   I32 total = sched.buildTable(first);
   k.ifThen(k.blockIdx() < total, [&] { pipe.prologue(sched.placeFromTable(k.blockIdx(), first)); });

@@ -123,7 +123,8 @@ LogicalResult MmaTileOp::verify() {
 }
 
 LogicalResult AccStoreOp::verify() {
-  if (!isGlobalLike(getDst().getType())) return emitOpError("destination must be global memory");
+  if (!isGlobalLike(getDst().getType()) && !isShared(getDst().getType()))
+    return emitOpError("destination must be global or shared memory");
   if (failed(verifyElemType(*this, getElem()))) return failure();
   return verifyAccShape(*this, getAcc().getType(), getM(), getN(), getThreads());
 }
