@@ -24,6 +24,8 @@
 #include <system_error>
 #include <tuple>
 
+#include "compiler/cache/Json.h"
+
 namespace megamoe::cache {
 namespace {
 
@@ -33,6 +35,8 @@ constexpr size_t kMaxIndexBytes = 4096;
 constexpr int64_t kStaleTempSeconds = 3600;
 constexpr const char* kManifestName = "manifest.json";
 constexpr const char* kBinaryName = "code.bin";
+// Manifests are written by renderManifest below: integers only, no repeated keys, nesting two deep.
+constexpr json::ParseOptions kManifestJson = {/*maxDepth=*/32, /*integersOnly=*/true, /*allowDuplicateKeys=*/false};
 
 std::string joinPath(const std::string& a, const std::string& b) { return a + "/" + b; }
 
@@ -195,240 +199,6 @@ class TempDirGuard {
 };
 
 // ---------------------------------------------------------------------------------------------------------------
-// Minimal JSON: enough for the manifest (objects, arrays, strings, 64-bit integers, true/false/null).
-
-void appendJsonString(std::string& out, const std::string& s) {
-  static const char kHexDigits[] = "0123456789abcdef";
-  out += '"';
-  for (char ch : s) {
-    auto c = static_cast<unsigned char>(ch);
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      case '\b': out += "\\b"; break;
-      case '\f': out += "\\f"; break;
-      default:
-        if (c < 0x20 || c == 0x7f) {
-          out += "\\u00";
-          out += kHexDigits[c >> 4];
-          out += kHexDigits[c & 0xf];
-        } else {
-          out += ch;  // other bytes verbatim, so arbitrary byte strings round-trip exactly
-        }
-    }
-  }
-  out += '"';
-}
-
-struct JsonValue {
-  enum class Kind { kNull, kBool, kInteger, kString, kArray, kObject };
-  Kind kind = Kind::kNull;
-  bool boolean = false;
-  int64_t integer = 0;
-  std::string string;
-  std::vector<JsonValue> array;
-  std::vector<std::pair<std::string, JsonValue>> object;
-
-  const JsonValue* find(const std::string& name) const {
-    for (const auto& [key, value] : object)
-      if (key == name) return &value;
-    return nullptr;
-  }
-};
-
-class JsonParser {
- public:
-  explicit JsonParser(const std::string& text) : text_(text) {}
-
-  // Parses the whole text as one value; on failure `error` says what and where.
-  bool parse(JsonValue& out, std::string& error) {
-    skipSpace();
-    bool ok = parseValue(out, 0);
-    if (ok) {
-      skipSpace();
-      if (pos_ != text_.size()) ok = fail("trailing characters");
-    }
-    if (!ok) error = error_;
-    return ok;
-  }
-
- private:
-  static constexpr int kMaxDepth = 32;
-
-  bool fail(const std::string& why) {
-    error_ = why + " at offset " + std::to_string(pos_);
-    return false;
-  }
-  bool atEnd() const { return pos_ >= text_.size(); }
-  char peek() const { return text_[pos_]; }
-  void skipSpace() {
-    while (!atEnd() && (peek() == ' ' || peek() == '\n' || peek() == '\r' || peek() == '\t')) ++pos_;
-  }
-  bool consume(char c) {
-    skipSpace();
-    if (atEnd() || peek() != c) return false;
-    ++pos_;
-    return true;
-  }
-
-  bool parseValue(JsonValue& out, int depth) {
-    if (depth > kMaxDepth) return fail("nesting too deep");
-    skipSpace();
-    if (atEnd()) return fail("unexpected end of input");
-    char c = peek();
-    if (c == '{') return parseObject(out, depth);
-    if (c == '[') return parseArray(out, depth);
-    if (c == '"') {
-      out.kind = JsonValue::Kind::kString;
-      return parseString(out.string);
-    }
-    if (c == '-' || (c >= '0' && c <= '9')) return parseInteger(out);
-    for (const char* literal : {"true", "false", "null"}) {
-      if (text_.compare(pos_, std::strlen(literal), literal) == 0) {
-        pos_ += std::strlen(literal);
-        out.kind = literal[0] == 'n' ? JsonValue::Kind::kNull : JsonValue::Kind::kBool;
-        out.boolean = literal[0] == 't';
-        return true;
-      }
-    }
-    return fail("unexpected character");
-  }
-
-  bool parseObject(JsonValue& out, int depth) {
-    out.kind = JsonValue::Kind::kObject;
-    ++pos_;  // '{'
-    if (consume('}')) return true;
-    do {
-      skipSpace();
-      std::string key;
-      if (atEnd() || peek() != '"') return fail("expected a key");
-      if (!parseString(key)) return false;
-      if (out.find(key)) return fail("duplicate key '" + key + "'");
-      if (!consume(':')) return fail("expected ':'");
-      JsonValue value;
-      if (!parseValue(value, depth + 1)) return false;
-      out.object.emplace_back(std::move(key), std::move(value));
-    } while (consume(','));
-    return consume('}') || fail("expected ',' or '}'");
-  }
-
-  bool parseArray(JsonValue& out, int depth) {
-    out.kind = JsonValue::Kind::kArray;
-    ++pos_;  // '['
-    if (consume(']')) return true;
-    do {
-      JsonValue value;
-      if (!parseValue(value, depth + 1)) return false;
-      out.array.push_back(std::move(value));
-    } while (consume(','));
-    return consume(']') || fail("expected ',' or ']'");
-  }
-
-  bool parseHex4(uint32_t& out) {
-    if (text_.size() - pos_ < 4) return fail("truncated \\u escape");
-    out = 0;
-    for (int i = 0; i < 4; ++i) {
-      char c = text_[pos_++];
-      uint32_t digit;
-      if (c >= '0' && c <= '9') digit = uint32_t(c - '0');
-      else if (c >= 'a' && c <= 'f') digit = uint32_t(c - 'a' + 10);
-      else if (c >= 'A' && c <= 'F') digit = uint32_t(c - 'A' + 10);
-      else return fail("bad hex digit in \\u escape");
-      out = out * 16 + digit;
-    }
-    return true;
-  }
-
-  static void appendUtf8(std::string& out, uint32_t cp) {
-    if (cp < 0x80) {
-      out += char(cp);
-    } else if (cp < 0x800) {
-      out += char(0xc0 | (cp >> 6));
-      out += char(0x80 | (cp & 0x3f));
-    } else if (cp < 0x10000) {
-      out += char(0xe0 | (cp >> 12));
-      out += char(0x80 | ((cp >> 6) & 0x3f));
-      out += char(0x80 | (cp & 0x3f));
-    } else {
-      out += char(0xf0 | (cp >> 18));
-      out += char(0x80 | ((cp >> 12) & 0x3f));
-      out += char(0x80 | ((cp >> 6) & 0x3f));
-      out += char(0x80 | (cp & 0x3f));
-    }
-  }
-
-  bool parseString(std::string& out) {
-    ++pos_;  // opening quote
-    while (true) {
-      if (atEnd()) return fail("unterminated string");
-      auto c = static_cast<unsigned char>(text_[pos_++]);
-      if (c == '"') return true;
-      if (c < 0x20) return fail("raw control character in string");
-      if (c != '\\') {
-        out += char(c);
-        continue;
-      }
-      if (atEnd()) return fail("unterminated escape");
-      char e = text_[pos_++];
-      switch (e) {
-        case '"': out += '"'; break;
-        case '\\': out += '\\'; break;
-        case '/': out += '/'; break;
-        case 'b': out += '\b'; break;
-        case 'f': out += '\f'; break;
-        case 'n': out += '\n'; break;
-        case 'r': out += '\r'; break;
-        case 't': out += '\t'; break;
-        case 'u': {
-          uint32_t unit;
-          if (!parseHex4(unit)) return false;
-          if (unit >= 0xdc00 && unit <= 0xdfff) return fail("lone low surrogate");
-          if (unit >= 0xd800 && unit <= 0xdbff) {
-            uint32_t low;
-            if (text_.compare(pos_, 2, "\\u") != 0) return fail("lone high surrogate");
-            pos_ += 2;
-            if (!parseHex4(low)) return false;
-            if (low < 0xdc00 || low > 0xdfff) return fail("bad low surrogate");
-            unit = 0x10000 + ((unit - 0xd800) << 10) + (low - 0xdc00);
-          }
-          appendUtf8(out, unit);
-          break;
-        }
-        default: return fail("bad escape");
-      }
-    }
-  }
-
-  bool parseInteger(JsonValue& out) {
-    bool negative = text_[pos_] == '-';
-    if (negative) ++pos_;
-    size_t first = pos_;
-    uint64_t magnitude = 0;
-    const uint64_t limit = negative ? uint64_t(INT64_MAX) + 1 : uint64_t(INT64_MAX);
-    while (!atEnd() && peek() >= '0' && peek() <= '9') {
-      uint64_t digit = uint64_t(peek() - '0');
-      if (magnitude > (limit - digit) / 10) return fail("integer out of range");
-      magnitude = magnitude * 10 + digit;
-      ++pos_;
-    }
-    if (pos_ == first) return fail("expected digits");
-    if (text_[first] == '0' && pos_ - first > 1) return fail("leading zero");
-    if (!atEnd() && (peek() == '.' || peek() == 'e' || peek() == 'E')) return fail("only integers are supported");
-    out.kind = JsonValue::Kind::kInteger;
-    // Two's-complement negation of the magnitude handles INT64_MIN without signed overflow.
-    out.integer = negative ? int64_t(~magnitude + 1) : int64_t(magnitude);
-    return true;
-  }
-
-  const std::string& text_;
-  size_t pos_ = 0;
-  std::string error_;
-};
-
-// ---------------------------------------------------------------------------------------------------------------
 // Manifest
 
 struct Manifest {
@@ -447,7 +217,7 @@ std::string renderManifest(const Manifest& m) {
     out += "  \"";
     out += name;
     out += "\": ";
-    appendJsonString(out, value);
+    json::appendQuoted(out, value);
     out += ",\n";
   };
   auto integerField = [&](const char* name, const std::string& value) {
@@ -462,7 +232,7 @@ std::string renderManifest(const Manifest& m) {
   out += "  \"spec\": [";
   for (size_t i = 0; i < m.key.spec.size(); ++i) {
     out += i ? ", [" : "[";
-    appendJsonString(out, m.key.spec[i].first);
+    json::appendQuoted(out, m.key.spec[i].first);
     out += ", " + std::to_string(m.key.spec[i].second) + "]";
   }
   out += "],\n";
@@ -473,38 +243,38 @@ std::string renderManifest(const Manifest& m) {
   stringField("binary_sha256", m.binarySha256);
   integerField("created", std::to_string(m.created));
   out += "  \"metadata\": ";
-  appendJsonString(out, m.metadata);
+  json::appendQuoted(out, m.metadata);
   out += "\n}\n";
   return out;
 }
 
 bool parseManifest(const std::string& text, Manifest& m, std::string& problem) {
-  JsonValue root;
-  std::string error;
-  if (!JsonParser(text).parse(root, error)) {
-    problem = "manifest.json is not valid JSON: " + error;
+  json::Value root;
+  json::ParseError error;
+  if (!json::parse(text, root, error, kManifestJson)) {
+    problem = "manifest.json is not valid JSON: " + error.reason + " at offset " + std::to_string(error.offset);
     return false;
   }
-  if (root.kind != JsonValue::Kind::kObject) {
+  if (root.kind != json::Value::Kind::kObject) {
     problem = "manifest.json is not a JSON object";
     return false;
   }
-  auto field = [&](const char* name, JsonValue::Kind kind) -> const JsonValue* {
-    const JsonValue* value = root.find(name);
+  auto field = [&](const char* name, json::Value::Kind kind) -> const json::Value* {
+    const json::Value* value = root.find(name);
     if (!value || value->kind != kind) {
       problem = std::string("manifest.json field '") + name + "' is missing or has the wrong type";
       return nullptr;
     }
     return value;
   };
-  using K = JsonValue::Kind;
-  const JsonValue* format = field("format", K::kInteger);
+  using K = json::Value::Kind;
+  const json::Value* format = field("format", K::kInteger);
   if (!format) return false;
   if (format->integer != kManifestFormat) {
     problem = "manifest.json has unsupported format " + std::to_string(format->integer);
     return false;
   }
-  const JsonValue *digest, *lookupDigest, *kernel, *spec, *target, *options, *fingerprint, *size, *sha, *created,
+  const json::Value *digest, *lookupDigest, *kernel, *spec, *target, *options, *fingerprint, *size, *sha, *created,
       *metadata;
   if (!(digest = field("digest", K::kString)) || !(lookupDigest = field("lookup_digest", K::kString)) ||
       !(kernel = field("kernel", K::kString)) || !(spec = field("spec", K::kArray)) ||
@@ -518,24 +288,24 @@ bool parseManifest(const std::string& text, Manifest& m, std::string& problem) {
     return false;
   }
   m.key.spec.clear();
-  for (const JsonValue& pair : spec->array) {
+  for (const json::Value& pair : spec->array) {
     if (pair.kind != K::kArray || pair.array.size() != 2 || pair.array[0].kind != K::kString ||
         pair.array[1].kind != K::kInteger) {
       problem = "manifest.json field 'spec' is not a list of [name, integer] pairs";
       return false;
     }
-    m.key.spec.emplace_back(pair.array[0].string, pair.array[1].integer);
+    m.key.spec.emplace_back(pair.array[0].text, pair.array[1].integer);
   }
-  m.key.kernel = kernel->string;
-  m.key.target = target->string;
-  m.key.options = options->string;
-  m.key.fingerprint = fingerprint->string;
-  m.digest = digest->string;
-  m.lookupDigest = lookupDigest->string;
+  m.key.kernel = kernel->text;
+  m.key.target = target->text;
+  m.key.options = options->text;
+  m.key.fingerprint = fingerprint->text;
+  m.digest = digest->text;
+  m.lookupDigest = lookupDigest->text;
   m.binarySize = uint64_t(size->integer);
-  m.binarySha256 = sha->string;
+  m.binarySha256 = sha->text;
   m.created = created->integer;
-  m.metadata = metadata->string;
+  m.metadata = metadata->text;
   return true;
 }
 

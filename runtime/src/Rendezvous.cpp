@@ -424,9 +424,13 @@ void Rendezvous::barrier(const std::string& stage) {
     h.rank = options_.rank;
     h.nranks = options_.nranks;
     const auto answerBy = after(options_.timeoutS) + kFollowerGrace;
-    if (sendMessage(peerFds_[0], h, stage.data(), stage.size(), answerBy) != Io::kOk)
-      broken(ErrorCode::kRendezvous, "rank 0 closed the connection during " + stage);
     std::vector<uint8_t> body;
+    if (sendMessage(peerFds_[0], h, stage.data(), stage.size(), answerBy) != Io::kOk) {
+      // Rank 0 may have reported a failure and gone before our message left: its reason is still ours to read.
+      if (readMessage(peerFds_[0], &h, &body, 64 * 1024, after(1.0)) == Io::kOk && h.magic && h.type == kFailure)
+        broken(static_cast<ErrorCode>(h.code), std::string(body.begin(), body.end()));
+      broken(ErrorCode::kRendezvous, "rank 0 closed the connection during " + stage);
+    }
     const Io io = readMessage(peerFds_[0], &h, &body, 64 * 1024, answerBy);
     if (io == Io::kClosed) broken(ErrorCode::kRendezvous, "rank 0 closed the connection during " + stage);
     if (io == Io::kTimeout) broken(ErrorCode::kTimeout, "rank 0 did not finish " + stage + within);

@@ -3,8 +3,6 @@
 // and across 10,000 CUDA-graph replays, a bounded wait that times out into a device error, and peer-store bandwidth
 // against the copy engine. Skips, saying why, without two CUDA devices.
 #include <gtest/gtest.h>
-#include <spawn.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -18,7 +16,6 @@
 #include <functional>
 #include <random>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "GpuTestSupport.h"
@@ -27,15 +24,11 @@
 #include "megamoe/Runtime.h"
 #include "megamoe/SymmetricHeap.h"
 
-extern char** environ;
-
 namespace megamoe {
 namespace {
 
-uint64_t gBaseSeed = 0;  // main(): --seed=N, else fresh from std::random_device
+using namespace gputest;
 
-constexpr const char* kTarget = "sm_90a";
-constexpr const char* kTargetOptions = "target=sm_90a;O=3;ptx=80";
 constexpr int kRanks = 2;
 // Shapes of the specs in kernels/Kernels.h (not included: it pulls in MLIR) and of this test.
 constexpr int64_t kRounds = 64, kGraphRounds = 2;
@@ -43,51 +36,10 @@ constexpr int64_t kA2aHidden = 7168, kA2aRows = 256, kA2aBlocksPerPeer = 16;
 constexpr int kCalls = 3;
 constexpr uint16_t kSentinel = 0xFFFF;  // bf16 NaN: never drawn from a normal distribution
 
-uint16_t toBf16(float f) {  // round to nearest even
-  uint32_t u;
-  std::memcpy(&u, &f, sizeof u);
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return static_cast<uint16_t>(u >> 16);
-}
-
-std::mt19937 rngFrom(uint64_t seed) {
-  std::seed_seq seq{static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32)};
-  return std::mt19937(seq);
-}
-
-// The running test's seed, from the run's seed and the test's name, so that a test reproduces alone.
-uint64_t testSeed() {
-  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-  const std::string name = std::string(info->test_suite_name()) + "." + info->name();
-  uint64_t seed = gBaseSeed;
-  for (char c : name) seed = (seed ^ static_cast<uint8_t>(c)) * 0x100000001b3ull;
-  std::printf("seed %llu (reproduce: --seed=%llu --gtest_filter=%s)\n", static_cast<unsigned long long>(seed),
-              static_cast<unsigned long long>(gBaseSeed), name.c_str());
-  return seed;
-}
-
-std::shared_ptr<const Kernel> loadKernel(Runtime& runtime, const std::string& name,
-                                         const std::vector<std::pair<std::string, int64_t>>& spec) {
-  cache::KernelKey key{name, spec, kTarget, kTargetOptions, /*fingerprint: any*/ ""};
-  return runtime.loadKernel(key, "scripts/gen-gpu-test-cache.sh DIR, then run with MEGAMOE_CACHE_DIR=DIR");
-}
-
-// cuMemcpyHtoD from pageable memory may return before its DMA has landed, and our non-blocking streams do not wait
-// for the legacy stream it runs on: wait for the device before a kernel reads what was uploaded.
-void uploadAndWait(Device& device, DevicePtr dst, const void* src, size_t bytes) {
-  device.copyHostToDevice(dst, src, bytes);
-  device.synchronizeDevice();
-}
-
 std::string hex16(uint16_t v) {
   char text[8];
   std::snprintf(text, sizeof text, "0x%04x", v);
   return text;
-}
-
-float medianMs(std::vector<float> ms) {
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
 }
 
 // ---- one rank: its runtime (device), heap, stream and kernels; the launches of the comm kernels ----
@@ -189,10 +141,7 @@ std::string checkPingPong(const Rank& rank, uint64_t epoch, int64_t rounds) {
 // What rank `src` sends in call `call`: [nranks][rows][H] random normal bf16, the same on every process.
 std::vector<uint16_t> a2aSendData(uint64_t seed, int call, int src, int nranks) {
   std::mt19937 rng = rngFrom(seed + 1000003ull * uint64_t(call) + uint64_t(src));
-  std::normal_distribution<float> normal;
-  std::vector<uint16_t> out(size_t(nranks * kA2aRows * kA2aHidden));
-  for (auto& v : out) v = toBf16(normal(rng));
-  return out;
+  return randomBf16(rng, size_t(nranks * kA2aRows * kA2aHidden));
 }
 
 // recv on `rank` after a call: slab [src] must equal what src put in send[rank], bit for bit; flags[src] must be
@@ -313,35 +262,16 @@ int runWorker(const std::string& test, int rank, const std::string& path, uint64
 // Spawns kRanks workers for `test` and waits for them (bounded); fails the test for a worker that fails or hangs.
 void runModeB(const std::string& test, uint64_t seed) {
   const std::string path = "/tmp/megamoe-comm-" + std::to_string(::getpid()) + "-" + test + ".sock";
-  std::vector<pid_t> pids;
-  std::fflush(stdout);  // our lines before the workers'
-  for (int r = 0; r < kRanks; ++r) {
-    std::vector<std::string> args = {"/proc/self/exe", kWorkerFlag, test, std::to_string(r), path,
-                                     std::to_string(seed)};
-    std::vector<char*> argv;
-    for (auto& arg : args) argv.push_back(arg.data());
-    argv.push_back(nullptr);
-    pid_t pid = 0;
-    ASSERT_EQ(::posix_spawn(&pid, "/proc/self/exe", nullptr, nullptr, argv.data(), environ), 0);
-    pids.push_back(pid);
-  }
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(180);
+  std::vector<std::vector<std::string>> workers;
+  for (int r = 0; r < kRanks; ++r)
+    workers.push_back({kWorkerFlag, test, std::to_string(r), path, std::to_string(seed)});
+  std::vector<WorkerExit> exits;
+  if (!runSelfWorkers(workers, std::chrono::seconds(180), std::chrono::milliseconds(20), &exits)) return;
   int failed = 0;
-  for (size_t r = 0; r < pids.size(); ++r) {
-    int status = 0;
-    pid_t done = 0;
-    while ((done = ::waitpid(pids[r], &status, WNOHANG)) == 0 && std::chrono::steady_clock::now() < deadline)
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    if (done == 0) {
-      ::kill(pids[r], SIGKILL);
-      ::waitpid(pids[r], &status, 0);
-      ADD_FAILURE() << "mode B rank " << r << " hung";
-      ++failed;
-      continue;
-    }
-    const bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
-    EXPECT_TRUE(ok) << "mode B rank " << r << " failed (see its output above)";
-    failed += !ok;
+  for (size_t r = 0; r < exits.size(); ++r) {
+    if (exits[r].hung) ADD_FAILURE() << "mode B rank " << r << " hung";
+    else EXPECT_TRUE(exits[r].succeeded()) << "mode B rank " << r << " failed (see its output above)";
+    failed += !exits[r].succeeded();
   }
   std::printf("SUMMARY %s mode B: %d ranks x %d calls, %s\n", test.c_str(), kRanks, kCalls,
               failed ? "FAILED" : "every check held on every rank");
@@ -592,8 +522,6 @@ int main(int argc, char** argv) {
   if (argc == 6 && std::strcmp(argv[1], megamoe::kWorkerFlag) == 0)
     return megamoe::runWorker(argv[2], std::atoi(argv[3]), argv[4], std::strtoull(argv[5], nullptr, 10));
   ::testing::InitGoogleTest(&argc, argv);
-  megamoe::gBaseSeed = (uint64_t(std::random_device{}()) << 32) | std::random_device{}();
-  for (int i = 1; i < argc; ++i)
-    if (std::strncmp(argv[i], "--seed=", 7) == 0) megamoe::gBaseSeed = std::strtoull(argv[i] + 7, nullptr, 10);
+  megamoe::gputest::initBaseSeed(argc, argv);
   return RUN_ALL_TESTS();
 }

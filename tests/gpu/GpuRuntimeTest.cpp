@@ -3,8 +3,6 @@
 // visible GPU, a kernel-reported device error, and the multi-process heap over CUDA IPC. Skips, saying why, where
 // there is no CUDA device.
 #include <gtest/gtest.h>
-#include <spawn.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -12,14 +10,11 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <thread>
 
 #include "GpuTestSupport.h"
 #include "compiler/abi/DeviceAbi.h"
 #include "megamoe/Runtime.h"
 #include "megamoe/SymmetricHeap.h"
-
-extern char** environ;
 
 namespace megamoe {
 namespace {
@@ -283,8 +278,8 @@ TEST(GpuRuntime, KernelReportedTimeoutMarksTheHeapUnusable) {
   std::filesystem::remove_all(cacheDir, ignored);
 }
 
-// ---- Mode B: one process per rank over CUDA IPC. The test re-executes this binary as workers (fork+exec: a
-// process that has initialised CUDA must not use it in a plain fork()ed child).
+// ---- Mode B: one process per rank over CUDA IPC. The test re-executes this binary as workers (fork+exec through
+// gputest::runSelfWorkers: a process that has initialised CUDA must not use it in a plain fork()ed child).
 
 int runModeBWorker(int rank, int nranks, const std::string& path) {
   try {
@@ -315,30 +310,14 @@ TEST(GpuRuntime, MultiProcessHeapOverIpc) {
   // Two ranks even on one GPU: CUDA IPC works between processes on the same device too.
   const int nranks = std::max(2, std::min(backend->deviceCount(), abi::kMaxRanks));
   const std::string path = "/tmp/megamoe-gpu-ipc-" + std::to_string(::getpid()) + ".sock";
-  std::vector<pid_t> pids;
-  for (int r = 0; r < nranks; ++r) {
-    std::vector<std::string> args = {"/proc/self/exe", "--mode-b-worker", std::to_string(r), std::to_string(nranks),
-                                     path};
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    pid_t pid = 0;
-    ASSERT_EQ(::posix_spawn(&pid, "/proc/self/exe", nullptr, nullptr, argv.data(), environ), 0);
-    pids.push_back(pid);
-  }
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
-  for (size_t r = 0; r < pids.size(); ++r) {
-    int status = 0;
-    pid_t done = 0;
-    while ((done = ::waitpid(pids[r], &status, WNOHANG)) == 0 && std::chrono::steady_clock::now() < deadline)
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    if (done == 0) {
-      ::kill(pids[r], SIGKILL);
-      ::waitpid(pids[r], &status, 0);
-      ADD_FAILURE() << "rank " << r << " hung";
-      continue;
-    }
-    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "rank " << r << " failed (see its stderr)";
+  std::vector<std::vector<std::string>> workers;
+  for (int r = 0; r < nranks; ++r)
+    workers.push_back({"--mode-b-worker", std::to_string(r), std::to_string(nranks), path});
+  std::vector<gputest::WorkerExit> exits;
+  if (!gputest::runSelfWorkers(workers, std::chrono::seconds(120), std::chrono::milliseconds(50), &exits)) return;
+  for (size_t r = 0; r < exits.size(); ++r) {
+    if (exits[r].hung) ADD_FAILURE() << "rank " << r << " hung";
+    else EXPECT_TRUE(exits[r].succeeded()) << "rank " << r << " failed (see its stderr)";
   }
 }
 

@@ -1,13 +1,31 @@
-// Shared by every GPU-tier test: open the CUDA backend or skip with the reason. Tests of the DSL kernels (to come
-// from kernels/) use the same helper, so that a machine without a GPU skips them all the same way.
+// Shared by every GPU-tier test: open the CUDA backend or skip with the reason (so that a machine without a GPU skips
+// them all the same way), bf16 on the host, per-test seeds, kernels from the test cache (scripts/gen-gpu-test-cache.sh)
+// and worker processes that re-execute the test binary.
 #pragma once
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <memory>
+#include <random>
 #include <string>
+#include <thread>
+#include <utility>
+#include <vector>
 
 #include "megamoe/Backend.h"
 #include "megamoe/Error.h"
+#include "megamoe/Runtime.h"
+
+extern char** environ;
 
 namespace megamoe::gputest {
 
@@ -21,6 +39,151 @@ inline std::shared_ptr<Backend> cudaBackendOrReason(std::string* reason) {
     *reason = e.what();
   }
   return nullptr;
+}
+
+// ---- bf16 on the host ----
+
+inline uint16_t toBf16(float f) {  // round to nearest even
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40);  // quiet NaN
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return static_cast<uint16_t>(u >> 16);
+}
+
+inline float fromBf16(uint16_t b) {
+  const uint32_t u = static_cast<uint32_t>(b) << 16;
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+// n draws from N(0, scale²), rounded to bf16.
+inline std::vector<uint16_t> randomBf16(std::mt19937& rng, size_t n, float scale = 1.f) {
+  std::normal_distribution<float> normal(0.f, scale);
+  std::vector<uint16_t> out(n);
+  for (auto& v : out) v = toBf16(normal(rng));
+  return out;
+}
+
+// ---- seeds ----
+
+// The run's seed: --seed=N, else fresh from std::random_device; set by initBaseSeed() in main().
+inline uint64_t gBaseSeed = 0;
+
+inline void initBaseSeed(int argc, char** argv) {
+  gBaseSeed = (uint64_t(std::random_device{}()) << 32) | std::random_device{}();
+  for (int i = 1; i < argc; ++i)
+    if (std::strncmp(argv[i], "--seed=", 7) == 0) gBaseSeed = std::strtoull(argv[i] + 7, nullptr, 10);
+}
+
+inline std::mt19937 rngFrom(uint64_t seed) {
+  std::seed_seq seq{static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32)};
+  return std::mt19937(seq);
+}
+
+// The running test's seed, from the run's seed and the test's name, so that a test reproduces alone.
+inline uint64_t testSeed() {
+  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  const std::string name = std::string(info->test_suite_name()) + "." + info->name();
+  uint64_t seed = gBaseSeed;
+  for (char c : name) seed = (seed ^ static_cast<uint8_t>(c)) * 0x100000001b3ull;
+  std::printf("seed %llu (reproduce: --seed=%llu --gtest_filter=%s)\n", static_cast<unsigned long long>(seed),
+              static_cast<unsigned long long>(gBaseSeed), name.c_str());
+  return seed;
+}
+
+// A generator for the running test (see testSeed).
+inline std::mt19937 testRng() { return rngFrom(testSeed()); }
+
+// ---- kernels from the test cache ----
+
+// The generated entries the tests load (see scripts/gen-gpu-test-cache.sh).
+constexpr const char* kTarget = "sm_90a";
+constexpr const char* kTargetOptions = "target=sm_90a;O=3;ptx=80";
+
+// "A=1,B=2", as megamoe-cache --spec takes it.
+inline std::string specText(const std::vector<std::pair<std::string, int64_t>>& spec) {
+  std::string text;
+  for (const auto& [name, value] : spec) text += (text.empty() ? "" : ",") + name + "=" + std::to_string(value);
+  return text;
+}
+
+// The generated sm_90a entry for `name` and `spec`, whatever compiler fingerprint made it.
+inline std::shared_ptr<const Kernel> loadKernel(Runtime& runtime, const std::string& name,
+                                                const std::vector<std::pair<std::string, int64_t>>& spec) {
+  cache::KernelKey key{name, spec, kTarget, kTargetOptions, /*fingerprint: any*/ ""};
+  const std::string hint = "scripts/gen-gpu-test-cache.sh DIR and MEGAMOE_CACHE_DIR=DIR (or: megamoe-cache generate "
+                           "--kernel " + name + (spec.empty() ? "" : " --spec " + specText(spec)) +
+                           " --targets " + kTarget + ")";
+  return runtime.loadKernel(key, hint);
+}
+
+// ---- device helpers ----
+
+// cuMemcpyHtoD from pageable memory may return before its DMA has landed, and the tests' non-blocking streams do not
+// wait for the legacy stream it runs on: wait for the device before a kernel reads what was uploaded.
+inline void uploadAndWait(Device& device, DevicePtr dst, const void* src, size_t bytes) {
+  device.copyHostToDevice(dst, src, bytes);
+  device.synchronizeDevice();
+}
+
+inline float medianMs(std::vector<float> ms) {
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
+// ---- worker processes: this binary re-executed ----
+
+// How one worker ended.
+struct WorkerExit {
+  bool hung = false;  // still running at the deadline, and killed
+  int status = 0;     // its waitpid status otherwise
+  bool succeeded() const { return !hung && WIFEXITED(status) && WEXITSTATUS(status) == 0; }
+};
+
+// Starts this binary once per entry of `workerArgs` (the arguments after argv[0]) by posix_spawn of /proc/self/exe:
+// fork+exec, since a process that has initialised CUDA must not use it in a plain fork()ed child. Then waits for
+// them in order until `timeout` from the last start, polling every `poll`, and kills those still running; `exits`
+// gets one entry per worker. Returns false, having failed the test, when a worker cannot be started (the ones
+// already started are killed).
+inline bool runSelfWorkers(const std::vector<std::vector<std::string>>& workerArgs, std::chrono::seconds timeout,
+                           std::chrono::milliseconds poll, std::vector<WorkerExit>* exits) {
+  exits->clear();
+  std::vector<pid_t> pids;
+  std::fflush(stdout);  // our lines before the workers'
+  for (const auto& args : workerArgs) {
+    std::vector<std::string> all = {"/proc/self/exe"};
+    all.insert(all.end(), args.begin(), args.end());
+    std::vector<char*> argv;
+    for (auto& arg : all) argv.push_back(arg.data());
+    argv.push_back(nullptr);
+    pid_t pid = 0;
+    const int err = ::posix_spawn(&pid, "/proc/self/exe", nullptr, nullptr, argv.data(), environ);
+    if (err != 0) {
+      ADD_FAILURE() << "cannot start worker " << pids.size() << ": posix_spawn: " << std::strerror(err);
+      for (pid_t started : pids) {
+        ::kill(started, SIGKILL);
+        ::waitpid(started, nullptr, 0);
+      }
+      return false;
+    }
+    pids.push_back(pid);
+  }
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (pid_t pid : pids) {
+    WorkerExit exit;
+    pid_t done = 0;
+    while ((done = ::waitpid(pid, &exit.status, WNOHANG)) == 0 && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(poll);
+    if (done == 0) {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, &exit.status, 0);
+      exit.hung = true;
+    }
+    exits->push_back(exit);
+  }
+  return true;
 }
 
 }  // namespace megamoe::gputest

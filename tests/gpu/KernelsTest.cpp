@@ -7,7 +7,6 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
-#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -18,50 +17,13 @@
 namespace megamoe {
 namespace {
 
-uint64_t gBaseSeed = 0;  // main(): --seed=N, else fresh from std::random_device
+using namespace gputest;
 
-// The generated entries these tests load (see scripts/gen-gpu-test-cache.sh).
-constexpr const char* kTarget = "sm_90a";
-constexpr const char* kTargetOptions = "target=sm_90a;O=3;ptx=80";
 // Launch geometry constants of the specs in kernels/Kernels.h (not included: it pulls in MLIR).
 constexpr int64_t kSwigluVector = 8, kSwigluBlockThreads = 256;
 constexpr int64_t kGemmBlockM = 64, kGemmBlockN = 128, kGemmBlockThreads = 128;
 
 constexpr uint16_t kSentinel = 0xFFFF;  // a NaN: no output of these kernels on finite inputs is one
-
-// ---- bf16 on the host ----
-uint16_t toBf16(float f) {  // round to nearest even
-  uint32_t u;
-  std::memcpy(&u, &f, sizeof u);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40);  // quiet NaN
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return static_cast<uint16_t>(u >> 16);
-}
-float fromBf16(uint16_t b) {
-  const uint32_t u = static_cast<uint32_t>(b) << 16;
-  float f;
-  std::memcpy(&f, &u, sizeof f);
-  return f;
-}
-std::vector<uint16_t> randomBf16(std::mt19937& rng, size_t n, float scale = 1.f) {
-  std::normal_distribution<float> normal(0.f, scale);
-  std::vector<uint16_t> out(n);
-  for (auto& v : out) v = toBf16(normal(rng));
-  return out;
-}
-
-// A generator for the running test, from the run's seed and the test's name, so that a test reproduces alone.
-std::mt19937 testRng(uint64_t* seedOut = nullptr) {
-  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-  const std::string name = std::string(info->test_suite_name()) + "." + info->name();
-  uint64_t seed = gBaseSeed;
-  for (char c : name) seed = (seed ^ static_cast<uint8_t>(c)) * 0x100000001b3ull;
-  std::printf("seed %llu (reproduce: --seed=%llu --gtest_filter=%s)\n", static_cast<unsigned long long>(seed),
-              static_cast<unsigned long long>(gBaseSeed), name.c_str());
-  if (seedOut) *seedOut = seed;
-  std::seed_seq seq{static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32)};
-  return std::mt19937(seq);
-}
 
 // ‖out − ref‖ / ‖ref‖ over the given elements; NaN anywhere makes it NaN, which fails every `<=`.
 struct ErrorNorm {
@@ -84,10 +46,7 @@ class Buffer {
   template <typename T>
   void upload(const std::vector<T>& host) {
     ASSERT_LE(host.size() * sizeof(T), bytes_);
-    device_.copyHostToDevice(ptr_, host.data(), host.size() * sizeof(T));
-    // A pageable upload may return before its DMA lands, and the test's non-blocking stream does not wait for
-    // the legacy stream it runs on.
-    device_.synchronizeDevice();
+    uploadAndWait(device_, ptr_, host.data(), host.size() * sizeof(T));
   }
   template <typename T>
   std::vector<T> download() {
@@ -112,26 +71,6 @@ struct Gpu {
     if (runtime && stream) runtime->device()->destroyStream(stream);
   }
 };
-
-std::string specText(const std::vector<std::pair<std::string, int64_t>>& spec) {
-  std::string text;
-  for (const auto& [name, value] : spec) text += (text.empty() ? "" : ",") + name + "=" + std::to_string(value);
-  return text;
-}
-
-std::shared_ptr<const Kernel> loadKernel(Runtime& runtime, const std::string& name,
-                                         const std::vector<std::pair<std::string, int64_t>>& spec) {
-  cache::KernelKey key{name, spec, kTarget, kTargetOptions, /*fingerprint: any*/ ""};
-  const std::string hint = "scripts/gen-gpu-test-cache.sh DIR and MEGAMOE_CACHE_DIR=DIR (or: megamoe-cache generate "
-                           "--kernel " + name + (spec.empty() ? "" : " --spec " + specText(spec)) +
-                           " --targets sm_90a)";
-  return runtime.loadKernel(key, hint);
-}
-
-float medianMs(std::vector<float> ms) {
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
-}
 
 #define MEGAMOE_REQUIRE_SM90A(gpu)                                                                     \
   MEGAMOE_REQUIRE_CUDA(backend_);                                                                      \
@@ -358,8 +297,6 @@ TEST(GpuKernels, GemmNtDeepSeekV3L2) {
 
 int main(int argc, char** argv) {
   ::testing::InitGoogleTest(&argc, argv);
-  megamoe::gBaseSeed = (uint64_t(std::random_device{}()) << 32) | std::random_device{}();
-  for (int i = 1; i < argc; ++i)
-    if (std::strncmp(argv[i], "--seed=", 7) == 0) megamoe::gBaseSeed = std::strtoull(argv[i] + 7, nullptr, 10);
+  megamoe::gputest::initBaseSeed(argc, argv);
   return RUN_ALL_TESTS();
 }

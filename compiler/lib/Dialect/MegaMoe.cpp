@@ -73,6 +73,10 @@ LogicalResult TileCopyOp::verify() {
                                                       << threads << " threads";
   if (getAsync() && (!load || getTranspose()))
     return emitOpError("async copies are plain loads (global -> shared, not transposed)");
+  if (getAsync() && addressSpace(src) != kGlobalSpace)
+    return emitOpError("async copies read global memory: the source must be in address space 1");
+  if (getTranspose() && getSwizzle() != Swizzle::b128)
+    return emitOpError("a transposing copy writes K-major b128-swizzled rows: swizzle must be b128");
   if (getTranspose()) {
     if (!load) return emitOpError("transpose is only supported for loads (global -> shared)");
     if (rows * elemBytes() != 128 || cols % 8 != 0)
@@ -81,8 +85,9 @@ LogicalResult TileCopyOp::verify() {
              << rows << " x " << cols;
     return success();
   }
-  if (getSwizzle() == Swizzle::b128_mn && (!load || rowBytes % 128 != 0 || rows % 8 != 0))
-    return emitOpError("b128_mn tiles are loads with rows a multiple of 8 and rows a multiple of 128 bytes, got ")
+  if (getSwizzle() == Swizzle::b128_mn && (!load || rowBytes % 128 != 0 || rows * elemBytes() != 128))
+    return emitOpError("b128_mn tiles are loads of 128 / element-bytes K rows (64 bf16) with row bytes a multiple "
+                       "of 128, got ")
            << rowBytes << "-byte rows x " << rows;
   if (getSwizzle() == Swizzle::b128 && (rowBytes != 128 || rows % 8 != 0))
     return emitOpError("b128 swizzle needs 128-byte rows and a multiple of 8 rows, got ")
@@ -109,12 +114,14 @@ static LogicalResult verifyAccShape(Operation* op, VectorType acc, int64_t m, in
 }
 
 LogicalResult AsyncWaitOp::verify() {
-  if (getPending() < 0 || getPending() > 7) return emitOpError("pending must be 0..7, got ") << getPending();
+  if (getPending() > 7) return emitOpError("pending must be 0..7, got ") << int64_t(getPending());
   return success();
 }
 
 LogicalResult MmaTileOp::verify() {
-  if (getPending() < 0 || getPending() > 1) return emitOpError("pending must be 0 or 1, got ") << getPending();
+  if (getPending() > 1) return emitOpError("pending must be 0 or 1, got ") << int64_t(getPending());
+  if ((getAMnMajor() && getM() % 64 != 0) || (getBMnMajor() && getN() % 64 != 0))
+    return emitOpError("an MN-major operand spans whole 64-element atoms: m and n must be multiples of 64");
   if (!isShared(getA().getType()) || !isShared(getB().getType()))
     return emitOpError("operands A and B must be in shared memory (address space 3)");
   if (getK() != 64) return emitOpError("k must be 64 (one 128-byte swizzled bf16 row per stage), got ") << getK();

@@ -1,5 +1,5 @@
-// A tiny reader for the flat JSON object the compiler attaches to each cache entry. Top-level scalar members are
-// kept; nested objects and arrays are skipped (correctly, strings inside them included) and recorded as such.
+// The flat JSON object the compiler attaches to each cache entry, read with the project's JSON reader
+// (compiler/cache/Json.h). Top-level scalar members are kept; nested objects and arrays are recorded as such.
 #pragma once
 #include <map>
 #include <string>

@@ -123,7 +123,7 @@ llvm.func @tile_copy_b128_rows_not_multiple_of_8(%src: !llvm.ptr<1>, %dst: !llvm
 
 llvm.func @tile_copy_transpose_store(%src: !llvm.ptr<3>, %dst: !llvm.ptr<1>, %i: i32) {
   // expected-error @+1 {{transpose is only supported for loads (global -> shared)}}
-  megamoe.tile_copy %src[%i], %dst[%i] rows_valid %i {rows = 64, cols = 64, threads = 128, elem = bf16, swizzle = 0 : i32, transpose} : !llvm.ptr<3> -> !llvm.ptr<1>
+  megamoe.tile_copy %src[%i], %dst[%i] rows_valid %i {rows = 64, cols = 64, threads = 128, elem = bf16, swizzle = 1 : i32, transpose} : !llvm.ptr<3> -> !llvm.ptr<1>
   llvm.return
 }
 
@@ -141,7 +141,105 @@ llvm.func @tile_copy_transpose_short_shared_rows(%src: !llvm.ptr<1>, %dst: !llvm
 // 32 f32 rows make 128-byte shared rows, but 12 columns (three 16-byte chunks a row) are not a multiple of 8.
 llvm.func @tile_copy_transpose_cols_not_multiple_of_8(%src: !llvm.ptr<1>, %dst: !llvm.ptr<3>, %i: i32) {
   // expected-error @+1 {{a transposing copy needs 128-byte shared rows (rows * element bytes == 128) and cols a multiple of 8, got 32 x 12}}
-  megamoe.tile_copy %src[%i], %dst[%i] rows_valid %i {rows = 32, cols = 12, threads = 32, elem = f32, swizzle = 0 : i32, transpose} : !llvm.ptr<1> -> !llvm.ptr<3>
+  megamoe.tile_copy %src[%i], %dst[%i] rows_valid %i {rows = 32, cols = 12, threads = 32, elem = f32, swizzle = 1 : i32, transpose} : !llvm.ptr<1> -> !llvm.ptr<3>
+  llvm.return
+}
+
+// -----
+
+llvm.func @tile_copy_transpose_without_b128(%src: !llvm.ptr<1>, %dst: !llvm.ptr<3>, %i: i32) {
+  // expected-error @+1 {{a transposing copy writes K-major b128-swizzled rows: swizzle must be b128}}
+  megamoe.tile_copy %src[%i], %dst[%i] rows_valid %i {rows = 64, cols = 64, threads = 128, elem = bf16, swizzle = 2 : i32, transpose} : !llvm.ptr<1> -> !llvm.ptr<3>
+  llvm.return
+}
+
+// -----
+
+llvm.func @tile_copy_async_from_generic_pointer(%src: !llvm.ptr, %dst: !llvm.ptr<3>, %i: i32) {
+  // expected-error @+1 {{async copies read global memory: the source must be in address space 1}}
+  megamoe.tile_copy %src[%i], %dst[%i] rows_valid %i {rows = 64, cols = 64, threads = 128, elem = bf16, swizzle = 1 : i32, async} : !llvm.ptr -> !llvm.ptr<3>
+  llvm.return
+}
+
+// -----
+
+// The capacity bound on the tile's bytes, not only on each dimension: 1024 x 128 bf16 = 256 KB.
+llvm.func @tile_copy_bytes_larger_than_shared_memory(%src: !llvm.ptr<1>, %dst: !llvm.ptr<3>, %i: i32) {
+  // expected-error @+1 {{a tile of 1024 x 128 elements exceeds the 232448-byte shared-memory capacity}}
+  megamoe.tile_copy %src[%i], %dst[%i] rows_valid %i {rows = 1024, cols = 128, threads = 128, elem = bf16, swizzle = 0 : i32} : !llvm.ptr<1> -> !llvm.ptr<3>
+  llvm.return
+}
+
+// -----
+
+llvm.func @tile_copy_async_store(%src: !llvm.ptr<3>, %dst: !llvm.ptr<1>, %i: i32) {
+  // expected-error @+1 {{async copies are plain loads (global -> shared, not transposed)}}
+  megamoe.tile_copy %src[%i], %dst[%i] rows_valid %i {rows = 64, cols = 64, threads = 128, elem = bf16, swizzle = 0 : i32, async} : !llvm.ptr<3> -> !llvm.ptr<1>
+  llvm.return
+}
+
+// -----
+
+// A load that would be valid without `async` (see tile_copy_load_transposed in ops.mlir).
+llvm.func @tile_copy_async_transposed(%src: !llvm.ptr<1>, %dst: !llvm.ptr<3>, %i: i32) {
+  // expected-error @+1 {{async copies are plain loads (global -> shared, not transposed)}}
+  megamoe.tile_copy %src[%i], %dst[%i] rows_valid %i {rows = 64, cols = 128, threads = 128, elem = bf16, swizzle = 1 : i32, transpose, async} : !llvm.ptr<1> -> !llvm.ptr<3>
+  llvm.return
+}
+
+// -----
+
+llvm.func @tile_copy_b128_mn_store(%src: !llvm.ptr<3>, %dst: !llvm.ptr<1>, %i: i32) {
+  // expected-error @+1 {{b128_mn tiles are loads of 128 / element-bytes K rows (64 bf16) with row bytes a multiple of 128, got 256-byte rows x 64}}
+  megamoe.tile_copy %src[%i], %dst[%i] rows_valid %i {rows = 64, cols = 128, threads = 128, elem = bf16, swizzle = 2 : i32} : !llvm.ptr<3> -> !llvm.ptr<1>
+  llvm.return
+}
+
+// -----
+
+// 32 bf16 = 64-byte rows: half a 1024-byte atom's MN extent.
+llvm.func @tile_copy_b128_mn_short_rows(%src: !llvm.ptr<1>, %dst: !llvm.ptr<3>, %i: i32) {
+  // expected-error @+1 {{b128_mn tiles are loads of 128 / element-bytes K rows (64 bf16) with row bytes a multiple of 128, got 64-byte rows x 64}}
+  megamoe.tile_copy %src[%i], %dst[%i] rows_valid %i {rows = 64, cols = 32, threads = 128, elem = bf16, swizzle = 2 : i32} : !llvm.ptr<1> -> !llvm.ptr<3>
+  llvm.return
+}
+
+// -----
+
+// 12 K rows do not fill the atoms' 8-row K groups.
+llvm.func @tile_copy_b128_mn_rows_not_multiple_of_8(%src: !llvm.ptr<1>, %dst: !llvm.ptr<3>, %i: i32) {
+  // expected-error @+1 {{b128_mn tiles are loads of 128 / element-bytes K rows (64 bf16) with row bytes a multiple of 128, got 128-byte rows x 12}}
+  megamoe.tile_copy %src[%i], %dst[%i] rows_valid %i {rows = 12, cols = 64, threads = 32, elem = bf16, swizzle = 2 : i32} : !llvm.ptr<1> -> !llvm.ptr<3>
+  llvm.return
+}
+
+// -----
+
+// The swizzle enum has three cases.
+llvm.func @tile_copy_unknown_swizzle(%src: !llvm.ptr<1>, %dst: !llvm.ptr<3>, %i: i32) {
+  // expected-error @+1 {{attribute 'swizzle' failed to satisfy constraint: shared-memory tile layout}}
+  megamoe.tile_copy %src[%i], %dst[%i] rows_valid %i {rows = 64, cols = 64, threads = 128, elem = bf16, swizzle = 3 : i32} : !llvm.ptr<1> -> !llvm.ptr<3>
+  llvm.return
+}
+
+//===----------------------------------------------------------------------===//
+// async_wait
+//===----------------------------------------------------------------------===//
+
+// -----
+
+llvm.func @async_wait_pending_too_large() {
+  // expected-error @+1 {{pending must be 0..7, got 8}}
+  megamoe.async_wait {pending = 8}
+  llvm.return
+}
+
+// -----
+
+// Rejected, but the diagnostic prints the value as unsigned (18446744073709551615): only the prefix is matched.
+llvm.func @async_wait_pending_negative() {
+  // expected-error @+1 {{pending must be 0..7, got}}
+  megamoe.async_wait {pending = -1}
   llvm.return
 }
 
@@ -221,15 +319,54 @@ llvm.func @mma_tile_acc_length(%a: !llvm.ptr<3>, %b: !llvm.ptr<3>, %acc: vector<
   llvm.return
 }
 
+// -----
+
+llvm.func @mma_tile_pending_2(%a: !llvm.ptr<3>, %b: !llvm.ptr<3>, %acc: vector<64xf32>) {
+  // expected-error @+1 {{pending must be 0 or 1, got 2}}
+  %r = megamoe.mma_tile %a, %b, %acc {m = 64, n = 128, k = 64, threads = 128, pending = 2} : !llvm.ptr<3>, !llvm.ptr<3>, vector<64xf32> -> vector<64xf32>
+  llvm.return
+}
+
+// -----
+
+// Rejected, but the diagnostic prints the value as unsigned (18446744073709551615): only the prefix is matched.
+llvm.func @mma_tile_pending_negative(%a: !llvm.ptr<3>, %b: !llvm.ptr<3>, %acc: vector<64xf32>) {
+  // expected-error @+1 {{pending must be 0 or 1, got}}
+  %r = megamoe.mma_tile %a, %b, %acc {m = 64, n = 128, k = 64, threads = 128, pending = -1, a_mn_major} : !llvm.ptr<3>, !llvm.ptr<3>, vector<64xf32> -> vector<64xf32>
+  llvm.return
+}
+
+//===----------------------------------------------------------------------===//
+// mma_drain
+//===----------------------------------------------------------------------===//
+
+// -----
+
+// The custom form names one type; the generic form can disagree.
+llvm.func @mma_drain_result_type(%acc: vector<64xf32>) {
+  // expected-error @+1 {{failed to verify that all of {acc, result} have same type}}
+  %d = "megamoe.mma_drain"(%acc) : (vector<64xf32>) -> vector<32xf32>
+  llvm.return
+}
+
+// -----
+
+llvm.func @mma_drain_not_f32(%acc: vector<64xi32>) {
+  // expected-error @+1 {{operand #0 must be vector of 32-bit float values of ranks 1, but got 'vector<64xi32>'}}
+  %d = megamoe.mma_drain %acc : vector<64xi32>
+  llvm.return
+}
+
 //===----------------------------------------------------------------------===//
 // acc_store
 //===----------------------------------------------------------------------===//
 
 // -----
 
-llvm.func @acc_store_to_shared(%acc: vector<64xf32>, %c: !llvm.ptr<3>, %i: i32) {
-  // expected-error @+1 {{destination must be global memory}}
-  megamoe.acc_store %acc, %c[%i] rows_valid %i {m = 64, n = 128, threads = 128, elem = bf16} : vector<64xf32>, !llvm.ptr<3>
+// Address space 5 (AMDGPU private) is neither global nor shared.
+llvm.func @acc_store_to_private(%acc: vector<64xf32>, %c: !llvm.ptr<5>, %i: i32) {
+  // expected-error @+1 {{destination must be global or shared memory}}
+  megamoe.acc_store %acc, %c[%i] rows_valid %i {m = 64, n = 128, threads = 128, elem = bf16} : vector<64xf32>, !llvm.ptr<5>
   llvm.return
 }
 
@@ -247,6 +384,15 @@ llvm.func @acc_store_bad_elem(%acc: vector<64xf32>, %c: !llvm.ptr<1>, %i: i32) {
 llvm.func @acc_store_acc_length(%acc: vector<64xf32>, %c: !llvm.ptr<1>, %i: i32) {
   // expected-error @+1 {{accumulator must hold m * n / threads = 32 f32 per thread, got 64}}
   megamoe.acc_store %acc, %c[%i] rows_valid %i {m = 64, n = 64, threads = 128, elem = bf16} : vector<64xf32>, !llvm.ptr<1>
+  llvm.return
+}
+
+// -----
+
+// acc_store is block-scope too.
+llvm.func @acc_store_threads_not_block_size(%acc: vector<64xf32>, %c: !llvm.ptr<1>, %i: i32) attributes {megamoe.kernel, megamoe.block_threads = 256 : i64} {
+  // expected-error @+1 {{threads = 128 must equal the kernel's megamoe.block_threads = 256}}
+  megamoe.acc_store %acc, %c[%i] rows_valid %i {m = 64, n = 128, threads = 128, elem = bf16} : vector<64xf32>, !llvm.ptr<1>
   llvm.return
 }
 
@@ -335,5 +481,13 @@ llvm.func @rank_barrier_flags_in_shared(%f: !llvm.ptr<3>, %off: !llvm.ptr<1>, %e
 llvm.func @rank_barrier_error_in_shared(%f: !llvm.ptr<1>, %off: !llvm.ptr<1>, %err: !llvm.ptr<3>, %v: i64, %r: i32) {
   // expected-error @+1 {{the error record must be in global memory}}
   %ok = megamoe.rank_barrier %f, %off(%r of %r) at_least %v timeout %v error %err : !llvm.ptr<1>, !llvm.ptr<1>, !llvm.ptr<3>
+  llvm.return
+}
+
+// -----
+
+llvm.func @mma_tile_mn_major_partial_atom(%a: !llvm.ptr<3>, %b: !llvm.ptr<3>, %acc: vector<16xf32>) {
+  // expected-error @+1 {{an MN-major operand spans whole 64-element atoms: m and n must be multiples of 64}}
+  %r = megamoe.mma_tile %a, %b, %acc {m = 64, n = 32, k = 64, threads = 128, b_mn_major} : !llvm.ptr<3>, !llvm.ptr<3>, vector<16xf32> -> vector<16xf32>
   llvm.return
 }

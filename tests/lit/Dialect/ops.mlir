@@ -33,6 +33,41 @@ llvm.func @tile_copy_load_transposed(%src: !llvm.ptr<1>, %dst: !llvm.ptr<3>, %ld
   llvm.return
 }
 
+// An async load (issued only) into a b128 tile, then the group ops: async_commit closes the group, async_wait
+// leaves at most `pending` groups in flight.
+// CHECK-LABEL: llvm.func @tile_copy_load_async
+// CHECK-SAME: (%[[SRC:[^:]+]]: !llvm.ptr<1>, %[[DST:[^:]+]]: !llvm.ptr<3>, %[[LD:[^:]+]]: i32, %[[N:[^:]+]]: i32)
+// CHECK: megamoe.tile_copy %[[SRC]][%[[LD]]], %[[DST]][%[[LD]]] rows_valid %[[N]]
+// CHECK-SAME: {async, cols = 64 : i64, elem = bf16, rows = 64 : i64, swizzle = 1 : i32, threads = 128 : i64}
+// CHECK-SAME: : !llvm.ptr<1> -> !llvm.ptr<3>
+// CHECK-NEXT: megamoe.async_commit{{$}}
+// CHECK-NEXT: megamoe.async_wait {pending = 0 : i64}
+// CHECK-NEXT: megamoe.async_wait {pending = 7 : i64}
+// CHECK-NEXT: llvm.return
+llvm.func @tile_copy_load_async(%src: !llvm.ptr<1>, %dst: !llvm.ptr<3>, %ld: i32, %n: i32) {
+  megamoe.tile_copy %src[%ld], %dst[%ld] rows_valid %n {rows = 64, cols = 64, threads = 128, elem = bf16, swizzle = 1 : i32, async} : !llvm.ptr<1> -> !llvm.ptr<3>
+  megamoe.async_commit
+  megamoe.async_wait {pending = 0}
+  megamoe.async_wait {pending = 7}
+  llvm.return
+}
+
+// A K x N = 64 x 128 bf16 tile in the MN-major b128_mn layout (swizzle = 2), synchronous and async, distinct
+// leading dimensions.
+// CHECK-LABEL: llvm.func @tile_copy_load_b128_mn
+// CHECK-SAME: (%[[SRC:[^:]+]]: !llvm.ptr<1>, %[[DST:[^:]+]]: !llvm.ptr<3>, %[[LDS:[^:]+]]: i32, %[[LDD:[^:]+]]: i32, %[[N:[^:]+]]: i32)
+// CHECK: megamoe.tile_copy %[[SRC]][%[[LDS]]], %[[DST]][%[[LDD]]] rows_valid %[[N]]
+// CHECK-SAME: {cols = 128 : i64, elem = bf16, rows = 64 : i64, swizzle = 2 : i32, threads = 256 : i64}
+// CHECK-SAME: : !llvm.ptr<1> -> !llvm.ptr<3>
+// CHECK-NEXT: megamoe.tile_copy %[[SRC]][%[[LDS]]], %[[DST]][%[[LDD]]] rows_valid %[[N]]
+// CHECK-SAME: {async, cols = 128 : i64, elem = bf16, rows = 64 : i64, swizzle = 2 : i32, threads = 256 : i64}
+// CHECK-SAME: : !llvm.ptr<1> -> !llvm.ptr<3>
+llvm.func @tile_copy_load_b128_mn(%src: !llvm.ptr<1>, %dst: !llvm.ptr<3>, %lds: i32, %ldd: i32, %n: i32) {
+  megamoe.tile_copy %src[%lds], %dst[%ldd] rows_valid %n {rows = 64, cols = 128, threads = 256, elem = bf16, swizzle = 2 : i32} : !llvm.ptr<1> -> !llvm.ptr<3>
+  megamoe.tile_copy %src[%lds], %dst[%ldd] rows_valid %n {rows = 64, cols = 128, threads = 256, elem = bf16, swizzle = 2 : i32, async} : !llvm.ptr<1> -> !llvm.ptr<3>
+  llvm.return
+}
+
 // CHECK-LABEL: llvm.func @mma_tile
 // CHECK-SAME: (%[[A:[^:]+]]: !llvm.ptr<3>, %[[B:[^:]+]]: !llvm.ptr<3>, %[[ACC:[^:]+]]: vector<64xf32>)
 // CHECK: %[[R:.*]] = megamoe.mma_tile %[[A]], %[[B]], %[[ACC]] {k = 64 : i64, m = 64 : i64, n = 128 : i64, threads = 128 : i64}
@@ -41,6 +76,34 @@ llvm.func @tile_copy_load_transposed(%src: !llvm.ptr<1>, %dst: !llvm.ptr<3>, %ld
 llvm.func @mma_tile(%a: !llvm.ptr<3>, %b: !llvm.ptr<3>, %acc: vector<64xf32>) -> vector<64xf32> {
   %r = megamoe.mma_tile %a, %b, %acc {m = 64, n = 128, k = 64, threads = 128} : !llvm.ptr<3>, !llvm.ptr<3>, vector<64xf32> -> vector<64xf32>
   llvm.return %r : vector<64xf32>
+}
+
+// pending = 1 and both MN-major flags survive; an explicit pending = 0 is the default and is not printed. Each
+// flag also appears alone (it is a separate attribute, not a pair).
+// CHECK-LABEL: llvm.func @mma_tile_pending_mn_major
+// CHECK-SAME: (%[[A:[^:]+]]: !llvm.ptr<3>, %[[B:[^:]+]]: !llvm.ptr<3>, %[[ACC:[^:]+]]: vector<64xf32>)
+// CHECK: %[[R1:.*]] = megamoe.mma_tile %[[A]], %[[B]], %[[ACC]] {a_mn_major, b_mn_major, k = 64 : i64, m = 64 : i64, n = 128 : i64, pending = 1 : i64, threads = 128 : i64}
+// CHECK-SAME: : !llvm.ptr<3>, !llvm.ptr<3>, vector<64xf32> -> vector<64xf32>
+// CHECK-NEXT: %[[R0:.*]] = megamoe.mma_tile %[[A]], %[[B]], %[[R1]] {k = 64 : i64, m = 64 : i64, n = 128 : i64, threads = 128 : i64}
+// CHECK-SAME: : !llvm.ptr<3>, !llvm.ptr<3>, vector<64xf32> -> vector<64xf32>
+// CHECK-NEXT: %[[RA:.*]] = megamoe.mma_tile %[[A]], %[[B]], %[[R0]] {a_mn_major, k = 64 : i64, m = 64 : i64, n = 128 : i64, threads = 128 : i64}
+// CHECK-NEXT: %[[RB:.*]] = megamoe.mma_tile %[[A]], %[[B]], %[[RA]] {b_mn_major, k = 64 : i64, m = 64 : i64, n = 128 : i64, pending = 1 : i64, threads = 128 : i64}
+// CHECK-NEXT: llvm.return %[[RB]]
+llvm.func @mma_tile_pending_mn_major(%a: !llvm.ptr<3>, %b: !llvm.ptr<3>, %acc: vector<64xf32>) -> vector<64xf32> {
+  %r1 = megamoe.mma_tile %a, %b, %acc {m = 64, n = 128, k = 64, threads = 128, pending = 1, a_mn_major, b_mn_major} : !llvm.ptr<3>, !llvm.ptr<3>, vector<64xf32> -> vector<64xf32>
+  %r0 = megamoe.mma_tile %a, %b, %r1 {m = 64, n = 128, k = 64, threads = 128, pending = 0} : !llvm.ptr<3>, !llvm.ptr<3>, vector<64xf32> -> vector<64xf32>
+  %ra = megamoe.mma_tile %a, %b, %r0 {m = 64, n = 128, k = 64, threads = 128, a_mn_major} : !llvm.ptr<3>, !llvm.ptr<3>, vector<64xf32> -> vector<64xf32>
+  %rb = megamoe.mma_tile %a, %b, %ra {m = 64, n = 128, k = 64, threads = 128, pending = 1, b_mn_major} : !llvm.ptr<3>, !llvm.ptr<3>, vector<64xf32> -> vector<64xf32>
+  llvm.return %rb : vector<64xf32>
+}
+
+// CHECK-LABEL: llvm.func @mma_drain
+// CHECK-SAME: (%[[ACC:[^:]+]]: vector<16xf32>)
+// CHECK: %[[D:.*]] = megamoe.mma_drain %[[ACC]] : vector<16xf32>
+// CHECK-NEXT: llvm.return %[[D]] : vector<16xf32>
+llvm.func @mma_drain(%acc: vector<16xf32>) -> vector<16xf32> {
+  %d = megamoe.mma_drain %acc : vector<16xf32>
+  llvm.return %d : vector<16xf32>
 }
 
 // CHECK-LABEL: llvm.func @acc_store

@@ -20,6 +20,8 @@ module attributes {gpu.container_module} {
 gpu.module @k {
   llvm.mlir.global internal @smem_a() {addr_space = 3 : i32, alignment = 1024 : i64} : !llvm.array<8192 x i8>
   llvm.mlir.global internal @smem_b() {addr_space = 3 : i32, alignment = 1024 : i64} : !llvm.array<16384 x i8>
+  llvm.mlir.global internal @ring_a() {addr_space = 3 : i32, alignment = 1024 : i64} : !llvm.array<16384 x i8>
+  llvm.mlir.global internal @ring_b() {addr_space = 3 : i32, alignment = 1024 : i64} : !llvm.array<32768 x i8>
   llvm.func @gemm(%a: !llvm.ptr<1>, %b: !llvm.ptr<1>, %c: !llvm.ptr<1>, %m: i32) attributes {megamoe.kernel, megamoe.block_threads = 128 : i64} {
     %sa = llvm.mlir.addressof @smem_a : !llvm.ptr<3>
     %sb = llvm.mlir.addressof @smem_b : !llvm.ptr<3>
@@ -65,6 +67,93 @@ gpu.module @k {
   llvm.func @communicate(%counter: !llvm.ptr<1>, %flags: !llvm.ptr<1>, %offsets: !llvm.ptr<1>, %err: !llvm.ptr<1>, %rank: i32, %nranks: i32, %v: i64, %t: i64) attributes {megamoe.kernel, megamoe.block_threads = 256 : i64} {
     %a = megamoe.grid_barrier %counter at_least %v timeout %t error %err(%rank) : !llvm.ptr<1>, !llvm.ptr<1>
     %b = megamoe.rank_barrier %flags, %offsets(%rank of %nranks) at_least %v timeout %t error %err : !llvm.ptr<1>, !llvm.ptr<1>, !llvm.ptr<1>
+    llvm.return
+  }
+
+  // A double-buffered K loop on async copies: stage s + 1 is issued into the other slot while stage s's MMA is
+  // still in flight (mma_tile {pending = 1}); A is a b128 tile, B a K x N tile in the MN-major b128_mn layout
+  // (b_mn_major); mma_drain completes the last MMA before acc_store reads the accumulator.
+  // CHECK-LABEL: llvm.func @gemm_async
+  // CHECK-SAME: nvvm.kernel, nvvm.reqntid = array<i32: 128, 1, 1>
+  // CHECK-DAG: %[[ZERO:.*]] = llvm.mlir.constant(0 : i32) : i32
+  // CHECK-DAG: %[[ONE:.*]] = llvm.mlir.constant(1 : i32) : i32
+  // Prologue: one cp.async per chunk for each tile (zero-filling past rows_valid), one group.
+  // CHECK: nvvm.cp.async.shared.global %{{.*}}, %{{.*}}, 16, cache = cg, %{{.*}} : !llvm.ptr<3>, !llvm.ptr<1>, i32
+  // CHECK: nvvm.cp.async.shared.global %{{.*}}, %{{.*}}, 16, cache = cg, %{{.*}} : !llvm.ptr<3>, !llvm.ptr<1>, i32
+  // CHECK: nvvm.cp.async.commit.group
+  // The K loop: wait for the stage, fence it for wgmma, barrier; four wgmma with B transposed (operands: scale-d,
+  // imm-scale-a, imm-scale-b = 1, imm-trans-a = 0, imm-trans-b = 1); one wgmma group left in flight.
+  // CHECK: nvvm.cp.async.wait.group 0
+  // CHECK-NEXT: nvvm.fence.proxy {kind = #nvvm.proxy_kind<async.shared>, space = #nvvm.shared_space<cta>}
+  // CHECK-NEXT: nvvm.barrier0
+  // CHECK: nvvm.wgmma.fence.aligned
+  // CHECK-COUNT-4: llvm.inline_asm has_side_effects asm_dialect = att "{{.*}}wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16{{.*}}, %[[ONE]], %[[ONE]], %[[ONE]], %[[ZERO]], %[[ONE]] :
+  // CHECK-NOT: wgmma.mma_async
+  // CHECK: nvvm.wgmma.commit.group.sync.aligned
+  // CHECK-NEXT: nvvm.wgmma.wait.group.sync.aligned 1
+  // Stage s + 1 issued and committed before the back edge.
+  // CHECK: nvvm.cp.async.shared.global
+  // CHECK: nvvm.cp.async.shared.global
+  // CHECK: nvvm.cp.async.commit.group
+  // CHECK-NEXT: llvm.br ^bb
+  // After the loop: wait for every group, pin the 64 accumulators, store the pinned values.
+  // CHECK: nvvm.wgmma.wait.group.sync.aligned 0
+  // CHECK-NEXT: llvm.extractelement
+  // CHECK-NEXT: %[[PIN0:.*]] = llvm.inline_asm has_side_effects "", "=f,0"
+  // CHECK-NEXT: llvm.extractelement
+  // CHECK-NEXT: %[[PIN1:.*]] = llvm.inline_asm has_side_effects "", "=f,0"
+  // CHECK-COUNT-62: llvm.inline_asm has_side_effects "", "=f,0"
+  // CHECK-NOT: llvm.inline_asm
+  // CHECK: llvm.fptrunc %[[PIN0]] : f32 to bf16
+  // CHECK: llvm.fptrunc %[[PIN1]] : f32 to bf16
+  // CHECK: llvm.store {{.*}} : vector<2xbf16>, !llvm.ptr<1>
+  // CHECK-NOT: nvvm.cp.async
+  // CHECK: llvm.return
+  llvm.func @gemm_async(%a: !llvm.ptr<1>, %b: !llvm.ptr<1>, %c: !llvm.ptr<1>, %lda: i32, %ldb: i32, %ldc: i32, %m: i32, %k: i32, %stages: i32) attributes {megamoe.kernel, megamoe.block_threads = 128 : i64} {
+    %ra = llvm.mlir.addressof @ring_a : !llvm.ptr<3>
+    %rb = llvm.mlir.addressof @ring_b : !llvm.ptr<3>
+    %c0 = arith.constant 0 : i32
+    %c1 = arith.constant 1 : i32
+    %c2 = arith.constant 2 : i32
+    %c64 = arith.constant 64 : i32
+    %c128 = arith.constant 128 : i32
+    %a_slot = arith.constant 8192 : i32
+    %b_slot = arith.constant 16384 : i32
+    %z = arith.constant dense<0.0> : vector<64xf32>
+    // Prologue: stage 0 into slot 0, one group.
+    megamoe.tile_copy %a[%lda], %ra[%c64] rows_valid %m {rows = 64, cols = 64, threads = 128, elem = bf16, swizzle = 1 : i32, async} : !llvm.ptr<1> -> !llvm.ptr<3>
+    megamoe.tile_copy %b[%ldb], %rb[%c128] rows_valid %k {rows = 64, cols = 128, threads = 128, elem = bf16, swizzle = 2 : i32, async} : !llvm.ptr<1> -> !llvm.ptr<3>
+    megamoe.async_commit
+    %acc = scf.for %s = %c0 to %stages step %c1 iter_args(%x = %z) -> (vector<64xf32>) : i32 {
+      %slot = arith.remui %s, %c2 : i32
+      %oa = arith.muli %slot, %a_slot : i32
+      %ob = arith.muli %slot, %b_slot : i32
+      %sa = llvm.getelementptr %ra[%oa] : (!llvm.ptr<3>, i32) -> !llvm.ptr<3>, i8
+      %sb = llvm.getelementptr %rb[%ob] : (!llvm.ptr<3>, i32) -> !llvm.ptr<3>, i8
+      megamoe.async_wait {pending = 0}
+      gpu.barrier
+      %y = megamoe.mma_tile %sa, %sb, %x {m = 64, n = 128, k = 64, threads = 128, pending = 1, b_mn_major} : !llvm.ptr<3>, !llvm.ptr<3>, vector<64xf32> -> vector<64xf32>
+      // The other slot was read by stage s - 1's MMA, which the mma_tile above has waited for.
+      %next = arith.addi %s, %c1 : i32
+      %nslot = arith.subi %c1, %slot : i32
+      %noa = arith.muli %nslot, %a_slot : i32
+      %nob = arith.muli %nslot, %b_slot : i32
+      %na = llvm.getelementptr %ra[%noa] : (!llvm.ptr<3>, i32) -> !llvm.ptr<3>, i8
+      %nb = llvm.getelementptr %rb[%nob] : (!llvm.ptr<3>, i32) -> !llvm.ptr<3>, i8
+      %a_bytes = arith.muli %next, %c128 : i32
+      %ga = llvm.getelementptr %a[%a_bytes] : (!llvm.ptr<1>, i32) -> !llvm.ptr<1>, i8
+      %k_row = arith.muli %next, %c64 : i32
+      %b_elems = arith.muli %k_row, %ldb : i32
+      %b_bytes = arith.muli %b_elems, %c2 : i32
+      %gb = llvm.getelementptr %b[%b_bytes] : (!llvm.ptr<1>, i32) -> !llvm.ptr<1>, i8
+      %k_left = arith.subi %k, %k_row : i32
+      megamoe.tile_copy %ga[%lda], %na[%c64] rows_valid %m {rows = 64, cols = 64, threads = 128, elem = bf16, swizzle = 1 : i32, async} : !llvm.ptr<1> -> !llvm.ptr<3>
+      megamoe.tile_copy %gb[%ldb], %nb[%c128] rows_valid %k_left {rows = 64, cols = 128, threads = 128, elem = bf16, swizzle = 2 : i32, async} : !llvm.ptr<1> -> !llvm.ptr<3>
+      megamoe.async_commit
+      scf.yield %y : vector<64xf32>
+    }
+    %d = megamoe.mma_drain %acc : vector<64xf32>
+    megamoe.acc_store %d, %c[%ldc] rows_valid %m {m = 64, n = 128, threads = 128, elem = bf16} : vector<64xf32>, !llvm.ptr<1>
     llvm.return
   }
 }

@@ -166,6 +166,146 @@ gpu.module @k {
   }
 }
 
+// -----
+
+// Async load into a b128 tile: same chunk walk and addresses as a synchronous load, but each chunk is one
+// cp.async.cg of 16 bytes (no register round trip, no scf.if). Rows at or past rows_valid copy 0 source bytes
+// (cp.async zero-fills the 16-byte destination) and read from the tile's first chunk, never past rows_valid. No
+// proxy fence here: async_wait fences after the copies have landed.
+// CHECK-LABEL: llvm.func @tile_copy_load_async
+// CHECK-SAME: (%[[SRC:[^:]+]]: !llvm.ptr<1>, %[[DST:[^:]+]]: !llvm.ptr<3>, %[[LD:[^:]+]]: i32, %[[RV:[^:]+]]: i32)
+// CHECK-DAG: %[[C0:.*]] = arith.constant 0 : i32
+// CHECK-DAG: %[[PER_THREAD:.*]] = arith.constant 4 : i32
+// CHECK-DAG: %[[C8:.*]] = arith.constant 8 : i32
+// CHECK-DAG: %[[C16:.*]] = arith.constant 16 : i32
+// CHECK: %[[TID:.*]] = nvvm.read.ptx.sreg.tid.x : i32
+// CHECK-NEXT: scf.for %[[IT:.*]] = %[[C0]] to %[[PER_THREAD]] step %{{.*}} : i32 {
+// CHECK: %[[ROW:.*]] = arith.divui %{{.*}}, %[[C8]] : i32
+// CHECK-NEXT: %[[CHUNK:.*]] = arith.remui %{{.*}}, %[[C8]] : i32
+// CHECK-NOT: arith.xori
+// CHECK: %[[SRC_PTR:.*]] = llvm.getelementptr %[[SRC]][%{{.*}}] : (!llvm.ptr<1>, i64) -> !llvm.ptr<1>, i8
+// CHECK-NEXT: %[[INSIDE:.*]] = arith.cmpi ult, %[[ROW]], %[[RV]] : i32
+// CHECK-NOT: llvm.load
+// CHECK: %[[SWIZZLED:.*]] = arith.xori %[[CHUNK]], %{{.*}} : i32
+// CHECK: %[[DST_PTR:.*]] = llvm.getelementptr %[[DST]][%{{.*}}] : (!llvm.ptr<3>, i64) -> !llvm.ptr<3>, i8
+// CHECK-NEXT: %[[SAFE_SRC:.*]] = arith.select %[[INSIDE]], %[[SRC_PTR]], %[[SRC]] : !llvm.ptr<1>
+// CHECK-NEXT: %[[SRC_BYTES:.*]] = arith.select %[[INSIDE]], %[[C16]], %[[C0]] : i32
+// CHECK-NEXT: nvvm.cp.async.shared.global %[[DST_PTR]], %[[SAFE_SRC]], 16, cache = cg, %[[SRC_BYTES]] : !llvm.ptr<3>, !llvm.ptr<1>, i32
+// CHECK-NEXT: }
+// CHECK-NEXT: llvm.return
+gpu.module @k {
+  llvm.func @tile_copy_load_async(%src: !llvm.ptr<1>, %dst: !llvm.ptr<3>, %ld: i32, %rows_valid: i32) {
+    megamoe.tile_copy %src[%ld], %dst[%ld] rows_valid %rows_valid {rows = 64, cols = 64, threads = 128, elem = bf16, swizzle = 1 : i32, async} : !llvm.ptr<1> -> !llvm.ptr<3>
+    llvm.return
+  }
+}
+
+// -----
+
+// Load of a K x N = 64 x 128 bf16 tile into the MN-major b128_mn layout, kept as wgmma's MN-major atoms: 16 chunks a
+// row, 4 per thread of 256. K row r, chunk c (MN elements 8c .. 8c + 7) goes to atom (r / 8, c / 8), i.e. byte
+// ((r / 8) * 2 + c / 8) * 1024 (2 atoms along N), line r % 8 of the atom (128 bytes), chunk (c % 8) ^ (r % 8).
+// The global side is row-major and unswizzled; then the generic-proxy writes are fenced for wgmma.
+// CHECK-LABEL: llvm.func @tile_copy_load_b128_mn
+// CHECK-SAME: (%[[SRC:[^:]+]]: !llvm.ptr<1>, %[[DST:[^:]+]]: !llvm.ptr<3>, %[[LD:[^:]+]]: i32, %[[RV:[^:]+]]: i32)
+// CHECK-DAG: %[[ZEROS:.*]] = arith.constant dense<0> : vector<4xi32>
+// CHECK-DAG: %[[THREADS:.*]] = arith.constant 256 : i32
+// CHECK-DAG: %[[PER_THREAD:.*]] = arith.constant 4 : i32
+// CHECK-DAG: %[[ATOMS_MN:.*]] = arith.constant 2 : i32
+// CHECK-DAG: %[[C8:.*]] = arith.constant 8 : i32
+// CHECK-DAG: %[[C16:.*]] = arith.constant 16 : i32
+// CHECK-DAG: %[[C128:.*]] = arith.constant 128 : i32
+// CHECK-DAG: %[[ATOM_BYTES:.*]] = arith.constant 1024 : i32
+// CHECK: %[[TID:.*]] = nvvm.read.ptx.sreg.tid.x : i32
+// CHECK-NEXT: scf.for %[[IT:.*]] = %{{.*}} to %[[PER_THREAD]] step %{{.*}} : i32 {
+// CHECK-NEXT: %[[FIRST:.*]] = arith.muli %[[IT]], %[[THREADS]] : i32
+// CHECK-NEXT: %[[Q:.*]] = arith.addi %[[FIRST]], %[[TID]] : i32
+// CHECK-NEXT: %[[ROW:.*]] = arith.divui %[[Q]], %[[C16]] : i32
+// CHECK-NEXT: %[[CHUNK:.*]] = arith.remui %[[Q]], %[[C16]] : i32
+// CHECK-NOT: arith.xori
+// CHECK: %[[SRC_PTR:.*]] = llvm.getelementptr %[[SRC]][%{{.*}}] : (!llvm.ptr<1>, i64) -> !llvm.ptr<1>, i8
+// CHECK-DAG: %[[INSIDE:.*]] = arith.cmpi ult, %[[ROW]], %[[RV]] : i32
+// CHECK-DAG: %[[LINE:.*]] = arith.remui %[[ROW]], %[[C8]] : i32
+// CHECK-DAG: %[[K_GROUP:.*]] = arith.divui %[[ROW]], %[[C8]] : i32
+// CHECK-DAG: %[[K_GROUP_ATOMS:.*]] = arith.muli %[[K_GROUP]], %[[ATOMS_MN]] : i32
+// CHECK-DAG: %[[MN_ATOM:.*]] = arith.divui %[[CHUNK]], %[[C8]] : i32
+// CHECK-DAG: %[[ATOM:.*]] = arith.addi %[[K_GROUP_ATOMS]], %[[MN_ATOM]] : i32
+// CHECK-DAG: %[[ATOM_CHUNK:.*]] = arith.remui %[[CHUNK]], %[[C8]] : i32
+// CHECK-DAG: %[[SWIZZLED:.*]] = arith.xori %[[ATOM_CHUNK]], %[[LINE]] : i32
+// CHECK-DAG: %[[CHUNK_OFF:.*]] = arith.muli %[[SWIZZLED]], %[[C16]] : i32
+// CHECK-DAG: %[[LINE_OFF:.*]] = arith.muli %[[LINE]], %[[C128]] : i32
+// CHECK-DAG: %[[IN_ATOM:.*]] = arith.addi %[[LINE_OFF]], %[[CHUNK_OFF]] : i32
+// CHECK-DAG: %[[ATOM_OFF:.*]] = arith.muli %[[ATOM]], %[[ATOM_BYTES]] : i32
+// CHECK-DAG: %[[OFF:.*]] = arith.addi %[[ATOM_OFF]], %[[IN_ATOM]] : i32
+// CHECK-DAG: %[[OFF_W:.*]] = arith.extui %[[OFF]] : i32 to i64
+// CHECK: %[[DST_PTR:.*]] = llvm.getelementptr %[[DST]][%[[OFF_W]]] : (!llvm.ptr<3>, i64) -> !llvm.ptr<3>, i8
+// CHECK-NEXT: %[[CHUNK_VALUE:.*]] = scf.if %[[INSIDE]] -> (vector<4xi32>) {
+// CHECK-NEXT: %[[LOADED:.*]] = llvm.load %[[SRC_PTR]] {alignment = 16 : i64} : !llvm.ptr<1> -> vector<4xi32>
+// CHECK-NEXT: scf.yield %[[LOADED]] : vector<4xi32>
+// CHECK-NEXT: } else {
+// CHECK-NEXT: scf.yield %[[ZEROS]] : vector<4xi32>
+// CHECK-NEXT: }
+// CHECK-NEXT: llvm.store %[[CHUNK_VALUE]], %[[DST_PTR]] {alignment = 16 : i64} : vector<4xi32>, !llvm.ptr<3>
+// CHECK-NEXT: }
+// CHECK-NEXT: nvvm.fence.proxy {kind = #nvvm.proxy_kind<async.shared>, space = #nvvm.shared_space<cta>}
+// CHECK-NEXT: llvm.return
+//
+// The same tile loaded asynchronously: the atom address feeds cp.async; no fence.
+// CHECK-LABEL: llvm.func @tile_copy_load_b128_mn_async
+// CHECK-SAME: (%[[SRC:[^:]+]]: !llvm.ptr<1>, %[[DST:[^:]+]]: !llvm.ptr<3>, %[[LD:[^:]+]]: i32, %[[RV:[^:]+]]: i32)
+// CHECK-DAG: %[[ATOM_BYTES:.*]] = arith.constant 1024 : i32
+// CHECK: %[[ROW:.*]] = arith.divui %{{.*}}, %{{.*}} : i32
+// CHECK: %[[SRC_PTR:.*]] = llvm.getelementptr %[[SRC]][%{{.*}}] : (!llvm.ptr<1>, i64) -> !llvm.ptr<1>, i8
+// CHECK-DAG: %[[INSIDE:.*]] = arith.cmpi ult, %[[ROW]], %[[RV]] : i32
+// CHECK-DAG: %[[ATOM_OFF:.*]] = arith.muli %{{.*}}, %[[ATOM_BYTES]] : i32
+// CHECK-DAG: %[[OFF:.*]] = arith.addi %[[ATOM_OFF]], %{{.*}} : i32
+// CHECK-DAG: %[[OFF_W:.*]] = arith.extui %[[OFF]] : i32 to i64
+// CHECK: %[[DST_PTR:.*]] = llvm.getelementptr %[[DST]][%[[OFF_W]]] : (!llvm.ptr<3>, i64) -> !llvm.ptr<3>, i8
+// CHECK-NEXT: %[[SAFE_SRC:.*]] = arith.select %[[INSIDE]], %[[SRC_PTR]], %[[SRC]] : !llvm.ptr<1>
+// CHECK-NEXT: %[[SRC_BYTES:.*]] = arith.select %[[INSIDE]], %{{.*}}, %{{.*}} : i32
+// CHECK-NEXT: nvvm.cp.async.shared.global %[[DST_PTR]], %[[SAFE_SRC]], 16, cache = cg, %[[SRC_BYTES]] : !llvm.ptr<3>, !llvm.ptr<1>, i32
+// CHECK-NEXT: }
+// CHECK-NEXT: llvm.return
+gpu.module @k {
+  llvm.func @tile_copy_load_b128_mn(%src: !llvm.ptr<1>, %dst: !llvm.ptr<3>, %ld: i32, %rows_valid: i32) {
+    megamoe.tile_copy %src[%ld], %dst[%ld] rows_valid %rows_valid {rows = 64, cols = 128, threads = 256, elem = bf16, swizzle = 2 : i32} : !llvm.ptr<1> -> !llvm.ptr<3>
+    llvm.return
+  }
+  llvm.func @tile_copy_load_b128_mn_async(%src: !llvm.ptr<1>, %dst: !llvm.ptr<3>, %ld: i32, %rows_valid: i32) {
+    megamoe.tile_copy %src[%ld], %dst[%ld] rows_valid %rows_valid {rows = 64, cols = 128, threads = 256, elem = bf16, swizzle = 2 : i32, async} : !llvm.ptr<1> -> !llvm.ptr<3>
+    llvm.return
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// async_commit, async_wait
+//===----------------------------------------------------------------------===//
+
+// -----
+
+// One cp.async group op each; every wait is followed by the proxy fence (cp.async wrote through the generic proxy,
+// wgmma reads through the async proxy).
+// CHECK-LABEL: llvm.func @async_groups()
+// CHECK-NEXT: nvvm.cp.async.commit.group
+// CHECK-NEXT: nvvm.cp.async.wait.group 1
+// CHECK-NEXT: nvvm.fence.proxy {kind = #nvvm.proxy_kind<async.shared>, space = #nvvm.shared_space<cta>}
+// CHECK-NEXT: nvvm.cp.async.commit.group
+// CHECK-NEXT: nvvm.cp.async.wait.group 7
+// CHECK-NEXT: nvvm.fence.proxy {kind = #nvvm.proxy_kind<async.shared>, space = #nvvm.shared_space<cta>}
+// CHECK-NEXT: nvvm.cp.async.wait.group 0
+// CHECK-NEXT: nvvm.fence.proxy {kind = #nvvm.proxy_kind<async.shared>, space = #nvvm.shared_space<cta>}
+// CHECK-NEXT: llvm.return
+gpu.module @k {
+  llvm.func @async_groups() {
+    megamoe.async_commit
+    megamoe.async_wait {pending = 1}
+    megamoe.async_commit
+    megamoe.async_wait {pending = 7}
+    megamoe.async_wait {pending = 0}
+    llvm.return
+  }
+}
+
 //===----------------------------------------------------------------------===//
 // mma_tile
 //===----------------------------------------------------------------------===//
@@ -247,6 +387,180 @@ gpu.module @k {
   llvm.func @mma_tile_two_warpgroups(%a: !llvm.ptr<3>, %b: !llvm.ptr<3>, %acc: vector<16xf32>) -> vector<16xf32> {
     %r = megamoe.mma_tile %a, %b, %acc {m = 128, n = 32, k = 64, threads = 256} : !llvm.ptr<3>, !llvm.ptr<3>, vector<16xf32> -> vector<16xf32>
     llvm.return %r : vector<16xf32>
+  }
+}
+
+// -----
+
+// MN-major A and B (K x MN tiles in b128_mn atoms) with pending = 1. Descriptors: (addr & 0x3FFFF) >> 4
+// | 64 << 16 (leading byte offset 1024: the next 64 MN elements, one atom over) | atoms * 1024 >> 4 << 32 (stride
+// byte offset: one 8-row K group across all MN atoms) | 1 << 62 (128B swizzle). A (m = 64) has 1 atom:
+// 4611686293309489152; B (n = 128) has 2: 4611686568187396096. Warpgroup g's A starts at atom g (1024 bytes on).
+// k16 steps two K groups: +2 * atoms * 1024 bytes = +128 (A), +256 (B) in the descriptor. wgmma reads both
+// transposed: A "col", B "row". The group is committed and left with one wgmma group in flight (wait 1).
+// CHECK-LABEL: llvm.func @mma_tile_mn_major
+// CHECK-SAME: (%[[A:[^:]+]]: !llvm.ptr<3>, %[[B:[^:]+]]: !llvm.ptr<3>, %[[ACC:[^:]+]]: vector<64xf32>)
+// CHECK-DAG: %[[A_STEP1:.*]] = arith.constant 128 : i64
+// CHECK-DAG: %[[STEP256:.*]] = arith.constant 256 : i64
+// CHECK-DAG: %[[A_STEP3:.*]] = arith.constant 384 : i64
+// CHECK-DAG: %[[B_STEP2:.*]] = arith.constant 512 : i64
+// CHECK-DAG: %[[B_STEP3:.*]] = arith.constant 768 : i64
+// CHECK-DAG: %[[DESC_A_BITS:.*]] = arith.constant 4611686293309489152 : i64
+// CHECK-DAG: %[[DESC_B_BITS:.*]] = arith.constant 4611686568187396096 : i64
+// CHECK-DAG: %[[C4:.*]] = arith.constant 4 : i64
+// CHECK-DAG: %[[ADDR_MASK:.*]] = arith.constant 262143 : i64
+// CHECK-DAG: %[[A_PER_WARPGROUP:.*]] = arith.constant 1024 : i64
+// CHECK-DAG: %[[WARPGROUP:.*]] = arith.constant 128 : i32
+// CHECK: %[[TID:.*]] = nvvm.read.ptx.sreg.tid.x : i32
+// CHECK-NEXT: %[[G32:.*]] = arith.divui %[[TID]], %[[WARPGROUP]] : i32
+// CHECK-NEXT: %[[G:.*]] = arith.extui %[[G32]] : i32 to i64
+// CHECK-DAG: %[[A_OFF:.*]] = arith.muli %[[G]], %[[A_PER_WARPGROUP]] : i64
+// CHECK-DAG: %[[A_ADDR:.*]] = llvm.ptrtoint %[[A]] : !llvm.ptr<3> to i64
+// CHECK: %[[A_BASE:.*]] = arith.addi %[[A_ADDR]], %[[A_OFF]] : i64
+// CHECK-NEXT: %[[A_MASKED:.*]] = arith.andi %[[A_BASE]], %[[ADDR_MASK]] : i64
+// CHECK-NEXT: %[[A_FIELD:.*]] = arith.shrui %[[A_MASKED]], %[[C4]] : i64
+// CHECK-NEXT: %[[DESC_A:.*]] = arith.ori %[[A_FIELD]], %[[DESC_A_BITS]] : i64
+// CHECK-NEXT: %[[B_ADDR:.*]] = llvm.ptrtoint %[[B]] : !llvm.ptr<3> to i64
+// CHECK-NEXT: %[[B_MASKED:.*]] = arith.andi %[[B_ADDR]], %[[ADDR_MASK]] : i64
+// CHECK-NEXT: %[[B_FIELD:.*]] = arith.shrui %[[B_MASKED]], %[[C4]] : i64
+// CHECK-NEXT: %[[DESC_B:.*]] = arith.ori %[[B_FIELD]], %[[DESC_B_BITS]] : i64
+// CHECK: %[[IN:.*]] = llvm.insertvalue %{{.*}}[63] : !llvm.struct<(f32,
+// CHECK-NEXT: nvvm.wgmma.fence.aligned
+// CHECK-NEXT: %[[W0:.*]] = nvvm.wgmma.mma_async %[[DESC_A]], %[[DESC_B]], %[[IN]], <m = 64, n = 128, k = 16>, D[<f32>, <one>], A[<bf16>, <one>, <col>], B[<bf16>, <one>, <row>]
+// CHECK-DAG: %[[DESC_A1:.*]] = arith.addi %[[DESC_A]], %[[A_STEP1]] : i64
+// CHECK-DAG: %[[DESC_B1:.*]] = arith.addi %[[DESC_B]], %[[STEP256]] : i64
+// CHECK: %[[W1:.*]] = nvvm.wgmma.mma_async %[[DESC_A1]], %[[DESC_B1]], %[[W0]], <m = 64, n = 128, k = 16>, D[<f32>, <one>], A[<bf16>, <one>, <col>], B[<bf16>, <one>, <row>]
+// CHECK-DAG: %[[DESC_A2:.*]] = arith.addi %[[DESC_A]], %[[STEP256]] : i64
+// CHECK-DAG: %[[DESC_B2:.*]] = arith.addi %[[DESC_B]], %[[B_STEP2]] : i64
+// CHECK: %[[W2:.*]] = nvvm.wgmma.mma_async %[[DESC_A2]], %[[DESC_B2]], %[[W1]], <m = 64, n = 128, k = 16>, D[<f32>, <one>], A[<bf16>, <one>, <col>], B[<bf16>, <one>, <row>]
+// CHECK-DAG: %[[DESC_A3:.*]] = arith.addi %[[DESC_A]], %[[A_STEP3]] : i64
+// CHECK-DAG: %[[DESC_B3:.*]] = arith.addi %[[DESC_B]], %[[B_STEP3]] : i64
+// CHECK: %[[W3:.*]] = nvvm.wgmma.mma_async %[[DESC_A3]], %[[DESC_B3]], %[[W2]], <m = 64, n = 128, k = 16>, D[<f32>, <one>], A[<bf16>, <one>, <col>], B[<bf16>, <one>, <row>]
+// CHECK-NEXT: nvvm.wgmma.commit.group.sync.aligned
+// CHECK-NEXT: nvvm.wgmma.wait.group.sync.aligned 1
+// CHECK-NEXT: llvm.extractvalue %[[W3]][0]
+// CHECK: %[[OUT:.*]] = vector.insert %{{.*}} [63] : f32 into vector<64xf32>
+// CHECK-NEXT: llvm.return %[[OUT]] : vector<64xf32>
+gpu.module @k {
+  llvm.func @mma_tile_mn_major(%a: !llvm.ptr<3>, %b: !llvm.ptr<3>, %acc: vector<64xf32>) -> vector<64xf32> {
+    %r = megamoe.mma_tile %a, %b, %acc {m = 64, n = 128, k = 64, threads = 128, pending = 1, a_mn_major, b_mn_major} : !llvm.ptr<3>, !llvm.ptr<3>, vector<64xf32> -> vector<64xf32>
+    llvm.return %r : vector<64xf32>
+  }
+}
+
+// -----
+
+// Each flag acts on its own operand. Only A MN-major, two warpgroups (m = 128: 2 atoms, A descriptor
+// 4611686568187396096, steps of 256 bytes >> 4, warpgroup g one atom = 1024 bytes on); B stays K-major (the b128
+// descriptor 4611686293305360384, steps of +2, layout "col").
+// CHECK-LABEL: llvm.func @mma_tile_a_mn_major
+// CHECK-DAG: %[[C2:.*]] = arith.constant 2 : i64
+// CHECK-DAG: %[[C4:.*]] = arith.constant 4 : i64
+// CHECK-DAG: %[[C6:.*]] = arith.constant 6 : i64
+// CHECK-DAG: %[[C256:.*]] = arith.constant 256 : i64
+// CHECK-DAG: %[[C512:.*]] = arith.constant 512 : i64
+// CHECK-DAG: %[[C768:.*]] = arith.constant 768 : i64
+// CHECK-DAG: %[[DESC_A_BITS:.*]] = arith.constant 4611686568187396096 : i64
+// CHECK-DAG: %[[DESC_B_BITS:.*]] = arith.constant 4611686293305360384 : i64
+// CHECK-DAG: %[[A_PER_WARPGROUP:.*]] = arith.constant 1024 : i64
+// CHECK: %[[G:.*]] = arith.extui %{{.*}} : i32 to i64
+// CHECK-NEXT: arith.muli %[[G]], %[[A_PER_WARPGROUP]] : i64
+// CHECK: %[[DESC_A:.*]] = arith.ori %{{.*}}, %[[DESC_A_BITS]] : i64
+// CHECK: %[[DESC_B:.*]] = arith.ori %{{.*}}, %[[DESC_B_BITS]] : i64
+// CHECK: nvvm.wgmma.mma_async %[[DESC_A]], %[[DESC_B]], %{{.*}}, <m = 64, n = 64, k = 16>, D[<f32>, <one>], A[<bf16>, <one>, <col>], B[<bf16>, <one>, <col>]
+// CHECK-NEXT: %[[DESC_A1:.*]] = arith.addi %[[DESC_A]], %[[C256]] : i64
+// CHECK-NEXT: %[[DESC_B1:.*]] = arith.addi %[[DESC_B]], %[[C2]] : i64
+// CHECK-NEXT: nvvm.wgmma.mma_async %[[DESC_A1]], %[[DESC_B1]], %{{.*}}, <m = 64, n = 64, k = 16>, D[<f32>, <one>], A[<bf16>, <one>, <col>], B[<bf16>, <one>, <col>]
+// CHECK-NEXT: %[[DESC_A2:.*]] = arith.addi %[[DESC_A]], %[[C512]] : i64
+// CHECK-NEXT: %[[DESC_B2:.*]] = arith.addi %[[DESC_B]], %[[C4]] : i64
+// CHECK-NEXT: nvvm.wgmma.mma_async %[[DESC_A2]], %[[DESC_B2]], %{{.*}}, <m = 64, n = 64, k = 16>, D[<f32>, <one>], A[<bf16>, <one>, <col>], B[<bf16>, <one>, <col>]
+// CHECK-NEXT: %[[DESC_A3:.*]] = arith.addi %[[DESC_A]], %[[C768]] : i64
+// CHECK-NEXT: %[[DESC_B3:.*]] = arith.addi %[[DESC_B]], %[[C6]] : i64
+// CHECK-NEXT: nvvm.wgmma.mma_async %[[DESC_A3]], %[[DESC_B3]], %{{.*}}, <m = 64, n = 64, k = 16>, D[<f32>, <one>], A[<bf16>, <one>, <col>], B[<bf16>, <one>, <col>]
+// CHECK-NEXT: nvvm.wgmma.commit.group.sync.aligned
+// CHECK-NEXT: nvvm.wgmma.wait.group.sync.aligned 0
+//
+// Only B MN-major, n = 256 (4 atoms: descriptor 4611687117943209984, steps of 2 * 4 * 1024 bytes = +512); A stays
+// K-major (8 KB per warpgroup, +2 steps, layout "row").
+// CHECK-LABEL: llvm.func @mma_tile_b_mn_major
+// CHECK-DAG: %[[C2:.*]] = arith.constant 2 : i64
+// CHECK-DAG: %[[C4:.*]] = arith.constant 4 : i64
+// CHECK-DAG: %[[C6:.*]] = arith.constant 6 : i64
+// CHECK-DAG: %[[C512:.*]] = arith.constant 512 : i64
+// CHECK-DAG: %[[C1024:.*]] = arith.constant 1024 : i64
+// CHECK-DAG: %[[C1536:.*]] = arith.constant 1536 : i64
+// CHECK-DAG: %[[DESC_A_BITS:.*]] = arith.constant 4611686293305360384 : i64
+// CHECK-DAG: %[[DESC_B_BITS:.*]] = arith.constant 4611687117943209984 : i64
+// CHECK-DAG: %[[A_PER_WARPGROUP:.*]] = arith.constant 8192 : i64
+// CHECK: %[[G:.*]] = arith.extui %{{.*}} : i32 to i64
+// CHECK-NEXT: arith.muli %[[G]], %[[A_PER_WARPGROUP]] : i64
+// CHECK: %[[DESC_A:.*]] = arith.ori %{{.*}}, %[[DESC_A_BITS]] : i64
+// CHECK: %[[DESC_B:.*]] = arith.ori %{{.*}}, %[[DESC_B_BITS]] : i64
+// CHECK: nvvm.wgmma.mma_async %[[DESC_A]], %[[DESC_B]], %{{.*}}, <m = 64, n = 256, k = 16>, D[<f32>, <one>], A[<bf16>, <one>, <row>], B[<bf16>, <one>, <row>]
+// CHECK-NEXT: %[[DESC_A1:.*]] = arith.addi %[[DESC_A]], %[[C2]] : i64
+// CHECK-NEXT: %[[DESC_B1:.*]] = arith.addi %[[DESC_B]], %[[C512]] : i64
+// CHECK-NEXT: nvvm.wgmma.mma_async %[[DESC_A1]], %[[DESC_B1]], %{{.*}}, <m = 64, n = 256, k = 16>, D[<f32>, <one>], A[<bf16>, <one>, <row>], B[<bf16>, <one>, <row>]
+// CHECK-NEXT: %[[DESC_A2:.*]] = arith.addi %[[DESC_A]], %[[C4]] : i64
+// CHECK-NEXT: %[[DESC_B2:.*]] = arith.addi %[[DESC_B]], %[[C1024]] : i64
+// CHECK-NEXT: nvvm.wgmma.mma_async %[[DESC_A2]], %[[DESC_B2]], %{{.*}}, <m = 64, n = 256, k = 16>, D[<f32>, <one>], A[<bf16>, <one>, <row>], B[<bf16>, <one>, <row>]
+// CHECK-NEXT: %[[DESC_A3:.*]] = arith.addi %[[DESC_A]], %[[C6]] : i64
+// CHECK-NEXT: %[[DESC_B3:.*]] = arith.addi %[[DESC_B]], %[[C1536]] : i64
+// CHECK-NEXT: nvvm.wgmma.mma_async %[[DESC_A3]], %[[DESC_B3]], %{{.*}}, <m = 64, n = 256, k = 16>, D[<f32>, <one>], A[<bf16>, <one>, <row>], B[<bf16>, <one>, <row>]
+// CHECK-NEXT: nvvm.wgmma.commit.group.sync.aligned
+// CHECK-NEXT: nvvm.wgmma.wait.group.sync.aligned 0
+gpu.module @k {
+  llvm.func @mma_tile_a_mn_major(%a: !llvm.ptr<3>, %b: !llvm.ptr<3>, %acc: vector<32xf32>) -> vector<32xf32> attributes {megamoe.kernel, megamoe.block_threads = 256 : i64} {
+    %r = megamoe.mma_tile %a, %b, %acc {m = 128, n = 64, k = 64, threads = 256, a_mn_major} : !llvm.ptr<3>, !llvm.ptr<3>, vector<32xf32> -> vector<32xf32>
+    llvm.return %r : vector<32xf32>
+  }
+  llvm.func @mma_tile_b_mn_major(%a: !llvm.ptr<3>, %b: !llvm.ptr<3>, %acc: vector<128xf32>) -> vector<128xf32> {
+    %r = megamoe.mma_tile %a, %b, %acc {m = 64, n = 256, k = 64, threads = 128, b_mn_major} : !llvm.ptr<3>, !llvm.ptr<3>, vector<128xf32> -> vector<128xf32>
+    llvm.return %r : vector<128xf32>
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// mma_drain
+//===----------------------------------------------------------------------===//
+
+// -----
+
+// Wait for every wgmma group, then pin each accumulator register behind an empty volatile asm tied to it ("=f,0"),
+// so that no read of the accumulator can move above the wait; the pinned values are what the op returns.
+// CHECK-LABEL: llvm.func @mma_drain
+// CHECK-SAME: (%[[ACC:[^:]+]]: vector<16xf32>)
+// CHECK-NEXT: nvvm.wgmma.wait.group.sync.aligned 0
+// CHECK-NEXT: %[[E0:.*]] = vector.extract %[[ACC]][0] : f32 from vector<16xf32>
+// CHECK-NEXT: %[[P0:.*]] = llvm.inline_asm has_side_effects "", "=f,0" %[[E0]] : (f32) -> f32
+// CHECK-NEXT: %[[V0:.*]] = vector.insert %[[P0]], %[[ACC]] [0] : f32 into vector<16xf32>
+// CHECK-NEXT: %[[E1:.*]] = vector.extract %{{.*}}[1] : f32 from vector<16xf32>
+// CHECK-NEXT: %[[P1:.*]] = llvm.inline_asm has_side_effects "", "=f,0" %[[E1]] : (f32) -> f32
+// CHECK-NEXT: %[[V1:.*]] = vector.insert %[[P1]], %[[V0]] [1] : f32 into vector<16xf32>
+// CHECK-COUNT-13: llvm.inline_asm has_side_effects "", "=f,0"
+// CHECK-NEXT: %[[V14:.*]] = vector.insert %{{.*}} [14] : f32 into vector<16xf32>
+// CHECK-NEXT: %[[E15:.*]] = vector.extract %{{.*}}[15] : f32 from vector<16xf32>
+// CHECK-NEXT: %[[P15:.*]] = llvm.inline_asm has_side_effects "", "=f,0" %[[E15]] : (f32) -> f32
+// CHECK-NEXT: %[[V15:.*]] = vector.insert %[[P15]], %[[V14]] [15] : f32 into vector<16xf32>
+// CHECK-NEXT: llvm.return %[[V15]] : vector<16xf32>
+//
+// After mma_tile {pending = 1}: the tile waits for all but one group, the drain for the rest.
+// CHECK-LABEL: llvm.func @mma_tile_then_drain
+// CHECK: nvvm.wgmma.commit.group.sync.aligned
+// CHECK-NEXT: nvvm.wgmma.wait.group.sync.aligned 1
+// CHECK-NOT: llvm.inline_asm
+// CHECK: nvvm.wgmma.wait.group.sync.aligned 0
+// CHECK-COUNT-16: llvm.inline_asm has_side_effects "", "=f,0"
+// CHECK-NOT: llvm.inline_asm
+// CHECK: llvm.return
+gpu.module @k {
+  llvm.func @mma_drain(%acc: vector<16xf32>) -> vector<16xf32> {
+    %d = megamoe.mma_drain %acc : vector<16xf32>
+    llvm.return %d : vector<16xf32>
+  }
+  llvm.func @mma_tile_then_drain(%a: !llvm.ptr<3>, %b: !llvm.ptr<3>, %acc: vector<16xf32>) -> vector<16xf32> {
+    %r = megamoe.mma_tile %a, %b, %acc {m = 64, n = 32, k = 64, threads = 128, pending = 1} : !llvm.ptr<3>, !llvm.ptr<3>, vector<16xf32> -> vector<16xf32>
+    %d = megamoe.mma_drain %r : vector<16xf32>
+    llvm.return %d : vector<16xf32>
   }
 }
 

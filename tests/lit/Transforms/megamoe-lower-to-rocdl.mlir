@@ -101,6 +101,131 @@ gpu.module @k {
   }
 }
 
+// -----
+
+// gfx950 has no asynchronous global -> LDS copy here: an async load is the plain synchronous load (scf.if, 16-byte
+// load, zero fill, 16-byte LDS store), with no select and no fence.
+// CHECK-LABEL: llvm.func @tile_copy_load_async
+// CHECK-SAME: (%[[SRC:[^:]+]]: !llvm.ptr<1>, %[[DST:[^:]+]]: !llvm.ptr<3>, %[[LD:[^:]+]]: i32, %[[RV:[^:]+]]: i32)
+// CHECK-DAG: %[[ZEROS:.*]] = arith.constant dense<0> : vector<4xi32>
+// CHECK-DAG: %[[PER_THREAD:.*]] = arith.constant 4 : i32
+// CHECK-DAG: %[[C8:.*]] = arith.constant 8 : i32
+// CHECK: %[[TID:.*]] = rocdl.workitem.id.x : i32
+// CHECK-NEXT: scf.for %[[IT:.*]] = %{{.*}} to %[[PER_THREAD]] step %{{.*}} : i32 {
+// CHECK: %[[ROW:.*]] = arith.divui %{{.*}}, %[[C8]] : i32
+// CHECK-NEXT: %[[CHUNK:.*]] = arith.remui %{{.*}}, %[[C8]] : i32
+// CHECK: %[[SRC_PTR:.*]] = llvm.getelementptr %[[SRC]][%{{.*}}] : (!llvm.ptr<1>, i64) -> !llvm.ptr<1>, i8
+// CHECK-NEXT: %[[INSIDE:.*]] = arith.cmpi ult, %[[ROW]], %[[RV]] : i32
+// CHECK: arith.xori %[[CHUNK]], %{{.*}} : i32
+// CHECK: %[[DST_PTR:.*]] = llvm.getelementptr %[[DST]][%{{.*}}] : (!llvm.ptr<3>, i64) -> !llvm.ptr<3>, i8
+// CHECK-NEXT: %[[CHUNK_VALUE:.*]] = scf.if %[[INSIDE]] -> (vector<4xi32>) {
+// CHECK-NEXT: %[[LOADED:.*]] = llvm.load %[[SRC_PTR]] {alignment = 16 : i64} : !llvm.ptr<1> -> vector<4xi32>
+// CHECK-NEXT: scf.yield %[[LOADED]] : vector<4xi32>
+// CHECK-NEXT: } else {
+// CHECK-NEXT: scf.yield %[[ZEROS]] : vector<4xi32>
+// CHECK-NEXT: }
+// CHECK-NEXT: llvm.store %[[CHUNK_VALUE]], %[[DST_PTR]] {alignment = 16 : i64} : vector<4xi32>, !llvm.ptr<3>
+// CHECK-NEXT: }
+// CHECK-NEXT: llvm.return
+gpu.module @k {
+  llvm.func @tile_copy_load_async(%src: !llvm.ptr<1>, %dst: !llvm.ptr<3>, %ld: i32, %rows_valid: i32) {
+    megamoe.tile_copy %src[%ld], %dst[%ld] rows_valid %rows_valid {rows = 64, cols = 64, threads = 128, elem = bf16, swizzle = 1 : i32, async} : !llvm.ptr<1> -> !llvm.ptr<3>
+    llvm.return
+  }
+}
+
+// -----
+
+// A K x N = 64 x 128 bf16 b128_mn tile is not kept MN-major here: MFMA wants 8 consecutive K per lane, so the copy
+// transposes it into the K-major b128 layout mma_tile reads (N rows of 64 K = 128 bytes), like `transpose`: source
+// K row r, chunk c (N elements 8c .. 8c + 7) becomes column r of shared rows 8c + j, byte offset
+// (8c + j) * 128 + ((r / 8) ^ ((8c + j) % 8)) * 16 + (r % 8) * 2; eight 2-byte LDS stores, no 1024-byte atoms.
+// CHECK-LABEL: llvm.func @tile_copy_load_b128_mn
+// CHECK-SAME: (%[[SRC:[^:]+]]: !llvm.ptr<1>, %[[DST:[^:]+]]: !llvm.ptr<3>, %[[LD:[^:]+]]: i32, %[[RV:[^:]+]]: i32)
+// CHECK-DAG: %[[ZEROS:.*]] = arith.constant dense<0> : vector<4xi32>
+// CHECK-DAG: %[[PER_THREAD:.*]] = arith.constant 4 : i32
+// CHECK-DAG: %[[C2:.*]] = arith.constant 2 : i32
+// CHECK-DAG: %[[C7:.*]] = arith.constant 7 : i32
+// CHECK-DAG: %[[C8:.*]] = arith.constant 8 : i32
+// CHECK-DAG: %[[C16:.*]] = arith.constant 16 : i32
+// CHECK-DAG: %[[C128:.*]] = arith.constant 128 : i32
+// CHECK: scf.for %[[IT:.*]] = %{{.*}} to %[[PER_THREAD]] step %{{.*}} : i32 {
+// CHECK: %[[ROW:.*]] = arith.divui %{{.*}}, %[[C16]] : i32
+// CHECK-NEXT: %[[CHUNK:.*]] = arith.remui %{{.*}}, %[[C16]] : i32
+// CHECK-NOT: arith.xori
+// CHECK: %[[SRC_PTR:.*]] = llvm.getelementptr %[[SRC]][%{{.*}}] : (!llvm.ptr<1>, i64) -> !llvm.ptr<1>, i8
+// CHECK-NEXT: %[[INSIDE:.*]] = arith.cmpi ult, %[[ROW]], %[[RV]] : i32
+// CHECK-NEXT: %[[CHUNK_VALUE:.*]] = scf.if %[[INSIDE]] -> (vector<4xi32>) {
+// CHECK-NEXT: llvm.load %[[SRC_PTR]] {alignment = 16 : i64} : !llvm.ptr<1> -> vector<4xi32>
+// CHECK: scf.yield %[[ZEROS]] : vector<4xi32>
+// CHECK-NEXT: }
+// CHECK-NEXT: %[[ELEMS:.*]] = llvm.bitcast %[[CHUNK_VALUE]] : vector<4xi32> to vector<8xbf16>
+// Element 0: shared row 8c.
+// CHECK-NEXT: %[[DROW0:.*]] = arith.muli %[[CHUNK]], %[[C8]] : i32
+// CHECK-NEXT: %[[KCHUNK0:.*]] = arith.divui %[[ROW]], %[[C8]] : i32
+// CHECK-NEXT: %[[PHASE0:.*]] = arith.remui %[[DROW0]], %[[C8]] : i32
+// CHECK-NEXT: %[[SWZ0:.*]] = arith.xori %[[KCHUNK0]], %[[PHASE0]] : i32
+// CHECK-DAG: %[[IN_CHUNK0:.*]] = arith.remui %[[ROW]], %[[C8]] : i32
+// CHECK-DAG: %[[IN_CHUNK_BYTES0:.*]] = arith.muli %[[IN_CHUNK0]], %[[C2]] : i32
+// CHECK-DAG: %[[CHUNK_BYTES0:.*]] = arith.muli %[[SWZ0]], %[[C16]] : i32
+// CHECK-DAG: %[[ROW_BYTES0:.*]] = arith.muli %[[DROW0]], %[[C128]] : i32
+// CHECK-DAG: %[[B0:.*]] = arith.addi %[[ROW_BYTES0]], %[[CHUNK_BYTES0]] : i32
+// CHECK-DAG: %[[OFF0:.*]] = arith.addi %[[B0]], %[[IN_CHUNK_BYTES0]] : i32
+// CHECK: %[[E0:.*]] = vector.extract %[[ELEMS]][0] : bf16 from vector<8xbf16>
+// CHECK-NEXT: %[[P0:.*]] = llvm.getelementptr %[[DST]][%[[OFF0]]] : (!llvm.ptr<3>, i32) -> !llvm.ptr<3>, i8
+// CHECK-NEXT: llvm.store %[[E0]], %[[P0]] {alignment = 2 : i64} : bf16, !llvm.ptr<3>
+// Elements 1..6.
+// CHECK-COUNT-6: llvm.store %{{.*}}, %{{.*}} {alignment = 2 : i64} : bf16, !llvm.ptr<3>
+// Element 7: shared row 8c + 7.
+// CHECK: %[[FIRST7:.*]] = arith.muli %[[CHUNK]], %[[C8]] : i32
+// CHECK-NEXT: %[[DROW7:.*]] = arith.addi %[[FIRST7]], %[[C7]] : i32
+// CHECK-NEXT: %[[KCHUNK7:.*]] = arith.divui %[[ROW]], %[[C8]] : i32
+// CHECK-NEXT: %[[PHASE7:.*]] = arith.remui %[[DROW7]], %[[C8]] : i32
+// CHECK-NEXT: %[[SWZ7:.*]] = arith.xori %[[KCHUNK7]], %[[PHASE7]] : i32
+// CHECK: %[[E7:.*]] = vector.extract %[[ELEMS]][7] : bf16 from vector<8xbf16>
+// CHECK-NEXT: %[[P7:.*]] = llvm.getelementptr %[[DST]][%{{.*}}] : (!llvm.ptr<3>, i32) -> !llvm.ptr<3>, i8
+// CHECK-NEXT: llvm.store %[[E7]], %[[P7]] {alignment = 2 : i64} : bf16, !llvm.ptr<3>
+// CHECK-NEXT: }
+// CHECK-NEXT: llvm.return
+//
+// Async changes nothing on gfx950: the same transposing copy.
+// CHECK-LABEL: llvm.func @tile_copy_load_b128_mn_async
+// CHECK-NOT: arith.select
+// CHECK: llvm.bitcast %{{.*}} : vector<4xi32> to vector<8xbf16>
+// CHECK-COUNT-8: llvm.store %{{.*}}, %{{.*}} {alignment = 2 : i64} : bf16, !llvm.ptr<3>
+// CHECK-NEXT: }
+// CHECK-NEXT: llvm.return
+gpu.module @k {
+  llvm.func @tile_copy_load_b128_mn(%src: !llvm.ptr<1>, %dst: !llvm.ptr<3>, %ld: i32, %rows_valid: i32) {
+    megamoe.tile_copy %src[%ld], %dst[%ld] rows_valid %rows_valid {rows = 64, cols = 128, threads = 256, elem = bf16, swizzle = 2 : i32} : !llvm.ptr<1> -> !llvm.ptr<3>
+    llvm.return
+  }
+  llvm.func @tile_copy_load_b128_mn_async(%src: !llvm.ptr<1>, %dst: !llvm.ptr<3>, %ld: i32, %rows_valid: i32) {
+    megamoe.tile_copy %src[%ld], %dst[%ld] rows_valid %rows_valid {rows = 64, cols = 128, threads = 256, elem = bf16, swizzle = 2 : i32, async} : !llvm.ptr<1> -> !llvm.ptr<3>
+    llvm.return
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// async_commit, async_wait
+//===----------------------------------------------------------------------===//
+
+// -----
+
+// Copies have completed when they retire: the group ops vanish.
+// CHECK-LABEL: llvm.func @async_groups()
+// CHECK-NEXT: llvm.return
+gpu.module @k {
+  llvm.func @async_groups() {
+    megamoe.async_commit
+    megamoe.async_wait {pending = 1}
+    megamoe.async_commit
+    megamoe.async_wait {pending = 7}
+    megamoe.async_wait {pending = 0}
+    llvm.return
+  }
+}
+
 //===----------------------------------------------------------------------===//
 // mma_tile
 //===----------------------------------------------------------------------===//
@@ -310,6 +435,83 @@ gpu.module @k {
   llvm.func @mma_tile_four_waves(%a: !llvm.ptr<3>, %b: !llvm.ptr<3>, %acc: vector<16xf32>) -> vector<16xf32> {
     %r = megamoe.mma_tile %a, %b, %acc {m = 128, n = 32, k = 64, threads = 256} : !llvm.ptr<3>, !llvm.ptr<3>, vector<16xf32> -> vector<16xf32>
     llvm.return %r : vector<16xf32>
+  }
+}
+
+// -----
+
+// pending and the MN-major flags change nothing on gfx950: b128_mn tiles were transposed into K-major rows while
+// copying, so both operands are read K-major (A row wave * 32 + lane % 32 at byte row * 128 + ((lane / 32) ^
+// (row % 8)) * 16 in k-step 0), and MFMA results are final (no wait).
+// CHECK-LABEL: llvm.func @mma_tile_mn_major
+// CHECK-SAME: (%[[A:[^:]+]]: !llvm.ptr<3>, %[[B:[^:]+]]: !llvm.ptr<3>, %[[ACC:[^:]+]]: vector<64xf32>)
+// CHECK-DAG: %[[C0:.*]] = arith.constant 0 : i32
+// CHECK-DAG: %[[C8:.*]] = arith.constant 8 : i32
+// CHECK-DAG: %[[C16:.*]] = arith.constant 16 : i32
+// CHECK-DAG: %[[C32:.*]] = arith.constant 32 : i32
+// CHECK-DAG: %[[C64:.*]] = arith.constant 64 : i32
+// CHECK-DAG: %[[C128:.*]] = arith.constant 128 : i32
+// CHECK: %[[TID:.*]] = rocdl.workitem.id.x : i32
+// CHECK-NEXT: %[[WAVE:.*]] = arith.divui %[[TID]], %[[C64]] : i32
+// CHECK-NEXT: %[[LANE:.*]] = arith.remui %[[TID]], %[[C64]] : i32
+// CHECK-DAG: %[[LANE_ROW:.*]] = arith.remui %[[LANE]], %[[C32]] : i32
+// CHECK-DAG: %[[WAVE_ROW:.*]] = arith.muli %[[WAVE]], %[[C32]] : i32
+// CHECK: %[[ROW_A:.*]] = arith.addi %[[WAVE_ROW]], %[[LANE_ROW]] : i32
+// CHECK: %[[ACC0:.*]] = vector.from_elements
+// CHECK: %[[HALF0:.*]] = arith.divui %[[LANE]], %[[C32]] : i32
+// CHECK-NEXT: %[[A_PHASE0:.*]] = arith.remui %[[ROW_A]], %[[C8]] : i32
+// CHECK-NEXT: %[[A_CHUNK0:.*]] = arith.xori %[[HALF0]], %[[A_PHASE0]] : i32
+// CHECK-DAG: %[[A_CHUNK_BYTES0:.*]] = arith.muli %[[A_CHUNK0]], %[[C16]] : i32
+// CHECK-DAG: %[[A_ROW_BYTES0:.*]] = arith.muli %[[ROW_A]], %[[C128]] : i32
+// CHECK: %[[A_OFF0:.*]] = arith.addi %[[A_ROW_BYTES0]], %[[A_CHUNK_BYTES0]] : i32
+// CHECK-NEXT: %[[A_PTR0:.*]] = llvm.getelementptr %[[A]][%[[A_OFF0]]] : (!llvm.ptr<3>, i32) -> !llvm.ptr<3>, i8
+// CHECK-NEXT: %[[A_K0:.*]] = llvm.load %[[A_PTR0]] {alignment = 16 : i64} : !llvm.ptr<3> -> vector<8xbf16>
+// CHECK-NEXT: %[[ROW_B00:.*]] = arith.remui %[[LANE]], %[[C32]] : i32
+// CHECK-DAG: %[[B_PHASE00:.*]] = arith.remui %[[ROW_B00]], %[[C8]] : i32
+// CHECK-DAG: %[[B_HALF00:.*]] = arith.divui %[[LANE]], %[[C32]] : i32
+// CHECK: %[[B_CHUNK00:.*]] = arith.xori %[[B_HALF00]], %[[B_PHASE00]] : i32
+// CHECK-DAG: %[[B_CHUNK_BYTES00:.*]] = arith.muli %[[B_CHUNK00]], %[[C16]] : i32
+// CHECK-DAG: %[[B_ROW_BYTES00:.*]] = arith.muli %[[ROW_B00]], %[[C128]] : i32
+// CHECK: %[[B_OFF00:.*]] = arith.addi %[[B_ROW_BYTES00]], %[[B_CHUNK_BYTES00]] : i32
+// CHECK-NEXT: %[[B_PTR00:.*]] = llvm.getelementptr %[[B]][%[[B_OFF00]]] : (!llvm.ptr<3>, i32) -> !llvm.ptr<3>, i8
+// CHECK-NEXT: %[[B_K00:.*]] = llvm.load %[[B_PTR00]] {alignment = 16 : i64} : !llvm.ptr<3> -> vector<8xbf16>
+// CHECK-NEXT: rocdl.mfma.f32.32x32x16.bf16 %[[A_K0]], %[[B_K00]], %[[ACC0]], %[[C0]], %[[C0]], %[[C0]]
+// CHECK-COUNT-15: rocdl.mfma.f32.32x32x16.bf16
+// CHECK-NOT: rocdl.mfma
+// CHECK: %[[OUT:.*]] = vector.from_elements {{.*}} : vector<64xf32>
+// CHECK-NEXT: llvm.return %[[OUT]] : vector<64xf32>
+gpu.module @k {
+  llvm.func @mma_tile_mn_major(%a: !llvm.ptr<3>, %b: !llvm.ptr<3>, %acc: vector<64xf32>) -> vector<64xf32> {
+    %r = megamoe.mma_tile %a, %b, %acc {m = 64, n = 128, k = 64, threads = 128, pending = 1, a_mn_major, b_mn_major} : !llvm.ptr<3>, !llvm.ptr<3>, vector<64xf32> -> vector<64xf32>
+    llvm.return %r : vector<64xf32>
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// mma_drain
+//===----------------------------------------------------------------------===//
+
+// -----
+
+// Nothing is in flight on gfx950: the drain is its operand. After an mma_tile {pending = 1}, the MFMA results are
+// returned as they are.
+// CHECK-LABEL: llvm.func @mma_drain
+// CHECK-SAME: (%[[ACC:[^:]+]]: vector<16xf32>)
+// CHECK-NEXT: llvm.return %[[ACC]] : vector<16xf32>
+// CHECK-LABEL: llvm.func @mma_tile_then_drain
+// CHECK-COUNT-4: rocdl.mfma.f32.32x32x16.bf16
+// CHECK-NOT: rocdl.mfma
+// CHECK: %[[OUT:.*]] = vector.from_elements {{.*}} : vector<16xf32>
+// CHECK-NEXT: llvm.return %[[OUT]] : vector<16xf32>
+gpu.module @k {
+  llvm.func @mma_drain(%acc: vector<16xf32>) -> vector<16xf32> {
+    %d = megamoe.mma_drain %acc : vector<16xf32>
+    llvm.return %d : vector<16xf32>
+  }
+  llvm.func @mma_tile_then_drain(%a: !llvm.ptr<3>, %b: !llvm.ptr<3>, %acc: vector<16xf32>) -> vector<16xf32> {
+    %r = megamoe.mma_tile %a, %b, %acc {m = 64, n = 32, k = 64, threads = 128, pending = 1} : !llvm.ptr<3>, !llvm.ptr<3>, vector<16xf32> -> vector<16xf32>
+    %d = megamoe.mma_drain %r : vector<16xf32>
+    llvm.return %d : vector<16xf32>
   }
 }
 
