@@ -133,6 +133,7 @@ void GlobalPtr::store(const Vec& v) const {
   unsigned align = unsigned(std::min<int64_t>(16, vt.getNumElements() * elemBytes(elem_)));
   LLVM::StoreOp::create(k_->builder(), k_->loc(), v.value(), v_, align);
 }
+void GlobalPtr::storeI32(const I32& v) const { LLVM::StoreOp::create(k_->builder(), k_->loc(), v.value(), v_, 4); }
 void GlobalPtr::storeI64(const I64& v) const { LLVM::StoreOp::create(k_->builder(), k_->loc(), v.value(), v_, 8); }
 I32 GlobalPtr::loadI32() const {
   return {k_, LLVM::LoadOp::create(k_->builder(), k_->loc(), k_->builder().getI32Type(), v_, 4)};
@@ -226,6 +227,7 @@ Context Kernel::argContext() { return {this, addArg(ptrType(b_.getContext(), kGl
 I32 Kernel::i32(int64_t v) { return constant<32>(this, v); }
 I64 Kernel::i64(int64_t v) { return constant<64>(this, v); }
 I64 Kernel::widen(const I32& v) { return {this, arith::ExtUIOp::create(b_, loc_, b_.getI64Type(), v.value())}; }
+I64 Kernel::widenSigned(const I32& v) { return {this, arith::ExtSIOp::create(b_, loc_, b_.getI64Type(), v.value())}; }
 I32 Kernel::threadIdx() {
   Value id = gpu::ThreadIdOp::create(b_, loc_, gpu::Dimension::x);
   return {this, arith::IndexCastUIOp::create(b_, loc_, b_.getI32Type(), id)};
@@ -337,6 +339,13 @@ void SharedTile::storeI32(const I32& index, const I32& v) const {
   LLVM::StoreOp::create(k_->builder(), k_->loc(), v.value(), p, 4);
 }
 
+I32 SharedTile::atomicAddI32(const I32& index, const I32& v) const {
+  Value p = LLVM::GEPOp::create(k_->builder(), k_->loc(), base_.getType(), k_->builder().getI32Type(), base_,
+                                ValueRange{index.value()});
+  return {k_, LLVM::AtomicRMWOp::create(k_->builder(), k_->loc(), LLVM::AtomicBinOp::add, p, v.value(),
+                                        LLVM::AtomicOrdering::monotonic, /*syncscope=*/"", 4)};
+}
+
 SharedTile Kernel::dynamicSharedTile(Elem e, int64_t rows, int64_t cols, int64_t stages, int64_t pitch) {
   if (pitch == 0) pitch = cols;
   // Dynamic shared memory starts after the static part, aligned only to 16 bytes: swizzled tiles need 1024.
@@ -444,6 +453,20 @@ Bool Kernel::errorClear(const Context& ctx) {
   Value code = LLVM::LoadOp::create(b_, loc_, b_.getI64Type(), ctx.error().value(), 8, false, false, false, false,
                                     LLVM::AtomicOrdering::acquire, "");
   return {this, arith::CmpIOp::create(b_, loc_, arith::CmpIPredicate::eq, code, i64(0).value())};
+}
+
+void Kernel::reportError(const Context& ctx, uint64_t code, const I64& flag, const I64& seen, const I64& expected) {
+  GlobalPtr rec = ctx.error();
+  Value claim = LLVM::AtomicCmpXchgOp::create(b_, loc_, rec.value(), i64(0).value(), i64(int64_t(code)).value(),
+                                              LLVM::AtomicOrdering::acq_rel, LLVM::AtomicOrdering::monotonic, "");
+  Bool claimed(this, LLVM::ExtractValueOp::create(b_, loc_, claim, ArrayRef<int64_t>{1}));
+  ifThen(claimed, [&] {
+    (rec + i64(abi::kErrorWordRank)).storeI64(widen(ctx.rank()));
+    (rec + i64(abi::kErrorWordFlag)).storeI64(flag);
+    (rec + i64(abi::kErrorWordSeen)).storeI64(seen);
+    (rec + i64(abi::kErrorWordExpected)).storeI64(expected);
+    (rec + i64(abi::kErrorWordBlock)).storeI64(widen(blockIdx()));
+  });
 }
 
 OwningOpRef<ModuleOp> Kernel::finish() {

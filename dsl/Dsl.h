@@ -96,6 +96,7 @@ class GlobalPtr {
   void store(const Vec& v) const;
   I64 loadI64() const;
   I32 loadI32() const;
+  void storeI32(const I32& v) const;
   void storeI64(const I64& v) const;
  private:
   Kernel* k_;
@@ -115,6 +116,8 @@ class SharedTile {
   // Element access for small shared tables (row-major index into the first stage).
   I32 loadI32(const I32& index) const;
   void storeI32(const I32& index, const I32& v) const;
+  // Atomic add (relaxed; the shared table is block-local); returns the previous value.
+  I32 atomicAddI32(const I32& index, const I32& v) const;
   mlir::Value value() const { return base_; }
   Elem elem() const { return elem_; }
   int64_t rows() const { return rows_; }
@@ -169,7 +172,8 @@ class Kernel {
   // Constants and ids.
   I32 i32(int64_t v);
   I64 i64(int64_t v);
-  I64 widen(const I32& v);
+  I64 widen(const I32& v);        // zero-extends
+  I64 widenSigned(const I32& v);  // sign-extends
   I32 threadIdx();
   I32 blockIdx(int dim = 0);
   Vec zeros(int n, Elem e);
@@ -223,6 +227,8 @@ class Kernel {
   Bool waitAtLeast(const Context& ctx, const GlobalPtr& flag, const I64& expected, const I64& flagId, Scope scope);
   // True while the rank's device error record is clear (an acquire load of its code word).
   Bool errorClear(const Context& ctx);
+  // Claims the rank's error record (first error wins) for `code` (abi::ErrorCode) with the values it names.
+  void reportError(const Context& ctx, uint64_t code, const I64& flag, const I64& seen, const I64& expected);
 
   // Finishes the function and hands over the module (the Kernel is spent afterwards).
   mlir::OwningOpRef<mlir::ModuleOp> finish();

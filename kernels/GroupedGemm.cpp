@@ -1,6 +1,6 @@
-// grouped_gemm_{nt,nn,tn}: persistent grouped GEMMs over experts (see GroupedGemmSpec). Each CTA walks the tile
-// list t = blockIdx, blockIdx + grid, ...; a tile is found from the device-side group offsets by one scan over the
-// experts, so group sizes never reach the host.
+// grouped_gemm_{nt,nn,tn}: persistent grouped GEMMs over experts (see GroupedGemmSpec and
+// docs/decisions/gemm-tiles.md). Each CTA walks the tile list t = blockIdx, blockIdx + grid, ...; a tile's expert
+// comes from a per-CTA table built from the device-side group offsets, so group sizes never reach the host.
 #include "dsl/Dsl.h"
 #include "kernels/Kernels.h"
 

@@ -69,7 +69,8 @@ struct GemmNtSpec {
 // MMA reads them transposed.
 struct GroupedGemmSpec {
   enum Layout : int64_t { kNT = 0, kNN = 1, kTN = 2 };
-  static constexpr int64_t kBlockThreads = 128, kBlockM = 64, kBlockN = 128, kBlockK = 64;
+  // What every tile shape below divides: N by the narrowest BLOCK_N, K by BLOCK_K, TN's M by BLOCK_M.
+  static constexpr int64_t kBlockM = 128, kBlockN = 128, kBlockK = 64;
   struct Tiles {
     int64_t threads, m, n, k, stages;
   };
@@ -89,6 +90,23 @@ struct GroupedGemmSpec {
   KernelSpec spec() const {
     return {name(layout), {{"E", experts}, {"N", n}, {layout == kTN ? "M" : "K", kOrM}}};
   }
+};
+
+// dispatch_prologue: the routing tables of one layer call, on the device, from topk_idx (first step of the fused
+// dispatch). One block per rank. Counts the picks per expert (entries of -1 are skipped; an entry outside
+// [-1, E) claims the error record with kBadIndex and is skipped), all-gathers the [R][E] count matrix through the
+// symmetric heap (double-buffered by epoch parity, one flag per source rank), then writes
+//   send_slot [T * topk]: the row of each pick in its owner rank's receive pool (-1 when skipped), and
+//   pool_offsets [E/R + 1]: this rank's receive pool layout by local expert (rows of expert e_l start at
+//   pool_offsets[e_l]; the pool is grouped by local expert, then by source rank; pool_offsets[E/R] = rows received).
+// Within one (source, expert) the order of rows comes from shared atomics and may differ between runs; nothing
+// downstream depends on it. Args: ctx, topk_idx (i32), tokens (i32), counts (heap i32 [2][R][E]),
+// flags (heap u64 [R]), send_slot (i32), pool_offsets (i32).
+struct DispatchPrologueSpec {
+  static constexpr const char* kName = "dispatch_prologue";
+  static constexpr int64_t kBlockThreads = 1024;
+  int64_t experts, topk, ranks;
+  KernelSpec spec() const { return {kName, {{"E", experts}, {"topk", topk}, {"ranks", ranks}}}; }
 };
 
 // ---- communication kernels over the symmetric heap (runtime tests and benchmarks) ----

@@ -9,6 +9,7 @@ namespace megamoe::kernels {
 mlir::OwningOpRef<mlir::ModuleOp> buildSwiglu(mlir::MLIRContext& ctx, const SwigluSpec& s);
 mlir::OwningOpRef<mlir::ModuleOp> buildGemmNt(mlir::MLIRContext& ctx, const GemmNtSpec& s);
 mlir::OwningOpRef<mlir::ModuleOp> buildGroupedGemm(mlir::MLIRContext& ctx, const GroupedGemmSpec& s, Arch arch);
+mlir::OwningOpRef<mlir::ModuleOp> buildDispatchPrologue(mlir::MLIRContext& ctx, const DispatchPrologueSpec& s);
 mlir::OwningOpRef<mlir::ModuleOp> buildEpochAdvance(mlir::MLIRContext& ctx, const EpochAdvanceSpec& s);
 mlir::OwningOpRef<mlir::ModuleOp> buildPingPong(mlir::MLIRContext& ctx, const PingPongSpec& s);
 mlir::OwningOpRef<mlir::ModuleOp> buildAllToAllRows(mlir::MLIRContext& ctx, const AllToAllRowsSpec& s);
@@ -49,7 +50,7 @@ KernelInfo groupedGemmInfo(GroupedGemmSpec::Layout layout) {
                                 : "E=" + std::to_string(s.get("E")) + " must be 1..1024 (the shared tile table)";
             if (e.empty()) e = positiveMultiple("N", s.get("N"), S::kBlockN, "BLOCK_N");
             if (e.empty())
-              e = layout == S::kTN ? positiveMultiple(third, s.get(third), 128, "BLOCK_M")
+              e = layout == S::kTN ? positiveMultiple(third, s.get(third), S::kBlockM, "BLOCK_M")
                                    : positiveMultiple(third, s.get(third), S::kBlockK, "BLOCK_K");
             if (e.empty() && layout != S::kTN && s.get("K") < 128)
               e = "K=" + std::to_string(s.get("K")) + " must be >= 128 (the 3-stage copy pipeline's prologue)";
@@ -86,6 +87,20 @@ const std::vector<KernelInfo>& registry() {
       groupedGemmInfo(GroupedGemmSpec::kNT),
       groupedGemmInfo(GroupedGemmSpec::kNN),
       groupedGemmInfo(GroupedGemmSpec::kTN),
+      {DispatchPrologueSpec::kName,
+       "routing tables on the device: per-expert counts all-gathered, pool offsets, each pick's pool row",
+       {"E", "topk", "ranks"},
+       [](const KernelSpec& s) {
+         const int64_t e = s.get("E"), topk = s.get("topk"), r = s.get("ranks");
+         if (r < 1 || r > 8) return "ranks=" + std::to_string(r) + " must be 1..8";
+         if (e < 1 || e > 1024 || e % r != 0)
+           return "E=" + std::to_string(e) + " must be 1..1024 and a multiple of ranks=" + std::to_string(r);
+         if (topk < 1 || topk > e) return "topk=" + std::to_string(topk) + " must be 1..E";
+         return std::string();
+       },
+       [](mlir::MLIRContext& ctx, const KernelSpec& s, Arch) {
+         return buildDispatchPrologue(ctx, DispatchPrologueSpec{s.get("E"), s.get("topk"), s.get("ranks")});
+       }},
       {EpochAdvanceSpec::kName,
        "advance the rank's epoch by one (launched last in a call; stream-ordered, graph-capturable)",
        {},
@@ -164,6 +179,7 @@ std::vector<KernelSpec> layerKernels(const ModelShape& s, int64_t ranks) {
       G{G::kNN, local, h, 2 * i}.spec(),  // L1 dgrad: dh [tokens, 2I] . w1[e] [2I, H]
       G{G::kTN, local, h, 2 * i}.spec(),  // dW1[e] [2I, H] = dh_e^T [2I, tokens] . x_e [tokens, H]
       // token movement between ranks (until the fused dispatch / combine exist) and the epoch
+      DispatchPrologueSpec{s.experts, s.topk, ranks}.spec(),
       AllToAllRowsSpec{h}.spec(),
       EpochAdvanceSpec{}.spec(),
   };

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Generates every sm_90a kernel the GPU tests (gpu_kernels_test, gpu_comm_test) load into the cache directory $1, so
-# that a machine without a compiler can run them: MEGAMOE_CACHE_DIR=$1 build/tests/gpu/gpu_kernels_test.
+# Generates every sm_90a kernel the GPU tests (gpu_kernels_test, gpu_comm_test, gpu_dispatch_test) load into the
+# cache directory $1, so that a machine without a compiler can run them:
+# MEGAMOE_CACHE_DIR=$1 build/tests/gpu/gpu_kernels_test.
 # Usage: scripts/gen-gpu-test-cache.sh DIR   (MEGAMOE_CACHE_TOOL overrides build/bin/megamoe-cache)
 set -euo pipefail
 if [ $# -ne 1 ]; then
@@ -24,6 +25,8 @@ kernels=(
   "ping_pong rounds=2"      # the CUDA-graph replay test
   "a2a_rows H=7168"
   "peer_store -"
+  "dispatch_prologue E=16,topk=4,ranks=2"    # gpu_dispatch_test
+  "dispatch_prologue E=256,topk=8,ranks=2"   # DeepSeek-V3 routing
 )
 for entry in "${kernels[@]}"; do
   read -r kernel spec <<<"$entry"

@@ -50,7 +50,7 @@ std::string describeDeviceError(const abi::DeviceError& e) {
       return rank + "cross-rank wait timed out on flag " + std::to_string(e.flag) + " (seen " +
              std::to_string(e.seen) + ", expected " + std::to_string(e.expected) + ")" + block;
     case abi::ErrorCode::kBadIndex:
-      return rank + "index out of range at site " + std::to_string(e.flag) + " (value " + std::to_string(e.seen) +
+      return rank + "index out of range at site " + std::to_string(e.flag) + " (value " + std::to_string(int64_t(e.seen)) +
              ", bound " + std::to_string(e.expected) + ")" + block;
     case abi::ErrorCode::kCapacity:
       return rank + "capacity exceeded at site " + std::to_string(e.flag) + " (needed " + std::to_string(e.seen) +
@@ -97,27 +97,26 @@ std::vector<std::unique_ptr<SymmetricHeap>> SymmetricHeap::createSingleProcess(
   if (nranks < 1 || nranks > abi::kMaxRanks)
     throw Error(ErrorCode::kInvalidArgument, "a symmetric heap spans 1 to " + std::to_string(abi::kMaxRanks) +
                                                  " ranks, got " + std::to_string(nranks));
-  std::set<int> ordinals;
   for (const auto& d : devices) {
     if (!d) throw Error(ErrorCode::kInvalidArgument, "null device in the symmetric heap's device list");
     if (d->kind() != devices[0]->kind())
       throw Error(ErrorCode::kInvalidArgument, "a symmetric heap cannot mix CUDA and HIP devices");
-    if (!ordinals.insert(d->ordinal()).second)
-      throw Error(ErrorCode::kInvalidArgument, "device " + std::to_string(d->ordinal()) +
-                                                   " appears twice in the symmetric heap's device list");
   }
   const HeapLayout layout = layoutFor(regions);
+  // Several ranks may share one device (oversubscription, for tests and development on one GPU): their heaps are
+  // separate allocations in the same address space, so no peer access is needed between them.
+  auto sameDevice = [&](int i, int j) { return devices[i]->ordinal() == devices[j]->ordinal(); };
 
   for (int i = 0; i < nranks; ++i)
     for (int j = 0; j < nranks; ++j)
-      if (i != j && !devices[i]->canAccessPeer(*devices[j]))
+      if (!sameDevice(i, j) && !devices[i]->canAccessPeer(*devices[j]))
         throw Error(ErrorCode::kUnsupported, "device " + std::to_string(devices[i]->ordinal()) +
                                                  " cannot access device " + std::to_string(devices[j]->ordinal()) +
                                                  " (no peer-to-peer path); the single-process heap needs P2P "
                                                  "between every pair");
   for (int i = 0; i < nranks; ++i)
     for (int j = 0; j < nranks; ++j)
-      if (i != j) devices[i]->enablePeerAccess(*devices[j]);
+      if (!sameDevice(i, j)) devices[i]->enablePeerAccess(*devices[j]);
 
   auto shared = std::make_shared<SharedAllocations>();
   for (int i = 0; i < nranks; ++i) {

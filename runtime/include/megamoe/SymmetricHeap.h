@@ -31,8 +31,8 @@ class SymmetricHeap {
   // "megamoe." are reserved (Error(kInvalidArgument)).
   static HeapLayout layoutFor(const std::vector<RegionSpec>& regions);
 
-  // Mode A: heap i lives on devices[i] and is rank i. Enables peer access both ways between every pair (a pair
-  // without P2P is an Error(kUnsupported)). The allocations are shared by the returned heaps and freed with the
+  // Mode A: heap i lives on devices[i] and is rank i. Enables peer access both ways between every pair of distinct
+  // devices (a pair without P2P is an Error(kUnsupported)); ranks may share a device (oversubscription). The allocations are shared by the returned heaps and freed with the
   // last of them.
   static std::vector<std::unique_ptr<SymmetricHeap>> createSingleProcess(
       const std::vector<std::shared_ptr<Device>>& devices, const std::vector<RegionSpec>& regions,

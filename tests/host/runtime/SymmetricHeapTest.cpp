@@ -82,7 +82,6 @@ TEST(SymmetricHeap, ModeAWritesContextsWithUvaOffsets) {
 
 TEST(SymmetricHeap, ModeARejectsBadDeviceLists) {
   EXPECT_THROW(SymmetricHeap::createSingleProcess({}, kRegions, fakeEnv()), Error);
-  EXPECT_THROW(SymmetricHeap::createSingleProcess({fakeDevice(0), fakeDevice(0)}, kRegions, fakeEnv()), Error);
   test::ScopedEnv noP2P("FAKEHIP_NO_P2P", "1");
   try {
     SymmetricHeap::createSingleProcess({fakeDevice(0), fakeDevice(1)}, kRegions, fakeEnv());
@@ -190,6 +189,17 @@ TEST(SymmetricHeap, ModeBWithDifferentRegionsNamesTheRank) {
     EXPECT_FALSE(o.ok);
     EXPECT_NE(o.text.find("rank 1's heap layout"), std::string::npos) << o.text;
   }
+}
+
+// Ranks may share a device (oversubscription): separate allocations, peer offsets between them, and no peer
+// access needed (the fake refuses P2P here, which would fail any pair of distinct devices).
+TEST(SymmetricHeap, ModeARanksCanShareADevice) {
+  test::ScopedEnv noP2P("FAKEHIP_NO_P2P", "1");
+  auto heaps = SymmetricHeap::createSingleProcess({fakeDevice(0), fakeDevice(0)}, kRegions, fakeEnv());
+  ASSERT_EQ(heaps.size(), 2u);
+  EXPECT_NE(heaps[0]->base(), heaps[1]->base());
+  EXPECT_EQ(heaps[0]->peerAddress(1, heaps[0]->base()), heaps[1]->base());
+  EXPECT_EQ(heaps[1]->peerAddress(0, heaps[1]->base()), heaps[0]->base());
 }
 
 }  // namespace

@@ -69,7 +69,7 @@ def MegaMoe_TileCopyOp : MegaMoe_Op<"tile_copy"> {
     in flight. On gfx950 async copies complete at once and the two group ops vanish.
     ```mlir
     megamoe.tile_copy %src[%lds], %dst[%ldd] rows_valid %n {rows = 64, cols = 64, threads = 128,
-        elem = bf16, swizzle = b128} : !llvm.ptr<1> -> !llvm.ptr<3>
+        elem = bf16, swizzle = 1 : i32} : !llvm.ptr<1> -> !llvm.ptr<3>   // 1 = b128
     ```
   }];
   let arguments = (ins AnyLLVMPtr:$src, I32:$src_ld, AnyLLVMPtr:$dst, I32:$dst_ld, I32:$rows_valid,

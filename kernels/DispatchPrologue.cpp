@@ -1,0 +1,97 @@
+// dispatch_prologue: routing tables on the device (see DispatchPrologueSpec).
+#include "compiler/abi/DeviceAbi.h"
+#include "dsl/Dsl.h"
+#include "kernels/Kernels.h"
+
+namespace megamoe::kernels {
+using namespace dsl;
+
+mlir::OwningOpRef<mlir::ModuleOp> buildDispatchPrologue(mlir::MLIRContext& mctx, const DispatchPrologueSpec& s) {
+  using S = DispatchPrologueSpec;
+  const int64_t E = s.experts, R = s.ranks, local = E / R, T = S::kBlockThreads;
+  Kernel k(mctx, S::kName, T);
+  Context ctx = k.argContext();
+  GlobalPtr topkIdx = k.argPtr(Elem::i32);
+  I32 tokens = k.argI32();
+  GlobalPtr counts = k.argPtr(Elem::i32);  // heap [2][R][E]
+  GlobalPtr flags = k.argPtr(Elem::i64);   // heap [R]
+  GlobalPtr sendSlot = k.argPtr(Elem::i32);
+  GlobalPtr poolOffsets = k.argPtr(Elem::i32);
+
+  // Shared tables: my counts per expert, then the first pool row of (me, e) at e's owner.
+  SharedTile mine = k.sharedTile(Elem::i32, 1, (E + 3) / 4 * 4);
+  SharedTile base = k.sharedTile(Elem::i32, 1, (E + 3) / 4 * 4);
+  I32 tid = k.threadIdx(), me = ctx.rank();
+  I64 epoch = ctx.epoch();
+  I64 parity = epoch % 2;
+  auto countAt = [&](const I64& slab, const I32& src, const I32& e) {
+    return counts + ((slab * R + k.widen(src)) * E + k.widen(e));
+  };
+
+  k.forRange(tid, k.i32(E), k.i32(T), [&](I32 e) { mine.storeI32(e, k.i32(0)); });
+  k.blockSync();
+  // 1. Count, and remember each pick's order among my picks of its expert (temporarily in send_slot).
+  I32 picks = tokens * s.topk;
+  k.forRange(tid, picks, k.i32(T), [&](I32 i) {
+    GlobalPtr at = topkIdx + k.widen(i);
+    I32 e = at.loadI32();
+    Bool valid = e < k.i32(E);  // unsigned: -1 and every negative value are out of range here
+    k.ifThen(valid, [&] { (sendSlot + k.widen(i)).storeI32(mine.atomicAddI32(e, k.i32(1))); });
+    k.ifThen(!valid, [&] {
+      (sendSlot + k.widen(i)).storeI32(k.i32(-1));
+      // -1 means "no expert"; anything else outside [0, E) is a routing bug the host is told about.
+      k.ifThen(!(e == -1), [&] {
+        k.reportError(ctx, uint64_t(abi::ErrorCode::kBadIndex), k.widen(i), k.widenSigned(e), k.i64(E));
+      });
+    });
+  });
+  k.blockSync();
+  // 2. All-gather the count matrix: my row into every rank's slab [parity], then one flag per source rank.
+  k.forRange(tid, k.i32(E), k.i32(T), [&](I32 e) {
+    k.forRange(k.i32(0), ctx.nranks(), k.i32(1),
+               [&](I32 p) { k.peer(ctx, countAt(parity, me, e), p).storeI32(mine.loadI32(e)); });
+  });
+  k.blockSync();
+  I64 expected = epoch + 1;
+  k.ifThen(tid == 0, [&] {
+    k.forRange(k.i32(0), ctx.nranks(), k.i32(1),
+               [&](I32 p) { k.signal(k.peer(ctx, flags + k.widen(me), p), expected, Scope::system); });
+    k.forRange(k.i32(0), ctx.nranks(), k.i32(1), [&](I32 p) {
+      k.ifThen(k.errorClear(ctx), [&] {
+        k.waitAtLeast(ctx, flags + k.widen(p), expected, k.widen(p) + int64_t(abi::flagId(abi::FlagKind::kUser, 0)),
+                      Scope::system);
+      });
+    });
+  });
+  k.blockSync();
+  k.returnIf(!k.errorClear(ctx));
+  // 3. Pool layout of every owner (expert e's rows start after the owner's earlier experts; within e, source ranks
+  // in order), so base[e] = first row of (me, e) at e's owner. One thread walks the experts: E <= 1024 steps.
+  k.ifThen(tid == 0, [&] {
+    k.forRange(k.i32(0), k.i32(R), k.i32(1), [&](I32 owner) {
+      k.forRange(k.i32(0), k.i32(local), k.i32(1), {k.i32(0)}, [&](I32 el, const std::vector<I32>& run) {
+        I32 e = owner * local + el;
+        auto sums = k.forRange(k.i32(0), k.i32(R), k.i32(1), {k.i32(0), k.i32(0)},
+                               [&](I32 src, const std::vector<I32>& v) {
+                                 I32 c = countAt(parity, src, e).loadI32();
+                                 return std::vector<I32>{v[0] + c, v[1] + k.select(src < me, c, k.i32(0))};
+                               });
+        base.storeI32(e, run[0] + sums[1]);
+        k.ifThen(owner == me, [&] { (poolOffsets + k.widen(el)).storeI32(run[0]); });
+        I32 next = run[0] + sums[0];
+        k.ifThen(owner == me && el == k.i32(local - 1), [&] { (poolOffsets + k.i64(local)).storeI32(next); });
+        return std::vector<I32>{next};
+      });
+    });
+  });
+  k.blockSync();
+  // 4. Every pick's row at its owner.
+  k.forRange(tid, picks, k.i32(T), [&](I32 i) {
+    GlobalPtr slot = sendSlot + k.widen(i);
+    I32 e = (topkIdx + k.widen(i)).loadI32();
+    k.ifThen(e < k.i32(E), [&] { slot.storeI32(base.loadI32(e) + slot.loadI32()); });
+  });
+  return k.finish();
+}
+
+}  // namespace megamoe::kernels

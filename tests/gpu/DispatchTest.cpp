@@ -1,0 +1,475 @@
+// GPU tier for dispatch_prologue (kernels/Kernels.h, DispatchPrologueSpec) on two GPUs in mode A (one process drives
+// both): the routing tables of random topk_idx against a host reference, over consecutive calls whose epochs advance
+// without a reset (token counts that differ between ranks and calls, zero included), at E=16 topk=4 and at the
+// DeepSeek-V3 shape E=256 topk=8, and an out-of-range index that must become a kBadIndex device error on its rank
+// while the other rank still completes. Skips, saying why, without two sm_90a CUDA devices.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <iterator>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "GpuTestSupport.h"
+#include "compiler/abi/DeviceAbi.h"
+#include "megamoe/Runtime.h"
+#include "megamoe/SymmetricHeap.h"
+
+namespace megamoe {
+namespace {
+
+using namespace gputest;
+
+constexpr int kRanks = 2;
+// DispatchPrologueSpec::kBlockThreads (kernels/Kernels.h is not included: it pulls in MLIR).
+constexpr int64_t kBlockThreads = 1024;
+constexpr int32_t kSentinel = 0x7fffffff;  // pre-filled into every output entry; no kernel result is this large
+constexpr size_t kGuard = 64;              // sentinel entries past the end of each output: must stay untouched
+constexpr int kMaxMessages = 8;            // differences spelled out per check; the rest are only counted
+
+struct Shape {
+  int64_t experts, topk;
+  int64_t local() const { return experts / kRanks; }  // experts per rank; rank p owns [p * local, (p + 1) * local)
+  std::vector<std::pair<std::string, int64_t>> spec() const {
+    return {{"E", experts}, {"topk", topk}, {"ranks", kRanks}};
+  }
+  std::string text() const {
+    return "E=" + std::to_string(experts) + " topk=" + std::to_string(topk) + " ranks=" + std::to_string(kRanks);
+  }
+};
+
+// ---- one rank: runtime (device), heap, stream, kernels and the kernel's device buffers ----
+
+struct Rank {
+  std::unique_ptr<Runtime> runtime;
+  SymmetricHeap* heap = nullptr;  // owned by ModeA::heaps
+  StreamHandle stream = nullptr;
+  std::shared_ptr<const Kernel> prologue, epochAdvance;
+  DevicePtr topkIdx = 0, sendSlot = 0, poolOffsets = 0;
+  size_t maxPicks = 0;  // capacity of topk_idx and send_slot (send_slot has kGuard more)
+
+  Device& device() const { return *runtime->device(); }
+  ~Rank() {
+    try {
+      for (DevicePtr p : {topkIdx, sendSlot, poolOffsets})
+        if (p) device().free(p);
+      if (stream) device().destroyStream(stream);
+    } catch (...) {
+    }
+  }
+
+  void launch(const Kernel& kernel, uint32_t grid, void** params) {
+    LaunchDims dims;
+    dims.grid.x = grid;
+    dims.block.x = static_cast<uint32_t>(kernel.metadata().blockThreads);
+    runtime->launch(kernel, dims, stream, params, heap);
+  }
+  // dispatch_prologue(ctx, topk_idx, tokens, counts, flags, send_slot, pool_offsets): one block.
+  void launchPrologue(int32_t tokens) {
+    uint64_t ctx = heap->contextAddress(), idx = topkIdx, counts = heap->regionAddress("counts"),
+             flags = heap->regionAddress("flags"), slot = sendSlot, offsets = poolOffsets;
+    void* params[] = {&ctx, &idx, &tokens, &counts, &flags, &slot, &offsets};
+    launch(*prologue, 1, params);
+  }
+  void launchEpochAdvance() {
+    uint64_t ctx = heap->contextAddress();
+    void* params[] = {&ctx};
+    launch(*epochAdvance, 1, params);
+  }
+
+  uint64_t readEpoch() const {
+    uint64_t epoch = 0;
+    device().copyDeviceToHost(&epoch, heap->contextAddress() + offsetof(abi::DeviceContext, epoch), sizeof epoch);
+    return epoch;
+  }
+  template <typename T>
+  std::vector<T> read(DevicePtr at, size_t count) const {
+    std::vector<T> out(count);
+    if (count) device().copyDeviceToHost(out.data(), at, count * sizeof(T));
+    return out;
+  }
+};
+
+// ---- mode A: both ranks in this process ----
+
+std::vector<RegionSpec> prologueRegions(const Shape& s) {
+  return {{"counts", uint64_t(2 * kRanks * s.experts) * 4, 256}, {"flags", uint64_t(kRanks) * 8, 256}};
+}
+
+struct ModeA {
+  std::vector<std::unique_ptr<SymmetricHeap>> heaps;
+  Rank ranks[kRanks];
+};
+
+// Opens devices 0 and 1 and a heap over them; loads dispatch_prologue for `s` and epoch_advance; allocates the
+// buffers for up to `maxTokens` tokens per rank.
+void openModeA(ModeA& a, const Shape& s, int64_t maxTokens, const RuntimeEnv& env) {
+  for (int r = 0; r < kRanks; ++r) {
+    const int ordinal = openBackend(BackendKind::kCuda)->deviceCount() >= kRanks ? r : 0;
+    a.ranks[r].runtime = std::make_unique<Runtime>(BackendKind::kCuda, ordinal, env);
+    a.ranks[r].stream = a.ranks[r].device().createStream();
+  }
+  a.heaps = SymmetricHeap::createSingleProcess({a.ranks[0].runtime->device(), a.ranks[1].runtime->device()},
+                                               prologueRegions(s), env);
+  for (int r = 0; r < kRanks; ++r) {
+    Rank& rank = a.ranks[r];
+    rank.heap = a.heaps[size_t(r)].get();
+    rank.prologue = loadKernel(*rank.runtime, "dispatch_prologue", s.spec());
+    rank.epochAdvance = loadKernel(*rank.runtime, "epoch_advance", {});
+    ASSERT_EQ(rank.prologue->metadata().blockThreads, kBlockThreads);
+    rank.maxPicks = size_t(std::max<int64_t>(maxTokens * s.topk, 1));
+    rank.topkIdx = rank.device().allocate(rank.maxPicks * 4);
+    rank.sendSlot = rank.device().allocate((rank.maxPicks + kGuard) * 4);
+    rank.poolOffsets = rank.device().allocate((size_t(s.local()) + 1 + kGuard) * 4);
+  }
+}
+
+// Rank r runs on device r, or every rank on device 0 when fewer GPUs are visible (the heap allows ranks to share a
+// device; the two kernels then run side by side on one GPU).
+#define MEGAMOE_REQUIRE_TWO_SM90A_GPUS()                                                                      \
+  MEGAMOE_REQUIRE_CUDA(backend_);                                                                             \
+  for (int ordinal = 0; ordinal < std::min(kRanks, backend_->deviceCount()); ++ordinal)                      \
+    if (backend_->device(ordinal)->target() != kTarget)                                                       \
+      GTEST_SKIP() << "the test cache holds sm_90a code; device " << ordinal << " is "                        \
+                   << backend_->device(ordinal)->target()
+
+// ---- the routing data and its host reference ----
+
+// tokens * topk picks drawn uniformly from [-1, E): about one in E + 1 is -1 ("no expert").
+std::vector<int32_t> randomTopk(std::mt19937& rng, int64_t tokens, const Shape& s) {
+  std::uniform_int_distribution<int32_t> pick(-1, int32_t(s.experts) - 1);
+  std::vector<int32_t> idx(size_t(tokens * s.topk));
+  for (auto& e : idx) e = pick(rng);
+  return idx;
+}
+
+bool validExpert(int32_t e, const Shape& s) { return e >= 0 && e < s.experts; }
+
+struct Reference {
+  std::vector<std::vector<int64_t>> counts;  // [R][E]: source s's picks of expert e (entries outside [0, E) skipped)
+  std::vector<int64_t> offset;               // [E]: first row of expert e in its owner's pool
+  std::vector<std::vector<int64_t>> first;   // [R][E]: first row of (source s, expert e) in e's owner's pool
+  std::vector<int64_t> received;             // [R]: rows of rank p's pool
+  std::vector<std::vector<int32_t>> poolOffsets;  // [R][E/R + 1]: what rank p's pool_offsets must hold
+};
+
+// The owner's pool is grouped by local expert, then by source rank.
+Reference reference(const Shape& s, const std::vector<int32_t> (&idx)[kRanks]) {
+  const int64_t E = s.experts, local = s.local();
+  Reference ref;
+  ref.counts.assign(kRanks, std::vector<int64_t>(size_t(E), 0));
+  for (int src = 0; src < kRanks; ++src)
+    for (int32_t e : idx[src])
+      if (validExpert(e, s)) ++ref.counts[size_t(src)][size_t(e)];
+  ref.offset.assign(size_t(E), 0);
+  ref.first.assign(kRanks, std::vector<int64_t>(size_t(E), 0));
+  ref.received.assign(kRanks, 0);
+  ref.poolOffsets.assign(kRanks, std::vector<int32_t>(size_t(local) + 1, 0));
+  for (int p = 0; p < kRanks; ++p) {
+    int64_t row = 0;
+    for (int64_t el = 0; el < local; ++el) {
+      const size_t e = size_t(p * local + el);
+      ref.offset[e] = row;
+      ref.poolOffsets[size_t(p)][size_t(el)] = int32_t(row);
+      for (int src = 0; src < kRanks; ++src) {
+        ref.first[size_t(src)][e] = row;
+        row += ref.counts[size_t(src)][e];
+      }
+    }
+    ref.received[size_t(p)] = row;
+    ref.poolOffsets[size_t(p)][size_t(local)] = int32_t(row);
+  }
+  return ref;
+}
+
+// What one rank's call left behind.
+struct Outputs {
+  std::vector<int32_t> sendSlot;     // [picks + kGuard]
+  std::vector<int32_t> poolOffsets;  // [E/R + 1 + kGuard]
+  std::vector<int32_t> counts;       // heap [2][R][E]
+  std::vector<uint64_t> flags;       // heap [R]
+};
+
+Outputs readOutputs(const Rank& rank, const Shape& s, size_t picks) {
+  Outputs out;
+  out.sendSlot = rank.read<int32_t>(rank.sendSlot, picks + kGuard);
+  out.poolOffsets = rank.read<int32_t>(rank.poolOffsets, size_t(s.local()) + 1 + kGuard);
+  out.counts = rank.read<int32_t>(rank.heap->regionAddress("counts"), size_t(2 * kRanks * s.experts));
+  out.flags = rank.read<uint64_t>(rank.heap->regionAddress("flags"), kRanks);
+  return out;
+}
+
+// Collects differences: the first kMaxMessages spelled out, all counted.
+struct Diffs {
+  std::string text;
+  size_t count = 0;
+  void add(const std::string& what) {
+    if (count++ < size_t(kMaxMessages)) text += "\n  " + what;
+  }
+};
+
+// Checks the call at `epoch` against the reference. On every rank in `checkedRanks`: pool_offsets equal the
+// reference exactly (and [E/R] = rows received), the count slab [epoch % 2] holds the whole count matrix and
+// flags[src] = epoch + 1. For every pick of every source in `checkedSources`: -1 when its entry is outside [0, E),
+// else a row inside the sub-range of (source, expert) at the expert's owner, [first, first + counts), used by no
+// other pick; with every source checked, every row of every pool is then used exactly once. Entries past the picks
+// must keep the sentinel. "" when all of it holds.
+std::string checkCall(const Shape& s, const std::vector<int32_t> (&idx)[kRanks], const Reference& ref,
+                      const Outputs (&out)[kRanks], uint64_t epoch, const std::vector<int>& checkedRanks,
+                      const std::vector<int>& checkedSources, size_t* mismatches) {
+  const int64_t E = s.experts, local = s.local();
+  Diffs d;
+  for (int r : checkedRanks) {
+    const std::string at = "rank " + std::to_string(r) + ": ";
+    const Outputs& o = out[r];
+    for (size_t i = 0; i < o.poolOffsets.size(); ++i) {
+      const int32_t expected = i <= size_t(local) ? ref.poolOffsets[size_t(r)][i] : kSentinel;
+      if (o.poolOffsets[i] != expected)
+        d.add(at + "pool_offsets[" + std::to_string(i) + "] = " + std::to_string(o.poolOffsets[i]) + ", expected " +
+              std::to_string(expected) + (i > size_t(local) ? " (past the end: the sentinel)" : ""));
+    }
+    const size_t slab = size_t(epoch % 2) * size_t(kRanks * E);
+    for (int src = 0; src < kRanks; ++src)
+      for (int64_t e = 0; e < E; ++e) {
+        const int32_t got = o.counts[slab + size_t(src * E + e)];
+        if (got != ref.counts[size_t(src)][size_t(e)])
+          d.add(at + "counts[" + std::to_string(epoch % 2) + "][" + std::to_string(src) + "][" + std::to_string(e) +
+                "] = " + std::to_string(got) + ", expected " + std::to_string(ref.counts[size_t(src)][size_t(e)]));
+      }
+    for (int src = 0; src < kRanks; ++src)
+      if (o.flags[size_t(src)] != epoch + 1)
+        d.add(at + "flags[" + std::to_string(src) + "] = " + std::to_string(o.flags[size_t(src)]) + ", expected " +
+              std::to_string(epoch + 1));
+  }
+  // used[p][row]: the pick that took row `row` of rank p's pool, as (source << 40) | pick, or -1.
+  std::vector<std::vector<int64_t>> used(kRanks);
+  for (int p = 0; p < kRanks; ++p) used[size_t(p)].assign(size_t(ref.received[size_t(p)]), -1);
+  for (int src : checkedSources) {
+    const std::string at = "rank " + std::to_string(src) + ": ";
+    const std::vector<int32_t>& slot = out[src].sendSlot;
+    const size_t picks = idx[src].size();
+    for (size_t i = 0; i < picks; ++i) {
+      const int32_t e = idx[src][i], v = slot[i];
+      const std::string pick = at + "send_slot[" + std::to_string(i) + "] (expert " + std::to_string(e) + ") = " +
+                               std::to_string(v);
+      if (!validExpert(e, s)) {
+        if (v != -1) d.add(pick + ", expected -1");
+        continue;
+      }
+      const int owner = int(e / local);
+      const int64_t lo = ref.first[size_t(src)][size_t(e)], hi = lo + ref.counts[size_t(src)][size_t(e)];
+      if (v < lo || v >= hi) {
+        d.add(pick + ", outside [" + std::to_string(lo) + ", " + std::to_string(hi) + ") of (source " +
+              std::to_string(src) + ", expert " + std::to_string(e) + ") in rank " + std::to_string(owner) +
+              "'s pool");
+        continue;
+      }
+      int64_t& taken = used[size_t(owner)][size_t(v)];
+      if (taken >= 0) {
+        d.add(pick + ", a row of rank " + std::to_string(owner) + "'s pool already taken by rank " +
+              std::to_string(taken >> 40) + "'s pick " + std::to_string(taken & ((int64_t(1) << 40) - 1)));
+        continue;
+      }
+      taken = (int64_t(src) << 40) | int64_t(i);
+    }
+    for (size_t i = picks; i < slot.size(); ++i)
+      if (slot[i] != kSentinel)
+        d.add(at + "send_slot[" + std::to_string(i) + "] = " + std::to_string(slot[i]) + " past the " +
+              std::to_string(picks) + " picks (expected the sentinel)");
+  }
+  if (checkedSources.size() == size_t(kRanks))
+    for (int p = 0; p < kRanks; ++p) {
+      const size_t free = size_t(std::count(used[size_t(p)].begin(), used[size_t(p)].end(), int64_t(-1)));
+      if (free) d.add("rank " + std::to_string(p) + "'s pool: " + std::to_string(free) + " of " +
+                      std::to_string(ref.received[size_t(p)]) + " rows taken by no pick");
+    }
+  *mismatches = d.count;
+  if (!d.count) return "";
+  return "call at epoch " + std::to_string(epoch) + ": " + std::to_string(d.count) + " differences:" + d.text;
+}
+
+// Uploads rank r's topk_idx and fills its outputs (and their guards) with the sentinel.
+void prepare(Rank& rank, const Shape& s, const std::vector<int32_t>& idx) {
+  ASSERT_LE(idx.size(), rank.maxPicks);
+  if (!idx.empty()) uploadAndWait(rank.device(), rank.topkIdx, idx.data(), idx.size() * 4);
+  const std::vector<int32_t> slots(rank.maxPicks + kGuard, kSentinel), offsets(size_t(s.local()) + 1 + kGuard,
+                                                                                kSentinel);
+  uploadAndWait(rank.device(), rank.sendSlot, slots.data(), slots.size() * 4);
+  uploadAndWait(rank.device(), rank.poolOffsets, offsets.data(), offsets.size() * 4);
+}
+
+// Both ranks' dispatch_prologue, then epoch_advance, launched before either is synchronised: each waits for the other.
+void launchBoth(ModeA& a, const int32_t (&tokens)[kRanks]) {
+  for (int r = 0; r < kRanks; ++r) a.ranks[r].launchPrologue(tokens[r]);
+  for (Rank& rank : a.ranks) rank.launchEpochAdvance();
+}
+
+// One full call on both ranks with fresh random data of `tokens` per rank; checks everything. Returns a summary
+// fragment; `mismatches` accumulates.
+std::string runCheckedCall(ModeA& a, const Shape& s, std::mt19937& rng, const int32_t (&tokens)[kRanks],
+                           size_t* mismatches) {
+  const uint64_t epoch = a.ranks[0].readEpoch();
+  EXPECT_EQ(a.ranks[1].readEpoch(), epoch);
+  std::vector<int32_t> idx[kRanks];
+  for (int r = 0; r < kRanks; ++r) {
+    idx[r] = randomTopk(rng, tokens[r], s);
+    prepare(a.ranks[r], s, idx[r]);
+  }
+  const Reference ref = reference(s, idx);
+  launchBoth(a, tokens);
+  for (Rank& rank : a.ranks) rank.heap->checkErrors(rank.stream);
+  Outputs out[kRanks];
+  for (int r = 0; r < kRanks; ++r) out[r] = readOutputs(a.ranks[r], s, idx[r].size());
+  size_t bad = 0;
+  EXPECT_EQ(checkCall(s, idx, ref, out, epoch, {0, 1}, {0, 1}, &bad), "") << s.text();
+  *mismatches += bad;
+  for (Rank& rank : a.ranks) EXPECT_EQ(rank.readEpoch(), epoch + 1);
+  size_t skipped = 0;
+  for (const auto& v : idx) skipped += size_t(std::count(v.begin(), v.end(), -1));
+  return "epoch " + std::to_string(epoch) + " tokens=" + std::to_string(tokens[0]) + "," + std::to_string(tokens[1]) +
+         " skipped(-1)=" + std::to_string(skipped) + " received=" + std::to_string(ref.received[0]) + "," +
+         std::to_string(ref.received[1]) + " differences=" + std::to_string(bad);
+}
+
+// ---------------------------------------------------------------------------------------------------- tests
+
+// Three consecutive calls at E=16, topk=4 (epochs 0, 1, 2; nothing reset in between), token counts that differ
+// between the ranks and the calls, one of them zero.
+TEST(GpuDispatch, PrologueSmallThreeCalls) {
+  MEGAMOE_REQUIRE_TWO_SM90A_GPUS();
+  std::mt19937 rng = testRng();
+  const Shape s{16, 4};
+  const int32_t tokens[][kRanks] = {{777, 1}, {0, 513}, {8192, 8192}};
+  ModeA a;
+  ASSERT_NO_FATAL_FAILURE(openModeA(a, s, 8192, parseEnv()));
+  std::string summary;
+  size_t mismatches = 0;
+  for (const auto& t : tokens) {
+    summary += "; " + runCheckedCall(a, s, rng, t, &mismatches);
+    if (HasFailure()) break;
+  }
+  std::printf("SUMMARY dispatch_prologue %s calls=%zu%s; total differences=%zu\n", s.text().c_str(),
+              std::size(tokens), summary.c_str(), mismatches);
+}
+
+// The DeepSeek-V3 routing shape: E=256, topk=8, 8192 tokens per rank, one call.
+TEST(GpuDispatch, PrologueDeepSeekV3) {
+  MEGAMOE_REQUIRE_TWO_SM90A_GPUS();
+  std::mt19937 rng = testRng();
+  const Shape s{256, 8};
+  const int32_t tokens[kRanks] = {8192, 8192};
+  ModeA a;
+  ASSERT_NO_FATAL_FAILURE(openModeA(a, s, 8192, parseEnv()));
+  size_t mismatches = 0;
+  const std::string summary = runCheckedCall(a, s, rng, tokens, &mismatches);
+  std::printf("SUMMARY dispatch_prologue %s (DeepSeek-V3): %s\n", s.text().c_str(), summary.c_str());
+}
+
+// Rank 0's topk_idx holds `bad` (value at pick position) among valid entries. After the call rank 1 must complete
+// without error (rank 0 signals before it returns) and with tables that skip the bad picks; rank 0's checkErrors
+// must throw a kBadIndex device error naming rank 0, the pick and its value. Waits are bounded at 2 s.
+void runBadIndexCase(const std::vector<int32_t>& badValues, const char* label) {
+  constexpr uint64_t kTimeoutMs = 2000;
+  const RuntimeEnv env = parseEnv([](const char* name) -> const char* {
+    return std::strcmp(name, "MEGAMOE_WAIT_TIMEOUT_MS") == 0 ? "2000" : std::getenv(name);
+  });
+  ASSERT_EQ(env.waitTimeoutMs, kTimeoutMs);
+  std::mt19937 rng = testRng();
+  const Shape s{16, 4};
+  const int32_t tokens[kRanks] = {1000, 1000};
+  ModeA a;
+  ASSERT_NO_FATAL_FAILURE(openModeA(a, s, 1000, env));
+  ASSERT_EQ(a.ranks[0].readEpoch(), 0u);
+
+  std::vector<int32_t> idx[kRanks];
+  for (int r = 0; r < kRanks; ++r) idx[r] = randomTopk(rng, tokens[r], s);
+  // Distinct random positions on rank 0 for the bad values.
+  std::vector<size_t> positions;
+  std::uniform_int_distribution<size_t> where(0, idx[0].size() - 1);
+  while (positions.size() < badValues.size()) {
+    const size_t p = where(rng);
+    if (std::find(positions.begin(), positions.end(), p) == positions.end()) positions.push_back(p);
+  }
+  std::vector<std::string> accepted;  // the messages a first-wins claim may produce, one per bad entry
+  for (size_t k = 0; k < badValues.size(); ++k) {
+    idx[0][positions[k]] = badValues[k];
+    accepted.push_back("rank 0: index out of range at site " + std::to_string(positions[k]) + " (value " +
+                       std::to_string(badValues[k]) + ", bound " + std::to_string(s.experts) + ") in block 0");
+  }
+  for (int r = 0; r < kRanks; ++r) prepare(a.ranks[r], s, idx[r]);
+  const Reference ref = reference(s, idx);  // the bad entries are skipped like -1
+
+  const auto start = std::chrono::steady_clock::now();
+  launchBoth(a, tokens);
+  // Rank 1 first: it must finish on its own, error-free, well before its wait would time out.
+  std::string rank1Error;
+  try {
+    a.ranks[1].heap->checkErrors(a.ranks[1].stream);
+  } catch (const Error& e) {
+    rank1Error = e.what();
+  }
+  const double rank1Seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_EQ(rank1Error, "") << "rank 1 must complete without an error when rank 0 sees a bad index";
+  EXPECT_LT(rank1Seconds, kTimeoutMs / 1000.0) << "rank 1 waited out its timeout";
+  EXPECT_TRUE(a.ranks[1].heap->usable());
+
+  std::string message;
+  ErrorCode code = ErrorCode::kOk;
+  try {
+    a.ranks[0].heap->checkErrors(a.ranks[0].stream);
+  } catch (const Error& e) {
+    message = e.what();
+    code = e.code();
+  }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_EQ(code, ErrorCode::kDeviceError) << message;
+  EXPECT_LT(seconds, kTimeoutMs / 1000.0 + 2.0);
+  bool named = false;
+  for (const std::string& m : accepted) named = named || message.rfind(m, 0) == 0;
+  std::string expectedText;
+  for (const std::string& m : accepted) expectedText += "\n  \"" + m + "...\"";
+  EXPECT_TRUE(named) << "rank 0's error is \"" << message << "\"; expected one of:" << expectedText;
+  EXPECT_FALSE(a.ranks[0].heap->usable());
+
+  // Rank 1's tables: everything that does not depend on rank 0 having finished (its pool_offsets, its count slab and
+  // flags, its own picks' rows). Rank 0's bad picks were skipped: their send_slot is -1.
+  Outputs out[kRanks];
+  for (int r = 0; r < kRanks; ++r) out[r] = readOutputs(a.ranks[r], s, idx[r].size());
+  size_t bad = 0;
+  EXPECT_EQ(checkCall(s, idx, ref, out, 0, {1}, {1}, &bad), "");
+  for (size_t k = 0; k < positions.size(); ++k)
+    EXPECT_EQ(out[0].sendSlot[positions[k]], -1) << "rank 0's bad pick " << positions[k] << " (value "
+                                                 << badValues[k] << ") was not skipped";
+  std::printf("SUMMARY dispatch_prologue bad index (%s) %s: rank 1 done in %.3f s without error (%zu "
+              "differences); rank 0 error after %.3f s: \"%s\"\n",
+              label, s.text().c_str(), rank1Seconds, bad, seconds, message.c_str());
+}
+
+// One entry = E and one = -7 on rank 0: whichever claims the error record first is named.
+TEST(GpuDispatch, PrologueBadIndexBecomesDeviceError) {
+  MEGAMOE_REQUIRE_TWO_SM90A_GPUS();
+  runBadIndexCase({16, -7}, "one entry = E, one = -7");
+}
+
+// Only -7: the error names the value as the signed entry, -7 (not its 32-bit pattern 4294967289).
+TEST(GpuDispatch, PrologueNegativeBadIndexNamesItsValue) {
+  MEGAMOE_REQUIRE_TWO_SM90A_GPUS();
+  runBadIndexCase({-7}, "one entry = -7");
+}
+
+}  // namespace
+}  // namespace megamoe
+
+int main(int argc, char** argv) {
+  ::testing::InitGoogleTest(&argc, argv);
+  megamoe::gputest::initBaseSeed(argc, argv);
+  return RUN_ALL_TESTS();
+}
