@@ -62,10 +62,7 @@ struct Rank {
   }
 
   void launch(const Kernel& kernel, uint32_t grid, void** params) {
-    LaunchDims dims;
-    dims.grid.x = grid;
-    dims.block.x = static_cast<uint32_t>(kernel.metadata().blockThreads);
-    runtime->launch(kernel, dims, stream, params, heap);
+    gputest::launch1d(*runtime, kernel, grid, stream, params, heap);
   }
   // ping_pong(ctx, flag, log) on the "flag" and "log" regions.
   void launchPingPong() {

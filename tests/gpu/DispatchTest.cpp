@@ -67,10 +67,7 @@ struct Rank {
   }
 
   void launch(const Kernel& kernel, uint32_t grid, void** params) {
-    LaunchDims dims;
-    dims.grid.x = grid;
-    dims.block.x = static_cast<uint32_t>(kernel.metadata().blockThreads);
-    runtime->launch(kernel, dims, stream, params, heap);
+    gputest::launch1d(*runtime, kernel, grid, stream, params, heap);
   }
   // dispatch_prologue(ctx, topk_idx, tokens, counts, flags, send_slot, pool_offsets): one block.
   void launchPrologue(int32_t tokens) {
@@ -468,8 +465,4 @@ TEST(GpuDispatch, PrologueNegativeBadIndexNamesItsValue) {
 }  // namespace
 }  // namespace megamoe
 
-int main(int argc, char** argv) {
-  ::testing::InitGoogleTest(&argc, argv);
-  megamoe::gputest::initBaseSeed(argc, argv);
-  return RUN_ALL_TESTS();
-}
+int main(int argc, char** argv) { return megamoe::gputest::runGpuTests(argc, argv); }

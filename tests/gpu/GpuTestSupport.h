@@ -24,6 +24,7 @@
 #include "megamoe/Backend.h"
 #include "megamoe/Error.h"
 #include "megamoe/Runtime.h"
+#include "megamoe/SymmetricHeap.h"
 
 extern char** environ;
 
@@ -123,6 +124,22 @@ inline std::shared_ptr<const Kernel> loadKernel(Runtime& runtime, const std::str
 
 // cuMemcpyHtoD from pageable memory may return before its DMA has landed, and the tests' non-blocking streams do not
 // wait for the legacy stream it runs on: wait for the device before a kernel reads what was uploaded.
+// A 1-D launch of `kernel` with its own block size on `stream`, checked against `heap`'s usability.
+inline void launch1d(Runtime& runtime, const Kernel& kernel, uint32_t grid, StreamHandle stream, void** params,
+                     const SymmetricHeap* heap) {
+  LaunchDims dims;
+  dims.grid.x = grid;
+  dims.block.x = static_cast<uint32_t>(kernel.metadata().blockThreads);
+  runtime.launch(kernel, dims, stream, params, heap);
+}
+
+// main() of every GPU test binary without worker modes: gtest plus the --seed option.
+inline int runGpuTests(int argc, char** argv) {
+  ::testing::InitGoogleTest(&argc, argv);
+  initBaseSeed(argc, argv);
+  return RUN_ALL_TESTS();
+}
+
 inline void uploadAndWait(Device& device, DevicePtr dst, const void* src, size_t bytes) {
   device.copyHostToDevice(dst, src, bytes);
   device.synchronizeDevice();

@@ -295,8 +295,4 @@ TEST(GpuKernels, GemmNtDeepSeekV3L2) {
 }  // namespace
 }  // namespace megamoe
 
-int main(int argc, char** argv) {
-  ::testing::InitGoogleTest(&argc, argv);
-  megamoe::gputest::initBaseSeed(argc, argv);
-  return RUN_ALL_TESTS();
-}
+int main(int argc, char** argv) { return megamoe::gputest::runGpuTests(argc, argv); }
