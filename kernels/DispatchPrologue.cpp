@@ -28,6 +28,12 @@ mlir::OwningOpRef<mlir::ModuleOp> buildDispatchPrologue(mlir::MLIRContext& mctx,
     return counts + ((slab * R + k.widen(src)) * E + k.widen(e));
   };
 
+  // The kernel was specialised for R ranks: a heap of another size is a launch bug, reported, not run.
+  Bool wrongRanks = !(ctx.nranks() == k.i32(R));
+  k.ifThen(wrongRanks && tid == 0, [&] {
+    k.reportError(ctx, uint64_t(abi::ErrorCode::kBadIndex), k.i64(-1), k.widen(ctx.nranks()), k.i64(R));
+  });
+  k.returnIf(wrongRanks);
   k.forRange(tid, k.i32(E), k.i32(T), [&](I32 e) { mine.storeI32(e, k.i32(0)); });
   k.blockSync();
   // 1. Count, and remember each pick's order among my picks of its expert (temporarily in send_slot).
@@ -66,12 +72,14 @@ mlir::OwningOpRef<mlir::ModuleOp> buildDispatchPrologue(mlir::MLIRContext& mctx,
   k.blockSync();
   k.returnIf(!k.errorClear(ctx));
   // 3. Pool layout of every owner (expert e's rows start after the owner's earlier experts; within e, source ranks
-  // in order), so base[e] = first row of (me, e) at e's owner. One thread walks the experts: E <= 1024 steps.
+  // in order), so base[e] = first row of (me, e) at e's owner. One thread walks the experts: E <= 1024 steps. The
+  // rank loops run to the run-time rank count (= R), so LLVM does not unroll R x E/R x R copies of the body.
+  I32 nranks = ctx.nranks();  // == R, checked above
   k.ifThen(tid == 0, [&] {
-    k.forRange(k.i32(0), k.i32(R), k.i32(1), [&](I32 owner) {
+    k.forRange(k.i32(0), nranks, k.i32(1), [&](I32 owner) {
       k.forRange(k.i32(0), k.i32(local), k.i32(1), {k.i32(0)}, [&](I32 el, const std::vector<I32>& run) {
         I32 e = owner * local + el;
-        auto sums = k.forRange(k.i32(0), k.i32(R), k.i32(1), {k.i32(0), k.i32(0)},
+        auto sums = k.forRange(k.i32(0), nranks, k.i32(1), {k.i32(0), k.i32(0)},
                                [&](I32 src, const std::vector<I32>& v) {
                                  I32 c = countAt(parity, src, e).loadI32();
                                  return std::vector<I32>{v[0] + c, v[1] + k.select(src < me, c, k.i32(0))};
