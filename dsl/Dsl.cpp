@@ -391,12 +391,6 @@ void Kernel::copyTile(const SharedTile& src, const GlobalPtr& dst, const I32& ds
                      src.rows(), src.cols(), blockThreads_, type(src.elem()), swizzle ? Swizzle::b128 : Swizzle::none);
 }
 
-void Kernel::copyTileTransposed(const GlobalPtr& src, const I32& srcLd, const SharedTile& dst, const I32& rowsValid) {
-  auto op = TileCopyOp::create(b_, loc_, src.value(), srcLd.value(), dst.value(), i32(dst.cols()).value(),
-                               rowsValid.value(), dst.cols(), dst.rows(), blockThreads_, type(dst.elem()), Swizzle::b128);
-  op.setTranspose(true);
-}
-
 Acc Kernel::zeroAcc(int64_t m, int64_t n) {
   int64_t perThread = m * n / blockThreads_;
   return {zeros(int(perThread), Elem::f32).value(), m, n};

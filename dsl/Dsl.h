@@ -206,9 +206,6 @@ class Kernel {
   void asyncCommit();
   void asyncWait(int64_t pending);
   void copyTile(const SharedTile& src, const GlobalPtr& dst, const I32& dstLd, const I32& rowsValid, bool swizzle);
-  // Loads the global rows x cols tile into `dst` as cols x rows (dst.rows() == cols): K x N operands become the
-  // K-major [N][K] layout the MMA tile reads. Rows of the source past rowsValid become zeros.
-  void copyTileTransposed(const GlobalPtr& src, const I32& srcLd, const SharedTile& dst, const I32& rowsValid);
   Acc zeroAcc(int64_t m, int64_t n);
   // acc += a * b^T over a 64-wide K stage. pending = 1 returns with this MMA possibly still running (the previous
   // one finished); read the accumulator only after drain().

@@ -138,7 +138,7 @@ struct AllToAllRowsSpec {
 };
 
 // peer_store: bandwidth kernel, dst (on peer `peer`'s heap) = src, in 16-byte chunks, grid-stride.
-// Args: ctx, src, dst (local heap address), chunks (i64), peer (i32).
+// Args: ctx, src, dst (local heap address), chunks (i32), peer (i32), grid (i32: the blocks launched).
 struct PeerStoreSpec {
   static constexpr const char* kName = "peer_store";
   static constexpr int64_t kBlockThreads = 512, kUnroll = 4;
