@@ -12,12 +12,6 @@
 namespace megamoe {
 namespace {
 
-std::vector<uint8_t> fakeImage(const std::string& text) {
-  std::vector<uint8_t> bytes(text.begin(), text.end());
-  bytes.push_back(0);
-  return bytes;
-}
-
 TEST(CudaBackend, MissingDriverIsAClearError) {
   try {
     openBackend(BackendKind::kCuda, "/nonexistent/libcuda.so.1");
@@ -144,7 +138,7 @@ TEST_F(HipFake, EventsMeasureElapsedTime) {
 }
 
 TEST_F(HipFake, LaunchPassesDimsSharedBytesStreamAndParams) {
-  const auto image = fakeImage("FAKEHIP\nscale 3\nother 1\n");
+  const auto image = test::fakeImage("FAKEHIP\nscale 3\nother 1\n");
   ModuleHandle module = device->loadModule(image.data(), image.size());
   FunctionHandle function = device->getFunction(module, "scale");
   StreamHandle stream = device->createStream();
@@ -187,7 +181,7 @@ TEST_F(HipFake, LaunchPassesDimsSharedBytesStreamAndParams) {
 }
 
 TEST_F(HipFake, DriverErrorsNameTheCallAndTheDriversText) {
-  const auto junk = fakeImage("ELF?");
+  const auto junk = test::fakeImage("ELF?");
   try {
     device->loadModule(junk.data(), junk.size());
     FAIL();

@@ -9,12 +9,6 @@
 namespace megamoe {
 namespace {
 
-std::vector<uint8_t> fakeImage(const std::string& text) {
-  std::vector<uint8_t> bytes(text.begin(), text.end());
-  bytes.push_back(0);
-  return bytes;
-}
-
 cache::KernelKey swigluKey() {
   cache::KernelKey key;
   key.kernel = "swiglu_fwd";
@@ -45,7 +39,7 @@ TEST_F(KernelLoaderTest, UsesMegamoeCacheDirAndFindsAnyFingerprint) {
   EXPECT_EQ(loader.cacheRoot(), dir.path());
   cache::KernelKey stored = swigluKey();
   stored.fingerprint = "megamoe-0.1+llvm-22+gen-abc";
-  cache::KernelCache(dir.path()).store(stored, fakeImage("FAKEHIP\nswiglu_fwd_kernel 2\n"), kMetadata);
+  cache::KernelCache(dir.path()).store(stored, test::fakeImage("FAKEHIP\nswiglu_fwd_kernel 2\n"), kMetadata);
 
   const cache::CacheEntry entry = loader.find(swigluKey(), "unused");
   EXPECT_EQ(entry.key.fingerprint, stored.fingerprint);
@@ -60,7 +54,7 @@ TEST_F(KernelLoaderTest, UsesMegamoeCacheDirAndFindsAnyFingerprint) {
 TEST_F(KernelLoaderTest, ModulesAreCachedPerDeviceAndDigest) {
   cache::KernelKey stored = swigluKey();
   stored.fingerprint = "fp";
-  cache::KernelCache(dir.path()).store(stored, fakeImage("FAKEHIP\nswiglu_fwd_kernel 2\n"), kMetadata);
+  cache::KernelCache(dir.path()).store(stored, test::fakeImage("FAKEHIP\nswiglu_fwd_kernel 2\n"), kMetadata);
   auto& fake = test::FakeHip::get();
   const int before = fake.modulesLoaded();
   {
@@ -98,7 +92,7 @@ TEST_F(KernelLoaderTest, MissNamesKeyDigestRootAndHint) {
 TEST_F(KernelLoaderTest, ExactFingerprintMissesAnOlderCompilersEntry) {
   cache::KernelKey old = swigluKey();
   old.fingerprint = "old";
-  cache::KernelCache(dir.path()).store(old, fakeImage("FAKEHIP\nswiglu_fwd_kernel 2\n"), kMetadata);
+  cache::KernelCache(dir.path()).store(old, test::fakeImage("FAKEHIP\nswiglu_fwd_kernel 2\n"), kMetadata);
   cache::KernelKey wanted = swigluKey();
   wanted.fingerprint = "new";
   KernelLoader loader;
@@ -119,7 +113,7 @@ TEST_F(KernelLoaderTest, JitHookBuildsOnMiss) {
     seen = key;
     cache::KernelKey withFingerprint = key;
     withFingerprint.fingerprint = "jit";
-    return cache::KernelCache(dir.path()).store(withFingerprint, fakeImage("FAKEHIP\nswiglu_fwd_kernel 2\n"),
+    return cache::KernelCache(dir.path()).store(withFingerprint, test::fakeImage("FAKEHIP\nswiglu_fwd_kernel 2\n"),
                                                 kMetadata);
   });
   EXPECT_TRUE(KernelLoader::hasJitCompiler());
@@ -158,7 +152,7 @@ TEST_F(KernelLoaderTest, BadMetadataNamesTheEntry) {
   cache::KernelKey stored = swigluKey();
   stored.fingerprint = "fp";
   const auto entry =
-      cache::KernelCache(dir.path()).store(stored, fakeImage("FAKEHIP\nswiglu_fwd_kernel 2\n"), R"({"symbol":"x"})");
+      cache::KernelCache(dir.path()).store(stored, test::fakeImage("FAKEHIP\nswiglu_fwd_kernel 2\n"), R"({"symbol":"x"})");
   KernelLoader loader;
   try {
     loader.load(device, swigluKey(), "");
@@ -173,7 +167,7 @@ TEST_F(KernelLoaderTest, BadMetadataNamesTheEntry) {
 TEST_F(KernelLoaderTest, MissingSymbolInTheCodeObjectIsADriverError) {
   cache::KernelKey stored = swigluKey();
   stored.fingerprint = "fp";
-  cache::KernelCache(dir.path()).store(stored, fakeImage("FAKEHIP\nother_kernel 1\n"), kMetadata);
+  cache::KernelCache(dir.path()).store(stored, test::fakeImage("FAKEHIP\nother_kernel 1\n"), kMetadata);
   auto& fake = test::FakeHip::get();
   const int before = fake.modulesLoaded();
   KernelLoader loader;

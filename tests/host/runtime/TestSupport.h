@@ -13,7 +13,9 @@
 #include <functional>
 #include <optional>
 #include <stdexcept>
+#include <cstdint>
 #include <string>
+#include <vector>
 
 #include "FakeHipControl.h"
 #include "megamoe/Error.h"
@@ -185,5 +187,12 @@ class Child {
   int fd_ = -1;
   std::chrono::steady_clock::time_point start_;
 };
+
+// A "code object" for the fake HIP library: its text, NUL-terminated.
+inline std::vector<uint8_t> fakeImage(const std::string& text) {
+  std::vector<uint8_t> bytes(text.begin(), text.end());
+  bytes.push_back(0);
+  return bytes;
+}
 
 }  // namespace megamoe::test
