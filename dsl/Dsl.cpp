@@ -2,6 +2,7 @@
 // insertion point. This is the only DSL file that includes dialect headers.
 #include "dsl/Dsl.h"
 
+#include <algorithm>
 #include <cstddef>
 #include <stdexcept>
 
@@ -137,6 +138,15 @@ void GlobalPtr::storeI32(const I32& v) const { LLVM::StoreOp::create(k_->builder
 void GlobalPtr::storeI64(const I64& v) const { LLVM::StoreOp::create(k_->builder(), k_->loc(), v.value(), v_, 8); }
 I32 GlobalPtr::loadI32() const {
   return {k_, LLVM::LoadOp::create(k_->builder(), k_->loc(), k_->builder().getI32Type(), v_, 4)};
+}
+Vec GlobalPtr::loadSplat(int n) const {
+  Value one = LLVM::LoadOp::create(k_->builder(), k_->loc(), k_->type(elem_), v_, unsigned(elemBytes(elem_)));
+  auto vt = VectorType::get({n}, k_->type(elem_));
+  return {k_, vector::BroadcastOp::create(k_->builder(), k_->loc(), vt, one)};
+}
+I32 GlobalPtr::atomicAddI32(const I32& v) const {
+  return {k_, LLVM::AtomicRMWOp::create(k_->builder(), k_->loc(), LLVM::AtomicBinOp::add, v_, v.value(),
+                                        LLVM::AtomicOrdering::monotonic, /*syncscope=*/"", 4)};
 }
 I64 GlobalPtr::loadI64() const {
   return {k_, LLVM::LoadOp::create(k_->builder(), k_->loc(), k_->builder().getI64Type(), v_, 8)};
@@ -286,6 +296,10 @@ I32 Kernel::select(const Bool& cond, const I32& a, const I32& b) {
   return {this, arith::SelectOp::create(b_, loc_, cond.value(), a.value(), b.value())};
 }
 
+Vec Kernel::select(const Bool& cond, const Vec& a, const Vec& b) {
+  return {this, arith::SelectOp::create(b_, loc_, cond.value(), a.value(), b.value())};
+}
+
 void Kernel::ifThen(const Bool& cond, const std::function<void()>& body) {
   auto op = scf::IfOp::create(b_, loc_, TypeRange{}, cond.value(), false);
   OpBuilder::InsertionGuard guard(b_);
@@ -326,6 +340,20 @@ SharedTile SharedTile::stage(const I32& s) const {
   Value p = LLVM::GEPOp::create(k_->builder(), k_->loc(), base_.getType(), k_->builder().getI8Type(), base_,
                                 ValueRange{offset.value()});
   return {k_, p, elem_, rows_, cols_, 1, pitch_};
+}
+
+SharedTile SharedTile::rowSlice(int64_t first, int64_t count) const {
+  if (first < 0 || count <= 0 || first + count > rows_) throw std::invalid_argument("rowSlice outside the tile");
+  Value p = LLVM::GEPOp::create(k_->builder(), k_->loc(), base_.getType(), k_->builder().getI8Type(), base_,
+                                ArrayRef<LLVM::GEPArg>{int32_t(first * pitch_ * elemBytes(elem_))});
+  return {k_, p, elem_, count, cols_, 1, pitch_};
+}
+Vec SharedTile::load(const I32& row, const I32& col, int n) const {
+  I32 index = row * pitch_ + col;
+  Value p = LLVM::GEPOp::create(k_->builder(), k_->loc(), base_.getType(), k_->type(elem_), base_,
+                                ValueRange{index.value()});
+  auto vt = VectorType::get({n}, k_->type(elem_));
+  return {k_, LLVM::LoadOp::create(k_->builder(), k_->loc(), vt, p, unsigned(std::min<int64_t>(16, n * elemBytes(elem_))))};
 }
 
 I32 SharedTile::loadI32(const I32& index) const {

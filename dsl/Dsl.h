@@ -98,6 +98,10 @@ class GlobalPtr {
   I32 loadI32() const;
   void storeI32(const I32& v) const;
   void storeI64(const I64& v) const;
+  // One element loaded and repeated n times (e.g. a per-row weight for a vector of that row's values).
+  Vec loadSplat(int n) const;
+  // Atomic fetch-and-add on an i32 at device scope (relaxed); returns the previous value.
+  I32 atomicAddI32(const I32& v) const;
  private:
   Kernel* k_;
   mlir::Value v_;
@@ -113,6 +117,10 @@ class SharedTile {
   int64_t pitch() const { return pitch_; }  // elements from one row to the next (>= cols: padding avoids bank conflicts)
   int64_t bytes() const;                 // one stage
   SharedTile stage(const I32& s) const;  // stage s of a multi-stage buffer
+  // Rows [first, first + count) of the first stage as a tile of its own (first a multiple of 8 keeps swizzling).
+  SharedTile rowSlice(int64_t first, int64_t count) const;
+  // n contiguous elements of row `row` from column `col` (one vector access; col * element size 16-byte aligned).
+  Vec load(const I32& row, const I32& col, int n) const;
   // Element access for small shared tables (row-major index into the first stage).
   I32 loadI32(const I32& index) const;
   void storeI32(const I32& index, const I32& v) const;
@@ -187,6 +195,7 @@ class Kernel {
                             const std::function<std::vector<I32>(I32, const std::vector<I32>&)>& body);
   void ifThen(const Bool& cond, const std::function<void()>& body);
   I32 select(const Bool& cond, const I32& a, const I32& b);
+  Vec select(const Bool& cond, const Vec& a, const Vec& b);
   void returnIf(const Bool& cond);  // every thread for which cond holds exits the kernel
 
   // Shared memory: static tiles (small), or dynamic multi-stage buffers (any size the target holds; the kernel's

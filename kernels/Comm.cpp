@@ -2,15 +2,11 @@
 // peer-bandwidth benchmark are written in the DSL like every other kernel.
 #include "compiler/abi/DeviceAbi.h"
 #include "dsl/Dsl.h"
+#include "kernels/Flags.h"
 #include "kernels/Kernels.h"
 
 namespace megamoe::kernels {
 using namespace dsl;
-
-namespace {
-// DeviceError::flag of a user flag: which peer's (or round's) flag was awaited.
-I64 userFlagId(Kernel& k, const I32& index) { return k.widen(index) + int64_t(abi::flagId(abi::FlagKind::kUser, 0)); }
-}  // namespace
 
 mlir::OwningOpRef<mlir::ModuleOp> buildEpochAdvance(mlir::MLIRContext& mctx, const EpochAdvanceSpec&) {
   Kernel k(mctx, EpochAdvanceSpec::kName, 32);

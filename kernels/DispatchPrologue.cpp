@@ -1,6 +1,7 @@
 // dispatch_prologue: routing tables on the device (see DispatchPrologueSpec).
 #include "compiler/abi/DeviceAbi.h"
 #include "dsl/Dsl.h"
+#include "kernels/Flags.h"
 #include "kernels/Kernels.h"
 
 namespace megamoe::kernels {
@@ -17,10 +18,16 @@ mlir::OwningOpRef<mlir::ModuleOp> buildDispatchPrologue(mlir::MLIRContext& mctx,
   GlobalPtr flags = k.argPtr(Elem::i64);   // heap [R]
   GlobalPtr sendSlot = k.argPtr(Elem::i32);
   GlobalPtr poolOffsets = k.argPtr(Elem::i32);
+  GlobalPtr sendList = k.argPtr(Elem::i32);
+  GlobalPtr sendOff = k.argPtr(Elem::i32);
+  GlobalPtr sendBase = k.argPtr(Elem::i32);
+  GlobalPtr arrivals = k.argPtr(Elem::i64);  // heap [2][R][E/R]
+  GlobalPtr done = k.argPtr(Elem::i64);      // heap [2][R]
 
   // Shared tables: my counts per expert, then the first pool row of (me, e) at e's owner.
   SharedTile mine = k.sharedTile(Elem::i32, 1, (E + 3) / 4 * 4);
   SharedTile base = k.sharedTile(Elem::i32, 1, (E + 3) / 4 * 4);
+  SharedTile off = k.sharedTile(Elem::i32, 1, (E + 1 + 3) / 4 * 4);
   I32 tid = k.threadIdx(), me = ctx.rank();
   I64 epoch = ctx.epoch();
   I64 parity = epoch % 2;
@@ -35,6 +42,11 @@ mlir::OwningOpRef<mlir::ModuleOp> buildDispatchPrologue(mlir::MLIRContext& mctx,
   });
   k.returnIf(wrongRanks);
   k.forRange(tid, k.i32(E), k.i32(T), [&](I32 e) { mine.storeI32(e, k.i32(0)); });
+  // The arrival counters the previous call used (other parity) start again from zero: every increment of that call
+  // was waited for before this call could begin (docs/decisions/fused-dispatch.md).
+  I64 stale = k.i64(1) - parity;
+  k.forRange(tid, k.i32(R * local), k.i32(T), [&](I32 i) { (arrivals + (stale * (R * local) + k.widen(i))).storeI64(k.i64(0)); });
+  k.ifThen(tid < k.i32(R), [&] { (done + (stale * R + k.widen(tid))).storeI64(k.i64(0)); });
   k.blockSync();
   // 1. Count, and remember each pick's order among my picks of its expert (temporarily in send_slot).
   I32 picks = tokens * s.topk;
@@ -64,8 +76,7 @@ mlir::OwningOpRef<mlir::ModuleOp> buildDispatchPrologue(mlir::MLIRContext& mctx,
                [&](I32 p) { k.signal(k.peer(ctx, flags + k.widen(me), p), expected, Scope::system); });
     k.forRange(k.i32(0), ctx.nranks(), k.i32(1), [&](I32 p) {
       k.ifThen(k.errorClear(ctx), [&] {
-        k.waitAtLeast(ctx, flags + k.widen(p), expected, k.widen(p) + int64_t(abi::flagId(abi::FlagKind::kUser, 0)),
-                      Scope::system);
+        k.waitAtLeast(ctx, flags + k.widen(p), expected, userFlagId(k, p), Scope::system);
       });
     });
   });
@@ -92,12 +103,28 @@ mlir::OwningOpRef<mlir::ModuleOp> buildDispatchPrologue(mlir::MLIRContext& mctx,
       });
     });
   });
+  // My picks grouped by expert: expert e's start in send_list (send_off[E] = my valid picks).
+  k.ifThen(tid == 0, [&] {
+    auto total = k.forRange(k.i32(0), k.i32(E), k.i32(1), {k.i32(0)}, [&](I32 e, const std::vector<I32>& run) {
+      off.storeI32(e, run[0]);
+      return std::vector<I32>{run[0] + mine.loadI32(e)};
+    });
+    off.storeI32(k.i32(E), total[0]);
+  });
   k.blockSync();
-  // 4. Every pick's row at its owner.
+  k.forRange(tid, k.i32(E + 1), k.i32(T), [&](I32 e) {
+    (sendOff + k.widen(e)).storeI32(off.loadI32(e));
+    k.ifThen(e < k.i32(E), [&] { (sendBase + k.widen(e)).storeI32(base.loadI32(e)); });
+  });
+  // 4. Every pick's row at its owner, and the pick in send_list.
   k.forRange(tid, picks, k.i32(T), [&](I32 i) {
     GlobalPtr slot = sendSlot + k.widen(i);
     I32 e = (topkIdx + k.widen(i)).loadI32();
-    k.ifThen(e < k.i32(E), [&] { slot.storeI32(base.loadI32(e) + slot.loadI32()); });
+    k.ifThen(e < k.i32(E), [&] {
+      I32 j = slot.loadI32();
+      slot.storeI32(base.loadI32(e) + j);
+      (sendList + k.widen(off.loadI32(e) + j)).storeI32(i);
+    });
   });
   return k.finish();
 }

@@ -100,13 +100,58 @@ struct GroupedGemmSpec {
 //   pool_offsets [E/R + 1]: this rank's receive pool layout by local expert (rows of expert e_l start at
 //   pool_offsets[e_l]; the pool is grouped by local expert, then by source rank; pool_offsets[E/R] = rows received).
 // Within one (source, expert) the order of rows comes from shared atomics and may differ between runs; nothing
-// downstream depends on it. Args: ctx, topk_idx (i32), tokens (i32), counts (heap i32 [2][R][E]),
-// flags (heap u64 [R]), send_slot (i32), pool_offsets (i32).
+// downstream depends on it. It also lists my picks by expert for the push (send_list [T * topk]: pick indices,
+// expert e's at [send_off[e], send_off[e + 1]); send_base [E]: the first pool row of (me, e) at e's owner) and
+// zeroes the arrival counters of the other epoch parity (see DispatchGemmSpec).
+// Args: ctx, topk_idx (i32), tokens (i32), counts (heap i32 [2][R][E]), flags (heap u64 [R]), send_slot (i32),
+// pool_offsets (i32), send_list (i32), send_off (i32 [E + 1]), send_base (i32 [E]), arrivals (heap i64
+// [2][R][E/R]), done (heap i64 [2][R]).
 struct DispatchPrologueSpec {
   static constexpr const char* kName = "dispatch_prologue";
   static constexpr int64_t kBlockThreads = 1024;
   int64_t experts, topk, ranks;
   KernelSpec spec() const { return {kName, {{"E", experts}, {"topk", topk}, {"ranks", ranks}}}; }
+};
+
+// ---- the fused operators of the MoE layer (runtime/include/megamoe/MoeLayer.h runs them) ----
+// Both run the grouped GEMM engine (GroupedGemmSpec's NT tiles) with tiles handed out by a global ticket counter,
+// so blocks that start late still take their share; `legs` selects what runs (benchmark legs, kLeg* bits).
+// Pool rows of (source s, local expert e) at the owner are counted in arrivals[parity][s][e] (zeroed by the
+// prologue of the next call); pool_src[row] = s * 2^24 + the pick's index at s (t * topk + j).
+enum LegBits : int64_t { kLegComm = 1, kLegGemm = 2 };
+
+// dispatch_grouped_gemm: blocks [0, push_blocks) first push my picks' x rows into the owners' pools (units of
+// kPushRows rows of one expert, experts in order of their local index, peers before myself) and count them into
+// the owner's arrivals; then every block takes L1 tiles: a tile waits until every source's rows of its expert
+// have arrived, runs h = pool . w1[e]^T with w1's gate and up rows side by side in one 2 x (BN/2) tile, and its
+// epilogue writes act = silu(gate) * up (optional clamp). Comm-only: block 0 waits for all arrivals at the end.
+// Args: ctx, x [T, H], send_list, send_off, send_base (from the prologue), counts (heap), arrivals (heap),
+// pool (heap bf16 [cap, H]), pool_src (heap i32 [cap]), pool_offsets (i32 [E/R + 1]), w1 [E/R, 2I, H],
+// act (bf16 [cap, I]), tickets (i32 [2], zero), push_blocks, grid, legs (i32).
+struct DispatchGemmSpec {
+  static constexpr const char* kName = "dispatch_grouped_gemm";
+  static constexpr int64_t kPushRows = 8;  // one warp per row
+  int64_t experts, ranks, topk, hidden, intermediate, clampMilli = 0;
+  GroupedGemmSpec gemm() const { return {GroupedGemmSpec::kNT, experts / ranks, 2 * intermediate, hidden}; }
+  KernelSpec spec() const {
+    return {kName, {{"E", experts}, {"ranks", ranks}, {"topk", topk}, {"H", hidden}, {"I", intermediate},
+                    {"clamp_milli", clampMilli}}};
+  }
+};
+
+// grouped_gemm_combine: L2 tiles out = act . w2[e]^T whose epilogue stores each row straight into its home rank's
+// combine buffer at the pick's slot (comb [T_max * topk, H] on the heap); every block then counts itself done at
+// every home rank; once all blocks of all ranks are done, y[t] = sum_j w[t, j] * comb[t * topk + j] in fp32 over
+// the valid picks, as bf16. Gemm-only: rows go into my own combine buffer and y is not computed.
+// Args: ctx, act, w2 [E/R, H, I], pool_offsets, pool_src (heap), comb (heap), done (heap i64 [2][R]), topk_idx,
+// topk_weights (f32), tokens (i32), y [T, H], tickets (i32 [2], zero), grid, legs (i32).
+struct GemmCombineSpec {
+  static constexpr const char* kName = "grouped_gemm_combine";
+  int64_t experts, ranks, topk, hidden, intermediate;
+  GroupedGemmSpec gemm() const { return {GroupedGemmSpec::kNT, experts / ranks, hidden, intermediate}; }
+  KernelSpec spec() const {
+    return {kName, {{"E", experts}, {"ranks", ranks}, {"topk", topk}, {"H", hidden}, {"I", intermediate}}};
+  }
 };
 
 // ---- communication kernels over the symmetric heap (runtime tests and benchmarks) ----

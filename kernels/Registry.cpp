@@ -10,6 +10,8 @@ mlir::OwningOpRef<mlir::ModuleOp> buildSwiglu(mlir::MLIRContext& ctx, const Swig
 mlir::OwningOpRef<mlir::ModuleOp> buildGemmNt(mlir::MLIRContext& ctx, const GemmNtSpec& s);
 mlir::OwningOpRef<mlir::ModuleOp> buildGroupedGemm(mlir::MLIRContext& ctx, const GroupedGemmSpec& s, Arch arch);
 mlir::OwningOpRef<mlir::ModuleOp> buildDispatchPrologue(mlir::MLIRContext& ctx, const DispatchPrologueSpec& s);
+mlir::OwningOpRef<mlir::ModuleOp> buildDispatchGemm(mlir::MLIRContext& ctx, const DispatchGemmSpec& s, Arch arch);
+mlir::OwningOpRef<mlir::ModuleOp> buildGemmCombine(mlir::MLIRContext& ctx, const GemmCombineSpec& s, Arch arch);
 mlir::OwningOpRef<mlir::ModuleOp> buildEpochAdvance(mlir::MLIRContext& ctx, const EpochAdvanceSpec& s);
 mlir::OwningOpRef<mlir::ModuleOp> buildPingPong(mlir::MLIRContext& ctx, const PingPongSpec& s);
 mlir::OwningOpRef<mlir::ModuleOp> buildAllToAllRows(mlir::MLIRContext& ctx, const AllToAllRowsSpec& s);
@@ -34,6 +36,18 @@ std::string positiveMultiple(const char* what, int64_t value, int64_t of, const 
     return std::string(what) + "=" + std::to_string(value) + " must be a positive multiple of " + std::to_string(of) +
            " (" + why + ")";
   return "";
+}
+
+// The constraints both fused operators share: the routing's (as dispatch_prologue) and the GEMM tiles'.
+std::string validateFused(const KernelSpec& s) {
+  const int64_t e = s.get("E"), topk = s.get("topk"), r = s.get("ranks");
+  if (r < 1 || r > 8) return "ranks=" + std::to_string(r) + " must be 1..8";
+  if (e < 1 || e > 1024 || e % r != 0)
+    return "E=" + std::to_string(e) + " must be 1..1024 and a multiple of ranks=" + std::to_string(r);
+  if (topk < 1 || topk > e) return "topk=" + std::to_string(topk) + " must be 1..E";
+  if (auto m = positiveMultiple("H", s.get("H"), GroupedGemmSpec::kBlockN, "BLOCK_N of L2, K of L1"); !m.empty())
+    return m;
+  return positiveMultiple("I", s.get("I"), GroupedGemmSpec::kBlockN, "the gate|up halves of an L1 tile, K of L2");
 }
 
 KernelInfo groupedGemmInfo(GroupedGemmSpec::Layout layout) {
@@ -100,6 +114,26 @@ const std::vector<KernelInfo>& registry() {
        },
        [](mlir::MLIRContext& ctx, const KernelSpec& s, Arch) {
          return buildDispatchPrologue(ctx, DispatchPrologueSpec{s.get("E"), s.get("topk"), s.get("ranks")});
+       }},
+      {DispatchGemmSpec::kName,
+       "fused dispatch + L1 grouped GEMM + SwiGLU: rows pushed to the owners, each tile starts once its rows arrived",
+       {"E", "ranks", "topk", "H", "I", "clamp_milli"},
+       [](const KernelSpec& s) {
+         std::string e = validateFused(s);
+         if (e.empty() && s.get("clamp_milli") < 0) e = "clamp_milli must be >= 0 (0 disables the clamp)";
+         return e;
+       },
+       [](mlir::MLIRContext& ctx, const KernelSpec& s, Arch arch) {
+         return buildDispatchGemm(ctx, DispatchGemmSpec{s.get("E"), s.get("ranks"), s.get("topk"), s.get("H"),
+                                                        s.get("I"), s.get("clamp_milli")}, arch);
+       }},
+      {GemmCombineSpec::kName,
+       "fused L2 grouped GEMM + combine: rows stored at their home rank, then the top-k weighted sum in fp32",
+       {"E", "ranks", "topk", "H", "I"},
+       validateFused,
+       [](mlir::MLIRContext& ctx, const KernelSpec& s, Arch arch) {
+         return buildGemmCombine(ctx, GemmCombineSpec{s.get("E"), s.get("ranks"), s.get("topk"), s.get("H"), s.get("I")},
+                                 arch);
        }},
       {EpochAdvanceSpec::kName,
        "advance the rank's epoch by one (launched last in a call; stream-ordered, graph-capturable)",
@@ -169,19 +203,16 @@ std::vector<KernelSpec> layerKernels(const ModelShape& s, int64_t ranks) {
   using G = GroupedGemmSpec;
   const int64_t local = s.experts / ranks, h = s.hidden, i = s.intermediate;
   std::vector<KernelSpec> out = {
-      // forward
-      G{G::kNT, local, 2 * i, h}.spec(),  // L1: x [tokens, H] . w1[e] [2I, H]^T
-      SwigluSpec{i}.spec(),
-      G{G::kNT, local, h, i}.spec(),      // L2: act [tokens, I] . w2[e] [H, I]^T
-      // backward
+      // forward (runtime/src/MoeLayer.cpp launches these, in this order, and checks this list in the codegen tier)
+      DispatchPrologueSpec{s.experts, s.topk, ranks}.spec(),
+      DispatchGemmSpec{s.experts, ranks, s.topk, h, i}.spec(),
+      GemmCombineSpec{s.experts, ranks, s.topk, h, i}.spec(),
+      EpochAdvanceSpec{}.spec(),
+      // backward engines
       G{G::kNN, local, i, h}.spec(),      // L2 dgrad: dy [tokens, H] . w2[e] [H, I]
       G{G::kTN, local, i, h}.spec(),      // dW2[e] [H, I] = dy_e^T [H, tokens] . act_e [tokens, I]
       G{G::kNN, local, h, 2 * i}.spec(),  // L1 dgrad: dh [tokens, 2I] . w1[e] [2I, H]
       G{G::kTN, local, h, 2 * i}.spec(),  // dW1[e] [2I, H] = dh_e^T [2I, tokens] . x_e [tokens, H]
-      // token movement between ranks (until the fused dispatch / combine exist) and the epoch
-      DispatchPrologueSpec{s.experts, s.topk, ranks}.spec(),
-      AllToAllRowsSpec{h}.spec(),
-      EpochAdvanceSpec{}.spec(),
   };
   return out;
 }

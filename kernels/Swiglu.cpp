@@ -1,5 +1,6 @@
 // swiglu_fwd: the elementwise activation between the two grouped GEMMs (see SwigluSpec).
 #include "dsl/Dsl.h"
+#include "kernels/Activation.h"
 #include "kernels/Kernels.h"
 
 namespace megamoe::kernels {
@@ -19,15 +20,7 @@ mlir::OwningOpRef<mlir::ModuleOp> buildSwiglu(mlir::MLIRContext& ctx, const Swig
   I64 gateAt = k.widen(row) * (2 * s.intermediate) + col;
   Vec gate = (h + gateAt).load(SwigluSpec::kVector).toF32();
   Vec up = (h + (gateAt + s.intermediate)).load(SwigluSpec::kVector).toF32();
-  if (s.clampMilli > 0) {
-    float limit = float(s.clampMilli) / 1000.f;
-    gate = gate.min(limit);
-    up = up.min(limit).max(-limit);
-  }
-  // silu(g) = g / (1 + e^-g), with e^x = 2^(x log2 e).
-  Vec e = (-(gate * gate.splat(1.4426950408889634f))).exp2();
-  Vec silu = gate / (e + e.splat(1.f));
-  (out + (k.widen(row) * s.intermediate + col)).store((silu * up).to(Elem::bf16));
+  (out + (k.widen(row) * s.intermediate + col)).store(swiglu(gate, up, s.clampMilli).to(Elem::bf16));
   return k.finish();
 }
 

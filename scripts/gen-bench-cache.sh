@@ -3,7 +3,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 dir=${1:?usage: scripts/gen-bench-cache.sh CACHE_DIR}
-gen() { build/bin/megamoe-cache generate --targets sm_90a --cache-dir "$dir" --quiet --kernel "$1" --spec "$2" >/dev/null; }
+gen() { build/bin/megamoe-cache generate --targets sm_90a --cache-dir "$dir" --quiet --kernel "$1" ${2:+--spec "$2"} >/dev/null; }
 gen grouped_gemm_nt E=128,N=4096,K=7168
 gen grouped_gemm_nt E=128,N=7168,K=2048
 gen grouped_gemm_nt E=32,N=4096,K=7168
@@ -16,4 +16,9 @@ gen grouped_gemm_nn E=16,N=512,K=1024
 gen grouped_gemm_tn E=16,N=512,M=1024
 gen grouped_gemm_nt E=128,N=3072,K=4096
 gen grouped_gemm_nt E=8,N=28672,K=4096
+# megamoe-bench layer: the DeepSeek-V3 EP2 layer's forward kernels.
+gen dispatch_prologue E=256,topk=8,ranks=2
+gen dispatch_grouped_gemm E=256,ranks=2,topk=8,H=7168,I=2048,clamp_milli=0
+gen grouped_gemm_combine E=256,ranks=2,topk=8,H=7168,I=2048
+gen epoch_advance
 echo "bench kernels in $dir"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Generates every sm_90a kernel the GPU tests (gpu_kernels_test, gpu_comm_test, gpu_dispatch_test) load into the
+# Generates every sm_90a kernel the GPU tests (gpu_kernels_test, gpu_comm_test, gpu_dispatch_test, gpu_layer_test) load into the
 # cache directory $1, so that a machine without a compiler can run them:
 # MEGAMOE_CACHE_DIR=$1 build/tests/gpu/gpu_kernels_test.
 # Usage: scripts/gen-gpu-test-cache.sh DIR   (MEGAMOE_CACHE_TOOL overrides build/bin/megamoe-cache)
@@ -27,6 +27,10 @@ kernels=(
   "peer_store -"
   "dispatch_prologue E=16,topk=4,ranks=2"    # gpu_dispatch_test
   "dispatch_prologue E=256,topk=8,ranks=2"   # DeepSeek-V3 routing
+  # gpu_layer_test: H=512 I=256 E=16 topk=4 over two ranks
+  "dispatch_grouped_gemm E=16,ranks=2,topk=4,H=512,I=256,clamp_milli=0"
+  "dispatch_grouped_gemm E=16,ranks=2,topk=4,H=512,I=256,clamp_milli=7000"
+  "grouped_gemm_combine E=16,ranks=2,topk=4,H=512,I=256"
 )
 for entry in "${kernels[@]}"; do
   read -r kernel spec <<<"$entry"

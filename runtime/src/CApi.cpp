@@ -9,7 +9,13 @@
 #include <vector>
 
 #include "megamoe/Error.h"
+#include "megamoe/MoeLayer.h"
 #include "megamoe/Runtime.h"
+
+static_assert(MEGAMOE_STAGE_COUNT == int(megamoe::Stage::kCount), "megamoe.h stages mirror MoeLayer.h");
+static_assert(MEGAMOE_LEG_FUSED == int(megamoe::Leg::kFused) && MEGAMOE_LEG_COMM_ONLY == int(megamoe::Leg::kCommOnly) &&
+                  MEGAMOE_LEG_GEMM_ONLY == int(megamoe::Leg::kGemmOnly),
+              "megamoe.h legs mirror MoeLayer.h");
 
 struct megamoe_kernel {
   std::shared_ptr<const megamoe::Kernel> kernel;
@@ -23,6 +29,10 @@ struct megamoe_runtime {
 
 struct megamoe_heap {
   std::unique_ptr<megamoe::SymmetricHeap> heap;
+};
+
+struct megamoe_layer {
+  std::unique_ptr<megamoe::MoeLayer> layer;
 };
 
 namespace {
@@ -60,6 +70,25 @@ void requireArg(const T* p, const char* what) {
 }
 
 std::string orEmpty(const char* s) { return s ? s : ""; }
+
+megamoe::MoeLayerConfig toConfig(const megamoe_layer_config* c) {
+  requireArg(c, "config");
+  megamoe::MoeLayerConfig out;
+  out.hidden = c->hidden;
+  out.intermediate = c->intermediate;
+  out.experts = c->experts;
+  out.topk = c->topk;
+  out.maxTokens = c->max_tokens;
+  out.swigluClampMilli = c->swiglu_clamp_milli;
+  return out;
+}
+
+megamoe::Leg toLeg(int leg, const char* what) {
+  if (leg < MEGAMOE_LEG_FUSED || leg > MEGAMOE_LEG_GEMM_ONLY)
+    throw megamoe::Error(megamoe::ErrorCode::kInvalidArgument,
+                         std::string(what) + "=" + std::to_string(leg) + " must be one of MEGAMOE_LEG_*");
+  return static_cast<megamoe::Leg>(leg);
+}
 
 std::vector<megamoe::RegionSpec> toRegions(const megamoe_region_spec* regions, size_t count) {
   if (count) requireArg(regions, "regions");
@@ -218,6 +247,91 @@ int megamoe_check_errors(megamoe_heap* heap, void* stream) {
   return guarded([&] {
     requireArg(heap, "heap");
     heap->heap->checkErrors(stream);
+  });
+}
+
+int megamoe_layer_create(megamoe_runtime* runtime, const megamoe_layer_config* config, int rank, int nranks,
+                         const char* rendezvous_path, megamoe_layer** out) {
+  return guarded([&] {
+    requireArg(out, "out");
+    *out = nullptr;
+    requireArg(runtime, "runtime");
+    if (nranks > 1) requireArg(rendezvous_path, "rendezvous_path");
+    auto handle = std::make_unique<megamoe_layer>();
+    handle->layer =
+        megamoe::MoeLayer::create(*runtime->runtime, toConfig(config), rank, nranks, orEmpty(rendezvous_path));
+    *out = handle.release();
+  });
+}
+
+int megamoe_layer_create_local(megamoe_runtime* const* runtimes, size_t nranks, const megamoe_layer_config* config,
+                               megamoe_layer** out_layers) {
+  return guarded([&] {
+    requireArg(out_layers, "out_layers");
+    requireArg(runtimes, "runtimes");
+    for (size_t i = 0; i < nranks; ++i) out_layers[i] = nullptr;
+    std::vector<megamoe::Runtime*> rts;
+    for (size_t i = 0; i < nranks; ++i) {
+      requireArg(runtimes[i], "runtimes[i]");
+      rts.push_back(runtimes[i]->runtime.get());
+    }
+    auto layers = megamoe::MoeLayer::createLocal(rts, toConfig(config));
+    std::vector<std::unique_ptr<megamoe_layer>> handles;
+    for (auto& l : layers) {
+      handles.push_back(std::make_unique<megamoe_layer>());
+      handles.back()->layer = std::move(l);
+    }
+    for (size_t i = 0; i < nranks; ++i) out_layers[i] = handles[i].release();
+  });
+}
+
+int megamoe_layer_destroy(megamoe_layer* layer) {
+  return guarded([&] { delete layer; });
+}
+
+int megamoe_layer_forward(megamoe_layer* layer, uint64_t x, int64_t tokens, uint64_t topk_idx, uint64_t topk_weights,
+                          uint64_t w1, uint64_t w2, uint64_t y, void* stream) {
+  return guarded([&] {
+    requireArg(layer, "layer");
+    layer->layer->forward({x, tokens, topk_idx, topk_weights, w1, w2, y}, stream);
+  });
+}
+
+int megamoe_layer_set_legs(megamoe_layer* layer, int dispatch_leg, int combine_leg) {
+  return guarded([&] {
+    requireArg(layer, "layer");
+    layer->layer->setLegs(toLeg(dispatch_leg, "dispatch_leg"), toLeg(combine_leg, "combine_leg"));
+  });
+}
+
+int megamoe_layer_set_profiling(megamoe_layer* layer, int on) {
+  return guarded([&] {
+    requireArg(layer, "layer");
+    layer->layer->setProfiling(on != 0);
+  });
+}
+
+int megamoe_layer_stage_ms(megamoe_layer* layer, float* ms) {
+  return guarded([&] {
+    requireArg(layer, "layer");
+    requireArg(ms, "ms");
+    auto times = layer->layer->stageMilliseconds();
+    for (size_t i = 0; i < times.size(); ++i) ms[i] = times[i];
+  });
+}
+
+int megamoe_layer_activation_bytes(const megamoe_layer* layer, uint64_t* bytes) {
+  return guarded([&] {
+    requireArg(layer, "layer");
+    requireArg(bytes, "bytes");
+    *bytes = layer->layer->activationBytes();
+  });
+}
+
+int megamoe_layer_check_errors(megamoe_layer* layer, void* stream) {
+  return guarded([&] {
+    requireArg(layer, "layer");
+    layer->layer->checkErrors(stream);
   });
 }
 

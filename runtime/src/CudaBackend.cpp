@@ -73,6 +73,8 @@ class CudaDevice final : public Device {
               "cuDeviceGetAttribute(COMPUTE_CAPABILITY_MAJOR)" + where);
     d_->check(d_->cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, device_),
               "cuDeviceGetAttribute(COMPUTE_CAPABILITY_MINOR)" + where);
+    d_->check(d_->cuDeviceGetAttribute(&multiprocessors_, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, device_),
+              "cuDeviceGetAttribute(MULTIPROCESSOR_COUNT)" + where);
     // Our Hopper kernels use wgmma/TMA, which exist only in the arch-specific sm_90a.
     target_ = "sm_" + std::to_string(major) + std::to_string(minor) + (major == 9 && minor == 0 ? "a" : "");
   }
@@ -82,6 +84,7 @@ class CudaDevice final : public Device {
   int ordinal() const override { return ordinal_; }
   std::string name() const override { return name_; }
   std::string target() const override { return target_; }
+  int multiprocessors() const override { return multiprocessors_; }
 
   DevicePtr allocate(size_t bytes) override {
     if (bytes == 0) throw Error(ErrorCode::kInvalidArgument, "cannot allocate 0 bytes of device memory");
@@ -311,6 +314,7 @@ class CudaDevice final : public Device {
 
   std::shared_ptr<const CudaDriver> d_;
   int ordinal_;
+  int multiprocessors_ = 0;
   CUdevice device_ = 0;
   CUcontext context_ = nullptr;
   std::string name_, target_;

@@ -20,6 +20,8 @@ const std::vector<EnvVar>& envRegistry() {
        "seconds a rank waits for the others to join the heap rendezvous (positive, fractions allowed)"},
       {"MEGAMOE_WAIT_TIMEOUT_MS", "10000",
        "bound of every cross-rank wait on the device, written into DeviceContext.timeout_ns (positive integer)"},
+      {"MEGAMOE_PUSH_BLOCKS", "32",
+       "blocks of dispatch_grouped_gemm that push token rows to the owners before taking GEMM tiles (1..1024)"},
   };
   return registry;
 }
@@ -76,6 +78,13 @@ RuntimeEnv parseEnv(const std::function<const char*(const char*)>& lookup) {
     if (!digitsOnly || *end != '\0' || errno != 0 || value == 0 || value > 1000ull * 1000 * 1000 * 1000)
       badValue("MEGAMOE_WAIT_TIMEOUT_MS", text, "a positive integer number of milliseconds, at most 1e12");
     env.waitTimeoutMs = value;
+  }
+  {
+    const std::string text = textOr(lookup, "MEGAMOE_PUSH_BLOCKS");
+    const bool digitsOnly = !text.empty() && text.size() <= 4 && text.find_first_not_of("0123456789") == std::string::npos;
+    const int value = digitsOnly ? std::atoi(text.c_str()) : 0;
+    if (value < 1 || value > 1024) badValue("MEGAMOE_PUSH_BLOCKS", text, "an integer from 1 to 1024");
+    env.pushBlocks = value;
   }
   return env;
 }

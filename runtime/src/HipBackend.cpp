@@ -115,6 +115,8 @@ class HipDevice final : public Device {
   // The only AMD target the compiler generates; the device's real gcnArchName lives in hipDeviceProp_t, whose
   // layout changes between ROCm releases, so it is not read here (a wrong target fails at hipModuleLoadData).
   std::string target() const override { return "gfx950"; }
+  // gfx950 parts (MI350X / MI355X) have 256 compute units; read from hipDeviceProp_t it would depend on its layout.
+  int multiprocessors() const override { return 256; }
 
   DevicePtr allocate(size_t bytes) override {
     if (bytes == 0) throw Error(ErrorCode::kInvalidArgument, "cannot allocate 0 bytes of device memory");

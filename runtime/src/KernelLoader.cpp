@@ -74,6 +74,12 @@ cache::CacheEntry KernelLoader::find(const cache::KernelKey& key, const std::str
                   (generateHint.empty() ? std::string("megamoe-cache (see tools/)") : generateHint));
 }
 
+std::string defaultTargetOptions(const std::string& target) {
+  if (target == "sm_90a") return "target=sm_90a;O=3;ptx=80";
+  if (target == "gfx950") return "target=gfx950;O=3;abi=500";
+  return "";
+}
+
 std::shared_ptr<const Kernel> KernelLoader::load(const std::shared_ptr<Device>& device, const cache::KernelKey& key,
                                                  const std::string& generateHint) {
   if (!device) throw Error(ErrorCode::kInvalidArgument, "KernelLoader::load needs a device");

@@ -5,8 +5,11 @@
 
 #include <filesystem>
 
+#include "kernels/Kernels.h"
 #include "megamoe/Error.h"
 #include "megamoe/KernelLoader.h"
+#include "megamoe/MoeLayer.h"
+#include "megamoe/Target/Target.h"
 #include "tools/jit/RuntimeJit.h"
 
 using namespace megamoe;
@@ -56,6 +59,32 @@ TEST(RuntimeJit, ForeignOptionsAreRefused) {
   key.options = "target=sm_90a;O=1";
   EXPECT_THROW(KernelLoader(dir.path).find(key, ""), Error);
   KernelLoader::setJitCompiler({});
+}
+
+// The runtime names the kernels and options the compiler generates without linking it: both lists must agree.
+TEST(RuntimeJit, LayerKernelsMatchTheCompilersList) {
+  for (const auto& preset : kernels::presets())
+    for (int ranks : {2, 8}) {
+      MoeLayerConfig config{preset.hidden, preset.intermediate, preset.experts, preset.topk, 1024, 0};
+      ASSERT_EQ(MoeLayer::validate(config, ranks), "") << preset.name;
+      std::vector<kernels::KernelSpec> compiler = kernels::layerKernels(preset, ranks);
+      for (const auto& [name, spec] : MoeLayer::kernelSpecs(config, ranks)) {
+        bool found = false;
+        for (const auto& k : compiler) found = found || (k.kernel == name && k.constants == spec);
+        EXPECT_TRUE(found) << preset.name << " ranks=" << ranks << ": the layer loads " << name
+                           << " with constants the compiler's layerKernels does not list";
+      }
+    }
+}
+
+TEST(RuntimeJit, DefaultOptionsMatchTheCompiler) {
+  for (const std::string& name : TargetOptions::supported()) {
+    std::string error;
+    auto options = TargetOptions::parse(name, &error);
+    ASSERT_TRUE(options) << error;
+    EXPECT_EQ(defaultTargetOptions(name), options->canonical()) << name;
+  }
+  EXPECT_EQ(defaultTargetOptions("sm_80"), "");
 }
 
 }  // namespace

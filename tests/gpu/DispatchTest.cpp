@@ -53,13 +53,13 @@ struct Rank {
   SymmetricHeap* heap = nullptr;  // owned by ModeA::heaps
   StreamHandle stream = nullptr;
   std::shared_ptr<const Kernel> prologue, epochAdvance;
-  DevicePtr topkIdx = 0, sendSlot = 0, poolOffsets = 0;
+  DevicePtr topkIdx = 0, sendSlot = 0, poolOffsets = 0, sendList = 0, sendOff = 0, sendBase = 0;
   size_t maxPicks = 0;  // capacity of topk_idx and send_slot (send_slot has kGuard more)
 
   Device& device() const { return *runtime->device(); }
   ~Rank() {
     try {
-      for (DevicePtr p : {topkIdx, sendSlot, poolOffsets})
+      for (DevicePtr p : {topkIdx, sendSlot, poolOffsets, sendList, sendOff, sendBase})
         if (p) device().free(p);
       if (stream) device().destroyStream(stream);
     } catch (...) {
@@ -69,11 +69,14 @@ struct Rank {
   void launch(const Kernel& kernel, uint32_t grid, void** params) {
     gputest::launch1d(*runtime, kernel, grid, stream, params, heap);
   }
-  // dispatch_prologue(ctx, topk_idx, tokens, counts, flags, send_slot, pool_offsets): one block.
+  // dispatch_prologue(ctx, topk_idx, tokens, counts, flags, send_slot, pool_offsets, send_list, send_off, send_base,
+  // arrivals, done): one block.
   void launchPrologue(int32_t tokens) {
     uint64_t ctx = heap->contextAddress(), idx = topkIdx, counts = heap->regionAddress("counts"),
-             flags = heap->regionAddress("flags"), slot = sendSlot, offsets = poolOffsets;
-    void* params[] = {&ctx, &idx, &tokens, &counts, &flags, &slot, &offsets};
+             flags = heap->regionAddress("flags"), slot = sendSlot, offsets = poolOffsets, list = sendList,
+             off = sendOff, base = sendBase, arrivals = heap->regionAddress("arrivals"),
+             done = heap->regionAddress("done");
+    void* params[] = {&ctx, &idx, &tokens, &counts, &flags, &slot, &offsets, &list, &off, &base, &arrivals, &done};
     launch(*prologue, 1, params);
   }
   void launchEpochAdvance() {
@@ -98,7 +101,10 @@ struct Rank {
 // ---- mode A: both ranks in this process ----
 
 std::vector<RegionSpec> prologueRegions(const Shape& s) {
-  return {{"counts", uint64_t(2 * kRanks * s.experts) * 4, 256}, {"flags", uint64_t(kRanks) * 8, 256}};
+  return {{"counts", uint64_t(2 * kRanks * s.experts) * 4, 256},
+          {"flags", uint64_t(kRanks) * 8, 256},
+          {"arrivals", uint64_t(2 * kRanks * s.local()) * 8, 256},
+          {"done", uint64_t(2 * kRanks) * 8, 256}};
 }
 
 struct ModeA {
@@ -126,6 +132,9 @@ void openModeA(ModeA& a, const Shape& s, int64_t maxTokens, const RuntimeEnv& en
     rank.topkIdx = rank.device().allocate(rank.maxPicks * 4);
     rank.sendSlot = rank.device().allocate((rank.maxPicks + kGuard) * 4);
     rank.poolOffsets = rank.device().allocate((size_t(s.local()) + 1 + kGuard) * 4);
+    rank.sendList = rank.device().allocate(rank.maxPicks * 4);
+    rank.sendOff = rank.device().allocate(size_t(s.experts + 1) * 4);
+    rank.sendBase = rank.device().allocate(size_t(s.experts) * 4);
   }
 }
 
@@ -193,6 +202,9 @@ struct Outputs {
   std::vector<int32_t> poolOffsets;  // [E/R + 1 + kGuard]
   std::vector<int32_t> counts;       // heap [2][R][E]
   std::vector<uint64_t> flags;       // heap [R]
+  std::vector<int32_t> sendList;     // [picks]
+  std::vector<int32_t> sendOff;      // [E + 1]
+  std::vector<int32_t> sendBase;     // [E]
 };
 
 Outputs readOutputs(const Rank& rank, const Shape& s, size_t picks) {
@@ -201,6 +213,9 @@ Outputs readOutputs(const Rank& rank, const Shape& s, size_t picks) {
   out.poolOffsets = rank.read<int32_t>(rank.poolOffsets, size_t(s.local()) + 1 + kGuard);
   out.counts = rank.read<int32_t>(rank.heap->regionAddress("counts"), size_t(2 * kRanks * s.experts));
   out.flags = rank.read<uint64_t>(rank.heap->regionAddress("flags"), kRanks);
+  out.sendList = rank.read<int32_t>(rank.sendList, picks);
+  out.sendOff = rank.read<int32_t>(rank.sendOff, size_t(s.experts) + 1);
+  out.sendBase = rank.read<int32_t>(rank.sendBase, size_t(s.experts));
   return out;
 }
 
@@ -276,6 +291,27 @@ std::string checkCall(const Shape& s, const std::vector<int32_t> (&idx)[kRanks],
         continue;
       }
       taken = (int64_t(src) << 40) | int64_t(i);
+    }
+    // The push list: expert e's picks at [send_off[e], send_off[e + 1]), the j-th of them in pool row
+    // send_base[e] + j of e's owner.
+    const Outputs& o = out[src];
+    for (int64_t e = 0; e < E; ++e) {
+      const std::string list = at + "expert " + std::to_string(e) + ": ";
+      const int32_t lo = o.sendOff[size_t(e)], hi = o.sendOff[size_t(e) + 1];
+      if (hi - lo != ref.counts[size_t(src)][size_t(e)] || lo < 0 || size_t(hi) > picks) {
+        d.add(list + "send_off range [" + std::to_string(lo) + ", " + std::to_string(hi) + ") does not hold its " +
+              std::to_string(ref.counts[size_t(src)][size_t(e)]) + " picks");
+        continue;
+      }
+      if (o.sendBase[size_t(e)] != ref.first[size_t(src)][size_t(e)])
+        d.add(list + "send_base = " + std::to_string(o.sendBase[size_t(e)]) + ", expected " +
+              std::to_string(ref.first[size_t(src)][size_t(e)]));
+      for (int32_t j = lo; j < hi; ++j) {
+        const int32_t p = o.sendList[size_t(j)];
+        if (p < 0 || size_t(p) >= picks || idx[src][size_t(p)] != e || slot[size_t(p)] != o.sendBase[size_t(e)] + (j - lo))
+          d.add(list + "send_list[" + std::to_string(j) + "] = " + std::to_string(p) +
+                " is not a pick of this expert in the matching pool row");
+      }
     }
     for (size_t i = picks; i < slot.size(); ++i)
       if (slot[i] != kSentinel)

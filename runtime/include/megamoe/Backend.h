@@ -49,6 +49,8 @@ class Device {
   virtual std::string name() const = 0;
   // Code-object target this device runs: "sm_90a" (compute capability 9.0), "sm_XY" otherwise, or "gfx950".
   virtual std::string target() const = 0;
+  // Streaming multiprocessors (CUDA) / compute units (HIP): the grid of persistent kernels.
+  virtual int multiprocessors() const = 0;
 
   virtual DevicePtr allocate(size_t bytes) = 0;
   virtual void free(DevicePtr ptr) = 0;

@@ -40,6 +40,10 @@ class Kernel {
   FunctionHandle function_;
 };
 
+// The options text megamoe-cache generates a target's kernels with by default (compiler/ TargetOptions::canonical()
+// at the default optimisation level; the codegen tier checks they agree). "" for a target it does not know.
+std::string defaultTargetOptions(const std::string& target);
+
 class KernelLoader {
  public:
   // Builds (and stores) an entry for a key, or returns nullopt when it cannot. Registered by the compiler library

@@ -24,6 +24,7 @@ struct RuntimeEnv {
   std::string backend;               // MEGAMOE_BACKEND: "auto" | "cuda" | "hip"
   double rendezvousTimeoutS = 30.0;  // MEGAMOE_RENDEZVOUS_TIMEOUT_S
   uint64_t waitTimeoutMs = 10000;    // MEGAMOE_WAIT_TIMEOUT_MS
+  int pushBlocks = 32;               // MEGAMOE_PUSH_BLOCKS
 };
 
 // Reads through `lookup` (returns nullptr for unset). Throws Error(kInvalidEnv) naming the variable, the bad

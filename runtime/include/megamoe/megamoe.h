@@ -102,6 +102,47 @@ MEGAMOE_API int megamoe_heap_context(const megamoe_heap* heap, uint64_t* device_
  * heap unusable for good. */
 MEGAMOE_API int megamoe_check_errors(megamoe_heap* heap, void* stream);
 
+/* ---- the MoE layer (runtime/include/megamoe/MoeLayer.h has the layouts and the semantics) ---- */
+typedef struct megamoe_layer megamoe_layer;
+
+typedef struct megamoe_layer_config {
+  int64_t hidden;             /* H */
+  int64_t intermediate;       /* I */
+  int64_t experts;            /* E over all ranks; rank r owns [r * E/R, (r + 1) * E/R) */
+  int64_t topk;
+  int64_t max_tokens;         /* per rank and call */
+  int64_t swiglu_clamp_milli; /* 0 = no clamp */
+} megamoe_layer_config;
+
+/* Legs (benchmarks): what each fused operator runs. */
+#define MEGAMOE_LEG_FUSED 0
+#define MEGAMOE_LEG_COMM_ONLY 1
+#define MEGAMOE_LEG_GEMM_ONLY 2
+/* Stages of one forward (indices of megamoe_layer_stage_ms). */
+#define MEGAMOE_STAGE_PROLOGUE 0
+#define MEGAMOE_STAGE_DISPATCH_GEMM 1
+#define MEGAMOE_STAGE_GEMM_COMBINE 2
+#define MEGAMOE_STAGE_COUNT 3
+
+/* One process per GPU: this process is `rank` of `nranks`; all meet at rendezvous_path. */
+MEGAMOE_API int megamoe_layer_create(megamoe_runtime* runtime, const megamoe_layer_config* config, int rank,
+                                     int nranks, const char* rendezvous_path, megamoe_layer** out);
+/* One process drives all GPUs: layer i (rank i) on runtimes[i]'s device; out_layers has nranks slots. */
+MEGAMOE_API int megamoe_layer_create_local(megamoe_runtime* const* runtimes, size_t nranks,
+                                           const megamoe_layer_config* config, megamoe_layer** out_layers);
+/* NULL is accepted. */
+MEGAMOE_API int megamoe_layer_destroy(megamoe_layer* layer);
+/* Device addresses; y [tokens, hidden] bf16 is written. Nothing is synchronised; stream NULL = default stream. */
+MEGAMOE_API int megamoe_layer_forward(megamoe_layer* layer, uint64_t x, int64_t tokens, uint64_t topk_idx,
+                                      uint64_t topk_weights, uint64_t w1, uint64_t w2, uint64_t y, void* stream);
+MEGAMOE_API int megamoe_layer_set_legs(megamoe_layer* layer, int dispatch_leg, int combine_leg);
+MEGAMOE_API int megamoe_layer_set_profiling(megamoe_layer* layer, int on);
+/* Synchronises; ms has MEGAMOE_STAGE_COUNT slots (the last forward's stage times, profiling on). */
+MEGAMOE_API int megamoe_layer_stage_ms(megamoe_layer* layer, float* ms);
+MEGAMOE_API int megamoe_layer_activation_bytes(const megamoe_layer* layer, uint64_t* bytes);
+/* As megamoe_check_errors, for the layer's heap. */
+MEGAMOE_API int megamoe_layer_check_errors(megamoe_layer* layer, void* stream);
+
 #ifdef __cplusplus
 }
 #endif

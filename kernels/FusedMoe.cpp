@@ -1,0 +1,230 @@
+// The fused operators of the MoE layer: dispatch_grouped_gemm and grouped_gemm_combine (see DispatchGemmSpec and
+// GemmCombineSpec, and docs/decisions/fused-dispatch.md for the protocol).
+#include "dsl/Dsl.h"
+#include "kernels/Activation.h"
+#include "kernels/Flags.h"
+#include "kernels/GroupedGemmPipeline.h"
+#include "kernels/Kernels.h"
+
+namespace megamoe::kernels {
+using namespace dsl;
+
+namespace {
+
+constexpr int64_t kSourceShift = int64_t(1) << 24;  // pool_src = source rank * 2^24 + pick
+
+struct Legs {
+  Bool comm, gemm;
+};
+Legs decodeLegs(const I32& legs) {
+  return {legs % 2 == 1, (legs / 2) % 2 == 1};
+}
+
+// Copies one bf16 row of `hidden` elements with the 32 lanes of a warp, 16 bytes per lane and step, `unroll`
+// loads in flight before their stores.
+void copyRowByWarp(Kernel& k, const GlobalPtr& from, const GlobalPtr& to, int64_t hidden, const I32& lane) {
+  const int64_t chunks = hidden / 8;
+  int64_t unroll = 1;
+  for (int64_t u : {4, 2})
+    if (chunks % (32 * u) == 0) {
+      unroll = u;
+      break;
+    }
+  k.forRange(lane, k.i32(chunks), k.i32(32 * unroll), [&](I32 c) {
+    std::vector<Vec> v;
+    for (int64_t j = 0; j < unroll; ++j) v.push_back((from + k.widen(c + 32 * j) * 8).load(8));
+    for (int64_t j = 0; j < unroll; ++j) (to + k.widen(c + 32 * j) * 8).store(v[size_t(j)]);
+  });
+}
+
+}  // namespace
+
+mlir::OwningOpRef<mlir::ModuleOp> buildDispatchGemm(mlir::MLIRContext& mctx, const DispatchGemmSpec& s, Arch arch) {
+  using S = DispatchGemmSpec;
+  const GroupedGemmSpec g = s.gemm();
+  const GroupedGemmSpec::Tiles c = g.tiles(arch);
+  const int64_t E = s.experts, R = s.ranks, local = E / R, H = s.hidden, I = s.intermediate;
+  Kernel k(mctx, S::kName, c.threads);
+  Context ctx = k.argContext();
+  GlobalPtr x = k.argPtr(Elem::bf16);
+  GlobalPtr sendList = k.argPtr(Elem::i32);
+  GlobalPtr sendOff = k.argPtr(Elem::i32);
+  GlobalPtr sendBase = k.argPtr(Elem::i32);
+  GlobalPtr counts = k.argPtr(Elem::i32);
+  GlobalPtr arrivals = k.argPtr(Elem::i64);
+  GlobalPtr pool = k.argPtr(Elem::bf16);
+  GlobalPtr poolSrc = k.argPtr(Elem::i32);
+  GlobalPtr poolOffsets = k.argPtr(Elem::i32);
+  GlobalPtr w1 = k.argPtr(Elem::bf16);
+  GlobalPtr act = k.argPtr(Elem::bf16);
+  GlobalPtr tickets = k.argPtr(Elem::i32);
+  I32 pushBlocks = k.argI32();
+  I32 grid = k.argI32();
+  Legs legs = decodeLegs(k.argI32());
+
+  // A failed prologue (an expert index out of range) leaves nothing to do here; the peers' waits time out.
+  k.returnIf(!k.errorClear(ctx));
+  Rings rings = allocateRings(k, g, c);
+  SharedTile tileFirst = sharedTable(k, local + 1);
+  SharedTile unitFirst = sharedTable(k, E + 1);
+  SharedTile slots = sharedTable(k, 2);
+  I32 tid = k.threadIdx(), me = ctx.rank();
+  I64 parity = ctx.epoch() % 2;
+  auto arrivedAt = [&](const I32& src, const I32& el) {
+    return arrivals + ((parity * R + k.widen(src)) * local + k.widen(el));
+  };
+  // Rows source `src` sends me for my local expert el (the all-gathered counts).
+  auto expectedRows = [&](const I32& src, const I32& el) {
+    return k.widen((counts + ((parity * R + k.widen(src)) * E + k.widen(me * local + el))).loadI32());
+  };
+  auto waitArrivals = [&](const I32& src, const I32& el) {
+    k.ifThen(k.errorClear(ctx), [&] {
+      k.waitAtLeast(ctx, arrivedAt(src, el), expectedRows(src, el), userFlagId(k, src * 65536 + el), Scope::system);
+    });
+  };
+
+  // 1. Push: units of kPushRows rows of one (me -> owner, expert); push order o -> local expert o / R at owner
+  // (me + 1 + o) % R, so that every owner's first experts arrive first and the peers are served before myself.
+  k.ifThen(legs.comm && k.blockIdx() < pushBlocks, [&] {
+    PrefixTable units{k, unitFirst, E};
+    auto expertAt = [&](const I32& o) { return ((me + 1 + o % R) % R) * local + o / R; };
+    auto sendCount = [&](const I32& e) { return (sendOff + k.widen(e + 1)).loadI32() - (sendOff + k.widen(e)).loadI32(); };
+    I32 nUnits = units.build([&](I32 o) { return (sendCount(expertAt(o)) + (S::kPushRows - 1)) / S::kPushRows; });
+    I32 warp = tid / 32, lane = tid % 32;
+    k.forRange(k.blockIdx(), nUnits, pushBlocks, [&](I32 u) {
+      I32 o = units.find(u);
+      I32 e = expertAt(o);
+      I32 owner = e / local;
+      I32 j0 = (u - units.at(o)) * S::kPushRows;
+      I32 left = sendCount(e) - j0;
+      I32 rows = k.select(left < k.i32(S::kPushRows), left, k.i32(S::kPushRows));
+      k.ifThen(warp < rows, [&] {
+        I32 j = j0 + warp;
+        I32 pick = (sendList + k.widen((sendOff + k.widen(e)).loadI32() + j)).loadI32();
+        I32 row = (sendBase + k.widen(e)).loadI32() + j;
+        copyRowByWarp(k, x + k.widen(pick / s.topk) * H, k.peer(ctx, pool + k.widen(row) * H, owner), H, lane);
+        k.ifThen(lane == 0, [&] { k.peer(ctx, poolSrc + k.widen(row), owner).storeI32(me * kSourceShift + pick); });
+      });
+      k.blockSync();  // the unit's rows are written: count them at the owner (the signal is a system release)
+      k.ifThen(tid == 0, [&] {
+        k.signal(k.peer(ctx, arrivedAt(me, e % local), owner), k.widen(rows), Scope::system, /*add=*/true);
+      });
+    });
+  });
+  // Comm-only: everything sent to me has arrived when the leg ends.
+  k.ifThen(legs.comm && !legs.gemm && k.blockIdx() == 0 && tid == 0, [&] {
+    k.forRange(k.i32(0), ctx.nranks(), k.i32(1), [&](I32 src) {
+      k.forRange(k.i32(0), k.i32(local), k.i32(1), [&](I32 el) { waitArrivals(src, el); });
+    });
+  });
+
+  // 2. L1 tiles with SwiGLU in the epilogue.
+  TileScheduler sched{k, g, poolOffsets, c.m, c.n};
+  I32 tiles = sched.buildTable(tileFirst);
+  I32 total = k.select(legs.gemm, tiles, k.i32(0));
+  Pipeline pipe{k, g, c, pool, w1, act, rings.a, rings.b, rings.staging};
+  pipe.gateUpRows = I;
+  pipe.beforeLoads = [&](const TilePlace& p) {
+    k.ifThen(legs.comm && tid == 0, [&] {
+      k.forRange(k.i32(0), ctx.nranks(), k.i32(1), [&](I32 src) { waitArrivals(src, p.expert); });
+    });
+    k.blockSync();
+  };
+  pipe.epilogue = [&](const TilePlace& p, const I32& firstRow) {
+    const int64_t half = c.n / 2, perRow = half / 8;
+    I32 rowsValid = p.groupEnd - firstRow;
+    k.forRange(tid, k.i32(c.m * perRow), k.i32(c.threads), [&](I32 v) {
+      I32 r = v / perRow, col = (v % perRow) * 8;
+      k.ifThen(r < rowsValid, [&] {
+        Vec gate = rings.staging.load(r, col, 8).toF32();
+        Vec up = rings.staging.load(r, col + half, 8).toF32();
+        (act + (k.widen(firstRow + r) * I + k.widen(p.n0 / 2 + col))).store(swiglu(gate, up, s.clampMilli).to(Elem::bf16));
+      });
+    });
+  };
+  pipe.runDynamic(sched, tileFirst, tickets, slots, total, grid);
+  return k.finish();
+}
+
+mlir::OwningOpRef<mlir::ModuleOp> buildGemmCombine(mlir::MLIRContext& mctx, const GemmCombineSpec& s, Arch arch) {
+  using S = GemmCombineSpec;
+  const GroupedGemmSpec g = s.gemm();
+  const GroupedGemmSpec::Tiles c = g.tiles(arch);
+  const int64_t E = s.experts, R = s.ranks, local = E / R, H = s.hidden;
+  Kernel k(mctx, S::kName, c.threads);
+  Context ctx = k.argContext();
+  GlobalPtr act = k.argPtr(Elem::bf16);
+  GlobalPtr w2 = k.argPtr(Elem::bf16);
+  GlobalPtr poolOffsets = k.argPtr(Elem::i32);
+  GlobalPtr poolSrc = k.argPtr(Elem::i32);
+  GlobalPtr comb = k.argPtr(Elem::bf16);
+  GlobalPtr done = k.argPtr(Elem::i64);
+  GlobalPtr topkIdx = k.argPtr(Elem::i32);
+  GlobalPtr topkWeights = k.argPtr(Elem::f32);
+  I32 tokens = k.argI32();
+  GlobalPtr y = k.argPtr(Elem::bf16);
+  GlobalPtr tickets = k.argPtr(Elem::i32);
+  I32 grid = k.argI32();
+  Legs legs = decodeLegs(k.argI32());
+
+  k.returnIf(!k.errorClear(ctx));
+  Rings rings = allocateRings(k, g, c);
+  SharedTile tileFirst = sharedTable(k, local + 1);
+  SharedTile slots = sharedTable(k, 2);
+  I32 tid = k.threadIdx(), me = ctx.rank();
+  I64 parity = ctx.epoch() % 2;
+
+  // 1. L2 tiles; the epilogue stores each row at its home rank (gemm-only: in my own buffer).
+  TileScheduler sched{k, g, poolOffsets, c.m, c.n};
+  I32 total = sched.buildTable(tileFirst);
+  Pipeline pipe{k, g, c, act, w2, comb, rings.a, rings.b, rings.staging};
+  pipe.mmaOn = [&] { return k.select(legs.gemm, k.i32(1), k.i32(0)); };
+  pipe.epilogue = [&](const TilePlace& p, const I32& firstRow) {
+    const int64_t perRow = c.n / 8;
+    I32 rowsValid = p.groupEnd - firstRow;
+    k.forRange(tid, k.i32(c.m * perRow), k.i32(c.threads), [&](I32 v) {
+      I32 r = v / perRow, col = (v % perRow) * 8;
+      k.ifThen(r < rowsValid, [&] {
+        I32 src = (poolSrc + k.widen(firstRow + r)).loadI32();
+        I32 home = k.select(legs.comm, src / kSourceShift, me);
+        GlobalPtr to = k.peer(ctx, comb + (k.widen(src % kSourceShift) * H + k.widen(p.n0 + col)), home);
+        to.store(rings.staging.load(r, col, 8));
+      });
+    });
+  };
+  pipe.runDynamic(sched, tileFirst, tickets, slots, total, grid);
+  k.returnIf(!legs.comm);
+
+  // 2. This block is done at every home rank; wait until every block of every rank is done with my rows.
+  k.blockSync();
+  k.ifThen(tid == 0, [&] {
+    k.forRange(k.i32(0), ctx.nranks(), k.i32(1), [&](I32 home) {
+      k.signal(k.peer(ctx, done + (parity * R + k.widen(me)), home), k.i64(1), Scope::system, /*add=*/true);
+    });
+    k.forRange(k.i32(0), ctx.nranks(), k.i32(1), [&](I32 owner) {
+      k.ifThen(k.errorClear(ctx), [&] {
+        k.waitAtLeast(ctx, done + (parity * R + k.widen(owner)), k.widen(grid), userFlagId(k, owner), Scope::system);
+      });
+    });
+  });
+  k.blockSync();
+  k.returnIf(!k.errorClear(ctx));
+
+  // 3. y[t] = sum over valid picks j of w[t, j] * comb[t * topk + j], in fp32, in pick order (deterministic).
+  const int64_t vectors = H / 8;
+  k.forRange(k.blockIdx(), tokens, grid, [&](I32 t) {
+    k.forRange(tid, k.i32(vectors), k.i32(c.threads), [&](I32 v) {
+      Vec sum = k.zeros(8, Elem::f32);
+      for (int64_t j = 0; j < s.topk; ++j) {
+        I64 pick = k.widen(t) * s.topk + j;
+        Bool valid = (topkIdx + pick).loadI32() < k.i32(E);  // unsigned: -1 is skipped
+        Vec row = (comb + (pick * H + k.widen(v) * 8)).load(8).toF32();
+        sum = k.select(valid, sum + row * (topkWeights + pick).loadSplat(8), sum);
+      }
+      (y + (k.widen(t) * H + k.widen(v) * 8)).store(sum.to(Elem::bf16));
+    });
+  });
+  return k.finish();
+}
+
+}  // namespace megamoe::kernels

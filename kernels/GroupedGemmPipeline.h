@@ -1,0 +1,260 @@
+// The grouped GEMM engine shared by grouped_gemm_{nt,nn,tn} and the fused operators (dispatch_grouped_gemm,
+// grouped_gemm_combine): a shared prefix table, the tile scheduler over device-side group offsets, the
+// asynchronous-copy / MMA main loop, and the two tile loops (static: t = blockIdx + i * grid; dynamic: tickets from
+// a global counter, so that blocks which start late, e.g. after pushing rows to peers, still take their share).
+// Internal to kernels/.
+#pragma once
+#include <functional>
+
+#include "dsl/Dsl.h"
+#include "kernels/Kernels.h"
+
+namespace megamoe::kernels {
+
+// first[i] = sum of count(j) for j < i, for i in [0, n], in shared memory, so that "which i holds item t" is a
+// binary search in shared memory.
+struct PrefixTable {
+  dsl::Kernel& k;
+  dsl::SharedTile first;  // >= n + 1 i32
+  int64_t n;
+
+  // Every thread of the block calls it; returns the total.
+  dsl::I32 build(const std::function<dsl::I32(dsl::I32)>& count) const {
+    using namespace dsl;
+    k.forRange(k.threadIdx(), k.i32(n), k.i32(k.blockThreads()), [&](I32 i) { first.storeI32(i + 1, count(i)); });
+    k.blockSync();
+    k.ifThen(k.threadIdx() == 0, [&] {
+      first.storeI32(k.i32(0), k.i32(0));
+      k.forRange(k.i32(1), k.i32(n + 1), k.i32(1), [&](I32 i) { first.storeI32(i, first.loadI32(i) + first.loadI32(i - 1)); });
+    });
+    k.blockSync();
+    return first.loadI32(k.i32(n));
+  }
+  // The i with first[i] <= t < first[i + 1] (entries with count 0 have first[i] == first[i + 1]: the last such).
+  dsl::I32 find(const dsl::I32& t) const {
+    using namespace dsl;
+    I32 lo = k.i32(0);  // invariant: first[lo] <= t; binary lifting finds the largest such index
+    for (int64_t step = int64_t(1) << 12; step > 0; step >>= 1) {
+      if (step >= 2 * n) continue;
+      I32 probe = lo + step;
+      Bool ok = probe < k.i32(n + 1);
+      I32 safe = k.select(ok, probe, k.i32(n));
+      lo = k.select(ok && (t >= first.loadI32(safe)), probe, lo);
+    }
+    return lo;
+  }
+  dsl::I32 at(const dsl::I32& i) const { return first.loadI32(i); }
+};
+
+// Where a tile sits: its expert, the group's row range, and the tile's row/column origin.
+struct TilePlace {
+  dsl::I32 expert, groupStart, groupEnd, mTile, n0;
+};
+
+// Tile t -> place. Expert e owns mTiles(e) x (N / bn) consecutive tiles: ceil(size_e / bm) m-tiles for NT/NN (an
+// empty expert none), M / bm for TN (every expert, so that an expert without tokens gets its dW = 0 written).
+// Within an expert, n-fastest order: measured on the H200 (bench/results v4 vs v5), bands of 8 m-tiles lost 10-20%
+// against it on every DeepSeek-V3 case.
+struct TileScheduler {
+  dsl::Kernel& k;
+  const GroupedGemmSpec& s;
+  dsl::GlobalPtr offsets;
+  int64_t bm, bn;
+
+  dsl::I32 offset(const dsl::I32& e) const { return (offsets + k.widen(e)).loadI32(); }
+  int64_t nTiles() const { return s.n / bn; }
+  dsl::I32 mTiles(const dsl::I32& start, const dsl::I32& end) const {
+    if (s.layout == GroupedGemmSpec::kTN) return k.i32(s.kOrM / bm);
+    return (end - start + (bm - 1)) / bm;
+  }
+  PrefixTable table(const dsl::SharedTile& first) const { return {k, first, s.experts}; }
+  // Once per block: the first tile of every expert. Returns the total.
+  dsl::I32 buildTable(const dsl::SharedTile& first) const {
+    return table(first).build([&](dsl::I32 e) { return mTiles(offset(e), offset(e + 1)) * nTiles(); });
+  }
+  TilePlace place(const dsl::I32& t, const dsl::SharedTile& first) const {
+    PrefixTable tab = table(first);
+    dsl::I32 e = tab.find(t);
+    dsl::I32 local = t - tab.at(e);
+    return {e, offset(e), offset(e + 1), local / nTiles(), (local % nTiles()) * bn};
+  }
+};
+
+// The shared-memory buffers of the main loop and the epilogue, in every kernel that runs the engine.
+struct Rings {
+  dsl::SharedTile a, b, staging;
+};
+inline Rings allocateRings(dsl::Kernel& k, const GroupedGemmSpec& s, const GroupedGemmSpec::Tiles& c) {
+  using namespace dsl;
+  bool tn = s.layout == GroupedGemmSpec::kTN, nt = s.layout == GroupedGemmSpec::kNT;
+  // K-major [MN][64] rings, or MN-major [64][MN] ones.
+  SharedTile a = tn ? k.dynamicSharedTile(Elem::bf16, c.k, c.m, c.stages) : k.dynamicSharedTile(Elem::bf16, c.m, c.k, c.stages);
+  SharedTile b = nt ? k.dynamicSharedTile(Elem::bf16, c.n, c.k, c.stages) : k.dynamicSharedTile(Elem::bf16, c.k, c.n, c.stages);
+  // Staging rows padded by 8 elements (16 bytes): the 8 rows a warp's fragment store touches fall in distinct banks.
+  return {a, b, k.dynamicSharedTile(Elem::bf16, c.m, c.n, 1, c.n + 8)};
+}
+// Shared i32 table of n entries (rounded up to whole 16-byte rows).
+inline dsl::SharedTile sharedTable(dsl::Kernel& k, int64_t n) {
+  return k.dynamicSharedTile(dsl::Elem::i32, 1, (n + 3) / 4 * 4, 1);
+}
+
+// The main loop of every layout: a `stages`-deep ring of asynchronous copies; the MMA of stage k overlaps the copies
+// of stage k + stages - 1, and the MMA of stage k + 1 is issued before stage k's result is waited for. The ring's
+// first stages for a tile are issued by `prologue` (before the previous tile's epilogue, so its stores overlap
+// them). NT reads both operands K-major; NN's B and TN's A and B are K x MN slabs kept MN-major.
+struct Pipeline {
+  dsl::Kernel& k;
+  const GroupedGemmSpec& s;
+  const GroupedGemmSpec::Tiles& c;
+  dsl::GlobalPtr a, b, out;
+  dsl::SharedTile ringA, ringB, staging;
+
+  // Optional parts of the fused operators.
+  // NT only: B's tile is two halves, rows [n0 / 2, + bn / 2) and [gateUpRows + n0 / 2, + bn / 2) of B[e] (the gate
+  // and up rows of a SwiGLU pair, so the epilogue sees gate | up side by side). 0 = plain.
+  int64_t gateUpRows = 0;
+  // Called by every thread before a tile's first copies (may block-sync), e.g. to wait for the rows to arrive.
+  std::function<void(const TilePlace&)> beforeLoads;
+  // Replaces the default epilogue (staging -> out); called by every thread once the tile is in `staging`.
+  std::function<void(const TilePlace&, const dsl::I32& firstRow)> epilogue;
+  // 0 (run time) skips the K loop: the tile's accumulator stays zero (communication-only benchmark legs).
+  std::function<dsl::I32()> mmaOn;
+
+  bool tn() const { return s.layout == GroupedGemmSpec::kTN; }
+  bool aMN() const { return tn(); }
+  bool bMN() const { return s.layout != GroupedGemmSpec::kNT; }
+  // First output row of the tile: NT/NN rows of the group; TN rows of C[e] (M).
+  dsl::I32 m0(const TilePlace& p) const { return tn() ? p.mTile * c.m : p.groupStart + p.mTile * c.m; }
+  // K steps: fixed for NT/NN; the group's size for TN.
+  dsl::I32 kTiles(const TilePlace& p) const {
+    dsl::I32 steps = tn() ? (p.groupEnd - p.groupStart + (c.k - 1)) / c.k : k.i32(s.kOrM / c.k);
+    return mmaOn ? steps * mmaOn() : steps;
+  }
+  void issue(const TilePlace& p, const dsl::I32& kt) const {
+    using namespace dsl;
+    I32 slot = kt % c.stages;
+    I32 first = m0(p);
+    if (tn()) {
+      // Rows are the group's tokens: A [tokens, M], B [tokens, N]; tokens past the group are zero-filled.
+      I32 row = p.groupStart + kt * c.k;
+      I32 valid = p.groupEnd - row;
+      k.copyTileMN(a + (k.widen(row) * s.kOrM + k.widen(first)), k.i32(s.kOrM), ringA.stage(slot), valid, true);
+      k.copyTileMN(b + (k.widen(row) * s.n + k.widen(p.n0)), k.i32(s.n), ringB.stage(slot), valid, true);
+      return;
+    }
+    GlobalPtr aRows = a + k.widen(first) * s.kOrM;
+    k.copyTile(aRows + k.widen(kt * c.k), k.i32(s.kOrM), ringA.stage(slot), p.groupEnd - first, true, true);
+    if (s.layout == GroupedGemmSpec::kNT && gateUpRows > 0) {
+      const int64_t half = c.n / 2;
+      SharedTile stage = ringB.stage(slot);
+      I64 gate = k.widen(p.expert) * (2 * gateUpRows) + k.widen(p.n0 / 2);
+      k.copyTile(b + (gate * s.kOrM + k.widen(kt * c.k)), k.i32(s.kOrM), stage.rowSlice(0, half), k.i32(half), true,
+                 true);
+      k.copyTile(b + ((gate + gateUpRows) * s.kOrM + k.widen(kt * c.k)), k.i32(s.kOrM), stage.rowSlice(half, half),
+                 k.i32(half), true, true);
+    } else if (s.layout == GroupedGemmSpec::kNT) {
+      GlobalPtr bRows = b + (k.widen(p.expert) * s.n + k.widen(p.n0)) * s.kOrM;
+      k.copyTile(bRows + k.widen(kt * c.k), k.i32(s.kOrM), ringB.stage(slot), k.i32(c.n), true, true);
+    } else {
+      GlobalPtr bSlab = b + ((k.widen(p.expert) * s.kOrM + k.widen(kt * c.k)) * s.n + k.widen(p.n0));
+      k.copyTileMN(bSlab, k.i32(s.n), ringB.stage(slot), k.i32(c.k), true);
+    }
+  }
+  void prologue(const TilePlace& p) const {
+    using namespace dsl;
+    if (beforeLoads) beforeLoads(p);
+    I32 steps = kTiles(p);
+    for (int64_t st = 0; st + 1 < c.stages; ++st) {
+      if (tn() || mmaOn)
+        k.ifThen(k.i32(st) < steps, [&] { issue(p, k.i32(st)); });
+      else
+        issue(p, k.i32(st));  // NT/NN: K >= 128 is validated, so the first stages exist
+      k.asyncCommit();
+    }
+  }
+  // Runs tile p (its prologue already issued); `thenNext` (every thread, after the ring is free) issues the next
+  // tile's prologue if there is one; then the epilogue.
+  void tile(const TilePlace& p, const std::function<void()>& thenNext) const {
+    using namespace dsl;
+    I32 steps = kTiles(p);
+    Acc acc = k.forRange(k.i32(0), steps, k.i32(1), k.zeroAcc(c.m, c.n), [&](I32 kt, Acc acc) {
+      k.asyncWait(c.stages - 2);  // stage kt has landed (for this thread) ...
+      k.blockSync();              // ... and for every thread
+      I32 slot = kt % c.stages;
+      Acc nextAcc = k.mma(acc, ringA.stage(slot), ringB.stage(slot), /*pending=*/1, aMN(), bMN());
+      // The MMA of stage kt - 1 has finished in every warpgroup: its slot can be refilled.
+      k.blockSync();
+      I32 ahead = kt + (c.stages - 1);
+      k.ifThen(ahead < steps, [&] { issue(p, ahead); });
+      k.asyncCommit();  // an empty group past the end keeps the wait counts uniform
+      return nextAcc;
+    });
+    acc = k.drain(acc);
+    if (tn() || mmaOn) k.asyncWait(0);  // a tile shorter than the ring ends with copies never waited for
+    k.blockSync();  // every warpgroup is done with the ring
+    thenNext();
+    // Epilogue through shared memory: fragments into a padded staging tile, then 16-byte coalesced row stores.
+    I32 first = m0(p);
+    k.storeAcc(acc, staging);
+    k.blockSync();
+    if (epilogue)
+      epilogue(p, first);
+    else if (tn())
+      k.copyTile(staging, out + ((k.widen(p.expert) * s.kOrM + k.widen(first)) * s.n + k.widen(p.n0)), k.i32(s.n),
+                 k.i32(c.m), /*swizzle=*/false);
+    else
+      k.copyTile(staging, out + (k.widen(first) * s.n + k.widen(p.n0)), k.i32(s.n), p.groupEnd - first,
+                 /*swizzle=*/false);
+    k.blockSync();  // the next tile's epilogue overwrites the staging tile
+  }
+
+  // Static persistent loop: block b runs tiles b, b + grid, ...
+  void runStatic(const TileScheduler& sched, const dsl::SharedTile& first, const dsl::I32& grid) const {
+    using namespace dsl;
+    I32 total = sched.buildTable(first);
+    k.ifThen(k.blockIdx() < total, [&] { prologue(sched.place(k.blockIdx(), first)); });
+    k.forRange(k.blockIdx(), total, grid, [&](I32 t) {
+      I32 t2 = t + grid;
+      tile(sched.place(t, first), [&] { k.ifThen(t2 < total, [&] { prologue(sched.place(t2, first)); }); });
+    });
+    k.asyncWait(0);
+  }
+
+  // Dynamic loop: tiles in order of tickets drawn from tickets[0] (global i32, zero at launch); `slots` is a shared
+  // i32 [2]. The last of `grid` blocks to run out of tiles resets tickets[0..1] to zero for the next launch.
+  void runDynamic(const TileScheduler& sched, const dsl::SharedTile& first, const dsl::GlobalPtr& tickets,
+                  const dsl::SharedTile& slots, const dsl::I32& total, const dsl::I32& grid) const {
+    using namespace dsl;
+    auto draw = [&](const I32& slot) {
+      k.ifThen(k.threadIdx() == 0, [&] { slots.storeI32(slot, tickets.atomicAddI32(k.i32(1))); });
+    };
+    draw(k.i32(0));
+    k.blockSync();
+    I32 t0 = slots.loadI32(k.i32(0));
+    k.ifThen(t0 < total, [&] { prologue(sched.place(t0, first)); });
+    // At most `total` iterations; once this block's ticket is past the end the rest do nothing.
+    k.forRange(k.i32(0), total, k.i32(1), {t0, k.i32(0)}, [&](I32, const std::vector<I32>& v) {
+      I32 t = v[0], slot = v[1], other = k.i32(1) - v[1];
+      Bool live = t < total;
+      k.ifThen(live, [&] {
+        draw(other);  // read after the main loop's barriers
+        tile(sched.place(t, first), [&] {
+          I32 t2 = slots.loadI32(other);
+          k.ifThen(t2 < total, [&] { prologue(sched.place(t2, first)); });
+        });
+      });
+      I32 next = k.select(live, slots.loadI32(other), t);
+      return std::vector<I32>{next, k.select(live, other, slot)};
+    });
+    k.asyncWait(0);
+    k.ifThen(k.threadIdx() == 0, [&] {
+      I32 done = (tickets + k.i64(1)).atomicAddI32(k.i32(1));
+      k.ifThen(done == grid - 1, [&] {
+        tickets.storeI32(k.i32(0));
+        (tickets + k.i64(1)).storeI32(k.i32(0));
+      });
+    });
+  }
+};
+
+}  // namespace megamoe::kernels
