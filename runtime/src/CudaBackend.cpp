@@ -5,6 +5,7 @@
 #include <dlfcn.h>
 
 #include <cstring>
+#include <iterator>
 #include <mutex>
 #include <sstream>
 #include <unordered_map>
@@ -185,12 +186,18 @@ class CudaDevice final : public Device {
     if (!module) return;
     makeCurrent();
     check(d_->cuModuleUnload(static_cast<CUmodule>(module)), "cuModuleUnload");
+    // The driver may hand a later module's function the same handle: forget the limits raised for this one's.
+    std::lock_guard<std::mutex> lock(sharedMutex_);
+    for (auto it = sharedLimit_.begin(); it != sharedLimit_.end();)
+      it = it->second.module == module ? sharedLimit_.erase(it) : std::next(it);
   }
   FunctionHandle getFunction(ModuleHandle module, const std::string& symbol) override {
     makeCurrent();
     CUfunction function = nullptr;
     check(d_->cuModuleGetFunction(&function, static_cast<CUmodule>(module), symbol.c_str()),
           "cuModuleGetFunction(" + symbol + ")");
+    std::lock_guard<std::mutex> lock(sharedMutex_);
+    sharedLimit_[function] = {module, 0};
     return function;
   }
 
@@ -305,7 +312,7 @@ class CudaDevice final : public Device {
 
   void raiseSharedLimit(CUfunction f, uint32_t bytes) {
     std::lock_guard<std::mutex> lock(sharedMutex_);
-    uint32_t& current = sharedLimit_[f];
+    uint32_t& current = sharedLimit_[f].bytes;
     if (current >= bytes) return;
     check(d_->cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, static_cast<int>(bytes)),
           "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES=" + std::to_string(bytes) + ")");
@@ -319,7 +326,11 @@ class CudaDevice final : public Device {
   CUcontext context_ = nullptr;
   std::string name_, target_;
   std::mutex sharedMutex_;
-  std::unordered_map<CUfunction, uint32_t> sharedLimit_;
+  struct SharedLimit {
+    ModuleHandle module = nullptr;
+    uint32_t bytes = 0;  // the dynamic shared memory limit raised so far (0: the 48 KB default)
+  };
+  std::unordered_map<CUfunction, SharedLimit> sharedLimit_;
 };
 
 class CudaBackend final : public Backend {
