@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine from the repository root, over what scripts/gpu-stage.sh put into .carry/:
 # SASS check of every cached cubin, the GPU test tier, and the benchmarks. Logs and JSON go to $OUT.
-#   usage: scripts/gpu-run.sh [sass] [tests] [gemm] [layer]   (default: all that exist)
+#   usage: scripts/gpu-run.sh [sass] [tests] [gemm] [layer] [sanitize]   (default: sass tests gemm)
 set -uo pipefail
 OUT=${OUT:-/tmp/megamoe-out}; mkdir -p "$OUT"
 export MEGAMOE_CACHE_DIR=$PWD/.carry/cache
@@ -26,5 +26,14 @@ for step in $steps; do
     gemm)
       timeout 500 python3 tools/megamoe-bench/megamoe-bench gemm --lib .carry/lib/libmegamoe.so \
         --json "$OUT/gemm.json" ${GEMM_CASES:+--cases $GEMM_CASES} 2>&1 | tee "$OUT/gemm.txt" ;;
+    layer)
+      # Two processes (one per GPU) through torch.distributed; LAYER_ARGS adds options (e.g. --routings uniform).
+      timeout 560 python3 tools/megamoe-bench/megamoe-bench layer --lib .carry/lib/libmegamoe.so \
+        --json "$OUT/layer.json" ${LAYER_ARGS:-} 2>&1 | tee "$OUT/layer.txt" ;;
+    sanitize)
+      # compute-sanitizer memcheck and racecheck on a small forward over both GPUs.
+      for tool in memcheck racecheck; do
+        timeout 200 compute-sanitizer --tool $tool .carry/bin/gpu_layer_test --gtest_filter=LayerTest.SmallForward
+      done 2>&1 | tee "$OUT/sanitize.txt" ;;
   esac
 done
