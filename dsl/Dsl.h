@@ -193,7 +193,12 @@ class Kernel {
   // A loop carrying 32-bit scalars (counters, running sums) from one iteration to the next.
   std::vector<I32> forRange(const I32& lo, const I32& hi, const I32& step, const std::vector<I32>& init,
                             const std::function<std::vector<I32>(I32, const std::vector<I32>&)>& body);
+  // A loop that runs while cond(values) holds, carrying 32-bit scalars (e.g. a ticket drawn at run time).
+  std::vector<I32> whileLoop(const std::vector<I32>& init, const std::function<Bool(const std::vector<I32>&)>& cond,
+                             const std::function<std::vector<I32>(const std::vector<I32>&)>& body);
   void ifThen(const Bool& cond, const std::function<void()>& body);
+  // then() where cond holds, else `otherwise` (e.g. an atomic only one thread performs; its result used later).
+  I32 ifElse(const Bool& cond, const std::function<I32()>& then, const I32& otherwise);
   I32 select(const Bool& cond, const I32& a, const I32& b);
   Vec select(const Bool& cond, const Vec& a, const Vec& b);
   void returnIf(const Bool& cond);  // every thread for which cond holds exits the kernel

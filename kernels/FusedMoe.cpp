@@ -67,7 +67,7 @@ mlir::OwningOpRef<mlir::ModuleOp> buildDispatchGemm(mlir::MLIRContext& mctx, con
   Rings rings = allocateRings(k, g, c);
   SharedTile tileFirst = sharedTable(k, local + 1);
   SharedTile unitFirst = sharedTable(k, E + 1);
-  SharedTile slots = sharedTable(k, 2);
+  SharedTile slots = sharedTable(k, 1);
   I32 tid = k.threadIdx(), me = ctx.rank();
   I64 parity = ctx.epoch() % 2;
   auto arrivedAt = [&](const I32& src, const I32& el) {
@@ -170,7 +170,7 @@ mlir::OwningOpRef<mlir::ModuleOp> buildGemmCombine(mlir::MLIRContext& mctx, cons
   k.returnIf(!k.errorClear(ctx));
   Rings rings = allocateRings(k, g, c);
   SharedTile tileFirst = sharedTable(k, local + 1);
-  SharedTile slots = sharedTable(k, 2);
+  SharedTile slots = sharedTable(k, 1);
   I32 tid = k.threadIdx(), me = ctx.rank();
   I64 parity = ctx.epoch() % 2;
 

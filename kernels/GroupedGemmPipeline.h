@@ -221,31 +221,30 @@ struct Pipeline {
   }
 
   // Dynamic loop: tiles in order of tickets drawn from tickets[0] (global i32, zero at launch); `slots` is a shared
-  // i32 [2]. The last of `grid` blocks to run out of tiles resets tickets[0..1] to zero for the next launch.
+  // i32 [1]. The last of `grid` blocks to run out of tiles resets tickets[0..1] to zero for the next launch.
   void runDynamic(const TileScheduler& sched, const dsl::SharedTile& first, const dsl::GlobalPtr& tickets,
                   const dsl::SharedTile& slots, const dsl::I32& total, const dsl::I32& grid) const {
     using namespace dsl;
-    auto draw = [&](const I32& slot) {
-      k.ifThen(k.threadIdx() == 0, [&] { slots.storeI32(slot, tickets.atomicAddI32(k.i32(1))); });
+    // Thread 0 draws; the ticket reaches the block through a shared slot. A tile draws the next ticket when it
+    // starts and publishes it only once its main loop is done, so the atomic's round trip is never waited for.
+    auto draw = [&] { return k.ifElse(k.threadIdx() == 0, [&] { return tickets.atomicAddI32(k.i32(1)); }, k.i32(0)); };
+    auto publish = [&](const I32& ticket) {
+      k.ifThen(k.threadIdx() == 0, [&] { slots.storeI32(k.i32(0), ticket); });
+      k.blockSync();
+      return slots.loadI32(k.i32(0));  // the next write is a whole tile (and its barriers) later
     };
-    draw(k.i32(0));
-    k.blockSync();
-    I32 t0 = slots.loadI32(k.i32(0));
+    I32 t0 = publish(draw());
     k.ifThen(t0 < total, [&] { prologue(sched.place(t0, first)); });
-    // At most `total` iterations; once this block's ticket is past the end the rest do nothing.
-    k.forRange(k.i32(0), total, k.i32(1), {t0, k.i32(0)}, [&](I32, const std::vector<I32>& v) {
-      I32 t = v[0], slot = v[1], other = k.i32(1) - v[1];
-      Bool live = t < total;
-      k.ifThen(live, [&] {
-        draw(other);  // read after the main loop's barriers
-        tile(sched.place(t, first), [&] {
-          I32 t2 = slots.loadI32(other);
-          k.ifThen(t2 < total, [&] { prologue(sched.place(t2, first)); });
-        });
-      });
-      I32 next = k.select(live, slots.loadI32(other), t);
-      return std::vector<I32>{next, k.select(live, other, slot)};
-    });
+    k.whileLoop({t0}, [&](const std::vector<I32>& v) { return v[0] < total; },
+                [&](const std::vector<I32>& v) {
+                  I32 ticket = draw();
+                  I32 next = k.i32(0);
+                  tile(sched.place(v[0], first), [&] {
+                    next = publish(ticket);
+                    k.ifThen(next < total, [&] { prologue(sched.place(next, first)); });
+                  });
+                  return std::vector<I32>{next};
+                });
     k.asyncWait(0);
     k.ifThen(k.threadIdx() == 0, [&] {
       I32 done = (tickets + k.i64(1)).atomicAddI32(k.i32(1));

@@ -22,7 +22,6 @@ const std::vector<EnvVar>& envRegistry() {
        "bound of every cross-rank wait on the device, written into DeviceContext.timeout_ns (positive integer)"},
       {"MEGAMOE_PUSH_BLOCKS", "32",
        "blocks of dispatch_grouped_gemm that push token rows to the owners before taking GEMM tiles (1..1024)"},
-      {"MEGAMOE_FUSED_GRID", "0", "blocks the fused operators launch (0 = one per SM; tuning experiments, 0..4096)"},
   };
   return registry;
 }
@@ -86,13 +85,6 @@ RuntimeEnv parseEnv(const std::function<const char*(const char*)>& lookup) {
     const int value = digitsOnly ? std::atoi(text.c_str()) : 0;
     if (value < 1 || value > 1024) badValue("MEGAMOE_PUSH_BLOCKS", text, "an integer from 1 to 1024");
     env.pushBlocks = value;
-  }
-  {
-    const std::string text = textOr(lookup, "MEGAMOE_FUSED_GRID");
-    const bool digitsOnly = !text.empty() && text.size() <= 4 && text.find_first_not_of("0123456789") == std::string::npos;
-    const int value = digitsOnly ? std::atoi(text.c_str()) : -1;
-    if (value < 0 || value > 4096) badValue("MEGAMOE_FUSED_GRID", text, "an integer from 0 to 4096");
-    env.fusedGrid = value;
   }
   return env;
 }

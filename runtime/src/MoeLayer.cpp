@@ -137,7 +137,8 @@ MoeLayer::MoeLayer(Runtime& runtime, const MoeLayerConfig& config, std::unique_p
   m.tickets = alloc(16);  // [2] per fused kernel, zero between launches (the kernels reset them)
   m.device.memsetZero(m.tickets, 16, nullptr);
   m.device.synchronize(nullptr);
-  m.grid = uint32_t(runtime.env().fusedGrid > 0 ? runtime.env().fusedGrid : m.device.multiprocessors());
+  // One block per SM, all resident: the combine's blocks wait for each other (see docs/decisions/fused-dispatch.md).
+  m.grid = uint32_t(m.device.multiprocessors());
   m.pushBlocks = std::min<int32_t>(runtime.env().pushBlocks, int32_t(m.grid));
   for (EventHandle& e : m.events) e = m.device.createEvent();
 }
