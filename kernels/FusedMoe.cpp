@@ -1,5 +1,8 @@
 // The fused operators of the MoE layer: dispatch_grouped_gemm and grouped_gemm_combine (see DispatchGemmSpec and
 // GemmCombineSpec, and docs/decisions/fused-dispatch.md for the protocol).
+#include <algorithm>
+#include <vector>
+
 #include "dsl/Dsl.h"
 #include "kernels/Activation.h"
 #include "kernels/Flags.h"
@@ -20,16 +23,17 @@ Legs decodeLegs(const I32& legs) {
   return {legs % 2 == 1, (legs / 2) % 2 == 1};
 }
 
-// Copies one bf16 row of `hidden` elements with the 32 lanes of a warp, 16 bytes per lane and step, `unroll`
-// loads in flight before their stores.
+// Copies one bf16 row of `hidden` elements with the 32 lanes of a warp, 16 bytes per lane and step: every load of
+// the lane's share is issued before its first store (up to 32 in flight), so a warp keeps a whole row on the way.
 void copyRowByWarp(Kernel& k, const GlobalPtr& from, const GlobalPtr& to, int64_t hidden, const I32& lane) {
   const int64_t chunks = hidden / 8;
   int64_t unroll = 1;
-  for (int64_t u : {4, 2})
-    if (chunks % (32 * u) == 0) {
-      unroll = u;
-      break;
-    }
+  if (chunks % 32 == 0)
+    for (int64_t u = std::min<int64_t>(32, chunks / 32); u > 1; --u)
+      if ((chunks / 32) % u == 0) {
+        unroll = u;
+        break;
+      }
   k.forRange(lane, k.i32(chunks), k.i32(32 * unroll), [&](I32 c) {
     std::vector<Vec> v;
     for (int64_t j = 0; j < unroll; ++j) v.push_back((from + k.widen(c + 32 * j) * 8).load(8));
@@ -91,6 +95,7 @@ mlir::OwningOpRef<mlir::ModuleOp> buildDispatchGemm(mlir::MLIRContext& mctx, con
     auto sendCount = [&](const I32& e) { return (sendOff + k.widen(e + 1)).loadI32() - (sendOff + k.widen(e)).loadI32(); };
     I32 nUnits = units.build([&](I32 o) { return (sendCount(expertAt(o)) + (S::kPushRows - 1)) / S::kPushRows; });
     I32 warp = tid / 32, lane = tid % 32;
+    const int64_t warps = c.threads / 32;
     k.forRange(k.blockIdx(), nUnits, pushBlocks, [&](I32 u) {
       I32 o = units.find(u);
       I32 e = expertAt(o);
@@ -98,10 +103,11 @@ mlir::OwningOpRef<mlir::ModuleOp> buildDispatchGemm(mlir::MLIRContext& mctx, con
       I32 j0 = (u - units.at(o)) * S::kPushRows;
       I32 left = sendCount(e) - j0;
       I32 rows = k.select(left < k.i32(S::kPushRows), left, k.i32(S::kPushRows));
-      k.ifThen(warp < rows, [&] {
-        I32 j = j0 + warp;
-        I32 pick = (sendList + k.widen((sendOff + k.widen(e)).loadI32() + j)).loadI32();
-        I32 row = (sendBase + k.widen(e)).loadI32() + j;
+      I32 start = (sendOff + k.widen(e)).loadI32(), base = (sendBase + k.widen(e)).loadI32();
+      k.forRange(warp, rows, k.i32(warps), [&](I32 w) {
+        I32 j = j0 + w;
+        I32 pick = (sendList + k.widen(start + j)).loadI32();
+        I32 row = base + j;
         copyRowByWarp(k, x + k.widen(pick / s.topk) * H, k.peer(ctx, pool + k.widen(row) * H, owner), H, lane);
         k.ifThen(lane == 0, [&] { k.peer(ctx, poolSrc + k.widen(row), owner).storeI32(me * kSourceShift + pick); });
       });

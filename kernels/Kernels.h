@@ -121,7 +121,7 @@ struct DispatchPrologueSpec {
 enum LegBits : int64_t { kLegComm = 1, kLegGemm = 2 };
 
 // dispatch_grouped_gemm: blocks [0, push_blocks) first push my picks' x rows into the owners' pools (units of
-// kPushRows rows of one expert, experts in order of their local index, peers before myself) and count them into
+// up to kPushRows rows of one expert, experts in order of their local index, peers before myself) and count them into
 // the owner's arrivals; then every block takes L1 tiles: a tile waits until every source's rows of its expert
 // have arrived, runs h = pool . w1[e]^T with w1's gate and up rows side by side in one 2 x (BN/2) tile, and its
 // epilogue writes act = silu(gate) * up (optional clamp). Comm-only: block 0 waits for all arrivals at the end.
@@ -130,7 +130,7 @@ enum LegBits : int64_t { kLegComm = 1, kLegGemm = 2 };
 // act (bf16 [cap, I]), tickets (i32 [2], zero), push_blocks, grid, legs (i32).
 struct DispatchGemmSpec {
   static constexpr const char* kName = "dispatch_grouped_gemm";
-  static constexpr int64_t kPushRows = 8;  // one warp per row
+  static constexpr int64_t kPushRows = 32;  // rows per push unit (warps take rows in turn); one signal per unit
   int64_t experts, ranks, topk, hidden, intermediate, clampMilli = 0;
   GroupedGemmSpec gemm() const { return {GroupedGemmSpec::kNT, experts / ranks, 2 * intermediate, hidden}; }
   KernelSpec spec() const {
