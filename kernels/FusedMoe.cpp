@@ -216,19 +216,20 @@ mlir::OwningOpRef<mlir::ModuleOp> buildGemmCombine(mlir::MLIRContext& mctx, cons
   k.blockSync();
   k.returnIf(!k.errorClear(ctx));
 
-  // 3. y[t] = sum over valid picks j of w[t, j] * comb[t * topk + j], in fp32, in pick order (deterministic).
+  // 3. y[t] = sum over valid picks j of w[t, j] * comb[t * topk + j], in fp32, in pick order (deterministic). One
+  // flat loop over (token, 16-byte vector) pairs keeps every thread equally busy.
   const int64_t vectors = H / 8;
-  k.forRange(k.blockIdx(), tokens, grid, [&](I32 t) {
-    k.forRange(tid, k.i32(vectors), k.i32(c.threads), [&](I32 v) {
-      Vec sum = k.zeros(8, Elem::f32);
-      for (int64_t j = 0; j < s.topk; ++j) {
-        I64 pick = k.widen(t) * s.topk + j;
-        Bool valid = (topkIdx + pick).loadI32() < k.i32(E);  // unsigned: -1 is skipped
-        Vec row = (comb + (pick * H + k.widen(v) * 8)).load(8).toF32();
-        sum = k.select(valid, sum + row * (topkWeights + pick).loadSplat(8), sum);
-      }
-      (y + (k.widen(t) * H + k.widen(v) * 8)).store(sum.to(Elem::bf16));
-    });
+  I32 stride = grid * c.threads;
+  k.forRange(k.blockIdx() * c.threads + tid, tokens * vectors, stride, [&](I32 i) {
+    I32 t = i / vectors, v = i % vectors;
+    Vec sum = k.zeros(8, Elem::f32);
+    for (int64_t j = 0; j < s.topk; ++j) {
+      I64 pick = k.widen(t) * s.topk + j;
+      Bool valid = (topkIdx + pick).loadI32() < k.i32(E);  // unsigned: -1 is skipped
+      Vec row = (comb + (pick * H + k.widen(v) * 8)).load(8).toF32();
+      sum = k.select(valid, sum + row * (topkWeights + pick).loadSplat(8), sum);
+    }
+    (y + (k.widen(t) * H + k.widen(v) * 8)).store(sum.to(Elem::bf16));
   });
   return k.finish();
 }

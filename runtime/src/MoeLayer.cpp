@@ -45,6 +45,8 @@ std::string MoeLayer::validate(const MoeLayerConfig& c, int ranks) {
   if (c.maxTokens < 1) return "max_tokens=" + std::to_string(c.maxTokens) + " must be >= 1";
   if (poolRows(c, ranks) >= kMaxPicks)
     return "ranks * max_tokens * topk = " + std::to_string(poolRows(c, ranks)) + " must be < 2^24 (pool row ids)";
+  if (c.maxTokens * (c.hidden / 8) >= (int64_t(1) << 31))
+    return "max_tokens * hidden / 8 must be < 2^31 (32-bit vector indices of the combine's weighted sum)";
   if (c.swigluClampMilli < 0) return "swiglu_clamp_milli must be >= 0 (0 = no clamp)";
   return "";
 }
