@@ -25,7 +25,7 @@ TEST(Env, RegistryIsCompleteAndDocumented) {
     EXPECT_TRUE(names.insert(v.name).second) << "duplicate " << v.name;
   }
   for (const char* expected : {"MEGAMOE_CACHE_DIR", "MEGAMOE_CUDA_LIBRARY", "MEGAMOE_HIP_LIBRARY", "MEGAMOE_BACKEND",
-                               "MEGAMOE_RENDEZVOUS_TIMEOUT_S", "MEGAMOE_WAIT_TIMEOUT_MS"})
+                               "MEGAMOE_RENDEZVOUS_TIMEOUT_S", "MEGAMOE_WAIT_TIMEOUT_MS", "MEGAMOE_PUSH_BLOCKS"})
     EXPECT_EQ(names.count(expected), 1u) << expected;
 }
 
@@ -37,6 +37,7 @@ TEST(Env, DefaultsWhenUnset) {
   EXPECT_EQ(env.backend, "auto");
   EXPECT_DOUBLE_EQ(env.rendezvousTimeoutS, 30.0);
   EXPECT_EQ(env.waitTimeoutMs, 10000u);
+  EXPECT_EQ(env.pushBlocks, 32);
 }
 
 TEST(Env, ReadsValidValues) {
@@ -44,12 +45,14 @@ TEST(Env, ReadsValidValues) {
                                     {"MEGAMOE_HIP_LIBRARY", "/opt/rocm/lib/libamdhip64.so"},
                                     {"MEGAMOE_BACKEND", "hip"},
                                     {"MEGAMOE_RENDEZVOUS_TIMEOUT_S", "0.25"},
-                                    {"MEGAMOE_WAIT_TIMEOUT_MS", "1500"}});
+                                    {"MEGAMOE_WAIT_TIMEOUT_MS", "1500"},
+                                    {"MEGAMOE_PUSH_BLOCKS", "48"}});
   EXPECT_EQ(env.cacheDir, "/tmp/c");
   EXPECT_EQ(env.hipLibrary, "/opt/rocm/lib/libamdhip64.so");
   EXPECT_EQ(env.backend, "hip");
   EXPECT_DOUBLE_EQ(env.rendezvousTimeoutS, 0.25);
   EXPECT_EQ(env.waitTimeoutMs, 1500u);
+  EXPECT_EQ(env.pushBlocks, 48);
 }
 
 TEST(Env, BadValuesNameTheVariableTheValueAndTheDefault) {
@@ -61,6 +64,8 @@ TEST(Env, BadValuesNameTheVariableTheValueAndTheDefault) {
       {"MEGAMOE_RENDEZVOUS_TIMEOUT_S", "-1"},   {"MEGAMOE_RENDEZVOUS_TIMEOUT_S", "nan"},
       {"MEGAMOE_RENDEZVOUS_TIMEOUT_S", "1e9"},  {"MEGAMOE_BACKEND", "opencl"},
       {"MEGAMOE_HIP_LIBRARY", ""},              {"MEGAMOE_CUDA_LIBRARY", ""},
+      {"MEGAMOE_PUSH_BLOCKS", "0"},             {"MEGAMOE_PUSH_BLOCKS", "1025"},
+      {"MEGAMOE_PUSH_BLOCKS", "-3"},            {"MEGAMOE_PUSH_BLOCKS", "many"},
   };
   for (const auto& [name, value] : bad) {
     try {
