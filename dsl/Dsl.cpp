@@ -116,6 +116,15 @@ Vec Vec::splat(float c) const {
   auto attr = DenseElementsAttr::get(vt, k_->builder().getFloatAttr(vt.getElementType(), c));
   return {k_, arith::ConstantOp::create(k_->builder(), k_->loc(), vt, attr)};
 }
+Vec Vec::stepLE(float c) const {
+  Value keep = arith::CmpFOp::create(k_->builder(), k_->loc(), arith::CmpFPredicate::OLE, v_, splat(c).v_);
+  return {k_, arith::SelectOp::create(k_->builder(), k_->loc(), keep, splat(1.f).v_, splat(0.f).v_)};
+}
+Vec Vec::sum() const {
+  auto vt = cast<VectorType>(v_.getType());
+  Value s = vector::ReductionOp::create(k_->builder(), k_->loc(), vector::CombiningKind::ADD, v_);
+  return {k_, vector::BroadcastOp::create(k_->builder(), k_->loc(), VectorType::get({1}, vt.getElementType()), s)};
+}
 // Compare + select: arith.minnumf/maxnumf would become libdevice calls (__nv_fminf) on sm_90a.
 static Value selectBound(Kernel* k, Value v, Value bound, arith::CmpFPredicate keepIf) {
   Value keep = arith::CmpFOp::create(k->builder(), k->loc(), keepIf, v, bound);
@@ -400,12 +409,26 @@ SharedTile SharedTile::rowSlice(int64_t first, int64_t count) const {
                                 ArrayRef<LLVM::GEPArg>{int32_t(first * pitch_ * elemBytes(elem_))});
   return {k_, p, elem_, count, cols_, 1, pitch_};
 }
+SharedTile SharedTile::colSlice(int64_t first, int64_t count) const {
+  if (first < 0 || count <= 0 || first + count > cols_) throw std::invalid_argument("colSlice outside the tile");
+  Value p = LLVM::GEPOp::create(k_->builder(), k_->loc(), base_.getType(), k_->builder().getI8Type(), base_,
+                                ArrayRef<LLVM::GEPArg>{int32_t(first * elemBytes(elem_))});
+  return {k_, p, elem_, rows_, count, 1, pitch_};
+}
 Vec SharedTile::load(const I32& row, const I32& col, int n) const {
   I32 index = row * pitch_ + col;
   Value p = LLVM::GEPOp::create(k_->builder(), k_->loc(), base_.getType(), k_->type(elem_), base_,
                                 ValueRange{index.value()});
   auto vt = VectorType::get({n}, k_->type(elem_));
   return {k_, LLVM::LoadOp::create(k_->builder(), k_->loc(), vt, p, unsigned(std::min<int64_t>(16, n * elemBytes(elem_))))};
+}
+
+void SharedTile::store(const I32& row, const I32& col, const Vec& v) const {
+  I32 index = row * pitch_ + col;
+  Value p = LLVM::GEPOp::create(k_->builder(), k_->loc(), base_.getType(), k_->type(elem_), base_,
+                                ValueRange{index.value()});
+  auto n = cast<VectorType>(v.value().getType()).getNumElements();
+  LLVM::StoreOp::create(k_->builder(), k_->loc(), v.value(), p, unsigned(std::min<int64_t>(16, n * elemBytes(elem_))));
 }
 
 I32 SharedTile::loadI32(const I32& index) const {

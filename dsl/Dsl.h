@@ -79,6 +79,8 @@ class Vec {
   Vec min(float c) const;
   Vec max(float c) const;
   Vec splat(float c) const;  // a vector like this one filled with c
+  Vec stepLE(float c) const;  // 1 where the element is <= c, else 0 (masks, e.g. the gradient of a clamp)
+  Vec sum() const;            // the elements added in order, as a 1-element vector
  private:
   Kernel* k_;
   mlir::Value v_;
@@ -119,8 +121,11 @@ class SharedTile {
   SharedTile stage(const I32& s) const;  // stage s of a multi-stage buffer
   // Rows [first, first + count) of the first stage as a tile of its own (first a multiple of 8 keeps swizzling).
   SharedTile rowSlice(int64_t first, int64_t count) const;
+  // Columns [first, first + count) of the first stage, same pitch (e.g. one half of a staging tile).
+  SharedTile colSlice(int64_t first, int64_t count) const;
   // n contiguous elements of row `row` from column `col` (one vector access; col * element size 16-byte aligned).
   Vec load(const I32& row, const I32& col, int n) const;
+  void store(const I32& row, const I32& col, const Vec& v) const;
   // Element access for small shared tables (row-major index into the first stage).
   I32 loadI32(const I32& index) const;
   void storeI32(const I32& index, const I32& v) const;

@@ -23,6 +23,7 @@ mlir::OwningOpRef<mlir::ModuleOp> buildDispatchPrologue(mlir::MLIRContext& mctx,
   GlobalPtr sendBase = k.argPtr(Elem::i32);
   GlobalPtr arrivals = k.argPtr(Elem::i64);  // heap [2][R][E/R]
   GlobalPtr done = k.argPtr(Elem::i64);      // heap [2][R]
+  GlobalPtr routeEpoch = k.argPtr(Elem::i64);
 
   // Shared tables: my counts per expert, then the first pool row of (me, e) at e's owner.
   SharedTile mine = k.sharedTile(Elem::i32, 1, (E + 3) / 4 * 4);
@@ -47,6 +48,7 @@ mlir::OwningOpRef<mlir::ModuleOp> buildDispatchPrologue(mlir::MLIRContext& mctx,
   I64 stale = k.i64(1) - parity;
   k.forRange(tid, k.i32(R * local), k.i32(T), [&](I32 i) { (arrivals + (stale * (R * local) + k.widen(i))).storeI64(k.i64(0)); });
   k.ifThen(tid < k.i32(R), [&] { (done + (stale * R + k.widen(tid))).storeI64(k.i64(0)); });
+  k.ifThen(tid == 0, [&] { routeEpoch.storeI64(epoch); });
   k.blockSync();
   // 1. Count, and remember each pick's order among my picks of its expert (temporarily in send_slot).
   I32 picks = tokens * s.topk;

@@ -45,22 +45,27 @@ void copyRowByWarp(Kernel& k, const GlobalPtr& from, const GlobalPtr& to, int64_
 
 mlir::OwningOpRef<mlir::ModuleOp> buildDispatchGemm(mlir::MLIRContext& mctx, const DispatchGemmSpec& s, Arch arch) {
   using S = DispatchGemmSpec;
-  const GroupedGemmSpec g = s.gemm();
-  const GroupedGemmSpec::Tiles c = g.tiles(arch);
+  using G = GroupedGemmSpec;
+  const G g = s.gemm();
+  const G::Tiles c = g.tiles(arch);
   const int64_t E = s.experts, R = s.ranks, local = E / R, H = s.hidden, I = s.intermediate;
   Kernel k(mctx, S::kName, c.threads);
   Context ctx = k.argContext();
-  GlobalPtr x = k.argPtr(Elem::bf16);
+  GlobalPtr src = k.argPtr(Elem::bf16);
+  GlobalPtr topkWeights = k.argPtr(Elem::f32);
   GlobalPtr sendList = k.argPtr(Elem::i32);
   GlobalPtr sendOff = k.argPtr(Elem::i32);
   GlobalPtr sendBase = k.argPtr(Elem::i32);
   GlobalPtr counts = k.argPtr(Elem::i32);
   GlobalPtr arrivals = k.argPtr(Elem::i64);
+  GlobalPtr routeEpoch = k.argPtr(Elem::i64);
   GlobalPtr pool = k.argPtr(Elem::bf16);
   GlobalPtr poolSrc = k.argPtr(Elem::i32);
+  GlobalPtr poolW = k.argPtr(Elem::f32);
   GlobalPtr poolOffsets = k.argPtr(Elem::i32);
-  GlobalPtr w1 = k.argPtr(Elem::bf16);
-  GlobalPtr act = k.argPtr(Elem::bf16);
+  GlobalPtr weights = k.argPtr(Elem::bf16);
+  GlobalPtr extra = k.argPtr(Elem::bf16);
+  GlobalPtr out = k.argPtr(Elem::bf16);
   GlobalPtr tickets = k.argPtr(Elem::i32);
   I32 pushBlocks = k.argI32();
   I32 grid = k.argI32();
@@ -74,21 +79,22 @@ mlir::OwningOpRef<mlir::ModuleOp> buildDispatchGemm(mlir::MLIRContext& mctx, con
   SharedTile slots = sharedTable(k, 1);
   I32 tid = k.threadIdx(), me = ctx.rank();
   I64 parity = ctx.epoch() % 2;
-  auto arrivedAt = [&](const I32& src, const I32& el) {
-    return arrivals + ((parity * R + k.widen(src)) * local + k.widen(el));
+  I64 routeParity = routeEpoch.loadI64() % 2;
+  auto arrivedAt = [&](const I32& from, const I32& el) {
+    return arrivals + ((parity * R + k.widen(from)) * local + k.widen(el));
   };
-  // Rows source `src` sends me for my local expert el (the all-gathered counts).
-  auto expectedRows = [&](const I32& src, const I32& el) {
-    return k.widen((counts + ((parity * R + k.widen(src)) * E + k.widen(me * local + el))).loadI32());
+  // Rows source `from` sends me for my local expert el (the all-gathered counts of the routing).
+  auto expectedRows = [&](const I32& from, const I32& el) {
+    return k.widen((counts + ((routeParity * R + k.widen(from)) * E + k.widen(me * local + el))).loadI32());
   };
-  auto waitArrivals = [&](const I32& src, const I32& el) {
+  auto waitArrivals = [&](const I32& from, const I32& el) {
     k.ifThen(k.errorClear(ctx), [&] {
-      k.waitAtLeast(ctx, arrivedAt(src, el), expectedRows(src, el), userFlagId(k, src * 65536 + el), Scope::system);
+      k.waitAtLeast(ctx, arrivedAt(from, el), expectedRows(from, el), userFlagId(k, from * 65536 + el), Scope::system);
     });
   };
 
-  // 1. Push: units of kPushRows rows of one (me -> owner, expert); push order o -> local expert o / R at owner
-  // (me + 1 + o) % R, so that every owner's first experts arrive first and the peers are served before myself.
+  // 1. Push: units of up to kPushRows rows of one (me -> owner, expert); push order o -> local expert o / R at
+  // owner (me + 1 + o) % R, so that every owner's first experts arrive first and the peers are served before myself.
   k.ifThen(legs.comm && k.blockIdx() < pushBlocks, [&] {
     PrefixTable units{k, unitFirst, E};
     auto expertAt = [&](const I32& o) { return ((me + 1 + o % R) % R) * local + o / R; };
@@ -108,8 +114,11 @@ mlir::OwningOpRef<mlir::ModuleOp> buildDispatchGemm(mlir::MLIRContext& mctx, con
         I32 j = j0 + w;
         I32 pick = (sendList + k.widen(start + j)).loadI32();
         I32 row = base + j;
-        copyRowByWarp(k, x + k.widen(pick / s.topk) * H, k.peer(ctx, pool + k.widen(row) * H, owner), H, lane);
-        k.ifThen(lane == 0, [&] { k.peer(ctx, poolSrc + k.widen(row), owner).storeI32(me * kSourceShift + pick); });
+        copyRowByWarp(k, src + k.widen(pick / s.topk) * H, k.peer(ctx, pool + k.widen(row) * H, owner), H, lane);
+        k.ifThen(lane == 0, [&] {
+          k.peer(ctx, poolSrc + k.widen(row), owner).storeI32(me * kSourceShift + pick);
+          k.peer(ctx, poolW + k.widen(row), owner).store((topkWeights + k.widen(pick)).load(1));
+        });
       });
       k.blockSync();  // the unit's rows are written: count them at the owner (the signal is a system release)
       k.ifThen(tid == 0, [&] {
@@ -119,48 +128,59 @@ mlir::OwningOpRef<mlir::ModuleOp> buildDispatchGemm(mlir::MLIRContext& mctx, con
   });
   // Comm-only: everything sent to me has arrived when the leg ends.
   k.ifThen(legs.comm && !legs.gemm && k.blockIdx() == 0 && tid == 0, [&] {
-    k.forRange(k.i32(0), ctx.nranks(), k.i32(1), [&](I32 src) {
-      k.forRange(k.i32(0), k.i32(local), k.i32(1), [&](I32 el) { waitArrivals(src, el); });
+    k.forRange(k.i32(0), ctx.nranks(), k.i32(1), [&](I32 from) {
+      k.forRange(k.i32(0), k.i32(local), k.i32(1), [&](I32 el) { waitArrivals(from, el); });
     });
   });
 
-  // 2. L1 tiles with SwiGLU in the epilogue.
+  // 2. GEMM tiles (see DispatchGemmSpec for what each layout computes).
   TileScheduler sched{k, g, poolOffsets, c.m, c.n};
   I32 tiles = sched.buildTable(tileFirst);
   I32 total = k.select(legs.gemm, tiles, k.i32(0));
-  Pipeline pipe{k, g, c, pool, w1, act, rings.a, rings.b, rings.staging};
-  pipe.gateUpRows = I;
+  GlobalPtr a = s.layout == G::kTN ? extra : pool;
+  GlobalPtr b = s.layout == G::kTN ? pool : weights;
+  Pipeline pipe{k, g, c, a, b, out, rings.a, rings.b, rings.staging};
   pipe.beforeLoads = [&](const TilePlace& p) {
     k.ifThen(legs.comm && tid == 0, [&] {
-      k.forRange(k.i32(0), ctx.nranks(), k.i32(1), [&](I32 src) { waitArrivals(src, p.expert); });
+      k.forRange(k.i32(0), ctx.nranks(), k.i32(1), [&](I32 from) { waitArrivals(from, p.expert); });
     });
     k.blockSync();
   };
-  pipe.epilogue = [&](const TilePlace& p, const I32& firstRow) {
-    const int64_t half = c.n / 2, perRow = half / 8;
-    I32 rowsValid = p.groupEnd - firstRow;
-    k.forRange(tid, k.i32(c.m * perRow), k.i32(c.threads), [&](I32 v) {
-      I32 r = v / perRow, col = (v % perRow) * 8;
-      k.ifThen(r < rowsValid, [&] {
-        Vec gate = rings.staging.load(r, col, 8).toF32();
-        Vec up = rings.staging.load(r, col + half, 8).toF32();
-        (act + (k.widen(firstRow + r) * I + k.widen(p.n0 / 2 + col))).store(swiglu(gate, up, s.clampMilli).to(Elem::bf16));
+  if (s.layout == G::kNT) {
+    pipe.gateUpRows = I;
+    pipe.epilogue = [&](const TilePlace& p, const I32& firstRow) {
+      const int64_t half = c.n / 2, perRow = half / 8;
+      I32 rowsValid = p.groupEnd - firstRow;
+      if (s.saveH) {  // h kept for the backward: the gate half and the up half of the tile
+        GlobalPtr hRow = extra + (k.widen(firstRow) * (2 * I) + k.widen(p.n0 / 2));
+        k.copyTile(rings.staging.colSlice(0, half), hRow, k.i32(2 * I), rowsValid, /*swizzle=*/false);
+        k.copyTile(rings.staging.colSlice(half, half), hRow + k.i64(I), k.i32(2 * I), rowsValid, /*swizzle=*/false);
+      }
+      k.forRange(tid, k.i32(c.m * perRow), k.i32(c.threads), [&](I32 v) {
+        I32 r = v / perRow, col = (v % perRow) * 8;
+        k.ifThen(r < rowsValid, [&] {
+          Vec gate = rings.staging.load(r, col, 8).toF32();
+          Vec up = rings.staging.load(r, col + half, 8).toF32();
+          (out + (k.widen(firstRow + r) * I + k.widen(p.n0 / 2 + col))).store(swiglu(gate, up, s.clampMilli).to(Elem::bf16));
+        });
       });
-    });
-  };
+    };
+  }
   pipe.runDynamic(sched, tileFirst, tickets, slots, total, grid);
   return k.finish();
 }
 
 mlir::OwningOpRef<mlir::ModuleOp> buildGemmCombine(mlir::MLIRContext& mctx, const GemmCombineSpec& s, Arch arch) {
   using S = GemmCombineSpec;
-  const GroupedGemmSpec g = s.gemm();
-  const GroupedGemmSpec::Tiles c = g.tiles(arch);
+  using G = GroupedGemmSpec;
+  const G g = s.gemm();
+  const G::Tiles c = g.tiles(arch);
   const int64_t E = s.experts, R = s.ranks, local = E / R, H = s.hidden;
+  const bool forward = s.layout == G::kNT;
   Kernel k(mctx, S::kName, c.threads);
   Context ctx = k.argContext();
-  GlobalPtr act = k.argPtr(Elem::bf16);
-  GlobalPtr w2 = k.argPtr(Elem::bf16);
+  GlobalPtr a = k.argPtr(Elem::bf16);
+  GlobalPtr b = k.argPtr(Elem::bf16);
   GlobalPtr poolOffsets = k.argPtr(Elem::i32);
   GlobalPtr poolSrc = k.argPtr(Elem::i32);
   GlobalPtr comb = k.argPtr(Elem::bf16);
@@ -169,6 +189,8 @@ mlir::OwningOpRef<mlir::ModuleOp> buildGemmCombine(mlir::MLIRContext& mctx, cons
   GlobalPtr topkWeights = k.argPtr(Elem::f32);
   I32 tokens = k.argI32();
   GlobalPtr y = k.argPtr(Elem::bf16);
+  GlobalPtr dw = k.argPtr(Elem::f32);
+  GlobalPtr dTopkWeights = k.argPtr(Elem::f32);
   GlobalPtr tickets = k.argPtr(Elem::i32);
   I32 grid = k.argI32();
   Legs legs = decodeLegs(k.argI32());
@@ -180,10 +202,10 @@ mlir::OwningOpRef<mlir::ModuleOp> buildGemmCombine(mlir::MLIRContext& mctx, cons
   I32 tid = k.threadIdx(), me = ctx.rank();
   I64 parity = ctx.epoch() % 2;
 
-  // 1. L2 tiles; the epilogue stores each row at its home rank (gemm-only: in my own buffer).
+  // 1. GEMM tiles; the epilogue stores each row at its home rank (gemm-only: in my own buffer).
   TileScheduler sched{k, g, poolOffsets, c.m, c.n};
   I32 total = sched.buildTable(tileFirst);
-  Pipeline pipe{k, g, c, act, w2, comb, rings.a, rings.b, rings.staging};
+  Pipeline pipe{k, g, c, a, b, comb, rings.a, rings.b, rings.staging};
   pipe.mmaOn = [&] { return k.select(legs.gemm, k.i32(1), k.i32(0)); };
   pipe.epilogue = [&](const TilePlace& p, const I32& firstRow) {
     const int64_t perRow = c.n / 8;
@@ -191,9 +213,9 @@ mlir::OwningOpRef<mlir::ModuleOp> buildGemmCombine(mlir::MLIRContext& mctx, cons
     k.forRange(tid, k.i32(c.m * perRow), k.i32(c.threads), [&](I32 v) {
       I32 r = v / perRow, col = (v % perRow) * 8;
       k.ifThen(r < rowsValid, [&] {
-        I32 src = (poolSrc + k.widen(firstRow + r)).loadI32();
-        I32 home = k.select(legs.comm, src / kSourceShift, me);
-        GlobalPtr to = k.peer(ctx, comb + (k.widen(src % kSourceShift) * H + k.widen(p.n0 + col)), home);
+        I32 from = (poolSrc + k.widen(firstRow + r)).loadI32();
+        I32 home = k.select(legs.comm, from / kSourceShift, me);
+        GlobalPtr to = k.peer(ctx, comb + (k.widen(from % kSourceShift) * H + k.widen(p.n0 + col)), home);
         to.store(rings.staging.load(r, col, 8));
       });
     });
@@ -216,8 +238,9 @@ mlir::OwningOpRef<mlir::ModuleOp> buildGemmCombine(mlir::MLIRContext& mctx, cons
   k.blockSync();
   k.returnIf(!k.errorClear(ctx));
 
-  // 3. y[t] = sum over valid picks j of w[t, j] * comb[t * topk + j], in fp32, in pick order (deterministic). One
-  // flat loop over (token, 16-byte vector) pairs keeps every thread equally busy.
+  // 3. Per token, the valid picks' rows in pick order, in fp32 (deterministic): weighted by the routing weights
+  // in the forward; plain in the backward, which also hands out d_topk_weights. One flat loop over (token,
+  // 16-byte vector) pairs keeps every thread equally busy.
   const int64_t vectors = H / 8;
   I32 stride = grid * c.threads;
   k.forRange(k.blockIdx() * c.threads + tid, tokens * vectors, stride, [&](I32 i) {
@@ -227,10 +250,96 @@ mlir::OwningOpRef<mlir::ModuleOp> buildGemmCombine(mlir::MLIRContext& mctx, cons
       I64 pick = k.widen(t) * s.topk + j;
       Bool valid = (topkIdx + pick).loadI32() < k.i32(E);  // unsigned: -1 is skipped
       Vec row = (comb + (pick * H + k.widen(v) * 8)).load(8).toF32();
-      sum = k.select(valid, sum + row * (topkWeights + pick).loadSplat(8), sum);
+      Vec term = forward ? row * (topkWeights + pick).loadSplat(8) : row;
+      sum = k.select(valid, sum + term, sum);
+      if (!forward)
+        k.ifThen(v == 0, [&] {
+          (dTopkWeights + pick).store(k.select(valid, (dw + pick).load(1), k.zeros(1, Elem::f32)));
+        });
     }
     (y + (k.widen(t) * H + k.widen(v) * 8)).store(sum.to(Elem::bf16));
   });
+  return k.finish();
+}
+
+mlir::OwningOpRef<mlir::ModuleOp> buildSwigluBwd(mlir::MLIRContext& mctx, const SwigluBwdSpec& s) {
+  using S = SwigluBwdSpec;
+  const int64_t I = s.intermediate, T = S::kBlockThreads;
+  Kernel k(mctx, S::kName, T);
+  Context ctx = k.argContext();
+  GlobalPtr gIn = k.argPtr(Elem::bf16);   // g, overwritten by w * act
+  GlobalPtr h = k.argPtr(Elem::bf16);     // h, overwritten by dh
+  GlobalPtr poolW = k.argPtr(Elem::f32);
+  GlobalPtr poolSrc = k.argPtr(Elem::i32);
+  GlobalPtr rowsAt = k.argPtr(Elem::i32);
+  GlobalPtr dw = k.argPtr(Elem::f32);
+  I32 grid = k.argI32();
+  k.returnIf(!k.errorClear(ctx));
+  SharedTile partial = k.sharedTile(Elem::f32, 1, T);
+  I32 tid = k.threadIdx();
+  const float limit = float(s.clampMilli) / 1000.f;
+  k.forRange(k.blockIdx(), rowsAt.loadI32(), grid, [&](I32 r) {
+    Vec w = (poolW + k.widen(r)).loadSplat(8);
+    // Each thread keeps its running <g, act> in its own fp32 slot of `partial`, updated per vector.
+    partial.store(k.i32(0), tid, k.zeros(1, Elem::f32));
+    k.forRange(tid, k.i32(I / 8), k.i32(T), [&](I32 v) {
+      I64 col = k.widen(v) * 8;
+      GlobalPtr gAt = gIn + (k.widen(r) * I + col);
+      GlobalPtr gateAt = h + (k.widen(r) * (2 * I) + col);
+      GlobalPtr upAt = gateAt + k.i64(I);
+      Vec gv = gAt.load(8).toF32();
+      Vec gate = gateAt.load(8).toF32();
+      Vec up = upAt.load(8).toF32();
+      Vec gateMask = gate.splat(1.f), upMask = up.splat(1.f);
+      if (s.clampMilli > 0) {
+        gateMask = gate.stepLE(limit);
+        upMask = up.stepLE(limit) * (-up).stepLE(limit);
+        gate = gate.min(limit);
+        up = up.min(limit).max(-limit);
+      }
+      Vec e = (-(gate * gate.splat(1.4426950408889634f))).exp2();
+      Vec sig = gate.splat(1.f) / (e + e.splat(1.f));
+      Vec silu = gate * sig;
+      Vec act = silu * up;
+      Vec dact = w * gv;
+      Vec dsilu = sig * (sig.splat(1.f) + gate * (sig.splat(1.f) + -sig));  // silu' = s (1 + z (1 - s))
+      gateAt.store((dact * up * dsilu * gateMask).to(Elem::bf16));
+      upAt.store((dact * silu * upMask).to(Elem::bf16));
+      gAt.store((w * act).to(Elem::bf16));
+      partial.store(k.i32(0), tid, partial.load(k.i32(0), tid, 1) + (gv * act).sum());
+    });
+    k.blockSync();
+    // Fixed-order tree over the block's partial sums.
+    for (int64_t half = T / 2; half > 0; half /= 2) {
+      k.ifThen(tid < k.i32(half), [&] {
+        partial.store(k.i32(0), tid, partial.load(k.i32(0), tid, 1) + partial.load(k.i32(0), tid + half, 1));
+      });
+      k.blockSync();
+    }
+    k.ifThen(tid == 0, [&] {
+      I32 from = (poolSrc + k.widen(r)).loadI32();
+      k.peer(ctx, dw + k.widen(from % kSourceShift), from / kSourceShift).store(partial.load(k.i32(0), k.i32(0), 1));
+    });
+    k.blockSync();  // the slots are reset for the next row
+  });
+  return k.finish();
+}
+
+mlir::OwningOpRef<mlir::ModuleOp> buildStageBegin(mlir::MLIRContext& mctx, const StageBeginSpec& s) {
+  const int64_t R = s.ranks, local = s.experts / s.ranks, T = 256;
+  Kernel k(mctx, StageBeginSpec::kName, T);
+  Context ctx = k.argContext();
+  GlobalPtr arrivals = k.argPtr(Elem::i64);
+  GlobalPtr done = k.argPtr(Elem::i64);
+  GlobalPtr barrier = k.argPtr(Elem::i64);
+  k.returnIf(!k.errorClear(ctx));
+  I32 tid = k.threadIdx();
+  I64 epoch = ctx.epoch();
+  I64 stale = k.i64(1) - epoch % 2;
+  k.forRange(tid, k.i32(R * local), k.i32(T), [&](I32 i) { (arrivals + (stale * (R * local) + k.widen(i))).storeI64(k.i64(0)); });
+  k.ifThen(tid < k.i32(R), [&] { (done + (stale * R + k.widen(tid))).storeI64(k.i64(0)); });
+  k.blockSync();
+  k.rankBarrier(ctx, barrier, epoch + 1);
   return k.finish();
 }
 

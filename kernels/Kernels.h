@@ -105,7 +105,7 @@ struct GroupedGemmSpec {
 // zeroes the arrival counters of the other epoch parity (see DispatchGemmSpec).
 // Args: ctx, topk_idx (i32), tokens (i32), counts (heap i32 [2][R][E]), flags (heap u64 [R]), send_slot (i32),
 // pool_offsets (i32), send_list (i32), send_off (i32 [E + 1]), send_base (i32 [E]), arrivals (heap i64
-// [2][R][E/R]), done (heap i64 [2][R]).
+// [2][R][E/R]), done (heap i64 [2][R]), route_epoch (i64: the epoch whose counts slab later stages read).
 struct DispatchPrologueSpec {
   static constexpr const char* kName = "dispatch_prologue";
   static constexpr int64_t kBlockThreads = 1024;
@@ -120,38 +120,82 @@ struct DispatchPrologueSpec {
 // prologue of the next call); pool_src[row] = s * 2^24 + the pick's index at s (t * topk + j).
 enum LegBits : int64_t { kLegComm = 1, kLegGemm = 2 };
 
-// dispatch_grouped_gemm: blocks [0, push_blocks) first push my picks' x rows into the owners' pools (units of
-// up to kPushRows rows of one expert, experts in order of their local index, peers before myself) and count them into
-// the owner's arrivals; then every block takes L1 tiles: a tile waits until every source's rows of its expert
-// have arrived, runs h = pool . w1[e]^T with w1's gate and up rows side by side in one 2 x (BN/2) tile, and its
-// epilogue writes act = silu(gate) * up (optional clamp). Comm-only: block 0 waits for all arrivals at the end.
-// Args: ctx, x [T, H], send_list, send_off, send_base (from the prologue), counts (heap), arrivals (heap),
-// pool (heap bf16 [cap, H]), pool_src (heap i32 [cap]), pool_offsets (i32 [E/R + 1]), w1 [E/R, 2I, H],
-// act (bf16 [cap, I]), tickets (i32 [2], zero), push_blocks, grid, legs (i32).
+// dispatch_grouped_gemm: blocks [0, push_blocks) first push my picks' source rows (x, or dy in the backward) into
+// the owners' pools (units of up to kPushRows rows of one expert, experts in order of their local index, peers
+// before myself), with each pick's routing weight into pool_w, and count them into the owner's arrivals; then every
+// block takes GEMM tiles, each waiting until every source's rows of its expert have arrived:
+//   NT (forward):  h = pool . w1[e]^T with w1's gate and up rows side by side in one 2 x (BN/2) tile; the epilogue
+//                  writes act = silu(gate) * up (optional clamp) and, with save_h, h itself (kept for training);
+//   NN (backward): g = pool (dy rows) . w2[e]  -> out [rows, I];
+//   TN (backward): dW1[e] = a_e^T pool_e with a = dh [rows, 2I] and the pool holding x rows -> out [E/R, 2I, H].
+// The counts slab is the one the prologue filled at the epoch it stored in route_epoch. Comm-only: block 0 waits
+// for all arrivals at the end.
+// Args: ctx, src [T, H] (x or dy), topk_weights (f32), send_list, send_off, send_base (from the prologue), counts
+// (heap), arrivals (heap), route_epoch (i64), pool (heap bf16 [cap, H]), pool_src (heap i32 [cap]), pool_w (heap
+// f32 [cap]), pool_offsets (i32 [E/R + 1]), weights (w1 for NT and TN's shape, w2 for NN), extra (NT: h out when
+// save_h; TN: dh), out, tickets (i32 [2], zero), push_blocks, grid, legs (i32).
 struct DispatchGemmSpec {
   static constexpr const char* kName = "dispatch_grouped_gemm";
   static constexpr int64_t kPushRows = 32;  // rows per push unit (warps take rows in turn); one signal per unit
   int64_t experts, ranks, topk, hidden, intermediate, clampMilli = 0;
-  GroupedGemmSpec gemm() const { return {GroupedGemmSpec::kNT, experts / ranks, 2 * intermediate, hidden}; }
+  GroupedGemmSpec::Layout layout = GroupedGemmSpec::kNT;
+  int64_t saveH = 0;
+  GroupedGemmSpec gemm() const {
+    const int64_t local = experts / ranks;
+    if (layout == GroupedGemmSpec::kNN) return {GroupedGemmSpec::kNN, local, intermediate, hidden};
+    if (layout == GroupedGemmSpec::kTN) return {GroupedGemmSpec::kTN, local, hidden, 2 * intermediate};
+    return {GroupedGemmSpec::kNT, local, 2 * intermediate, hidden};
+  }
   KernelSpec spec() const {
     return {kName, {{"E", experts}, {"ranks", ranks}, {"topk", topk}, {"H", hidden}, {"I", intermediate},
-                    {"clamp_milli", clampMilli}}};
+                    {"clamp_milli", clampMilli}, {"layout", layout}, {"save_h", saveH}}};
   }
 };
 
-// grouped_gemm_combine: L2 tiles out = act . w2[e]^T whose epilogue stores each row straight into its home rank's
-// combine buffer at the pick's slot (comb [T_max * topk, H] on the heap); every block then counts itself done at
-// every home rank; once all blocks of all ranks are done, y[t] = sum_j w[t, j] * comb[t * topk + j] in fp32 over
-// the valid picks, as bf16. Gemm-only: rows go into my own combine buffer and y is not computed.
-// Args: ctx, act, w2 [E/R, H, I], pool_offsets, pool_src (heap), comb (heap), done (heap i64 [2][R]), topk_idx,
-// topk_weights (f32), tokens (i32), y [T, H], tickets (i32 [2], zero), grid, legs (i32).
+// grouped_gemm_combine: grouped GEMM tiles whose epilogue stores each row straight into its home rank's combine
+// buffer at the pick's slot (comb [T_max * topk, H] on the heap); every block then counts itself done at every
+// home rank; once all blocks of all ranks are done, each rank sums its tokens' rows in fp32 in pick order:
+//   NT (forward):  out = act . w2[e]^T; y[t] = sum_j w[t, j] * comb[t * topk + j] over the valid picks;
+//   NN (backward): dx rows = dh . w1[e]; dx[t] = sum_j comb[t * topk + j]; d_topk_weights[t, j] = dw[t * topk + j]
+//                  (heap f32, stored there by swiglu_bwd), 0 for -1 picks.
+// Gemm-only: rows go into my own combine buffer and nothing is summed.
+// Args: ctx, a (act / dh), b (w2 / w1), pool_offsets, pool_src (heap), comb (heap), done (heap i64 [2][R]),
+// topk_idx, topk_weights (f32), tokens (i32), y (y / dx), dw (heap f32), d_topk_weights (f32), tickets, grid, legs.
 struct GemmCombineSpec {
   static constexpr const char* kName = "grouped_gemm_combine";
   int64_t experts, ranks, topk, hidden, intermediate;
-  GroupedGemmSpec gemm() const { return {GroupedGemmSpec::kNT, experts / ranks, hidden, intermediate}; }
-  KernelSpec spec() const {
-    return {kName, {{"E", experts}, {"ranks", ranks}, {"topk", topk}, {"H", hidden}, {"I", intermediate}}};
+  GroupedGemmSpec::Layout layout = GroupedGemmSpec::kNT;
+  GroupedGemmSpec gemm() const {
+    const int64_t local = experts / ranks;
+    if (layout == GroupedGemmSpec::kNN) return {GroupedGemmSpec::kNN, local, hidden, 2 * intermediate};
+    return {GroupedGemmSpec::kNT, local, hidden, intermediate};
   }
+  KernelSpec spec() const {
+    return {kName, {{"E", experts}, {"ranks", ranks}, {"topk", topk}, {"H", hidden}, {"I", intermediate},
+                    {"layout", layout}}};
+  }
+};
+
+// swiglu_bwd: per received row r (of rows_at[0]): from g = dy . w2[e] [rows, I], the kept h [rows, 2I] and the
+// pick's routing weight pool_w[r]: dact = w * g; dh = [dact * up * silu'(gate) | dact * silu(gate)] written over h
+// (clamped components get 0); w * act written over g (dW2's right operand); and <g, act> = d topk_weight, stored
+// at the pick's home rank in dw[pick] (heap f32). One block per row at a time, a fixed-order reduction.
+// Args: ctx, g, h, pool_w (heap), pool_src (heap), rows_at (i32 pointer), dw (heap f32), grid (i32).
+struct SwigluBwdSpec {
+  static constexpr const char* kName = "swiglu_bwd";
+  static constexpr int64_t kBlockThreads = 256;
+  int64_t intermediate, clampMilli = 0;
+  KernelSpec spec() const { return {kName, {{"I", intermediate}, {"clamp_milli", clampMilli}}}; }
+};
+
+// stage_begin: starts a backward stage that reuses the forward's routing: zeroes this rank's arrival and done
+// counters of the other epoch parity (as the prologue does for a forward), then all ranks meet (rank barrier on
+// `barrier`, value epoch + 1), so no rank pushes into counters a late rank has not zeroed yet.
+// Args: ctx, arrivals (heap), done (heap), barrier (heap u64 [R]).
+struct StageBeginSpec {
+  static constexpr const char* kName = "stage_begin";
+  int64_t experts, ranks;
+  KernelSpec spec() const { return {kName, {{"E", experts}, {"ranks", ranks}}}; }
 };
 
 // ---- communication kernels over the symmetric heap (runtime tests and benchmarks) ----

@@ -12,6 +12,8 @@ mlir::OwningOpRef<mlir::ModuleOp> buildGroupedGemm(mlir::MLIRContext& ctx, const
 mlir::OwningOpRef<mlir::ModuleOp> buildDispatchPrologue(mlir::MLIRContext& ctx, const DispatchPrologueSpec& s);
 mlir::OwningOpRef<mlir::ModuleOp> buildDispatchGemm(mlir::MLIRContext& ctx, const DispatchGemmSpec& s, Arch arch);
 mlir::OwningOpRef<mlir::ModuleOp> buildGemmCombine(mlir::MLIRContext& ctx, const GemmCombineSpec& s, Arch arch);
+mlir::OwningOpRef<mlir::ModuleOp> buildSwigluBwd(mlir::MLIRContext& ctx, const SwigluBwdSpec& s);
+mlir::OwningOpRef<mlir::ModuleOp> buildStageBegin(mlir::MLIRContext& ctx, const StageBeginSpec& s);
 mlir::OwningOpRef<mlir::ModuleOp> buildEpochAdvance(mlir::MLIRContext& ctx, const EpochAdvanceSpec& s);
 mlir::OwningOpRef<mlir::ModuleOp> buildPingPong(mlir::MLIRContext& ctx, const PingPongSpec& s);
 mlir::OwningOpRef<mlir::ModuleOp> buildAllToAllRows(mlir::MLIRContext& ctx, const AllToAllRowsSpec& s);
@@ -116,24 +118,59 @@ const std::vector<KernelInfo>& registry() {
          return buildDispatchPrologue(ctx, DispatchPrologueSpec{s.get("E"), s.get("topk"), s.get("ranks")});
        }},
       {DispatchGemmSpec::kName,
-       "fused dispatch + L1 grouped GEMM + SwiGLU: rows pushed to the owners, each tile starts once its rows arrived",
-       {"E", "ranks", "topk", "H", "I", "clamp_milli"},
+       "fused dispatch + grouped GEMM: rows pushed to the owners, each tile starts once its rows arrived (NT + SwiGLU "
+       "forward, NN dgrad, TN wgrad)",
+       {"E", "ranks", "topk", "H", "I", "clamp_milli", "layout", "save_h"},
        [](const KernelSpec& s) {
          std::string e = validateFused(s);
          if (e.empty() && s.get("clamp_milli") < 0) e = "clamp_milli must be >= 0 (0 disables the clamp)";
+         if (e.empty() && (s.get("layout") < 0 || s.get("layout") > 2)) e = "layout must be 0 (NT), 1 (NN) or 2 (TN)";
+         if (e.empty() && (s.get("save_h") < 0 || s.get("save_h") > 1 || (s.get("save_h") && s.get("layout") != 0)))
+           e = "save_h must be 0 or 1, and 1 only with layout 0 (NT, the forward)";
          return e;
        },
        [](mlir::MLIRContext& ctx, const KernelSpec& s, Arch arch) {
-         return buildDispatchGemm(ctx, DispatchGemmSpec{s.get("E"), s.get("ranks"), s.get("topk"), s.get("H"),
-                                                        s.get("I"), s.get("clamp_milli")}, arch);
+         DispatchGemmSpec d{s.get("E"), s.get("ranks"), s.get("topk"), s.get("H"), s.get("I"), s.get("clamp_milli"),
+                            GroupedGemmSpec::Layout(s.get("layout")), s.get("save_h")};
+         return buildDispatchGemm(ctx, d, arch);
        }},
       {GemmCombineSpec::kName,
-       "fused L2 grouped GEMM + combine: rows stored at their home rank, then the top-k weighted sum in fp32",
-       {"E", "ranks", "topk", "H", "I"},
-       validateFused,
+       "fused grouped GEMM + combine: rows stored at their home rank, then the top-k sum in fp32 (NT forward "
+       "weighted, NN backward dx)",
+       {"E", "ranks", "topk", "H", "I", "layout"},
+       [](const KernelSpec& s) {
+         std::string e = validateFused(s);
+         if (e.empty() && s.get("layout") != 0 && s.get("layout") != 1) e = "layout must be 0 (NT) or 1 (NN)";
+         return e;
+       },
        [](mlir::MLIRContext& ctx, const KernelSpec& s, Arch arch) {
-         return buildGemmCombine(ctx, GemmCombineSpec{s.get("E"), s.get("ranks"), s.get("topk"), s.get("H"), s.get("I")},
-                                 arch);
+         GemmCombineSpec d{s.get("E"), s.get("ranks"), s.get("topk"), s.get("H"), s.get("I"),
+                           GroupedGemmSpec::Layout(s.get("layout"))};
+         return buildGemmCombine(ctx, d, arch);
+       }},
+      {SwigluBwdSpec::kName,
+       "SwiGLU backward per received row: dh over h, w * act over g, d topk weight to the home rank",
+       {"I", "clamp_milli"},
+       [](const KernelSpec& s) {
+         std::string e = positiveMultiple("I", s.get("I"), 8, "16-byte bf16 vectors");
+         if (e.empty() && s.get("clamp_milli") < 0) e = "clamp_milli must be >= 0 (0 disables the clamp)";
+         return e;
+       },
+       [](mlir::MLIRContext& ctx, const KernelSpec& s, Arch) {
+         return buildSwigluBwd(ctx, SwigluBwdSpec{s.get("I"), s.get("clamp_milli")});
+       }},
+      {StageBeginSpec::kName,
+       "start of a backward stage: zero the other parity's counters, then a rank barrier",
+       {"E", "ranks"},
+       [](const KernelSpec& s) {
+         const int64_t e = s.get("E"), r = s.get("ranks");
+         if (r < 1 || r > 8) return "ranks=" + std::to_string(r) + " must be 1..8";
+         if (e < 1 || e > 1024 || e % r != 0)
+           return "E=" + std::to_string(e) + " must be 1..1024 and a multiple of ranks=" + std::to_string(r);
+         return std::string();
+       },
+       [](mlir::MLIRContext& ctx, const KernelSpec& s, Arch) {
+         return buildStageBegin(ctx, StageBeginSpec{s.get("E"), s.get("ranks")});
        }},
       {EpochAdvanceSpec::kName,
        "advance the rank's epoch by one (launched last in a call; stream-ordered, graph-capturable)",
@@ -202,17 +239,23 @@ std::vector<KernelSpec> layerKernels(const ModelShape& s, int64_t ranks) {
   if (std::string e = validateShape(s, ranks); !e.empty()) throw std::invalid_argument(s.name + ": " + e);
   using G = GroupedGemmSpec;
   const int64_t local = s.experts / ranks, h = s.hidden, i = s.intermediate;
+  using D = DispatchGemmSpec;
+  using C = GemmCombineSpec;
+  const int64_t e = s.experts, k = s.topk;
   std::vector<KernelSpec> out = {
-      // forward (runtime/src/MoeLayer.cpp launches these, in this order, and checks this list in the codegen tier)
-      DispatchPrologueSpec{s.experts, s.topk, ranks}.spec(),
-      DispatchGemmSpec{s.experts, ranks, s.topk, h, i}.spec(),
-      GemmCombineSpec{s.experts, ranks, s.topk, h, i}.spec(),
+      // forward (runtime/src/MoeLayer.cpp launches these; the runtime-JIT tier checks its list against this one)
+      DispatchPrologueSpec{e, k, ranks}.spec(),
+      D{e, ranks, k, h, i, 0, G::kNT, 0}.spec(),
+      C{e, ranks, k, h, i, G::kNT}.spec(),
       EpochAdvanceSpec{}.spec(),
-      // backward engines
-      G{G::kNN, local, i, h}.spec(),      // L2 dgrad: dy [tokens, H] . w2[e] [H, I]
-      G{G::kTN, local, i, h}.spec(),      // dW2[e] [H, I] = dy_e^T [H, tokens] . act_e [tokens, I]
-      G{G::kNN, local, h, 2 * i}.spec(),  // L1 dgrad: dh [tokens, 2I] . w1[e] [2I, H]
-      G{G::kTN, local, h, 2 * i}.spec(),  // dW1[e] [2I, H] = dh_e^T [2I, tokens] . x_e [tokens, H]
+      // training: the forward that keeps h, and the backward
+      D{e, ranks, k, h, i, 0, G::kNT, 1}.spec(),
+      StageBeginSpec{e, ranks}.spec(),
+      D{e, ranks, k, h, i, 0, G::kNN, 0}.spec(),  // re-dispatched dy, g = dy . w2[e]
+      SwigluBwdSpec{i}.spec(),
+      G{G::kTN, local, i, h}.spec(),               // dW2[e] [H, I] = dy_e^T [H, rows] . (w act)_e [rows, I]
+      D{e, ranks, k, h, i, 0, G::kTN, 0}.spec(),  // re-dispatched x, dW1[e] [2I, H] = dh_e^T x_e
+      C{e, ranks, k, h, i, G::kNN}.spec(),         // dx rows dh . w1[e], summed at home
   };
   return out;
 }

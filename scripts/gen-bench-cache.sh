@@ -16,9 +16,15 @@ gen grouped_gemm_nn E=16,N=512,K=1024
 gen grouped_gemm_tn E=16,N=512,M=1024
 gen grouped_gemm_nt E=128,N=3072,K=4096
 gen grouped_gemm_nt E=8,N=28672,K=4096
-# megamoe-bench layer: the DeepSeek-V3 EP2 layer's forward kernels.
+# megamoe-bench layer [--backward]: the DeepSeek-V3 EP2 layer's forward and backward kernels.
 gen dispatch_prologue E=256,topk=8,ranks=2
-gen dispatch_grouped_gemm E=256,ranks=2,topk=8,H=7168,I=2048,clamp_milli=0
-gen grouped_gemm_combine E=256,ranks=2,topk=8,H=7168,I=2048
+for layout_save in 0,0 0,1 1,0 2,0; do
+  gen dispatch_grouped_gemm E=256,ranks=2,topk=8,H=7168,I=2048,clamp_milli=0,layout=${layout_save%,*},save_h=${layout_save#*,}
+done
+gen grouped_gemm_combine E=256,ranks=2,topk=8,H=7168,I=2048,layout=0
+gen grouped_gemm_combine E=256,ranks=2,topk=8,H=7168,I=2048,layout=1
+gen swiglu_bwd I=2048,clamp_milli=0
+gen stage_begin E=256,ranks=2
+gen grouped_gemm_tn E=128,N=2048,M=7168
 gen epoch_advance
 echo "bench kernels in $dir"

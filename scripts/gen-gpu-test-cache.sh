@@ -27,10 +27,21 @@ kernels=(
   "peer_store -"
   "dispatch_prologue E=16,topk=4,ranks=2"    # gpu_dispatch_test
   "dispatch_prologue E=256,topk=8,ranks=2"   # DeepSeek-V3 routing
-  # gpu_layer_test: H=512 I=256 E=16 topk=4 over two ranks
-  "dispatch_grouped_gemm E=16,ranks=2,topk=4,H=512,I=256,clamp_milli=0"
-  "dispatch_grouped_gemm E=16,ranks=2,topk=4,H=512,I=256,clamp_milli=7000"
-  "grouped_gemm_combine E=16,ranks=2,topk=4,H=512,I=256"
+  # gpu_layer_test: H=512 I=256 E=16 topk=4 over two ranks, forward and backward, without and with a clamp
+  "grouped_gemm_combine E=16,ranks=2,topk=4,H=512,I=256,layout=0"
+  "grouped_gemm_combine E=16,ranks=2,topk=4,H=512,I=256,layout=1"
+  "stage_begin E=16,ranks=2"
+  "grouped_gemm_tn E=8,N=256,M=512"
+  "dispatch_grouped_gemm E=16,ranks=2,topk=4,H=512,I=256,clamp_milli=0,layout=0,save_h=0"
+  "dispatch_grouped_gemm E=16,ranks=2,topk=4,H=512,I=256,clamp_milli=0,layout=0,save_h=1"
+  "dispatch_grouped_gemm E=16,ranks=2,topk=4,H=512,I=256,clamp_milli=0,layout=1,save_h=0"
+  "dispatch_grouped_gemm E=16,ranks=2,topk=4,H=512,I=256,clamp_milli=0,layout=2,save_h=0"
+  "swiglu_bwd I=256,clamp_milli=0"
+  "dispatch_grouped_gemm E=16,ranks=2,topk=4,H=512,I=256,clamp_milli=7000,layout=0,save_h=0"
+  "dispatch_grouped_gemm E=16,ranks=2,topk=4,H=512,I=256,clamp_milli=7000,layout=0,save_h=1"
+  "dispatch_grouped_gemm E=16,ranks=2,topk=4,H=512,I=256,clamp_milli=7000,layout=1,save_h=0"
+  "dispatch_grouped_gemm E=16,ranks=2,topk=4,H=512,I=256,clamp_milli=7000,layout=2,save_h=0"
+  "swiglu_bwd I=256,clamp_milli=7000"
 )
 for entry in "${kernels[@]}"; do
   read -r kernel spec <<<"$entry"

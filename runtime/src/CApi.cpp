@@ -13,6 +13,9 @@
 #include "megamoe/Runtime.h"
 
 static_assert(MEGAMOE_STAGE_COUNT == int(megamoe::Stage::kCount), "megamoe.h stages mirror MoeLayer.h");
+static_assert(MEGAMOE_BACKWARD_STAGE_COUNT == int(megamoe::BackwardStage::kCount) &&
+                  MEGAMOE_BACKWARD_STAGE_DGRAD_COMBINE == int(megamoe::BackwardStage::kDgradCombine),
+              "megamoe.h backward stages mirror MoeLayer.h");
 static_assert(MEGAMOE_LEG_FUSED == int(megamoe::Leg::kFused) && MEGAMOE_LEG_COMM_ONLY == int(megamoe::Leg::kCommOnly) &&
                   MEGAMOE_LEG_GEMM_ONLY == int(megamoe::Leg::kGemmOnly),
               "megamoe.h legs mirror MoeLayer.h");
@@ -80,6 +83,7 @@ megamoe::MoeLayerConfig toConfig(const megamoe_layer_config* c) {
   out.topk = c->topk;
   out.maxTokens = c->max_tokens;
   out.swigluClampMilli = c->swiglu_clamp_milli;
+  out.training = c->training != 0;
   return out;
 }
 
@@ -297,6 +301,15 @@ int megamoe_layer_forward(megamoe_layer* layer, uint64_t x, int64_t tokens, uint
   });
 }
 
+int megamoe_layer_backward(megamoe_layer* layer, uint64_t dy, uint64_t x, int64_t tokens, uint64_t topk_idx,
+                           uint64_t topk_weights, uint64_t w1, uint64_t w2, uint64_t dx, uint64_t d_topk_weights,
+                           uint64_t dw1, uint64_t dw2, void* stream) {
+  return guarded([&] {
+    requireArg(layer, "layer");
+    layer->layer->backward({dy, x, tokens, topk_idx, topk_weights, w1, w2, dx, d_topk_weights, dw1, dw2}, stream);
+  });
+}
+
 int megamoe_layer_set_legs(megamoe_layer* layer, int dispatch_leg, int combine_leg) {
   return guarded([&] {
     requireArg(layer, "layer");
@@ -317,6 +330,25 @@ int megamoe_layer_stage_ms(megamoe_layer* layer, float* ms) {
     requireArg(ms, "ms");
     auto times = layer->layer->stageMilliseconds();
     for (size_t i = 0; i < times.size(); ++i) ms[i] = times[i];
+  });
+}
+
+int megamoe_layer_backward_stage_ms(megamoe_layer* layer, float* ms) {
+  return guarded([&] {
+    requireArg(layer, "layer");
+    requireArg(ms, "ms");
+    auto times = layer->layer->backwardStageMilliseconds();
+    for (size_t i = 0; i < times.size(); ++i) ms[i] = times[i];
+  });
+}
+
+int megamoe_layer_kept_bytes(const megamoe_layer* layer, uint64_t* kept, uint64_t* kept_without_recompute) {
+  return guarded([&] {
+    requireArg(layer, "layer");
+    requireArg(kept, "kept");
+    requireArg(kept_without_recompute, "kept_without_recompute");
+    *kept = layer->layer->keptBytes();
+    *kept_without_recompute = layer->layer->keptBytesWithoutRecompute();
   });
 }
 

@@ -28,8 +28,27 @@ std::string multipleOf(const char* what, int64_t value, int64_t of, const char* 
 
 [[noreturn]] void invalid(const std::string& message) { throw Error(ErrorCode::kInvalidArgument, message); }
 
+// GroupedGemmSpec::Layout values (kernels/Kernels.h).
+constexpr int64_t kLayoutNT = 0, kLayoutNN = 1, kLayoutTN = 2;
+// Indices into MoeLayer::kernelSpecs() (and Impl::kernels).
+enum KernelIndex : size_t {
+  kPrologue, kDispatchNT, kCombineNT, kEpochAdvance,  // forward
+  kStageBegin, kDispatchNN, kSwigluBwd, kWgradTN, kDispatchTN, kCombineNN,  // backward (training)
+};
+
 // Rows of the receive pool: every rank may send every pick to one owner.
 int64_t poolRows(const MoeLayerConfig& c, int ranks) { return int64_t(ranks) * c.maxTokens * c.topk; }
+
+// The heap regions' device addresses on one rank (kernel arguments, so non-const).
+struct Regions {
+  uint64_t ctx, counts, flags, arrivals, done, pool, poolSrc, poolW, comb, dw, barrier;
+  explicit Regions(const SymmetricHeap& h)
+      : ctx(h.contextAddress()), counts(h.regionAddress("moe.counts")), flags(h.regionAddress("moe.flags")),
+        arrivals(h.regionAddress("moe.arrivals")), done(h.regionAddress("moe.done")),
+        pool(h.regionAddress("moe.pool")), poolSrc(h.regionAddress("moe.pool_src")),
+        poolW(h.regionAddress("moe.pool_w")), comb(h.regionAddress("moe.comb")), dw(h.regionAddress("moe.dw")),
+        barrier(h.regionAddress("moe.barrier")) {}
+};
 
 }  // namespace
 
@@ -60,55 +79,91 @@ std::vector<RegionSpec> MoeLayer::heapRegions(const MoeLayerConfig& c, int ranks
       {"moe.done", 2 * R * 8, 16},                            // [2][R] i64: combine blocks done per owner
       {"moe.pool", uint64_t(poolRows(c, ranks)) * uint64_t(c.hidden) * kBf16, 256},  // received x rows
       {"moe.pool_src", uint64_t(poolRows(c, ranks)) * 4, 16},                          // [rows] source * 2^24 + pick
+      {"moe.pool_w", uint64_t(poolRows(c, ranks)) * 4, 16},                            // [rows] routing weights
       {"moe.comb", uint64_t(c.maxTokens * c.topk * c.hidden) * kBf16, 256},            // L2 rows back home
+      {"moe.dw", uint64_t(c.maxTokens * c.topk) * 4, 16},                              // d topk_weights at home
+      {"moe.barrier", R * 8, 16},                                                      // backward stages meet
   };
 }
 
 std::vector<std::pair<std::string, std::vector<std::pair<std::string, int64_t>>>> MoeLayer::kernelSpecs(
     const MoeLayerConfig& c, int ranks) {
-  const int64_t R = ranks;
-  return {
-      {"dispatch_prologue", {{"E", c.experts}, {"topk", c.topk}, {"ranks", R}}},
-      {"dispatch_grouped_gemm",
-       {{"E", c.experts}, {"ranks", R}, {"topk", c.topk}, {"H", c.hidden}, {"I", c.intermediate},
-        {"clamp_milli", c.swigluClampMilli}}},
-      {"grouped_gemm_combine",
-       {{"E", c.experts}, {"ranks", R}, {"topk", c.topk}, {"H", c.hidden}, {"I", c.intermediate}}},
+  const int64_t R = ranks, E = c.experts, k = c.topk, H = c.hidden, I = c.intermediate;
+  auto dispatch = [&](int64_t layout, int64_t saveH) {
+    return std::make_pair(std::string("dispatch_grouped_gemm"),
+                          std::vector<std::pair<std::string, int64_t>>{{"E", E}, {"ranks", R}, {"topk", k}, {"H", H},
+                                                                       {"I", I}, {"clamp_milli", c.swigluClampMilli},
+                                                                       {"layout", layout}, {"save_h", saveH}});
+  };
+  auto combine = [&](int64_t layout) {
+    return std::make_pair(std::string("grouped_gemm_combine"),
+                          std::vector<std::pair<std::string, int64_t>>{
+                              {"E", E}, {"ranks", R}, {"topk", k}, {"H", H}, {"I", I}, {"layout", layout}});
+  };
+  // Order: the Kernel* indices below.
+  std::vector<std::pair<std::string, std::vector<std::pair<std::string, int64_t>>>> out = {
+      {"dispatch_prologue", {{"E", E}, {"topk", k}, {"ranks", R}}},
+      dispatch(kLayoutNT, c.training ? 1 : 0),
+      combine(kLayoutNT),
       {"epoch_advance", {}},
   };
+  if (c.training) {
+    out.push_back({"stage_begin", {{"E", E}, {"ranks", R}}});
+    out.push_back(dispatch(kLayoutNN, 0));
+    out.push_back({"swiglu_bwd", {{"I", I}, {"clamp_milli", c.swigluClampMilli}}});
+    out.push_back({"grouped_gemm_tn", {{"E", E / R}, {"N", I}, {"M", H}}});
+    out.push_back(dispatch(kLayoutTN, 0));
+    out.push_back(combine(kLayoutNN));
+  }
+  return out;
 }
 
 struct MoeLayer::Impl {
   Runtime& runtime;
   Device& device;
-  std::shared_ptr<const Kernel> prologue, dispatchGemm, gemmCombine, epochAdvance;
-  // Local buffers.
-  DevicePtr sendSlot = 0, sendList = 0, sendOff = 0, sendBase = 0, poolOffsets = 0, act = 0, tickets = 0;
+  std::vector<std::shared_ptr<const Kernel>> kernels;  // in kernelSpecs() order (KernelIndex)
+  // Local buffers. h (training) is kept by the forward and becomes dh in the backward; act holds g, then w * act.
+  DevicePtr sendSlot = 0, sendList = 0, sendOff = 0, sendBase = 0, poolOffsets = 0, act = 0, h = 0, tickets = 0,
+            routeEpoch = 0;
   Leg dispatchLeg = Leg::kFused, combineLeg = Leg::kFused;
   bool profiling = false;
   std::array<EventHandle, size_t(Stage::kCount) + 1> events{};
+  std::array<EventHandle, size_t(BackwardStage::kCount) + 1> backwardEvents{};
   uint32_t grid = 0;
   int32_t pushBlocks = 0;
+  int64_t lastForwardTokens = -1;  // what backward() must match; -1 before the first forward
 
   Impl(Runtime& rt) : runtime(rt), device(*rt.device()) {}
   ~Impl() {
     try {
-      for (DevicePtr p : {sendSlot, sendList, sendOff, sendBase, poolOffsets, act, tickets}) device.free(p);
+      for (DevicePtr p : {sendSlot, sendList, sendOff, sendBase, poolOffsets, act, h, tickets, routeEpoch}) device.free(p);
       for (EventHandle e : events)
+        if (e) device.destroyEvent(e);
+      for (EventHandle e : backwardEvents)
         if (e) device.destroyEvent(e);
     } catch (...) {
     }
   }
-  void launch(const Kernel& kernel, uint32_t blocks, StreamHandle stream, std::vector<void*> params,
+  void launch(KernelIndex index, uint32_t blocks, StreamHandle stream, std::vector<void*> params,
               const SymmetricHeap& heap) {
+    const Kernel& kernel = *kernels.at(index);
     LaunchDims dims;
     dims.grid = {blocks, 1, 1};
     dims.block = {uint32_t(kernel.metadata().blockThreads), 1, 1};
     dims.sharedBytes = uint32_t(kernel.metadata().sharedBytes);
     runtime.launch(kernel, dims, stream, params.data(), &heap);
   }
-  void mark(Stage stage, StreamHandle stream) {
-    if (profiling) device.recordEvent(events[size_t(stage)], stream);
+  template <size_t N>
+  void mark(std::array<EventHandle, N>& at, size_t index, StreamHandle stream) {
+    if (profiling) device.recordEvent(at[index], stream);
+  }
+  template <size_t N>
+  std::array<float, N - 1> elapsed(std::array<EventHandle, N>& at) {
+    if (!profiling) invalid("stage times: profiling is off (setProfiling(true) before the call)");
+    std::array<float, N - 1> ms{};
+    device.synchronizeEvent(at.back());
+    for (size_t i = 0; i + 1 < N; ++i) ms[i] = device.elapsedMilliseconds(at[i], at[i + 1]);
+    return ms;
   }
 };
 
@@ -120,13 +175,9 @@ MoeLayer::MoeLayer(Runtime& runtime, const MoeLayerConfig& config, std::unique_p
     cache::KernelKey key{name, spec, m.device.target(), defaultTargetOptions(m.device.target()), /*any*/ ""};
     std::string text;
     for (const auto& [k, v] : spec) text += (text.empty() ? "" : ",") + k + "=" + std::to_string(v);
-    auto kernel = runtime.loadKernel(key, "megamoe-cache generate --kernel " + name +
-                                              (text.empty() ? "" : " --spec " + text) + " --targets " +
-                                              m.device.target());
-    if (name == "dispatch_prologue") m.prologue = kernel;
-    else if (name == "dispatch_grouped_gemm") m.dispatchGemm = kernel;
-    else if (name == "grouped_gemm_combine") m.gemmCombine = kernel;
-    else m.epochAdvance = kernel;
+    m.kernels.push_back(runtime.loadKernel(key, "megamoe-cache generate --kernel " + name +
+                                                    (text.empty() ? "" : " --spec " + text) + " --targets " +
+                                                    m.device.target()));
   }
   const int64_t picks = config.maxTokens * config.topk, E = config.experts, local = E / ranks;
   auto alloc = [&](int64_t bytes) { return m.device.allocate(size_t(std::max<int64_t>(bytes, 16))); };
@@ -136,6 +187,8 @@ MoeLayer::MoeLayer(Runtime& runtime, const MoeLayerConfig& config, std::unique_p
   m.sendBase = alloc(E * 4);
   m.poolOffsets = alloc((local + 1) * 4);
   m.act = alloc(poolRows(config, ranks) * config.intermediate * kBf16);
+  if (config.training) m.h = alloc(poolRows(config, ranks) * 2 * config.intermediate * kBf16);
+  m.routeEpoch = alloc(8);
   m.tickets = alloc(16);  // [2] per fused kernel, zero between launches (the kernels reset them)
   m.device.memsetZero(m.tickets, 16, nullptr);
   m.device.synchronize(nullptr);
@@ -143,6 +196,7 @@ MoeLayer::MoeLayer(Runtime& runtime, const MoeLayerConfig& config, std::unique_p
   m.grid = uint32_t(m.device.multiprocessors());
   m.pushBlocks = std::min<int32_t>(runtime.env().pushBlocks, int32_t(m.grid));
   for (EventHandle& e : m.events) e = m.device.createEvent();
+  for (EventHandle& e : m.backwardEvents) e = m.device.createEvent();
 }
 
 MoeLayer::~MoeLayer() = default;
@@ -183,33 +237,85 @@ void MoeLayer::forward(const ForwardArgs& a, StreamHandle stream) {
     if (p % 16 != 0) invalid("forward: x, y, w1 and w2 must be 16-byte aligned (16-byte vector accesses)");
   heap_->requireUsable();
   Impl& m = *impl_;
-  SymmetricHeap& h = *heap_;
-  uint64_t ctx = h.contextAddress(), counts = h.regionAddress("moe.counts"), flags = h.regionAddress("moe.flags"),
-           arrivals = h.regionAddress("moe.arrivals"), done = h.regionAddress("moe.done"),
-           pool = h.regionAddress("moe.pool"), poolSrc = h.regionAddress("moe.pool_src"),
-           comb = h.regionAddress("moe.comb");
-  uint64_t x = a.x, idx = a.topkIdx, weights = a.topkWeights, w1 = a.w1, w2 = a.w2, y = a.y;
+  Regions r(*heap_);
+  uint64_t x = a.x, idx = a.topkIdx, weights = a.topkWeights, w1 = a.w1, w2 = a.w2, y = a.y, none = 0;
   int32_t tokens = int32_t(a.tokens), grid = int32_t(m.grid), push = m.pushBlocks;
   int32_t dispatchLegs = legBits(m.dispatchLeg), combineLegs = legBits(m.combineLeg);
   uint64_t tickets0 = m.tickets, tickets1 = m.tickets + 8;
 
-  m.mark(Stage::kPrologue, stream);
-  m.launch(*m.prologue, 1, stream,
-           {&ctx, &idx, &tokens, &counts, &flags, &m.sendSlot, &m.poolOffsets, &m.sendList, &m.sendOff, &m.sendBase,
-            &arrivals, &done},
-           h);
-  m.mark(Stage::kDispatchGemm, stream);
-  m.launch(*m.dispatchGemm, m.grid, stream,
-           {&ctx, &x, &m.sendList, &m.sendOff, &m.sendBase, &counts, &arrivals, &pool, &poolSrc, &m.poolOffsets, &w1,
-            &m.act, &tickets0, &push, &grid, &dispatchLegs},
-           h);
-  m.mark(Stage::kGemmCombine, stream);
-  m.launch(*m.gemmCombine, m.grid, stream,
-           {&ctx, &m.act, &w2, &m.poolOffsets, &poolSrc, &comb, &done, &idx, &weights, &tokens, &y, &tickets1, &grid,
-            &combineLegs},
-           h);
-  m.mark(Stage::kCount, stream);
-  m.launch(*m.epochAdvance, 1, stream, {&ctx}, h);
+  m.mark(m.events, size_t(Stage::kPrologue), stream);
+  m.launch(kPrologue, 1, stream,
+           {&r.ctx, &idx, &tokens, &r.counts, &r.flags, &m.sendSlot, &m.poolOffsets, &m.sendList, &m.sendOff,
+            &m.sendBase, &r.arrivals, &r.done, &m.routeEpoch},
+           *heap_);
+  m.mark(m.events, size_t(Stage::kDispatchGemm), stream);
+  m.launch(kDispatchNT, m.grid, stream,
+           {&r.ctx, &x, &weights, &m.sendList, &m.sendOff, &m.sendBase, &r.counts, &r.arrivals, &m.routeEpoch,
+            &r.pool, &r.poolSrc, &r.poolW, &m.poolOffsets, &w1, c.training ? &m.h : &none, &m.act, &tickets0, &push,
+            &grid, &dispatchLegs},
+           *heap_);
+  m.mark(m.events, size_t(Stage::kGemmCombine), stream);
+  m.launch(kCombineNT, m.grid, stream,
+           {&r.ctx, &m.act, &w2, &m.poolOffsets, &r.poolSrc, &r.comb, &r.done, &idx, &weights, &tokens, &y, &r.dw,
+            &none, &tickets1, &grid, &combineLegs},
+           *heap_);
+  m.mark(m.events, size_t(Stage::kCount), stream);
+  m.launch(kEpochAdvance, 1, stream, {&r.ctx}, *heap_);
+  m.lastForwardTokens = a.tokens;
+}
+
+void MoeLayer::backward(const BackwardArgs& a, StreamHandle stream) {
+  const MoeLayerConfig& c = config_;
+  Impl& m = *impl_;
+  if (!c.training) invalid("backward: the layer was created without training (MoeLayerConfig::training)");
+  if (m.lastForwardTokens < 0) invalid("backward: no forward to differentiate yet");
+  if (a.tokens != m.lastForwardTokens)
+    invalid("backward: tokens=" + std::to_string(a.tokens) + " differs from the last forward's tokens=" +
+            std::to_string(m.lastForwardTokens));
+  if (!a.w1 || !a.w2 || !a.dW1 || !a.dW2) invalid("backward: w1, w2, dW1 and dW2 must not be null");
+  if (a.tokens > 0 && (!a.dy || !a.x || !a.topkIdx || !a.topkWeights || !a.dx || !a.dTopkWeights))
+    invalid("backward: dy, x, topk_idx, topk_weights, dx and d_topk_weights must not be null when tokens > 0");
+  for (DevicePtr p : {a.dy, a.x, a.dx, a.w1, a.w2, a.dW1, a.dW2})
+    if (p % 16 != 0) invalid("backward: dy, x, dx, w1, w2, dW1 and dW2 must be 16-byte aligned");
+  heap_->requireUsable();
+  Regions r(*heap_);
+  const int64_t local = c.experts / ranks();
+  uint64_t dy = a.dy, x = a.x, idx = a.topkIdx, weights = a.topkWeights, w1 = a.w1, w2 = a.w2, dx = a.dx,
+           dTopk = a.dTopkWeights, dW1 = a.dW1, dW2 = a.dW2, none = 0, rowsAt = m.poolOffsets + uint64_t(local) * 4;
+  int32_t tokens = int32_t(a.tokens), grid = int32_t(m.grid), push = m.pushBlocks;
+  int32_t rowGrid = int32_t(m.grid) * 8, dispatchLegs = legBits(m.dispatchLeg), combineLegs = legBits(m.combineLeg);
+  uint64_t tickets0 = m.tickets, tickets1 = m.tickets + 8;
+  auto begin = [&] { m.launch(kStageBegin, 1, stream, {&r.ctx, &r.arrivals, &r.done, &r.barrier}, *heap_); };
+  auto advance = [&] { m.launch(kEpochAdvance, 1, stream, {&r.ctx}, *heap_); };
+  auto mark = [&](BackwardStage stage) { m.mark(m.backwardEvents, size_t(stage), stream); };
+
+  mark(BackwardStage::kDgradDispatch);
+  begin();
+  m.launch(kDispatchNN, m.grid, stream,
+           {&r.ctx, &dy, &weights, &m.sendList, &m.sendOff, &m.sendBase, &r.counts, &r.arrivals, &m.routeEpoch,
+            &r.pool, &r.poolSrc, &r.poolW, &m.poolOffsets, &w2, &none, &m.act, &tickets0, &push, &grid, &dispatchLegs},
+           *heap_);
+  advance();
+  mark(BackwardStage::kSwigluBackward);
+  m.launch(kSwigluBwd, uint32_t(rowGrid), stream,
+           {&r.ctx, &m.act, &m.h, &r.poolW, &r.poolSrc, &rowsAt, &r.dw, &rowGrid}, *heap_);
+  mark(BackwardStage::kWgradW2);
+  m.launch(kWgradTN, m.grid, stream, {&r.pool, &m.act, &dW2, &m.poolOffsets, &grid}, *heap_);
+  mark(BackwardStage::kWgradW1Dispatch);
+  begin();
+  m.launch(kDispatchTN, m.grid, stream,
+           {&r.ctx, &x, &weights, &m.sendList, &m.sendOff, &m.sendBase, &r.counts, &r.arrivals, &m.routeEpoch,
+            &r.pool, &r.poolSrc, &r.poolW, &m.poolOffsets, &w1, &m.h, &dW1, &tickets0, &push, &grid, &dispatchLegs},
+           *heap_);
+  advance();
+  mark(BackwardStage::kDgradCombine);
+  begin();
+  m.launch(kCombineNN, m.grid, stream,
+           {&r.ctx, &m.h, &w1, &m.poolOffsets, &r.poolSrc, &r.comb, &r.done, &idx, &weights, &tokens, &dx, &r.dw,
+            &dTopk, &tickets1, &grid, &combineLegs},
+           *heap_);
+  advance();
+  mark(BackwardStage::kCount);
 }
 
 void MoeLayer::setLegs(Leg dispatch, Leg combine) {
@@ -219,19 +325,31 @@ void MoeLayer::setLegs(Leg dispatch, Leg combine) {
 
 void MoeLayer::setProfiling(bool on) { impl_->profiling = on; }
 
-std::array<float, size_t(Stage::kCount)> MoeLayer::stageMilliseconds() {
-  Impl& m = *impl_;
-  if (!m.profiling) invalid("stageMilliseconds: profiling is off (setProfiling(true) before the forward)");
-  std::array<float, size_t(Stage::kCount)> ms{};
-  m.device.synchronizeEvent(m.events.back());
-  for (size_t i = 0; i < ms.size(); ++i) ms[i] = m.device.elapsedMilliseconds(m.events[i], m.events[i + 1]);
-  return ms;
+std::array<float, size_t(Stage::kCount)> MoeLayer::stageMilliseconds() { return impl_->elapsed(impl_->events); }
+
+std::array<float, size_t(BackwardStage::kCount)> MoeLayer::backwardStageMilliseconds() {
+  return impl_->elapsed(impl_->backwardEvents);
+}
+
+uint64_t MoeLayer::keptBytes() const {
+  const MoeLayerConfig& c = config_;
+  if (!c.training) return 0;
+  const uint64_t rows = uint64_t(poolRows(c, ranks())), picks = uint64_t(c.maxTokens * c.topk),
+                 E = uint64_t(c.experts), local = E / uint64_t(ranks());
+  // h, then the routing: send_slot, send_list, send_off, send_base, pool_offsets, pool_src, pool_w.
+  return rows * uint64_t(2 * c.intermediate) * kBf16 + picks * 8 + (E + 1) * 4 + E * 4 + (local + 1) * 4 + rows * 8;
+}
+
+uint64_t MoeLayer::keptBytesWithoutRecompute() const {
+  if (!config_.training) return 0;
+  return keptBytes() + uint64_t(poolRows(config_, ranks())) * uint64_t(config_.hidden) * kBf16;
 }
 
 uint64_t MoeLayer::activationBytes() const {
   const MoeLayerConfig& c = config_;
   const uint64_t rows = uint64_t(poolRows(c, ranks()));
-  return rows * uint64_t(c.hidden + c.intermediate) * kBf16 + uint64_t(c.maxTokens * c.topk * c.hidden) * kBf16;
+  return rows * uint64_t(c.hidden + c.intermediate + (c.training ? 2 * c.intermediate : 0)) * kBf16 +
+         uint64_t(c.maxTokens * c.topk * c.hidden) * kBf16;
 }
 
 }  // namespace megamoe

@@ -64,17 +64,18 @@ TEST(RuntimeJit, ForeignOptionsAreRefused) {
 // The runtime names the kernels and options the compiler generates without linking it: both lists must agree.
 TEST(RuntimeJit, LayerKernelsMatchTheCompilersList) {
   for (const auto& preset : kernels::presets())
-    for (int ranks : {2, 8}) {
-      MoeLayerConfig config{preset.hidden, preset.intermediate, preset.experts, preset.topk, 1024, 0};
+    for (int ranks : {2, 8})
+      for (bool training : {false, true}) {
+      MoeLayerConfig config{preset.hidden, preset.intermediate, preset.experts, preset.topk, 1024, 0, training};
       ASSERT_EQ(MoeLayer::validate(config, ranks), "") << preset.name;
       std::vector<kernels::KernelSpec> compiler = kernels::layerKernels(preset, ranks);
       for (const auto& [name, spec] : MoeLayer::kernelSpecs(config, ranks)) {
         bool found = false;
         for (const auto& k : compiler) found = found || (k.kernel == name && k.constants == spec);
-        EXPECT_TRUE(found) << preset.name << " ranks=" << ranks << ": the layer loads " << name
-                           << " with constants the compiler's layerKernels does not list";
+        EXPECT_TRUE(found) << preset.name << " ranks=" << ranks << " training=" << training << ": the layer loads "
+                           << name << " with constants the compiler's layerKernels does not list";
       }
-    }
+      }
 }
 
 TEST(RuntimeJit, DefaultOptionsMatchTheCompiler) {

@@ -32,6 +32,8 @@ struct MoeLayerConfig {
   int64_t topk = 0;
   int64_t maxTokens = 0;     // per rank and call
   int64_t swigluClampMilli = 0;  // SwiGLU clamp (gate <= c, |up| <= c) in thousandths; 0 = off
+  // Training: forward also keeps the L1 pre-activation h [received rows, 2I] and backward() is available.
+  bool training = false;
 };
 
 // What each fused operator runs (benchmark legs). kFused is the layer; kCommOnly moves the same bytes between the
@@ -41,6 +43,15 @@ enum class Leg : int { kFused = 0, kCommOnly = 1, kGemmOnly = 2 };
 
 // Kernel stages of one forward, in launch order (indices of stageMilliseconds()).
 enum class Stage : int { kPrologue = 0, kDispatchGemm = 1, kGemmCombine = 2, kCount = 3 };
+// Stages of one backward (indices of backwardStageMilliseconds()):
+//   kDgradDispatch   dispatch_grouped_gemm NN: dy rows (and their routing weights) re-dispatched, g = dy . w2[e]
+//   kSwigluBackward  swiglu_bwd: dh from g and the kept h, w * act for dW2, d_topk_weights to the home rank
+//   kWgradW2         grouped_gemm_tn: dW2[e] = dy_e^T (w * act)_e
+//   kWgradW1Dispatch dispatch_grouped_gemm TN: x re-dispatched (never kept), dW1[e] = dh_e^T x_e
+//   kDgradCombine    grouped_gemm_combine NN: dx rows dh . w1[e] stored at home, summed per token
+enum class BackwardStage : int {
+  kDgradDispatch = 0, kSwigluBackward = 1, kWgradW2 = 2, kWgradW1Dispatch = 3, kDgradCombine = 4, kCount = 5
+};
 
 struct ForwardArgs {
   DevicePtr x = 0;
@@ -48,6 +59,17 @@ struct ForwardArgs {
   DevicePtr topkIdx = 0, topkWeights = 0;
   DevicePtr w1 = 0, w2 = 0;
   DevicePtr y = 0;
+};
+
+// Gradients of the last forward (same x, tokens, routing and weights; before the next forward). dW1 and dW2 have
+// w1's and w2's layouts (an expert without tokens gets zeros); d_topk_weights is fp32 [tokens, topk] (0 for -1).
+struct BackwardArgs {
+  DevicePtr dy = 0;
+  DevicePtr x = 0;
+  int64_t tokens = 0;
+  DevicePtr topkIdx = 0, topkWeights = 0;
+  DevicePtr w1 = 0, w2 = 0;
+  DevicePtr dx = 0, dTopkWeights = 0, dW1 = 0, dW2 = 0;
 };
 
 class MoeLayer {
@@ -82,11 +104,23 @@ class MoeLayer {
   // the call write nothing, and the peers' waits end in a bounded timeout.
   void forward(const ForwardArgs& args, StreamHandle stream);
 
+  // Enqueues the backward of the last forward (config.training must be set). Throws Error(kInvalidArgument) when
+  // there was no forward, tokens differ from it, or a pointer is null; nothing is enqueued then.
+  void backward(const BackwardArgs& args, StreamHandle stream);
+
+  // Legs of the fused operators, forward and backward (the backward's dispatches take `dispatch`).
   void setLegs(Leg dispatch, Leg combine);
   // When on, forward() records events around each stage; stageMilliseconds() synchronises and returns them.
   void setProfiling(bool on);
   std::array<float, size_t(Stage::kCount)> stageMilliseconds();
-  // Bytes of activations one forward keeps on this rank at max_tokens (receive pool, act, combine buffer).
+  std::array<float, size_t(BackwardStage::kCount)> backwardStageMilliseconds();
+  // Bytes a training forward keeps for the backward on this rank at max_tokens: h (received rows x 2I) and the
+  // routing tables; x is the caller's. keptBytesWithoutRecompute() adds the dispatched x (received rows x H) that
+  // a backward without recomputation would keep as well.
+  uint64_t keptBytes() const;
+  uint64_t keptBytesWithoutRecompute() const;
+  // Bytes of the layer's working buffers on this rank (receive pool, act, combine buffer, and for training h, g,
+  // dh and w * act).
   uint64_t activationBytes() const;
 
   // Synchronises `stream` and throws Error(kDeviceError) naming the first device error (see SymmetricHeap).

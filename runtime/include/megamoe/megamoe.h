@@ -112,6 +112,7 @@ typedef struct megamoe_layer_config {
   int64_t topk;
   int64_t max_tokens;         /* per rank and call */
   int64_t swiglu_clamp_milli; /* 0 = no clamp */
+  int64_t training;           /* non-zero: forward keeps h and megamoe_layer_backward is available */
 } megamoe_layer_config;
 
 /* Legs (benchmarks): what each fused operator runs. */
@@ -123,6 +124,13 @@ typedef struct megamoe_layer_config {
 #define MEGAMOE_STAGE_DISPATCH_GEMM 1
 #define MEGAMOE_STAGE_GEMM_COMBINE 2
 #define MEGAMOE_STAGE_COUNT 3
+/* Stages of one backward (indices of megamoe_layer_backward_stage_ms; MoeLayer.h says what each does). */
+#define MEGAMOE_BACKWARD_STAGE_DGRAD_DISPATCH 0
+#define MEGAMOE_BACKWARD_STAGE_SWIGLU 1
+#define MEGAMOE_BACKWARD_STAGE_WGRAD_W2 2
+#define MEGAMOE_BACKWARD_STAGE_WGRAD_W1_DISPATCH 3
+#define MEGAMOE_BACKWARD_STAGE_DGRAD_COMBINE 4
+#define MEGAMOE_BACKWARD_STAGE_COUNT 5
 
 /* One process per GPU: this process is `rank` of `nranks`; all meet at rendezvous_path. */
 MEGAMOE_API int megamoe_layer_create(megamoe_runtime* runtime, const megamoe_layer_config* config, int rank,
@@ -135,11 +143,20 @@ MEGAMOE_API int megamoe_layer_destroy(megamoe_layer* layer);
 /* Device addresses; y [tokens, hidden] bf16 is written. Nothing is synchronised; stream NULL = default stream. */
 MEGAMOE_API int megamoe_layer_forward(megamoe_layer* layer, uint64_t x, int64_t tokens, uint64_t topk_idx,
                                       uint64_t topk_weights, uint64_t w1, uint64_t w2, uint64_t y, void* stream);
+/* The backward of the last forward (training layers): dx [tokens, hidden] bf16, d_topk_weights fp32 [tokens, topk],
+ * dW1 / dW2 in w1's / w2's layouts. */
+MEGAMOE_API int megamoe_layer_backward(megamoe_layer* layer, uint64_t dy, uint64_t x, int64_t tokens, uint64_t topk_idx,
+                                       uint64_t topk_weights, uint64_t w1, uint64_t w2, uint64_t dx,
+                                       uint64_t d_topk_weights, uint64_t dw1, uint64_t dw2, void* stream);
 MEGAMOE_API int megamoe_layer_set_legs(megamoe_layer* layer, int dispatch_leg, int combine_leg);
 MEGAMOE_API int megamoe_layer_set_profiling(megamoe_layer* layer, int on);
 /* Synchronises; ms has MEGAMOE_STAGE_COUNT slots (the last forward's stage times, profiling on). */
 MEGAMOE_API int megamoe_layer_stage_ms(megamoe_layer* layer, float* ms);
+/* Synchronises; ms has MEGAMOE_BACKWARD_STAGE_COUNT slots (the last backward's, profiling on). */
+MEGAMOE_API int megamoe_layer_backward_stage_ms(megamoe_layer* layer, float* ms);
 MEGAMOE_API int megamoe_layer_activation_bytes(const megamoe_layer* layer, uint64_t* bytes);
+/* What a training forward keeps for the backward, and what it would keep without recomputing the dispatched x. */
+MEGAMOE_API int megamoe_layer_kept_bytes(const megamoe_layer* layer, uint64_t* kept, uint64_t* kept_without_recompute);
 /* As megamoe_check_errors, for the layer's heap. */
 MEGAMOE_API int megamoe_layer_check_errors(megamoe_layer* layer, void* stream);
 

@@ -53,19 +53,27 @@ TEST(MoeLayer, HeapRegionsHoldTheWorstCaseRouting) {
   EXPECT_EQ(layout.region("moe.counts").size, uint64_t(2) * 2 * 256 * 4);
   EXPECT_EQ(layout.region("moe.arrivals").size, uint64_t(2) * 2 * 128 * 8);
   EXPECT_EQ(layout.region("moe.done").size, uint64_t(2) * 2 * 8);
+  EXPECT_EQ(layout.region("moe.pool_w").size, uint64_t(2) * 8192 * 8 * 4);
+  EXPECT_EQ(layout.region("moe.dw").size, uint64_t(8192) * 8 * 4);
   // The same list on every rank: the layout's hash is what the rendezvous compares.
   EXPECT_EQ(layout.hash(), HeapLayout::place(MoeLayer::heapRegions(c, 2)).hash());
 }
 
-TEST(MoeLayer, LoadsTheFourForwardKernelsInLaunchOrder) {
+TEST(MoeLayer, LoadsTheForwardKernelsAndForTrainingTheBackwardOnes) {
+  MoeLayerConfig training = deepseek();
+  training.training = true;
+  const auto backward = MoeLayer::kernelSpecs(training, 2);
+  ASSERT_EQ(backward.size(), 10u);
+  EXPECT_EQ(backward[1].second.back(), (std::pair<std::string, int64_t>{"save_h", 1}));  // the forward keeps h
+  EXPECT_EQ(backward[7].first, "grouped_gemm_tn");
   const auto specs = MoeLayer::kernelSpecs(deepseek(), 2);
   ASSERT_EQ(specs.size(), 4u);
   EXPECT_EQ(specs[0].first, "dispatch_prologue");
   EXPECT_EQ(specs[1].first, "dispatch_grouped_gemm");
   EXPECT_EQ(specs[2].first, "grouped_gemm_combine");
   EXPECT_EQ(specs[3].first, "epoch_advance");
-  const std::vector<std::pair<std::string, int64_t>> expected = {{"E", 256}, {"ranks", 2}, {"topk", 8},
-                                                                  {"H", 7168}, {"I", 2048}, {"clamp_milli", 0}};
+  const std::vector<std::pair<std::string, int64_t>> expected = {
+      {"E", 256}, {"ranks", 2}, {"topk", 8}, {"H", 7168}, {"I", 2048}, {"clamp_milli", 0}, {"layout", 0}, {"save_h", 0}};
   EXPECT_EQ(specs[1].second, expected);
 }
 
