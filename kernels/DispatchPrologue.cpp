@@ -29,6 +29,7 @@ mlir::OwningOpRef<mlir::ModuleOp> buildDispatchPrologue(mlir::MLIRContext& mctx,
   SharedTile mine = k.sharedTile(Elem::i32, 1, (E + 3) / 4 * 4);
   SharedTile base = k.sharedTile(Elem::i32, 1, (E + 3) / 4 * 4);
   SharedTile off = k.sharedTile(Elem::i32, 1, (E + 1 + 3) / 4 * 4);
+  SharedTile chunk = k.sharedTile(Elem::i32, 1, T);  // the experts of the picks being counted
   I32 tid = k.threadIdx(), me = ctx.rank();
   I64 epoch = ctx.epoch();
   I64 parity = epoch % 2;
@@ -50,22 +51,34 @@ mlir::OwningOpRef<mlir::ModuleOp> buildDispatchPrologue(mlir::MLIRContext& mctx,
   k.ifThen(tid < k.i32(R), [&] { (done + (stale * R + k.widen(tid))).storeI64(k.i64(0)); });
   k.ifThen(tid == 0, [&] { routeEpoch.storeI64(epoch); });
   k.blockSync();
-  // 1. Count, and remember each pick's order among my picks of its expert (temporarily in send_slot).
+  // 1. Count, and give each pick its order among my picks of its expert, in pick order (temporarily in
+  // send_slot): chunks of T picks; within a chunk a pick's order is the number of earlier picks of the chunk with
+  // the same expert, so pool rows (and every sum over them, e.g. a weight gradient) are the same in every run.
   I32 picks = tokens * s.topk;
-  k.forRange(tid, picks, k.i32(T), [&](I32 i) {
-    GlobalPtr at = topkIdx + k.widen(i);
-    I32 e = at.loadI32();
+  k.forRange(k.i32(0), picks, k.i32(T), [&](I32 c0) {
+    I32 i = c0 + tid;
+    Bool inRange = i < picks;
+    I32 e = k.select(inRange, (topkIdx + k.widen(k.select(inRange, i, k.i32(0)))).loadI32(), k.i32(-1));
+    chunk.storeI32(tid, e);
+    k.blockSync();
     Bool valid = e < k.i32(E);  // unsigned: -1 and every negative value are out of range here
-    k.ifThen(valid, [&] { (sendSlot + k.widen(i)).storeI32(mine.atomicAddI32(e, k.i32(1))); });
-    k.ifThen(!valid, [&] {
+    k.ifThen(valid, [&] {
+      auto earlier = k.forRange(k.i32(0), tid, k.i32(1), {k.i32(0)}, [&](I32 t, const std::vector<I32>& n) {
+        return std::vector<I32>{n[0] + k.select(chunk.loadI32(t) == e, k.i32(1), k.i32(0))};
+      });
+      (sendSlot + k.widen(i)).storeI32(mine.loadI32(e) + earlier[0]);
+    });
+    k.ifThen(inRange && !valid, [&] {
       (sendSlot + k.widen(i)).storeI32(k.i32(-1));
       // -1 means "no expert"; anything else outside [0, E) is a routing bug the host is told about.
       k.ifThen(!(e == -1), [&] {
         k.reportError(ctx, uint64_t(abi::ErrorCode::kBadIndex), k.widen(i), k.widenSigned(e), k.i64(E));
       });
     });
+    k.blockSync();  // every pick of the chunk has read its expert's count
+    k.ifThen(valid, [&] { mine.atomicAddI32(e, k.i32(1)); });
+    k.blockSync();
   });
-  k.blockSync();
   // 2. All-gather the count matrix: my row into every rank's slab [parity], then one flag per source rank.
   k.forRange(tid, k.i32(E), k.i32(T), [&](I32 e) {
     k.forRange(k.i32(0), ctx.nranks(), k.i32(1),

@@ -99,8 +99,8 @@ struct GroupedGemmSpec {
 //   send_slot [T * topk]: the row of each pick in its owner rank's receive pool (-1 when skipped), and
 //   pool_offsets [E/R + 1]: this rank's receive pool layout by local expert (rows of expert e_l start at
 //   pool_offsets[e_l]; the pool is grouped by local expert, then by source rank; pool_offsets[E/R] = rows received).
-// Within one (source, expert) the order of rows comes from shared atomics and may differ between runs; nothing
-// downstream depends on it. It also lists my picks by expert for the push (send_list [T * topk]: pick indices,
+// Within one (source, expert) rows follow pick order (deterministic), so sums over a group's rows, such as the
+// weight gradients, are the same in every run. It also lists my picks by expert for the push (send_list [T * topk]: pick indices,
 // expert e's at [send_off[e], send_off[e + 1]); send_base [E]: the first pool row of (me, e) at e's owner) and
 // zeroes the arrival counters of the other epoch parity (see DispatchGemmSpec).
 // Args: ctx, topk_idx (i32), tokens (i32), counts (heap i32 [2][R][E]), flags (heap u64 [R]), send_slot (i32),

@@ -268,6 +268,7 @@ std::string checkCall(const Shape& s, const std::vector<int32_t> (&idx)[kRanks],
     const std::string at = "rank " + std::to_string(src) + ": ";
     const std::vector<int32_t>& slot = out[src].sendSlot;
     const size_t picks = idx[src].size();
+    std::vector<int64_t> earlier(size_t(E), 0);  // picks of each expert before pick i: rows follow pick order
     for (size_t i = 0; i < picks; ++i) {
       const int32_t e = idx[src][i], v = slot[i];
       const std::string pick = at + "send_slot[" + std::to_string(i) + "] (expert " + std::to_string(e) + ") = " +
@@ -284,6 +285,9 @@ std::string checkCall(const Shape& s, const std::vector<int32_t> (&idx)[kRanks],
               "'s pool");
         continue;
       }
+      if (v != lo + earlier[size_t(e)]++)
+        d.add(pick + ", expected row " + std::to_string(lo + earlier[size_t(e)] - 1) +
+              " (rows of one source and expert follow pick order)");
       int64_t& taken = used[size_t(owner)][size_t(v)];
       if (taken >= 0) {
         d.add(pick + ", a row of rank " + std::to_string(owner) + "'s pool already taken by rank " +
