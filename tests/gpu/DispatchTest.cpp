@@ -53,13 +53,13 @@ struct Rank {
   SymmetricHeap* heap = nullptr;  // owned by ModeA::heaps
   StreamHandle stream = nullptr;
   std::shared_ptr<const Kernel> prologue, epochAdvance;
-  DevicePtr topkIdx = 0, sendSlot = 0, poolOffsets = 0, sendList = 0, sendOff = 0, sendBase = 0;
+  DevicePtr topkIdx = 0, sendSlot = 0, poolOffsets = 0, sendList = 0, sendOff = 0, sendBase = 0, routeEpoch = 0;
   size_t maxPicks = 0;  // capacity of topk_idx and send_slot (send_slot has kGuard more)
 
   Device& device() const { return *runtime->device(); }
   ~Rank() {
     try {
-      for (DevicePtr p : {topkIdx, sendSlot, poolOffsets, sendList, sendOff, sendBase})
+      for (DevicePtr p : {topkIdx, sendSlot, poolOffsets, sendList, sendOff, sendBase, routeEpoch})
         if (p) device().free(p);
       if (stream) device().destroyStream(stream);
     } catch (...) {
@@ -70,13 +70,14 @@ struct Rank {
     gputest::launch1d(*runtime, kernel, grid, stream, params, heap);
   }
   // dispatch_prologue(ctx, topk_idx, tokens, counts, flags, send_slot, pool_offsets, send_list, send_off, send_base,
-  // arrivals, done): one block.
+  // arrivals, done, route_epoch): one block.
   void launchPrologue(int32_t tokens) {
     uint64_t ctx = heap->contextAddress(), idx = topkIdx, counts = heap->regionAddress("counts"),
              flags = heap->regionAddress("flags"), slot = sendSlot, offsets = poolOffsets, list = sendList,
              off = sendOff, base = sendBase, arrivals = heap->regionAddress("arrivals"),
-             done = heap->regionAddress("done");
-    void* params[] = {&ctx, &idx, &tokens, &counts, &flags, &slot, &offsets, &list, &off, &base, &arrivals, &done};
+             done = heap->regionAddress("done"), route = routeEpoch;
+    void* params[] = {&ctx, &idx, &tokens, &counts, &flags, &slot, &offsets, &list, &off, &base, &arrivals, &done,
+                      &route};
     launch(*prologue, 1, params);
   }
   void launchEpochAdvance() {
@@ -135,6 +136,7 @@ void openModeA(ModeA& a, const Shape& s, int64_t maxTokens, const RuntimeEnv& en
     rank.sendList = rank.device().allocate(rank.maxPicks * 4);
     rank.sendOff = rank.device().allocate(size_t(s.experts + 1) * 4);
     rank.sendBase = rank.device().allocate(size_t(s.experts) * 4);
+    rank.routeEpoch = rank.device().allocate(8);
   }
 }
 
