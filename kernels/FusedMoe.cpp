@@ -1,5 +1,6 @@
-// The fused operators of the MoE layer: dispatch_grouped_gemm and grouped_gemm_combine (see DispatchGemmSpec and
-// GemmCombineSpec, and docs/decisions/fused-dispatch.md for the protocol).
+// The MoE layer's own kernels beyond the grouped GEMMs: the fused operators dispatch_grouped_gemm and
+// grouped_gemm_combine, swiglu_bwd and stage_begin (see their specs in Kernels.h, and
+// docs/decisions/fused-dispatch.md for the protocol).
 #include <algorithm>
 #include <vector>
 
@@ -290,15 +291,11 @@ mlir::OwningOpRef<mlir::ModuleOp> buildSwigluBwd(mlir::MLIRContext& mctx, const 
       Vec gv = gAt.load(8).toF32();
       Vec gate = gateAt.load(8).toF32();
       Vec up = upAt.load(8).toF32();
-      Vec gateMask = gate.splat(1.f), upMask = up.splat(1.f);
-      if (s.clampMilli > 0) {
-        gateMask = gate.stepLE(limit);
-        upMask = up.stepLE(limit) * (-up).stepLE(limit);
-        gate = gate.min(limit);
-        up = up.min(limit).max(-limit);
-      }
-      Vec e = (-(gate * gate.splat(1.4426950408889634f))).exp2();
-      Vec sig = gate.splat(1.f) / (e + e.splat(1.f));
+      // A clamped component passes no gradient.
+      Vec gateMask = s.clampMilli > 0 ? gate.stepLE(limit) : gate.splat(1.f);
+      Vec upMask = s.clampMilli > 0 ? up.stepLE(limit) * (-up).stepLE(limit) : up.splat(1.f);
+      clampSwiglu(gate, up, s.clampMilli);
+      Vec sig = sigmoid(gate);
       Vec silu = gate * sig;
       Vec act = silu * up;
       Vec dact = w * gv;
