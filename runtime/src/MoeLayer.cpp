@@ -128,7 +128,7 @@ struct MoeLayer::Impl {
   Leg dispatchLeg = Leg::kFused, combineLeg = Leg::kFused;
   bool profiling = false;
   std::array<EventHandle, size_t(Stage::kCount) + 1> events{};
-  std::array<EventHandle, size_t(BackwardStage::kCount) + 1> backwardEvents{};
+  std::array<EventHandle, 2 * size_t(BackwardStage::kCount)> backwardEvents{};  // start and end of each stage
   uint32_t grid = 0;
   int32_t pushBlocks = 0;
   int64_t lastForwardTokens = -1;  // what backward() must match; -1 before the first forward
@@ -157,6 +157,7 @@ struct MoeLayer::Impl {
   void mark(std::array<EventHandle, N>& at, size_t index, StreamHandle stream) {
     if (profiling) device.recordEvent(at[index], stream);
   }
+  // Times between consecutive events (forward stages follow each other with nothing in between).
   template <size_t N>
   std::array<float, N - 1> elapsed(std::array<EventHandle, N>& at) {
     if (!profiling) invalid("stage times: profiling is off (setProfiling(true) before the call)");
@@ -287,35 +288,42 @@ void MoeLayer::backward(const BackwardArgs& a, StreamHandle stream) {
   uint64_t tickets0 = m.tickets, tickets1 = m.tickets + 8;
   auto begin = [&] { m.launch(kStageBegin, 1, stream, {&r.ctx, &r.arrivals, &r.done, &r.barrier}, *heap_); };
   auto advance = [&] { m.launch(kEpochAdvance, 1, stream, {&r.ctx}, *heap_); };
-  auto mark = [&](BackwardStage stage) { m.mark(m.backwardEvents, size_t(stage), stream); };
+  // Stage times cover the stage's own kernels: not stage_begin's barrier, i.e. not how late a peer finished the
+  // previous stage.
+  auto start = [&](BackwardStage stage) { m.mark(m.backwardEvents, 2 * size_t(stage), stream); };
+  auto end = [&](BackwardStage stage) { m.mark(m.backwardEvents, 2 * size_t(stage) + 1, stream); };
 
-  mark(BackwardStage::kDgradDispatch);
   begin();
+  start(BackwardStage::kDgradDispatch);
   m.launch(kDispatchNN, m.grid, stream,
            {&r.ctx, &dy, &weights, &m.sendList, &m.sendOff, &m.sendBase, &r.counts, &r.arrivals, &m.routeEpoch,
             &r.pool, &r.poolSrc, &r.poolW, &m.poolOffsets, &w2, &none, &m.act, &tickets0, &push, &grid, &dispatchLegs},
            *heap_);
+  end(BackwardStage::kDgradDispatch);
   advance();
-  mark(BackwardStage::kSwigluBackward);
+  start(BackwardStage::kSwigluBackward);
   m.launch(kSwigluBwd, uint32_t(rowGrid), stream,
            {&r.ctx, &m.act, &m.h, &r.poolW, &r.poolSrc, &rowsAt, &r.dw, &rowGrid}, *heap_);
-  mark(BackwardStage::kWgradW2);
+  end(BackwardStage::kSwigluBackward);
+  start(BackwardStage::kWgradW2);
   m.launch(kWgradTN, m.grid, stream, {&r.pool, &m.act, &dW2, &m.poolOffsets, &grid}, *heap_);
-  mark(BackwardStage::kWgradW1Dispatch);
+  end(BackwardStage::kWgradW2);
   begin();
+  start(BackwardStage::kWgradW1Dispatch);
   m.launch(kDispatchTN, m.grid, stream,
            {&r.ctx, &x, &weights, &m.sendList, &m.sendOff, &m.sendBase, &r.counts, &r.arrivals, &m.routeEpoch,
             &r.pool, &r.poolSrc, &r.poolW, &m.poolOffsets, &w1, &m.h, &dW1, &tickets0, &push, &grid, &dispatchLegs},
            *heap_);
+  end(BackwardStage::kWgradW1Dispatch);
   advance();
-  mark(BackwardStage::kDgradCombine);
   begin();
+  start(BackwardStage::kDgradCombine);
   m.launch(kCombineNN, m.grid, stream,
            {&r.ctx, &m.h, &w1, &m.poolOffsets, &r.poolSrc, &r.comb, &r.done, &idx, &weights, &tokens, &dx, &r.dw,
             &dTopk, &tickets1, &grid, &combineLegs},
            *heap_);
+  end(BackwardStage::kDgradCombine);
   advance();
-  mark(BackwardStage::kCount);
 }
 
 void MoeLayer::setLegs(Leg dispatch, Leg combine) {
@@ -328,7 +336,12 @@ void MoeLayer::setProfiling(bool on) { impl_->profiling = on; }
 std::array<float, size_t(Stage::kCount)> MoeLayer::stageMilliseconds() { return impl_->elapsed(impl_->events); }
 
 std::array<float, size_t(BackwardStage::kCount)> MoeLayer::backwardStageMilliseconds() {
-  return impl_->elapsed(impl_->backwardEvents);
+  Impl& m = *impl_;
+  if (!m.profiling) invalid("stage times: profiling is off (setProfiling(true) before the call)");
+  std::array<float, size_t(BackwardStage::kCount)> ms{};
+  m.device.synchronizeEvent(m.backwardEvents.back());
+  for (size_t i = 0; i < ms.size(); ++i) ms[i] = m.device.elapsedMilliseconds(m.backwardEvents[2 * i], m.backwardEvents[2 * i + 1]);
+  return ms;
 }
 
 uint64_t MoeLayer::keptBytes() const {

@@ -49,6 +49,7 @@ enum class Stage : int { kPrologue = 0, kDispatchGemm = 1, kGemmCombine = 2, kCo
 //   kWgradW2         grouped_gemm_tn: dW2[e] = dy_e^T (w * act)_e
 //   kWgradW1Dispatch dispatch_grouped_gemm TN: x re-dispatched (never kept), dW1[e] = dh_e^T x_e
 //   kDgradCombine    grouped_gemm_combine NN: dx rows dh . w1[e] stored at home, summed per token
+// A stage's time covers its own kernels, not the rank barrier that starts the communicating stages.
 enum class BackwardStage : int {
   kDgradDispatch = 0, kSwigluBackward = 1, kWgradW2 = 2, kWgradW1Dispatch = 3, kDgradCombine = 4, kCount = 5
 };
