@@ -1,6 +1,7 @@
-// The MoE layer (see MoeLayer.h): heap and buffer layout, kernel loading, and the launches of one forward.
-// Kernel names, constants and argument orders mirror kernels/Kernels.h (DispatchPrologueSpec, DispatchGemmSpec,
-// GemmCombineSpec, EpochAdvanceSpec); the codegen tier checks kernelSpecs() against kernels::layerKernels.
+// The MoE layer (see MoeLayer.h): heap and buffer layout, kernel loading, and the launches of one forward and one
+// backward. Kernel names, constants and argument orders mirror kernels/Kernels.h (DispatchPrologueSpec,
+// DispatchGemmSpec, GemmCombineSpec, SwigluBwdSpec, StageBeginSpec, GroupedGemmSpec, EpochAdvanceSpec); the
+// runtime-JIT tier checks kernelSpecs() against kernels::layerKernels.
 #include "megamoe/MoeLayer.h"
 
 #include <algorithm>
