@@ -68,6 +68,7 @@ std::string MoeLayer::validate(const MoeLayerConfig& c, int ranks) {
   if (c.maxTokens * (c.hidden / 8) >= (int64_t(1) << 31))
     return "max_tokens * hidden / 8 must be < 2^31 (32-bit vector indices of the combine's weighted sum)";
   if (c.swigluClampMilli < 0) return "swiglu_clamp_milli must be >= 0 (0 = no clamp)";
+  if (c.dtype != DType::kBf16) return "dtype must be bf16: the kernels are generated for bf16 only";
   return "";
 }
 

@@ -4,10 +4,10 @@ lib = ctypes.CDLL(sys.argv[1]); lib.megamoe_last_error.restype = ctypes.c_char_p
 def ck(s):
     if s: raise RuntimeError(lib.megamoe_last_error().decode())
 class Cfg(ctypes.Structure):
-    _fields_ = [(n, ctypes.c_int64) for n in ("hidden", "intermediate", "experts", "topk", "max_tokens", "clamp", "training")]
+    _fields_ = [(n, ctypes.c_int64) for n in ("hidden", "intermediate", "experts", "topk", "max_tokens", "clamp", "training", "dtype")]
 E, H, I, K, T = int(os.environ.get("E", 128)), 7168, 2048, 8, 8192
 rt = ctypes.c_void_p(); ck(lib.megamoe_runtime_create(b"cuda", 0, ctypes.byref(rt)))
-layer = ctypes.c_void_p(); cfg = Cfg(H, I, E, K, T, 0, 0)
+layer = ctypes.c_void_p(); cfg = Cfg(H, I, E, K, T, 0, 0, 0)
 ck(lib.megamoe_layer_create(rt, ctypes.byref(cfg), 0, 1, None, ctypes.byref(layer)))
 dev = "cuda"
 x = torch.randn(T, H, device=dev).bfloat16(); w1 = (torch.randn(E, 2 * I, H, device=dev) / H ** .5).bfloat16()

@@ -25,6 +25,9 @@ namespace megamoe {
 class Runtime;
 class Kernel;
 
+// Element type of x, y, the weights and the gradients (fp32 accumulation inside). Only bf16 exists.
+enum class DType : int { kBf16 = 0 };
+
 struct MoeLayerConfig {
   int64_t hidden = 0;        // H
   int64_t intermediate = 0;  // I
@@ -34,6 +37,7 @@ struct MoeLayerConfig {
   int64_t swigluClampMilli = 0;  // SwiGLU clamp (gate <= c, |up| <= c) in thousandths; 0 = off
   // Training: forward also keeps the L1 pre-activation h [received rows, 2I] and backward() is available.
   bool training = false;
+  DType dtype = DType::kBf16;
 };
 
 // What each fused operator runs (benchmark legs). kFused is the layer; kCommOnly moves the same bytes between the

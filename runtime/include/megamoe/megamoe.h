@@ -113,7 +113,9 @@ typedef struct megamoe_layer_config {
   int64_t max_tokens;         /* per rank and call */
   int64_t swiglu_clamp_milli; /* 0 = no clamp */
   int64_t training;           /* non-zero: forward keeps h and megamoe_layer_backward is available */
+  int64_t dtype;              /* MEGAMOE_DTYPE_BF16 (the only one the kernels are generated for) */
 } megamoe_layer_config;
+#define MEGAMOE_DTYPE_BF16 0
 
 /* Legs (benchmarks): what each fused operator runs. */
 #define MEGAMOE_LEG_FUSED 0

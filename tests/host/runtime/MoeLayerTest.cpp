@@ -41,6 +41,9 @@ TEST(MoeLayer, EachBrokenConstraintIsNamed) {
     const std::string error = MoeLayer::validate(c.config, c.ranks);
     EXPECT_NE(error.find(c.names), std::string::npos) << "expected '" << c.names << "' in: " << error;
   }
+  MoeLayerConfig fp8 = deepseek();
+  fp8.dtype = DType(1);
+  EXPECT_NE(MoeLayer::validate(fp8, 2).find("dtype"), std::string::npos);
 }
 
 TEST(MoeLayer, HeapRegionsHoldTheWorstCaseRouting) {
