@@ -41,14 +41,16 @@ enum KernelIndex : size_t {
 int64_t poolRows(const MoeLayerConfig& c, int ranks) { return int64_t(ranks) * c.maxTokens * c.topk; }
 
 // The heap regions' device addresses on one rank (kernel arguments, so non-const).
+// Looked up once per layer: a forward passes them as kernel arguments, by address.
 struct Regions {
-  uint64_t ctx, counts, flags, arrivals, done, pool, poolSrc, poolW, comb, dw, barrier;
-  explicit Regions(const SymmetricHeap& h)
-      : ctx(h.contextAddress()), counts(h.regionAddress("moe.counts")), flags(h.regionAddress("moe.flags")),
-        arrivals(h.regionAddress("moe.arrivals")), done(h.regionAddress("moe.done")),
-        pool(h.regionAddress("moe.pool")), poolSrc(h.regionAddress("moe.pool_src")),
-        poolW(h.regionAddress("moe.pool_w")), comb(h.regionAddress("moe.comb")), dw(h.regionAddress("moe.dw")),
-        barrier(h.regionAddress("moe.barrier")) {}
+  uint64_t ctx = 0, counts = 0, flags = 0, arrivals = 0, done = 0, pool = 0, poolSrc = 0, poolW = 0, comb = 0, dw = 0,
+           barrier = 0;
+  static Regions of(const SymmetricHeap& h) {
+    return {h.contextAddress(), h.regionAddress("moe.counts"), h.regionAddress("moe.flags"),
+            h.regionAddress("moe.arrivals"), h.regionAddress("moe.done"), h.regionAddress("moe.pool"),
+            h.regionAddress("moe.pool_src"), h.regionAddress("moe.pool_w"), h.regionAddress("moe.comb"),
+            h.regionAddress("moe.dw"), h.regionAddress("moe.barrier")};
+  }
 };
 
 }  // namespace
@@ -124,6 +126,7 @@ struct MoeLayer::Impl {
   Runtime& runtime;
   Device& device;
   std::vector<std::shared_ptr<const Kernel>> kernels;  // in kernelSpecs() order (KernelIndex)
+  Regions regions;
   // Local buffers. h (training) is kept by the forward and becomes dh in the backward; act holds g, then w * act.
   DevicePtr sendSlot = 0, sendList = 0, sendOff = 0, sendBase = 0, poolOffsets = 0, act = 0, h = 0, tickets = 0,
             routeEpoch = 0;
@@ -159,13 +162,14 @@ struct MoeLayer::Impl {
   void mark(std::array<EventHandle, N>& at, size_t index, StreamHandle stream) {
     if (profiling) device.recordEvent(at[index], stream);
   }
-  // Times between consecutive events (forward stages follow each other with nothing in between).
-  template <size_t N>
-  std::array<float, N - 1> elapsed(std::array<EventHandle, N>& at) {
+  // Stage i runs from at[stride * i] to at[stride * i + 1]: stride 1 when stages follow each other (forward),
+  // 2 when each has its own start and end (backward).
+  template <size_t M, size_t N>
+  std::array<float, M> elapsed(std::array<EventHandle, N>& at, size_t stride) {
     if (!profiling) invalid("stage times: profiling is off (setProfiling(true) before the call)");
-    std::array<float, N - 1> ms{};
+    std::array<float, M> ms{};
     device.synchronizeEvent(at.back());
-    for (size_t i = 0; i + 1 < N; ++i) ms[i] = device.elapsedMilliseconds(at[i], at[i + 1]);
+    for (size_t i = 0; i < M; ++i) ms[i] = device.elapsedMilliseconds(at[stride * i], at[stride * i + 1]);
     return ms;
   }
 };
@@ -192,6 +196,7 @@ MoeLayer::MoeLayer(Runtime& runtime, const MoeLayerConfig& config, std::unique_p
   m.act = alloc(poolRows(config, ranks) * config.intermediate * kBf16);
   if (config.training) m.h = alloc(poolRows(config, ranks) * 2 * config.intermediate * kBf16);
   m.routeEpoch = alloc(8);
+  m.regions = Regions::of(*heap_);
   m.tickets = alloc(16);  // [2] per fused kernel, zero between launches (the kernels reset them)
   m.device.memsetZero(m.tickets, 16, nullptr);
   m.device.synchronize(nullptr);
@@ -240,7 +245,7 @@ void MoeLayer::forward(const ForwardArgs& a, StreamHandle stream) {
     if (p % 16 != 0) invalid("forward: x, y, w1 and w2 must be 16-byte aligned (16-byte vector accesses)");
   heap_->requireUsable();
   Impl& m = *impl_;
-  Regions r(*heap_);
+  Regions& r = m.regions;
   uint64_t x = a.x, idx = a.topkIdx, weights = a.topkWeights, w1 = a.w1, w2 = a.w2, y = a.y, none = 0;
   int32_t tokens = int32_t(a.tokens), grid = int32_t(m.grid), push = m.pushBlocks;
   int32_t dispatchLegs = legBits(m.dispatchLeg), combineLegs = legBits(m.combineLeg);
@@ -281,7 +286,7 @@ void MoeLayer::backward(const BackwardArgs& a, StreamHandle stream) {
   for (DevicePtr p : {a.dy, a.x, a.dx, a.w1, a.w2, a.dW1, a.dW2})
     if (p % 16 != 0) invalid("backward: dy, x, dx, w1, w2, dW1 and dW2 must be 16-byte aligned");
   heap_->requireUsable();
-  Regions r(*heap_);
+  Regions& r = m.regions;
   const int64_t local = c.experts / ranks();
   uint64_t dy = a.dy, x = a.x, idx = a.topkIdx, weights = a.topkWeights, w1 = a.w1, w2 = a.w2, dx = a.dx,
            dTopk = a.dTopkWeights, dW1 = a.dW1, dW2 = a.dW2, none = 0, rowsAt = m.poolOffsets + uint64_t(local) * 4;
@@ -335,15 +340,12 @@ void MoeLayer::setLegs(Leg dispatch, Leg combine) {
 
 void MoeLayer::setProfiling(bool on) { impl_->profiling = on; }
 
-std::array<float, size_t(Stage::kCount)> MoeLayer::stageMilliseconds() { return impl_->elapsed(impl_->events); }
+std::array<float, size_t(Stage::kCount)> MoeLayer::stageMilliseconds() {
+  return impl_->elapsed<size_t(Stage::kCount)>(impl_->events, 1);
+}
 
 std::array<float, size_t(BackwardStage::kCount)> MoeLayer::backwardStageMilliseconds() {
-  Impl& m = *impl_;
-  if (!m.profiling) invalid("stage times: profiling is off (setProfiling(true) before the call)");
-  std::array<float, size_t(BackwardStage::kCount)> ms{};
-  m.device.synchronizeEvent(m.backwardEvents.back());
-  for (size_t i = 0; i < ms.size(); ++i) ms[i] = m.device.elapsedMilliseconds(m.backwardEvents[2 * i], m.backwardEvents[2 * i + 1]);
-  return ms;
+  return impl_->elapsed<size_t(BackwardStage::kCount)>(impl_->backwardEvents, 2);
 }
 
 uint64_t MoeLayer::keptBytes() const {

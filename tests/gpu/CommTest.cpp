@@ -84,11 +84,7 @@ struct Rank {
     launch(*a2a, static_cast<uint32_t>(heap->nranks() * kA2aBlocksPerPeer), params);
   }
 
-  uint64_t readEpoch() const {
-    uint64_t epoch = 0;
-    device().copyDeviceToHost(&epoch, heap->contextAddress() + offsetof(abi::DeviceContext, epoch), sizeof epoch);
-    return epoch;
-  }
+  uint64_t readEpoch() const { return gputest::readEpoch(*heap); }
   std::vector<int64_t> readI64(const std::string& region, size_t count) const {
     std::vector<int64_t> out(count);
     device().copyDeviceToHost(out.data(), heap->regionAddress(region), count * sizeof(int64_t));

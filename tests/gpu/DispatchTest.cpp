@@ -86,16 +86,10 @@ struct Rank {
     launch(*epochAdvance, 1, params);
   }
 
-  uint64_t readEpoch() const {
-    uint64_t epoch = 0;
-    device().copyDeviceToHost(&epoch, heap->contextAddress() + offsetof(abi::DeviceContext, epoch), sizeof epoch);
-    return epoch;
-  }
+  uint64_t readEpoch() const { return gputest::readEpoch(*heap); }
   template <typename T>
   std::vector<T> read(DevicePtr at, size_t count) const {
-    std::vector<T> out(count);
-    if (count) device().copyDeviceToHost(out.data(), at, count * sizeof(T));
-    return out;
+    return readBack<T>(device(), at, count);
   }
 };
 

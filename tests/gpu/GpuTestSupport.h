@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -21,6 +22,7 @@
 #include <utility>
 #include <vector>
 
+#include "compiler/abi/DeviceAbi.h"
 #include "megamoe/Backend.h"
 #include "megamoe/Error.h"
 #include "megamoe/Runtime.h"
@@ -143,6 +145,19 @@ inline int runGpuTests(int argc, char** argv) {
 inline void uploadAndWait(Device& device, DevicePtr dst, const void* src, size_t bytes) {
   device.copyHostToDevice(dst, src, bytes);
   device.synchronizeDevice();
+}
+
+// `count` elements of T from device memory.
+template <typename T>
+std::vector<T> readBack(Device& device, DevicePtr at, size_t count) {
+  std::vector<T> out(count);
+  if (count) device.copyDeviceToHost(out.data(), at, count * sizeof(T));
+  return out;
+}
+
+// The epoch the device has advanced the heap's context to.
+inline uint64_t readEpoch(const SymmetricHeap& heap) {
+  return readBack<uint64_t>(heap.device(), heap.contextAddress() + offsetof(abi::DeviceContext, epoch), 1)[0];
 }
 
 inline float medianMs(std::vector<float> ms) {

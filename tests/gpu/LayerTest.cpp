@@ -172,18 +172,14 @@ struct Rank {
   }
   template <typename T>
   std::vector<T> read(DevicePtr at, size_t count) const {
-    std::vector<T> out(count);
-    if (count) device().copyDeviceToHost(out.data(), at, count * sizeof(T));
-    return out;
+    return readBack<T>(device(), at, count);
   }
   std::vector<uint16_t> readY() const { return read<uint16_t>(y, kYElems); }
   Outputs readOutputs() const {
     return {readY(), read<uint16_t>(dx, kYElems), read<uint32_t>(dTopkWeights, kDTopkElems),
             read<uint16_t>(dW1, kDW1Elems), read<uint16_t>(dW2, kDW2Elems)};
   }
-  uint64_t readEpoch() const {
-    return read<uint64_t>(layer->heap().contextAddress() + offsetof(abi::DeviceContext, epoch), 1)[0];
-  }
+  uint64_t readEpoch() const { return gputest::readEpoch(layer->heap()); }
   template <typename Bits>
   void fill(DevicePtr at, size_t count, Bits value) {
     const std::vector<Bits> values(count, value);
