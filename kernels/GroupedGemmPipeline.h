@@ -74,7 +74,9 @@ struct TileScheduler {
   }
   TilePlace place(const dsl::I32& t, const dsl::SharedTile& first) const {
     PrefixTable tab = table(first);
-    dsl::I32 e = tab.find(t);
+    // t past the last tile finds index n; clamped so that no offset past the table is read (the place is unused).
+    dsl::I32 found = tab.find(t);
+    dsl::I32 e = k.select(found < k.i32(s.experts), found, k.i32(s.experts - 1));
     dsl::I32 local = t - tab.at(e);
     return {e, offset(e), offset(e + 1), local / nTiles(), (local % nTiles()) * bn};
   }
@@ -99,9 +101,11 @@ inline dsl::SharedTile sharedTable(dsl::Kernel& k, int64_t n) {
 }
 
 // The main loop of every layout: a `stages`-deep ring of asynchronous copies; the MMA of stage k overlaps the copies
-// of stage k + stages - 1, and the MMA of stage k + 1 is issued before stage k's result is waited for. The ring's
-// first stages for a tile are issued by `prologue` (before the previous tile's epilogue, so its stores overlap
-// them). NT reads both operands K-major; NN's B and TN's A and B are K x MN slabs kept MN-major.
+// of stage k + stages - 1, and the MMA of stage k + 1 is issued before stage k's result is waited for. The ring runs
+// on from one tile into the next: a tile's stages start at ring slot `base`, the slot after the previous tile's last
+// stage, so that once a tile's last MMA is issued the next tile's first stages can be issued into the free slots
+// while that MMA still runs (its place computed then too), before the epilogue. NT reads both operands K-major;
+// NN's B and TN's A and B are K x MN slabs kept MN-major.
 struct Pipeline {
   dsl::Kernel& k;
   const GroupedGemmSpec& s;
@@ -130,9 +134,10 @@ struct Pipeline {
     dsl::I32 steps = tn() ? (p.groupEnd - p.groupStart + (c.k - 1)) / c.k : k.i32(s.kOrM / c.k);
     return mmaOn ? steps * mmaOn() : steps;
   }
-  void issue(const TilePlace& p, const dsl::I32& kt) const {
+  dsl::I32 slotOf(const dsl::I32& base, const dsl::I32& kt) const { return (base + kt) % c.stages; }
+  // Issues the copies of K step kt of tile p into ring slot `slot`.
+  void issue(const TilePlace& p, const dsl::I32& kt, const dsl::I32& slot) const {
     using namespace dsl;
-    I32 slot = kt % c.stages;
     I32 first = m0(p);
     if (tn()) {
       // Rows are the group's tokens: A [tokens, M], B [tokens, N]; tokens past the group are zero-filled.
@@ -160,73 +165,92 @@ struct Pipeline {
       k.copyTileMN(bSlab, k.i32(s.n), ringB.stage(slot), k.i32(c.k), true);
     }
   }
-  void prologue(const TilePlace& p) const {
+  // The first stages - 1 stages of tile p, into the slots from `base`, each its own copy group.
+  void prologue(const TilePlace& p, const dsl::I32& base) const {
     using namespace dsl;
     if (beforeLoads) beforeLoads(p);
     I32 steps = kTiles(p);
     for (int64_t st = 0; st + 1 < c.stages; ++st) {
-      if (tn() || mmaOn)
-        k.ifThen(k.i32(st) < steps, [&] { issue(p, k.i32(st)); });
-      else
-        issue(p, k.i32(st));  // NT/NN: K >= 128 is validated, so the first stages exist
+      k.ifThen(k.i32(st) < steps, [&] { issue(p, k.i32(st), slotOf(base, k.i32(st))); });
       k.asyncCommit();
     }
   }
-  // Runs tile p (its prologue already issued); `thenNext` (every thread, after the ring is free) issues the next
-  // tile's prologue if there is one; then the epilogue.
-  void tile(const TilePlace& p, const std::function<void()>& thenNext) const {
+  // The tile after the running one.
+  struct Next {
+    dsl::I32 ticket;   // its index
+    dsl::Bool exists;  // ticket < total
+  };
+  // Runs tile p (its first stages already issued from slot `base`); returns the next tile's place (where it exists)
+  // and base. `whatNext` (every thread, may block-sync) runs after the K loop and names the next tile (e.g. once
+  // its ticket is published).
+  std::pair<TilePlace, dsl::I32> tile(const TileScheduler& sched, const dsl::SharedTile& first, const TilePlace& p,
+                                      const dsl::I32& base, const std::function<Next()>& whatNext) const {
     using namespace dsl;
     I32 steps = kTiles(p);
     Acc acc = k.forRange(k.i32(0), steps, k.i32(1), k.zeroAcc(c.m, c.n), [&](I32 kt, Acc acc) {
       k.asyncWait(c.stages - 2);  // stage kt has landed (for this thread) ...
       k.blockSync();              // ... and for every thread
-      I32 slot = kt % c.stages;
-      Acc nextAcc = k.mma(acc, ringA.stage(slot), ringB.stage(slot), /*pending=*/1, aMN(), bMN());
+      Acc nextAcc = k.mma(acc, ringA.stage(slotOf(base, kt)), ringB.stage(slotOf(base, kt)), /*pending=*/1, aMN(), bMN());
       // The MMA of stage kt - 1 has finished in every warpgroup: its slot can be refilled.
       k.blockSync();
-      I32 ahead = kt + (c.stages - 1);
-      k.ifThen(ahead < steps, [&] { issue(p, ahead); });
+      I32 fill = kt + (c.stages - 1);
+      k.ifThen(fill < steps, [&] { issue(p, fill, slotOf(base, fill)); });
       k.asyncCommit();  // an empty group past the end keeps the wait counts uniform
       return nextAcc;
     });
+    // Only the last stage's MMA may still run: the other slots are free for the next tile's first stages.
+    Next nx = whatNext();
+    I32 nextBase = slotOf(base, steps);
+    TilePlace next = sched.place(nx.ticket, first);  // clamped where the next tile does not exist
+    k.ifThen(nx.exists, [&] { prologue(next, nextBase); });
     acc = k.drain(acc);
-    if (tn() || mmaOn) k.asyncWait(0);  // a tile shorter than the ring ends with copies never waited for
-    k.blockSync();  // every warpgroup is done with the ring
-    thenNext();
     // Epilogue through shared memory: fragments into a padded staging tile, then 16-byte coalesced row stores.
-    I32 first = m0(p);
+    I32 first0 = m0(p);
     k.storeAcc(acc, staging);
     k.blockSync();
     if (epilogue)
-      epilogue(p, first);
+      epilogue(p, first0);
     else if (tn())
-      k.copyTile(staging, out + ((k.widen(p.expert) * s.kOrM + k.widen(first)) * s.n + k.widen(p.n0)), k.i32(s.n),
+      k.copyTile(staging, out + ((k.widen(p.expert) * s.kOrM + k.widen(first0)) * s.n + k.widen(p.n0)), k.i32(s.n),
                  k.i32(c.m), /*swizzle=*/false);
     else
-      k.copyTile(staging, out + (k.widen(first) * s.n + k.widen(p.n0)), k.i32(s.n), p.groupEnd - first,
+      k.copyTile(staging, out + (k.widen(first0) * s.n + k.widen(p.n0)), k.i32(s.n), p.groupEnd - first0,
                  /*swizzle=*/false);
     k.blockSync();  // the next tile's epilogue overwrites the staging tile
+    return {next, nextBase};
   }
+
+  // A tile's place carried from one tile-loop iteration to the next.
+  static std::vector<dsl::I32> pack(const TilePlace& p) { return {p.expert, p.groupStart, p.groupEnd, p.mTile, p.n0}; }
+  static TilePlace unpack(const std::vector<dsl::I32>& v) { return {v[0], v[1], v[2], v[3], v[4]}; }
 
   // Static persistent loop: block b runs tiles b, b + grid, ...
   void runStatic(const TileScheduler& sched, const dsl::SharedTile& first, const dsl::I32& grid) const {
     using namespace dsl;
     I32 total = sched.buildTable(first);
-    k.ifThen(k.blockIdx() < total, [&] { prologue(sched.place(k.blockIdx(), first)); });
-    k.forRange(k.blockIdx(), total, grid, [&](I32 t) {
+    I32 b0 = k.blockIdx();
+    TilePlace p0 = sched.place(b0, first);
+    k.ifThen(b0 < total, [&] { prologue(p0, k.i32(0)); });
+    std::vector<I32> init = pack(p0);
+    init.push_back(k.i32(0));  // base
+    k.forRange(b0, total, grid, init, [&](I32 t, const std::vector<I32>& v) {
       I32 t2 = t + grid;
-      tile(sched.place(t, first), [&] { k.ifThen(t2 < total, [&] { prologue(sched.place(t2, first)); }); });
+      auto [next, base] = tile(sched, first, unpack(v), v[5], [&] { return Next{t2, t2 < total}; });
+      std::vector<I32> out = pack(next);
+      out.push_back(base);
+      return out;
     });
     k.asyncWait(0);
   }
 
   // Dynamic loop: tiles in order of tickets drawn from tickets[0] (global i32, zero at launch); `slots` is a shared
-  // i32 [1]. The last of `grid` blocks to run out of tiles resets tickets[0..1] to zero for the next launch.
+  // i32 [1]. A tile draws the next ticket when it starts and publishes it once its K loop is done, so that the
+  // atomic's round trip is never waited for. The last of `grid` blocks to run out of tiles resets tickets[0..1] to
+  // zero for the next launch.
   void runDynamic(const TileScheduler& sched, const dsl::SharedTile& first, const dsl::GlobalPtr& tickets,
                   const dsl::SharedTile& slots, const dsl::I32& total, const dsl::I32& grid) const {
     using namespace dsl;
-    // Thread 0 draws; the ticket reaches the block through a shared slot. A tile draws the next ticket when it
-    // starts and publishes it only once its main loop is done, so the atomic's round trip is never waited for.
+    // Thread 0 draws; the ticket reaches the block through a shared slot.
     auto draw = [&] { return k.ifElse(k.threadIdx() == 0, [&] { return tickets.atomicAddI32(k.i32(1)); }, k.i32(0)); };
     auto publish = [&](const I32& ticket) {
       k.ifThen(k.threadIdx() == 0, [&] { slots.storeI32(k.i32(0), ticket); });
@@ -234,16 +258,19 @@ struct Pipeline {
       return slots.loadI32(k.i32(0));  // the next write is a whole tile (and its barriers) later
     };
     I32 t0 = publish(draw());
-    k.ifThen(t0 < total, [&] { prologue(sched.place(t0, first)); });
-    k.whileLoop({t0}, [&](const std::vector<I32>& v) { return v[0] < total; },
+    k.ifThen(t0 < total, [&] { prologue(sched.place(t0, first), k.i32(0)); });
+    // Carried: the running tile's ticket and base slot. Its place is looked up again when it starts rather than
+    // carried like the static loop's: the fused kernels are at the register file's limit (measured: the combine
+    // spills otherwise).
+    k.whileLoop({t0, k.i32(0)}, [&](const std::vector<I32>& v) { return v[0] < total; },
                 [&](const std::vector<I32>& v) {
                   I32 ticket = draw();
-                  I32 next = k.i32(0);
-                  tile(sched.place(v[0], first), [&] {
-                    next = publish(ticket);
-                    k.ifThen(next < total, [&] { prologue(sched.place(next, first)); });
+                  I32 t2 = k.i32(0);
+                  auto next = tile(sched, first, sched.place(v[0], first), v[1], [&] {
+                    t2 = publish(ticket);
+                    return Next{t2, t2 < total};
                   });
-                  return std::vector<I32>{next};
+                  return std::vector<I32>{t2, next.second};
                 });
     k.asyncWait(0);
     k.ifThen(k.threadIdx() == 0, [&] {
