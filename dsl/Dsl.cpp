@@ -477,6 +477,14 @@ void Kernel::copyTileMN(const GlobalPtr& src, const I32& srcLd, const SharedTile
   if (async) op.setAsync(true);
 }
 
+void Kernel::bulkStore(const SharedTile& src, const I32& row, const GlobalPtr& dst, int64_t bytes) {
+  if (bytes <= 0 || bytes % 16 != 0) throw std::invalid_argument("bulkStore: bytes must be a positive multiple of 16");
+  I32 offset = row * (src.pitch() * elemBytes(src.elem()));
+  Value p = LLVM::GEPOp::create(b_, loc_, src.value().getType(), b_.getI8Type(), src.value(), ValueRange{offset.value()});
+  BulkStoreOp::create(b_, loc_, p, dst.value(), i32(bytes).value());
+}
+void Kernel::bulkCommit() { BulkCommitOp::create(b_, loc_); }
+void Kernel::bulkWait(bool readOnly) { BulkWaitOp::create(b_, loc_, 0, readOnly); }
 void Kernel::asyncCommit() { AsyncCommitOp::create(b_, loc_); }
 void Kernel::asyncWait(int64_t pending) { AsyncWaitOp::create(b_, loc_, pending); }
 

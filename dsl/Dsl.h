@@ -237,6 +237,13 @@ class Kernel {
   Bool gridBarrier(const Context& ctx, const GlobalPtr& counter, const I64& expected);
   Bool rankBarrier(const Context& ctx, const GlobalPtr& flags, const I64& value);
 
+  // Thread scope: starts copying `bytes` (a multiple of 16) of row `row` of `src` to `dst` without waiting (sm_90a: a
+  // bulk copy; gfx950: at once). Rows another thread wrote are ready for it after storeAcc + blockSync. Rewrite the
+  // row only after bulkWait(true); the data is at `dst` for others after bulkWait(false) (then signal).
+  void bulkStore(const SharedTile& src, const I32& row, const GlobalPtr& dst, int64_t bytes);
+  void bulkCommit();
+  void bulkWait(bool readOnly);
+
   // Thread-scope ops on the symmetric heap.
   GlobalPtr peer(const Context& ctx, const GlobalPtr& local, const I32& peerRank);
   void signal(const GlobalPtr& flag, const I64& value, Scope scope, bool add = false);

@@ -208,17 +208,28 @@ mlir::OwningOpRef<mlir::ModuleOp> buildGemmCombine(mlir::MLIRContext& mctx, cons
   I32 total = sched.buildTable(tileFirst);
   Pipeline pipe{k, g, c, a, b, comb, rings.a, rings.b, rings.staging};
   pipe.mmaOn = [&] { return k.select(legs.gemm, k.i32(1), k.i32(0)); };
+  // One bulk copy per row, over NVLink where the home is a peer, draining while the next tile runs (measured, EP2
+  // dgrad combine: fused 8.1 -> 7.95 ms uniform, 8.8 -> 8.55 hot; bench/results/2026-11-30-h200x2-bulk-stores).
+  // Not in the forward (NT) combine: with it ptxas needs 255 registers and spills 72 bytes there; the NN one fits.
+  pipe.bulkEpilogue = c.bulkStores && !forward;
   pipe.epilogue = [&](const TilePlace& p, const I32& firstRow) {
     const int64_t perRow = c.n / 8;
     I32 rowsValid = p.groupEnd - firstRow;
+    auto homeOf = [&](const I32& r, const I32& col) {  // row r's destination at its home rank (gemm-only: here)
+      I32 from = (poolSrc + k.widen(firstRow + r)).loadI32();
+      I32 home = k.select(legs.comm, from / kSourceShift, me);
+      return k.peer(ctx, comb + (k.widen(from % kSourceShift) * H + k.widen(p.n0 + col)), home);
+    };
+    if (pipe.bulkEpilogue) {
+      k.ifThen(tid < k.i32(c.m) && tid < rowsValid, [&] {
+        k.bulkStore(rings.staging, tid, homeOf(tid, k.i32(0)), c.n * 2);
+        k.bulkCommit();
+      });
+      return;
+    }
     k.forRange(tid, k.i32(c.m * perRow), k.i32(c.threads), [&](I32 v) {
       I32 r = v / perRow, col = (v % perRow) * 8;
-      k.ifThen(r < rowsValid, [&] {
-        I32 from = (poolSrc + k.widen(firstRow + r)).loadI32();
-        I32 home = k.select(legs.comm, from / kSourceShift, me);
-        GlobalPtr to = k.peer(ctx, comb + (k.widen(from % kSourceShift) * H + k.widen(p.n0 + col)), home);
-        to.store(rings.staging.load(r, col, 8));
-      });
+      k.ifThen(r < rowsValid, [&] { homeOf(r, col).store(rings.staging.load(r, col, 8)); });
     });
   };
   pipe.runDynamic(sched, tileFirst, tickets, slots, total, grid);

@@ -123,6 +123,9 @@ struct Pipeline {
   std::function<void(const TilePlace&, const dsl::I32& firstRow)> epilogue;
   // 0 (run time) skips the K loop: the tile's accumulator stays zero (communication-only benchmark legs).
   std::function<dsl::I32()> mmaOn;
+  // The epilogue sends rows out of the staging tile with bulk copies (Kernel::bulkStore, committed): the next
+  // tile's staging waits until they have read it, and the tile loop ends once they are written.
+  bool bulkEpilogue = false;
 
   bool tn() const { return s.layout == GroupedGemmSpec::kTN; }
   bool aMN() const { return tn(); }
@@ -204,7 +207,12 @@ struct Pipeline {
     TilePlace next = sched.place(nx.ticket, first);  // clamped where the next tile does not exist
     k.ifThen(nx.exists, [&] { prologue(next, nextBase); });
     acc = k.drain(acc);
-    // Epilogue through shared memory: fragments into a padded staging tile, then 16-byte coalesced row stores.
+    // Epilogue through shared memory: fragments into a padded staging tile, then 16-byte coalesced row stores (or
+    // the kernel's own epilogue).
+    if (bulkEpilogue) {
+      k.bulkWait(/*readOnly=*/true);  // the previous tile's bulk copies have read the staging tile
+      k.blockSync();
+    }
     I32 first0 = m0(p);
     k.storeAcc(acc, staging);
     k.blockSync();
@@ -216,8 +224,14 @@ struct Pipeline {
     else
       k.copyTile(staging, out + (k.widen(first0) * s.n + k.widen(p.n0)), k.i32(s.n), p.groupEnd - first0,
                  /*swizzle=*/false);
-    k.blockSync();  // the next tile's epilogue overwrites the staging tile
+    if (!bulkEpilogue) k.blockSync();  // the next tile's epilogue overwrites the staging tile
     return {next, nextBase};
+  }
+  // After the tile loop: every copy this thread started has completed (bulk stores: written, and ordered before a
+  // release that follows).
+  void finish() const {
+    k.asyncWait(0);
+    if (bulkEpilogue) k.bulkWait(/*readOnly=*/false);
   }
 
   // A tile's place carried from one tile-loop iteration to the next.
@@ -240,7 +254,7 @@ struct Pipeline {
       out.push_back(base);
       return out;
     });
-    k.asyncWait(0);
+    finish();
   }
 
   // Dynamic loop: tiles in order of tickets drawn from tickets[0] (global i32, zero at launch); `slots` is a shared
@@ -272,7 +286,7 @@ struct Pipeline {
                   });
                   return std::vector<I32>{t2, next.second};
                 });
-    k.asyncWait(0);
+    finish();
     k.ifThen(k.threadIdx() == 0, [&] {
       I32 done = (tickets + k.i64(1)).atomicAddI32(k.i32(1));
       k.ifThen(done == grid - 1, [&] {

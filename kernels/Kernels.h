@@ -73,12 +73,17 @@ struct GroupedGemmSpec {
   static constexpr int64_t kBlockM = 128, kBlockN = 128, kBlockK = 64;
   struct Tiles {
     int64_t threads, m, n, k, stages;
+    // The target can send epilogue rows as bulk copies (Kernel::bulkStore) that drain while the next tile runs.
+    // Measured on the H200: one bulk copy per 512-byte row is slower than the block's 16-byte stores into local
+    // memory (TN 0.86 vs 0.94 of torch._grouped_mm), so only the NN combine, whose rows cross NVLink, uses them.
+    bool bulkStores;
   };
   // gfx950 keeps BN = 128: its copies into shared memory are synchronous (transposing for K x MN operands), and a
-  // 128 x 256 fragment plus that copy code does not fit the 512 VGPR + AGPR budget.
+  // 128 x 256 fragment plus that copy code does not fit the 512 VGPR + AGPR budget. It has no bulk-copy engine in
+  // use here either: its rows leave through the block's stores.
   Tiles tiles(Arch arch) const {
     bool wide = n % 256 == 0 && arch == Arch::sm_90a;
-    return {256, 128, wide ? 256 : 128, 64, 3};
+    return {256, 128, wide ? 256 : 128, 64, 3, arch == Arch::sm_90a};
   }
   Layout layout;
   int64_t experts;

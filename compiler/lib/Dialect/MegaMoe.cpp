@@ -118,6 +118,18 @@ LogicalResult AsyncWaitOp::verify() {
   return success();
 }
 
+LogicalResult BulkStoreOp::verify() {
+  if (!isShared(getSrc().getType())) return emitOpError("source must be in shared memory (address space 3)");
+  if (addressSpace(getDst().getType()) != kGlobalSpace)
+    return emitOpError("destination must be in global memory (address space 1)");
+  return success();
+}
+
+LogicalResult BulkWaitOp::verify() {
+  if (getPending() > 7) return emitOpError("pending must be 0..7, got ") << int64_t(getPending());
+  return success();
+}
+
 LogicalResult MmaTileOp::verify() {
   if (getPending() > 1) return emitOpError("pending must be 0 or 1, got ") << int64_t(getPending());
   if ((getAMnMajor() && getM() % 64 != 0) || (getBMnMajor() && getN() % 64 != 0))

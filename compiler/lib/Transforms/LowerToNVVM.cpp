@@ -182,6 +182,41 @@ struct AccStoreFromWgmma : OpRewritePattern<AccStoreOp> {
       Value ptr = LLVM::GEPOp::create(tb, loc, op.getDst().getType(), elem, op.getDst(), ValueRange{index});
       LLVM::StoreOp::create(tb, loc, pair, ptr, 2 * eb);
     }
+    // Staged in shared memory: make the writes visible to the async proxy (bulk stores read it from there).
+    if (cast<LLVM::LLVMPointerType>(op.getDst().getType()).getAddressSpace() == 3)
+      NVVM::FenceProxyOp::create(b, loc, NVVM::ProxyKind::async_shared,
+                                 NVVM::SharedSpaceAttr::get(b.getContext(), NVVM::SharedSpace::shared_cta));
+    b.eraseOp(op);
+    return success();
+  }
+};
+
+// bulk_store -> cp.async.bulk.global.shared::cta.bulk_group; the group ops -> cp.async.bulk.commit_group /
+// wait_group[.read]; a full wait adds fence.proxy.async.global so that a later release covers the written data.
+struct BulkStoreToCpAsyncBulk : OpRewritePattern<BulkStoreOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(BulkStoreOp op, PatternRewriter& b) const override {
+    NVVM::CpAsyncBulkSharedCTAToGlobalOp::create(b, op.getLoc(), op.getDst(), op.getSrc(), op.getBytes(), Value(),
+                                                 Value());
+    b.eraseOp(op);
+    return success();
+  }
+};
+struct BulkCommitToNvvm : OpRewritePattern<BulkCommitOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(BulkCommitOp op, PatternRewriter& b) const override {
+    NVVM::CpAsyncBulkCommitGroupOp::create(b, op.getLoc());
+    b.eraseOp(op);
+    return success();
+  }
+};
+struct BulkWaitToNvvm : OpRewritePattern<BulkWaitOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(BulkWaitOp op, PatternRewriter& b) const override {
+    Location loc = op.getLoc();
+    NVVM::CpAsyncBulkWaitGroupOp::create(b, loc, b.getI32IntegerAttr(int32_t(op.getPending())),
+                                         op.getRead() ? b.getUnitAttr() : UnitAttr());
+    if (!op.getRead()) NVVM::FenceProxyOp::create(b, loc, NVVM::ProxyKind::async_global, NVVM::SharedSpaceAttr());
     b.eraseOp(op);
     return success();
   }
@@ -194,7 +229,8 @@ struct LowerToNVVMPass : impl::MegaMoeLowerToNVVMBase<LowerToNVVMPass> {
     RewritePatternSet patterns(&getContext());
     populateExpandBarriersPatterns(patterns);
     populateCommonLoweringPatterns(patterns, hooks);
-    patterns.add<MmaTileToWgmma, MmaDrainToWgmmaWait, AccStoreFromWgmma>(&getContext());
+    patterns.add<MmaTileToWgmma, MmaDrainToWgmmaWait, AccStoreFromWgmma, BulkStoreToCpAsyncBulk, BulkCommitToNvvm,
+                 BulkWaitToNvvm>(&getContext());
     if (failed(applyLowering(getOperation(), std::move(patterns)))) signalPassFailure();
   }
 };

@@ -152,6 +152,34 @@ struct MmaDrainToValue : OpRewritePattern<MmaDrainOp> {
   }
 };
 
+// bulk_store: no bulk copy engine is used here; the thread copies its bytes at once, 16 at a time, so the group
+// ops have nothing to track.
+struct BulkStoreToCopies : OpRewritePattern<BulkStoreOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(BulkStoreOp op, PatternRewriter& b) const override {
+    Location loc = op.getLoc();
+    auto chunkTy = VectorType::get({4}, b.getI32Type());
+    Value chunks = arith::DivUIOp::create(b, loc, op.getBytes(), i32(b, loc, 16));
+    scf::ForOp::create(b, loc, i32(b, loc, 0), chunks, i32(b, loc, 1), ValueRange{},
+                       [&](OpBuilder& nb, Location l, Value i, ValueRange) {
+                         Value off = arith::MulIOp::create(nb, l, i, i32(nb, l, 16));
+                         Value v = LLVM::LoadOp::create(nb, l, chunkTy, byteGep(nb, l, op.getSrc(), off), 16);
+                         LLVM::StoreOp::create(nb, l, v, byteGep(nb, l, op.getDst(), off), 16);
+                         scf::YieldOp::create(nb, l);
+                       });
+    b.eraseOp(op);
+    return success();
+  }
+};
+template <typename Op>
+struct EraseOp : OpRewritePattern<Op> {
+  using OpRewritePattern<Op>::OpRewritePattern;
+  LogicalResult matchAndRewrite(Op op, PatternRewriter& b) const override {
+    b.eraseOp(op);
+    return success();
+  }
+};
+
 struct LowerToROCDLPass : impl::MegaMoeLowerToROCDLBase<LowerToROCDLPass> {
   void runOnOperation() override {
     RocdlHooks hooks;
@@ -159,7 +187,8 @@ struct LowerToROCDLPass : impl::MegaMoeLowerToROCDLBase<LowerToROCDLPass> {
     RewritePatternSet patterns(&getContext());
     populateExpandBarriersPatterns(patterns);
     populateCommonLoweringPatterns(patterns, hooks);
-    patterns.add<MmaTileToMfma, MmaDrainToValue, AccStoreFromMfma>(&getContext());
+    patterns.add<MmaTileToMfma, MmaDrainToValue, AccStoreFromMfma, BulkStoreToCopies, EraseOp<BulkCommitOp>,
+                 EraseOp<BulkWaitOp>>(&getContext());
     if (failed(applyLowering(getOperation(), std::move(patterns)))) signalPassFailure();
   }
 };

@@ -244,6 +244,34 @@ llvm.func @async_wait_pending_negative() {
 }
 
 //===----------------------------------------------------------------------===//
+// bulk_store, bulk_wait
+//===----------------------------------------------------------------------===//
+
+// -----
+
+llvm.func @bulk_store_from_global(%src: !llvm.ptr<1>, %dst: !llvm.ptr<1>, %n: i32) {
+  // expected-error @+1 {{source must be in shared memory (address space 3)}}
+  megamoe.bulk_store %src, %dst, %n : !llvm.ptr<1> -> !llvm.ptr<1>
+  llvm.return
+}
+
+// -----
+
+llvm.func @bulk_store_to_generic(%src: !llvm.ptr<3>, %dst: !llvm.ptr, %n: i32) {
+  // expected-error @+1 {{destination must be in global memory (address space 1)}}
+  megamoe.bulk_store %src, %dst, %n : !llvm.ptr<3> -> !llvm.ptr
+  llvm.return
+}
+
+// -----
+
+llvm.func @bulk_wait_pending_too_large() {
+  // expected-error @+1 {{pending must be 0..7, got 9}}
+  megamoe.bulk_wait {pending = 9}
+  llvm.return
+}
+
+//===----------------------------------------------------------------------===//
 // mma_tile
 //===----------------------------------------------------------------------===//
 

@@ -52,6 +52,22 @@ llvm.func @tile_copy_load_async(%src: !llvm.ptr<1>, %dst: !llvm.ptr<3>, %ld: i32
   llvm.return
 }
 
+// A bulk store of one shared row to global memory, then its group ops.
+// CHECK-LABEL: llvm.func @bulk_store
+// CHECK-SAME: (%[[SRC:[^:]+]]: !llvm.ptr<3>, %[[DST:[^:]+]]: !llvm.ptr<1>, %[[N:[^:]+]]: i32)
+// CHECK: megamoe.bulk_store %[[SRC]], %[[DST]], %[[N]] : !llvm.ptr<3> -> !llvm.ptr<1>
+// CHECK-NEXT: megamoe.bulk_commit{{$}}
+// CHECK-NEXT: megamoe.bulk_wait {pending = 0 : i64, read}
+// CHECK-NEXT: megamoe.bulk_wait {pending = 0 : i64}
+// CHECK-NEXT: llvm.return
+llvm.func @bulk_store(%src: !llvm.ptr<3>, %dst: !llvm.ptr<1>, %n: i32) {
+  megamoe.bulk_store %src, %dst, %n : !llvm.ptr<3> -> !llvm.ptr<1>
+  megamoe.bulk_commit
+  megamoe.bulk_wait {pending = 0, read}
+  megamoe.bulk_wait {pending = 0}
+  llvm.return
+}
+
 // A K x N = 64 x 128 bf16 tile in the MN-major b128_mn layout (swizzle = 2), synchronous and async, distinct
 // leading dimensions.
 // CHECK-LABEL: llvm.func @tile_copy_load_b128_mn

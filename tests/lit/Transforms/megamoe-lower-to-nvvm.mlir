@@ -307,6 +307,32 @@ gpu.module @k {
 }
 
 //===----------------------------------------------------------------------===//
+// bulk_store, bulk_commit, bulk_wait
+//===----------------------------------------------------------------------===//
+
+// -----
+
+// One bulk copy shared::cta -> global; the waits are cp.async.bulk.wait_group, the full one followed by the
+// global proxy fence (a release after it covers the bulk-written data).
+// CHECK-LABEL: llvm.func @bulk_store
+// CHECK-SAME: (%[[SRC:[^:]+]]: !llvm.ptr<3>, %[[DST:[^:]+]]: !llvm.ptr<1>, %[[N:[^:]+]]: i32)
+// CHECK-NEXT: nvvm.cp.async.bulk.global.shared.cta %[[DST]], %[[SRC]], %[[N]] : <1>, <3>
+// CHECK-NEXT: nvvm.cp.async.bulk.commit.group
+// CHECK-NEXT: nvvm.cp.async.bulk.wait_group 0 {read}
+// CHECK-NEXT: nvvm.cp.async.bulk.wait_group 0{{$}}
+// CHECK-NEXT: nvvm.fence.proxy {kind = #nvvm.proxy_kind<async.global>}
+// CHECK-NEXT: llvm.return
+gpu.module @k {
+  llvm.func @bulk_store(%src: !llvm.ptr<3>, %dst: !llvm.ptr<1>, %n: i32) {
+    megamoe.bulk_store %src, %dst, %n : !llvm.ptr<3> -> !llvm.ptr<1>
+    megamoe.bulk_commit
+    megamoe.bulk_wait {pending = 0, read}
+    megamoe.bulk_wait {pending = 0}
+    llvm.return
+  }
+}
+
+//===----------------------------------------------------------------------===//
 // mma_tile
 //===----------------------------------------------------------------------===//
 

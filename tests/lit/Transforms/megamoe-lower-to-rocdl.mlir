@@ -227,6 +227,31 @@ gpu.module @k {
 }
 
 //===----------------------------------------------------------------------===//
+// bulk_store, bulk_commit, bulk_wait
+//===----------------------------------------------------------------------===//
+
+// -----
+
+// No bulk copy engine: the thread copies bytes / 16 chunks of 16 bytes at once; the group ops vanish.
+// CHECK-LABEL: llvm.func @bulk_store
+// CHECK-SAME: (%[[SRC:[^:]+]]: !llvm.ptr<3>, %[[DST:[^:]+]]: !llvm.ptr<1>, %[[N:[^:]+]]: i32)
+// CHECK: %[[CHUNKS:.*]] = arith.divui %[[N]], %{{.*}} : i32
+// CHECK: scf.for %[[I:.*]] = %{{.*}} to %[[CHUNKS]]
+// CHECK: llvm.load %{{.*}} {alignment = 16 : i64} : !llvm.ptr<3> -> vector<4xi32>
+// CHECK: llvm.store %{{.*}}, %{{.*}} {alignment = 16 : i64} : vector<4xi32>, !llvm.ptr<1>
+// CHECK-NOT: megamoe.bulk
+// CHECK: llvm.return
+gpu.module @k {
+  llvm.func @bulk_store(%src: !llvm.ptr<3>, %dst: !llvm.ptr<1>, %n: i32) {
+    megamoe.bulk_store %src, %dst, %n : !llvm.ptr<3> -> !llvm.ptr<1>
+    megamoe.bulk_commit
+    megamoe.bulk_wait {pending = 0, read}
+    megamoe.bulk_wait {pending = 0}
+    llvm.return
+  }
+}
+
+//===----------------------------------------------------------------------===//
 // mma_tile
 //===----------------------------------------------------------------------===//
 

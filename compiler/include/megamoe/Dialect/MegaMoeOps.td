@@ -101,6 +101,40 @@ def MegaMoe_AsyncWaitOp : MegaMoe_Op<"async_wait", [MemoryEffects<[MemRead, MemW
   let hasVerifier = 1;
 }
 
+def MegaMoe_BulkStoreOp : MegaMoe_Op<"bulk_store", [MemoryEffects<[MemRead, MemWrite]>]> {
+  let summary = "start copying `bytes` from shared to global memory without waiting; the calling thread alone";
+  let description = [{
+    sm_90a: one bulk copy through the async proxy (cp.async.bulk; `bytes` a multiple of 16, both addresses 16-byte
+    aligned). The shared source may be rewritten only after `bulk_wait {read}`; the global destination holds the
+    data for other threads and GPUs after `bulk_wait` without `read` (which adds the proxy fence a following
+    release needs). Shared data written by other threads must reach it through `acc_store` into shared memory
+    (which ends with the proxy fence) and a block barrier. gfx950: the thread copies at once, 16 bytes at a time,
+    and the group ops vanish. `bulk_commit` closes the group of bulk stores this thread started.
+    ```mlir
+    megamoe.bulk_store %row, %dst, %bytes : !llvm.ptr<3> -> !llvm.ptr<1>
+    ```
+  }];
+  let arguments = (ins AnyLLVMPtr:$src, AnyLLVMPtr:$dst, I32:$bytes);
+  let assemblyFormat = "$src `,` $dst `,` $bytes attr-dict `:` type($src) `->` type($dst)";
+  let hasVerifier = 1;
+}
+
+def MegaMoe_BulkCommitOp : MegaMoe_Op<"bulk_commit", [MemoryEffects<[MemRead, MemWrite]>]> {
+  let summary = "close the group of bulk stores this thread started since the last commit";
+  let assemblyFormat = "attr-dict";
+}
+
+def MegaMoe_BulkWaitOp : MegaMoe_Op<"bulk_wait", [MemoryEffects<[MemRead, MemWrite]>]> {
+  let summary = "wait until at most `pending` committed bulk-store groups of this thread are in flight";
+  let description = [{
+    With `read`, only until their shared sources have been read (the source may then be rewritten); without, until
+    their writes are done and ordered before this thread's later generic-proxy accesses (e.g. a release signal).
+  }];
+  let arguments = (ins I64Attr:$pending, UnitAttr:$read);
+  let assemblyFormat = "attr-dict";
+  let hasVerifier = 1;
+}
+
 def MegaMoe_MmaTileOp : MegaMoe_Op<"mma_tile", [MemoryEffects<[MemRead]>]> {
   let summary = "acc += A * B^T for an m x n x k tile with A [m, k] and B [n, k] K-major in shared memory";
   let description = [{
