@@ -218,11 +218,9 @@ mlir::OwningOpRef<mlir::ModuleOp> buildGemmCombine(mlir::MLIRContext& mctx, cons
   TileScheduler sched{k, g, poolOffsets, c.m, c.n};
   I32 total = sched.buildTable(tileFirst);
   Pipeline pipe{k, g, c, a, b, comb, rings.a, rings.b, rings.staging};
-  pipe.mmaOn = [&] { return k.select(legs.gemm, k.i32(1), k.i32(0)); };
   // One bulk copy per row, over NVLink where the home is a peer, draining while the next tile runs (measured, EP2
   // dgrad combine: fused 8.1 -> 7.95 ms uniform, 8.8 -> 8.55 hot; bench/results/2026-11-30-h200x2-bulk-stores).
-  // Not in the forward (NT) combine: with it ptxas needs 255 registers and spills 72 bytes there; the NN one fits.
-  pipe.bulkEpilogue = c.bulkStores && !forward;
+  pipe.bulkEpilogue = c.bulkStores;
   pipe.epilogue = [&](const TilePlace& p, const I32& firstRow) {
     const int64_t perRow = c.n / 8;
     I32 rowsValid = p.groupEnd - firstRow;
@@ -243,7 +241,21 @@ mlir::OwningOpRef<mlir::ModuleOp> buildGemmCombine(mlir::MLIRContext& mctx, cons
       k.ifThen(r < rowsValid, [&] { homeOf(r, col).store(rings.staging.load(r, col, 8)); });
     });
   };
-  pipe.runDynamic(sched, tileFirst, tickets, slots, total, grid);
+  // The comm-only leg leaves the accumulators zero. The NT combine runs a copy of the tile loop without K loop for
+  // it: one loop with a run-time trip count (zero for that leg) took ptxas to 255 registers and spills there with
+  // the bulk epilogue. The NN combine keeps the one loop: with two, its GEMM measured 11% slower (7.6 vs 6.9 ms
+  // GEMM-only leg, EP2 uniform; bench/results/2026-11-30-h200x2-comm-leg-loop).
+  if (forward) {
+    k.ifThen(legs.gemm, [&] { pipe.runDynamic(sched, tileFirst, tickets, slots, total, grid); });
+    k.ifThen(!legs.gemm, [&] {
+      Pipeline commOnly = pipe;
+      commOnly.mmaOn = [&] { return k.i32(0); };
+      commOnly.runDynamic(sched, tileFirst, tickets, slots, total, grid);
+    });
+  } else {
+    pipe.mmaOn = [&] { return k.select(legs.gemm, k.i32(1), k.i32(0)); };
+    pipe.runDynamic(sched, tileFirst, tickets, slots, total, grid);
+  }
   k.returnIf(!legs.comm);
 
   // 2. This block is done at every home rank; wait until every block of every rank is done with my rows.
