@@ -25,11 +25,22 @@ mlir::OwningOpRef<mlir::ModuleOp> buildDispatchPrologue(mlir::MLIRContext& mctx,
   GlobalPtr done = k.argPtr(Elem::i64);      // heap [2][R]
   GlobalPtr routeEpoch = k.argPtr(Elem::i64);
 
+  // Counting a chunk of T picks: the block's threads form W groups of G (W x E counts fit in 24 KB of shared memory;
+  // a group is at least a warp). A pick's order among the chunk's picks of its expert is its order within its group
+  // (G entries scanned) plus that expert's count in the earlier groups (W - 1 entries), instead of a scan over every
+  // earlier pick of the chunk (up to T - 1 entries: that scan made this kernel ~1 ms of the EP2 layer).
+  int64_t W = 32;
+  while (W > 1 && W * E > 6144) W /= 2;
+  const int64_t G = T / W;
+  const int64_t padE = (E + 3) / 4 * 4;
   // Shared tables: my counts per expert, then the first pool row of (me, e) at e's owner.
-  SharedTile mine = k.sharedTile(Elem::i32, 1, (E + 3) / 4 * 4);
-  SharedTile base = k.sharedTile(Elem::i32, 1, (E + 3) / 4 * 4);
+  SharedTile mine = k.sharedTile(Elem::i32, 1, padE);
+  SharedTile base = k.sharedTile(Elem::i32, 1, padE);
   SharedTile off = k.sharedTile(Elem::i32, 1, (E + 1 + 3) / 4 * 4);
   SharedTile chunk = k.sharedTile(Elem::i32, 1, T);  // the experts of the picks being counted
+  SharedTile perGroup = k.sharedTile(Elem::i32, W, padE);  // [group][expert]: the group's picks of the expert
+  SharedTile totals = k.sharedTile(Elem::i32, 1, padE);   // every rank's picks of the expert (pool layout)
+  SharedTile below = k.sharedTile(Elem::i32, 1, padE);    // ranks before me: their picks of the expert
   I32 tid = k.threadIdx(), me = ctx.rank();
   I64 epoch = ctx.epoch();
   I64 parity = epoch % 2;
@@ -44,6 +55,7 @@ mlir::OwningOpRef<mlir::ModuleOp> buildDispatchPrologue(mlir::MLIRContext& mctx,
   });
   k.returnIf(wrongRanks);
   k.forRange(tid, k.i32(E), k.i32(T), [&](I32 e) { mine.storeI32(e, k.i32(0)); });
+  k.forRange(tid, k.i32(W * padE), k.i32(T), [&](I32 i) { perGroup.storeI32(i, k.i32(0)); });
   // The arrival counters the previous call used (other parity) start again from zero: every increment of that call
   // was waited for before this call could begin (docs/decisions/fused-dispatch.md).
   I64 stale = k.i64(1) - parity;
@@ -62,9 +74,19 @@ mlir::OwningOpRef<mlir::ModuleOp> buildDispatchPrologue(mlir::MLIRContext& mctx,
     chunk.storeI32(tid, e);
     k.blockSync();
     Bool valid = e < k.i32(E);  // unsigned: -1 and every negative value are out of range here
+    I32 group = tid / G, first = group * G;
+    // Within my group: the picks of my expert before mine, and all of them.
+    std::vector<I32> inGroup = k.forRange(first, first + G, k.i32(1), {k.i32(0), k.i32(0)},
+                                          [&](I32 j, const std::vector<I32>& n) {
+                                            I32 same = k.select(chunk.loadI32(j) == e, k.i32(1), k.i32(0));
+                                            return std::vector<I32>{n[0] + k.select(j < tid, same, k.i32(0)), n[1] + same};
+                                          });
+    Bool lastOfGroup = valid && (inGroup[0] + 1 == inGroup[1]);  // the one pick that publishes the group's count
+    k.ifThen(lastOfGroup, [&] { perGroup.storeI32(group * padE + e, inGroup[1]); });
+    k.blockSync();
     k.ifThen(valid, [&] {
-      auto earlier = k.forRange(k.i32(0), tid, k.i32(1), {k.i32(0)}, [&](I32 t, const std::vector<I32>& n) {
-        return std::vector<I32>{n[0] + k.select(chunk.loadI32(t) == e, k.i32(1), k.i32(0))};
+      auto earlier = k.forRange(k.i32(0), group, k.i32(1), {inGroup[0]}, [&](I32 g, const std::vector<I32>& n) {
+        return std::vector<I32>{n[0] + perGroup.loadI32(g * padE + e)};
       });
       (sendSlot + k.widen(i)).storeI32(mine.loadI32(e) + earlier[0]);
     });
@@ -75,8 +97,11 @@ mlir::OwningOpRef<mlir::ModuleOp> buildDispatchPrologue(mlir::MLIRContext& mctx,
         k.reportError(ctx, uint64_t(abi::ErrorCode::kBadIndex), k.widen(i), k.widenSigned(e), k.i64(E));
       });
     });
-    k.blockSync();  // every pick of the chunk has read its expert's count
-    k.ifThen(valid, [&] { mine.atomicAddI32(e, k.i32(1)); });
+    k.blockSync();  // every pick of the chunk has read its expert's counts
+    k.ifThen(lastOfGroup, [&] {
+      mine.atomicAddI32(e, inGroup[1]);
+      perGroup.storeI32(group * padE + e, k.i32(0));  // clean for the next chunk
+    });
     k.blockSync();
   });
   // 2. All-gather the count matrix: my row into every rank's slab [parity], then one flag per source rank.
@@ -98,21 +123,25 @@ mlir::OwningOpRef<mlir::ModuleOp> buildDispatchPrologue(mlir::MLIRContext& mctx,
   k.blockSync();
   k.returnIf(!k.errorClear(ctx));
   // 3. Pool layout of every owner (expert e's rows start after the owner's earlier experts; within e, source ranks
-  // in order), so base[e] = first row of (me, e) at e's owner. One thread walks the experts: E <= 1024 steps. The
-  // rank loops run to the run-time rank count (= R), so LLVM does not unroll R x E/R x R copies of the body.
+  // in order), so base[e] = first row of (me, e) at e's owner. The per-expert sums over source ranks in parallel
+  // (one thread per expert), then one thread walks the experts in shared memory: E <= 1024 steps.
   I32 nranks = ctx.nranks();  // == R, checked above
+  k.forRange(tid, k.i32(E), k.i32(T), [&](I32 e) {
+    auto sums = k.forRange(k.i32(0), nranks, k.i32(1), {k.i32(0), k.i32(0)}, [&](I32 src, const std::vector<I32>& v) {
+      I32 c = countAt(parity, src, e).loadI32();
+      return std::vector<I32>{v[0] + c, v[1] + k.select(src < me, c, k.i32(0))};
+    });
+    totals.storeI32(e, sums[0]);
+    below.storeI32(e, sums[1]);
+  });
+  k.blockSync();
   k.ifThen(tid == 0, [&] {
     k.forRange(k.i32(0), nranks, k.i32(1), [&](I32 owner) {
       k.forRange(k.i32(0), k.i32(local), k.i32(1), {k.i32(0)}, [&](I32 el, const std::vector<I32>& run) {
         I32 e = owner * local + el;
-        auto sums = k.forRange(k.i32(0), nranks, k.i32(1), {k.i32(0), k.i32(0)},
-                               [&](I32 src, const std::vector<I32>& v) {
-                                 I32 c = countAt(parity, src, e).loadI32();
-                                 return std::vector<I32>{v[0] + c, v[1] + k.select(src < me, c, k.i32(0))};
-                               });
-        base.storeI32(e, run[0] + sums[1]);
+        base.storeI32(e, run[0] + below.loadI32(e));
         k.ifThen(owner == me, [&] { (poolOffsets + k.widen(el)).storeI32(run[0]); });
-        I32 next = run[0] + sums[0];
+        I32 next = run[0] + totals.loadI32(e);
         k.ifThen(owner == me && el == k.i32(local - 1), [&] { (poolOffsets + k.i64(local)).storeI32(next); });
         return std::vector<I32>{next};
       });
