@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <string>
 
+#include "dsl/Dsl.h"
 #include "kernels/Jit.h"
 #include "megamoe/Dialect/Registration.h"
 #include "mlir/IR/DialectRegistry.h"
@@ -123,6 +124,19 @@ TEST(Codegen, BadSpecNamesTheConstraint) {
   EXPECT_NE(gemm->validate(kernels::GemmNtSpec{128, 96}.spec()).find("K=96"), std::string::npos);
   auto* swiglu = kernels::find("swiglu_fwd");
   EXPECT_NE(swiglu->validate(kernels::SwigluSpec{12}.spec()).find("I=12"), std::string::npos);
+}
+
+TEST(Codegen, BulkStoreMovesWholeSixteenByteChunks) {
+  // A bulk copy moves a multiple of 16 bytes (cp.async.bulk); the DSL refuses anything else before building IR.
+  mlir::DialectRegistry registry;
+  registerAllDialects(registry);
+  mlir::MLIRContext ctx(registry, mlir::MLIRContext::Threading::DISABLED);
+  dsl::Kernel k(ctx, "bulk_store_guard", 128);
+  dsl::GlobalPtr out = k.argPtr(dsl::Elem::bf16);
+  dsl::SharedTile rows = k.dynamicSharedTile(dsl::Elem::bf16, 8, 64, 1);
+  EXPECT_THROW(k.bulkStore(rows, k.i32(0), out, 8), std::invalid_argument);
+  EXPECT_THROW(k.bulkStore(rows, k.i32(0), out, 0), std::invalid_argument);
+  EXPECT_NO_THROW(k.bulkStore(rows, k.i32(1), out, 128));
 }
 
 TEST(Codegen, UnknownTargetIsRefused) {
