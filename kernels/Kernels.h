@@ -75,7 +75,7 @@ struct GroupedGemmSpec {
     int64_t threads, m, n, k, stages;
     // The target can send epilogue rows as bulk copies (Kernel::bulkStore) that drain while the next tile runs.
     // Measured on the H200: one bulk copy per 512-byte row is slower than the block's 16-byte stores into local
-    // memory (TN 0.86 vs 0.94 of torch._grouped_mm), so only the NN combine, whose rows cross NVLink, uses them.
+    // memory (TN 0.86 vs 0.94 of torch._grouped_mm), so only the combines, whose rows go to their home rank, use them.
     bool bulkStores;
   };
   // gfx950 keeps BN = 128: its copies into shared memory are synchronous (transposing for K x MN operands), and a
