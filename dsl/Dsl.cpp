@@ -203,7 +203,8 @@ GlobalPtr Context::peerOffsets() const {
 // ---- kernel ----------------------------------------------------------------------------------------------------
 
 Kernel::Kernel(MLIRContext& ctx, std::string name, int64_t blockThreads)
-    : name_(std::move(name)), blockThreads_(blockThreads), b_(&ctx), loc_(NameLoc::get(b_.getStringAttr(name_))) {
+    : name_(std::move(name)), blockThreads_(blockThreads), b_(&ctx), loc_(NameLoc::get(b_.getStringAttr(name_))),
+      group_{0, blockThreads, 0} {
   ctx.loadDialect<MegaMoeDialect, LLVM::LLVMDialect, gpu::GPUDialect, scf::SCFDialect, arith::ArithDialect,
                   math::MathDialect, vector::VectorDialect>();
   if (blockThreads <= 0 || blockThreads > 1024) throw std::invalid_argument("block size must be 1..1024 threads");
@@ -472,9 +473,10 @@ SharedTile Kernel::dynamicSharedTile(Elem e, int64_t rows, int64_t cols, int64_t
 
 void Kernel::copyTileMN(const GlobalPtr& src, const I32& srcLd, const SharedTile& dst, const I32& rowsValid, bool async) {
   auto op = TileCopyOp::create(b_, loc_, src.value(), srcLd.value(), dst.value(), i32(dst.cols()).value(),
-                               rowsValid.value(), dst.rows(), dst.cols(), blockThreads_, type(dst.elem()),
+                               rowsValid.value(), dst.rows(), dst.cols(), group_.threads, type(dst.elem()),
                                Swizzle::b128_mn);
   if (async) op.setAsync(true);
+  op.setFirstThread(group_.first);
 }
 
 void Kernel::bulkStore(const SharedTile& src, const I32& row, const GlobalPtr& dst, int64_t bytes) {
@@ -488,29 +490,75 @@ void Kernel::bulkWait(bool readOnly) { BulkWaitOp::create(b_, loc_, 0, readOnly)
 void Kernel::asyncCommit() { AsyncCommitOp::create(b_, loc_); }
 void Kernel::asyncWait(int64_t pending) { AsyncWaitOp::create(b_, loc_, pending); }
 
-void Kernel::blockSync() { gpu::BarrierOp::create(b_, loc_); }
+void Kernel::blockSync() {
+  if (group_.barrier == 0)
+    gpu::BarrierOp::create(b_, loc_);
+  else
+    GroupBarrierOp::create(b_, loc_, group_.barrier, group_.threads);
+}
+
+void Kernel::group(int64_t first, int64_t threads, int barrier, const std::function<void()>& body) {
+  if (first < 0 || threads <= 0 || first % 32 != 0 || threads % 32 != 0 || first + threads > blockThreads_)
+    throw std::invalid_argument("group: threads [" + std::to_string(first) + ", " + std::to_string(first + threads) +
+                                ") must be whole warps inside the block of " + std::to_string(blockThreads_));
+  if (barrier < 1 || barrier > 15) throw std::invalid_argument("group: barrier must be 1..15 (0 is the block's)");
+  if (group_.barrier != 0) throw std::logic_error("group: groups do not nest");
+  I32 tid = threadIdx();
+  ifThen(tid >= i32(first) && tid < i32(first + threads), [&] {
+    group_ = {first, threads, barrier};
+    body();
+    group_ = {0, blockThreads_, 0};
+  });
+}
+
+SharedTile Kernel::mbarriers(int64_t n) { return dynamicSharedTile(Elem::i64, 1, (n + 1) / 2 * 2, 1); }
+Value Kernel::mbarrierAt(const SharedTile& bars, const I32& i) {
+  return LLVM::GEPOp::create(b_, loc_, bars.value().getType(), b_.getI64Type(), bars.value(), ValueRange{i.value()});
+}
+void Kernel::mbarrierInit(const SharedTile& bars, const I32& i, int64_t count) {
+  MbarrierInitOp::create(b_, loc_, mbarrierAt(bars, i), i32(count).value());
+}
+void Kernel::mbarrierArrive(const SharedTile& bars, const I32& i) { MbarrierArriveOp::create(b_, loc_, mbarrierAt(bars, i)); }
+void Kernel::mbarrierWait(const SharedTile& bars, const I32& i, const I32& parity) {
+  MbarrierWaitOp::create(b_, loc_, mbarrierAt(bars, i), parity.value());
+}
+void Kernel::asyncArrive(const SharedTile& bars, const I32& i) { AsyncArriveOp::create(b_, loc_, mbarrierAt(bars, i)); }
+void Kernel::proxyFence() { ProxyFenceOp::create(b_, loc_); }
+void Kernel::setMaxRegisters(int64_t count, bool increase) {
+  auto op = SetMaxRegistersOp::create(b_, loc_, count);
+  if (increase) op.setIncrease(true);
+}
 
 void Kernel::copyTile(const GlobalPtr& src, const I32& srcLd, const SharedTile& dst, const I32& rowsValid, bool swizzle,
                       bool async) {
   auto op = TileCopyOp::create(b_, loc_, src.value(), srcLd.value(), dst.value(), i32(dst.cols()).value(),
-                               rowsValid.value(), dst.rows(), dst.cols(), blockThreads_, type(dst.elem()),
+                               rowsValid.value(), dst.rows(), dst.cols(), group_.threads, type(dst.elem()),
                                swizzle ? Swizzle::b128 : Swizzle::none);
   if (async) op.setAsync(true);
+  op.setFirstThread(group_.first);
 }
 void Kernel::copyTile(const SharedTile& src, const GlobalPtr& dst, const I32& dstLd, const I32& rowsValid, bool swizzle) {
-  TileCopyOp::create(b_, loc_, src.value(), i32(src.pitch()).value(), dst.value(), dstLd.value(), rowsValid.value(),
-                     src.rows(), src.cols(), blockThreads_, type(src.elem()), swizzle ? Swizzle::b128 : Swizzle::none);
+  auto op = TileCopyOp::create(b_, loc_, src.value(), i32(src.pitch()).value(), dst.value(), dstLd.value(),
+                               rowsValid.value(), src.rows(), src.cols(), group_.threads, type(src.elem()),
+                               swizzle ? Swizzle::b128 : Swizzle::none);
+  op.setFirstThread(group_.first);
 }
 
+// The MMA atoms place warpgroup g's rows by thread index / 128: a group that runs MMA tiles starts at thread 0.
+static void requireMmaGroup(int64_t first) {
+  if (first != 0) throw std::logic_error("MMA tiles and accumulator stores need a thread group starting at 0");
+}
 Acc Kernel::zeroAcc(int64_t m, int64_t n) {
-  int64_t perThread = m * n / blockThreads_;
+  requireMmaGroup(group_.first);
+  int64_t perThread = m * n / group_.threads;
   return {zeros(int(perThread), Elem::f32).value(), m, n};
 }
 Acc Kernel::mma(const Acc& acc, const SharedTile& a, const SharedTile& b, int64_t pending, bool aMnMajor,
                 bool bMnMajor) {
   int64_t k = aMnMajor ? a.rows() : a.cols();
+  requireMmaGroup(group_.first);
   auto op = MmaTileOp::create(b_, loc_, acc.value.getType(), acc.value, a.value(), b.value(), acc.m, acc.n, k,
-                              blockThreads_, pending);
+                              group_.threads, pending);
   if (aMnMajor) op.setAMnMajor(true);
   if (bMnMajor) op.setBMnMajor(true);
   return {op.getResult(), acc.m, acc.n};
@@ -519,13 +567,15 @@ Acc Kernel::drain(const Acc& acc) {
   return {MmaDrainOp::create(b_, loc_, acc.value.getType(), acc.value).getResult(), acc.m, acc.n};
 }
 void Kernel::storeAcc(const Acc& acc, const GlobalPtr& dst, const I32& ld, const I32& rowsValid) {
-  AccStoreOp::create(b_, loc_, acc.value, dst.value(), ld.value(), rowsValid.value(), acc.m, acc.n, blockThreads_,
+  requireMmaGroup(group_.first);
+  AccStoreOp::create(b_, loc_, acc.value, dst.value(), ld.value(), rowsValid.value(), acc.m, acc.n, group_.threads,
                      type(dst.elem()));
 }
 
 void Kernel::storeAcc(const Acc& acc, const SharedTile& dst) {
+  requireMmaGroup(group_.first);
   AccStoreOp::create(b_, loc_, acc.value, dst.value(), i32(dst.pitch()).value(), i32(acc.m).value(), acc.m, acc.n,
-                     blockThreads_, type(dst.elem()));
+                     group_.threads, type(dst.elem()));
 }
 
 Bool Kernel::gridBarrier(const Context& ctx, const GlobalPtr& counter, const I64& expected) {

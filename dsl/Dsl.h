@@ -213,6 +213,28 @@ class Kernel {
   SharedTile sharedTile(Elem e, int64_t rows, int64_t cols);
   SharedTile dynamicSharedTile(Elem e, int64_t rows, int64_t cols, int64_t stages, int64_t pitch = 0);
 
+  // Warp specialisation (sm_90a): `body` runs on threads [first, first + threads) of the block only (whole warps).
+  // Inside it, block-scope ops (copies, MMA tiles, accumulator stores) are the group's: they use its threads, and
+  // blockSync() is the group's own barrier `barrier` (1..15; groups that run at the same time need distinct ids).
+  // MMA tiles and accumulator stores need a group that starts at thread 0 (warpgroup g holds rows 64g..).
+  void group(int64_t first, int64_t threads, int barrier, const std::function<void()>& body);
+  int64_t groupFirst() const { return group_.first; }
+  int64_t groupThreads() const { return group_.threads; }
+  // n 8-byte mbarriers in dynamic shared memory (a producer and its consumers hand ring slots over with them).
+  SharedTile mbarriers(int64_t n);
+  // One thread initialises barrier i for `count` arrivals per phase (a blockSync must follow).
+  void mbarrierInit(const SharedTile& bars, const I32& i, int64_t count);
+  void mbarrierArrive(const SharedTile& bars, const I32& i);  // the calling thread: one arrival (release)
+  // The calling thread waits until barrier i's phase of parity `parity` (0 / 1) has completed (acquire).
+  void mbarrierWait(const SharedTile& bars, const I32& i, const I32& parity);
+  // The calling thread: one arrival on barrier i once its async copies issued so far have landed.
+  void asyncArrive(const SharedTile& bars, const I32& i);
+  // Orders shared data written by ordinary stores or async copies (seen through a barrier) before this thread's
+  // next MMA tile reads it.
+  void proxyFence();
+  // The calling warpgroup's register budget (whole warpgroups; count a multiple of 8 in [24, 256]).
+  void setMaxRegisters(int64_t count, bool increase);
+
   // Block-scope ops.
   void blockSync();
   // async: only issue the copy (see asyncCommit / asyncWait); rows past rowsValid are zero-filled either way.
@@ -272,6 +294,11 @@ class Kernel {
   mlir::Operation* gpuModule_ = nullptr;
   int sharedCount_ = 0;
   int64_t dynamicSharedBytes_ = 0;
+  struct Group {
+    int64_t first, threads;
+    int barrier;  // 0: the block's own barrier
+  } group_;
+  mlir::Value mbarrierAt(const SharedTile& bars, const I32& i);
 };
 
 }  // namespace megamoe::dsl

@@ -1,6 +1,9 @@
 // grouped_gemm_{nt,nn,tn}: persistent grouped GEMMs over experts (see GroupedGemmSpec and
 // docs/decisions/gemm-tiles.md). Each CTA walks the tile list t = blockIdx, blockIdx + grid, ...; a tile's expert
 // comes from a per-CTA table built from the device-side group offsets, so group sizes never reach the host.
+#include <cstdlib>
+#include <string>
+
 #include "dsl/Dsl.h"
 #include "kernels/GroupedGemmPipeline.h"
 #include "kernels/Kernels.h"
@@ -10,7 +13,8 @@ using namespace dsl;
 
 mlir::OwningOpRef<mlir::ModuleOp> buildGroupedGemm(mlir::MLIRContext& ctx, const GroupedGemmSpec& s, Arch arch) {
   using S = GroupedGemmSpec;
-  const S::Tiles c = s.tiles(arch);
+  const char* wsEnv = std::getenv("MEGAMOE_GEMM_WS");  // A/B experiment: 0 keeps the single-role loop
+  const S::Tiles c = s.tiles(arch, !(wsEnv && std::string(wsEnv) == "0"));
   Kernel k(ctx, S::name(s.layout), c.threads);
   GlobalPtr a = k.argPtr(Elem::bf16);
   GlobalPtr b = k.argPtr(Elem::bf16);
@@ -20,7 +24,11 @@ mlir::OwningOpRef<mlir::ModuleOp> buildGroupedGemm(mlir::MLIRContext& ctx, const
   TileScheduler sched{k, s, offsets, c.m, c.n};
   Rings rings = allocateRings(k, s, c);
   Pipeline pipe{k, s, c, a, b, out, rings.a, rings.b, rings.staging};
-  pipe.runStatic(sched, sharedTable(k, s.experts + 1), grid);
+  SharedTile first = sharedTable(k, s.experts + 1);
+  if (c.warpSpecialized)
+    WarpSpecialized::allocate(pipe).runStatic(sched, first, grid);
+  else
+    pipe.runStatic(sched, first, grid);
   return k.finish();
 }
 

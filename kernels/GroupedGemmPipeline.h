@@ -207,8 +207,13 @@ struct Pipeline {
     TilePlace next = sched.place(nx.ticket, first);  // clamped where the next tile does not exist
     k.ifThen(nx.exists, [&] { prologue(next, nextBase); });
     acc = k.drain(acc);
-    // Epilogue through shared memory: fragments into a padded staging tile, then 16-byte coalesced row stores (or
-    // the kernel's own epilogue).
+    storeTile(p, acc);
+    return {next, nextBase};
+  }
+  // Epilogue through shared memory: fragments into a padded staging tile, then 16-byte coalesced row stores (or the
+  // kernel's own epilogue). Every thread of the MMA group.
+  void storeTile(const TilePlace& p, const dsl::Acc& acc) const {
+    using namespace dsl;
     if (bulkEpilogue) {
       k.bulkWait(/*readOnly=*/true);  // the previous tile's bulk copies have read the staging tile
       k.blockSync();
@@ -225,7 +230,6 @@ struct Pipeline {
       k.copyTile(staging, out + (k.widen(first0) * s.n + k.widen(p.n0)), k.i32(s.n), p.groupEnd - first0,
                  /*swizzle=*/false);
     if (!bulkEpilogue) k.blockSync();  // the next tile's epilogue overwrites the staging tile
-    return {next, nextBase};
   }
   // After the tile loop: every copy this thread started has completed (bulk stores: written, and ordered before a
   // release that follows).
@@ -293,6 +297,142 @@ struct Pipeline {
         tickets.storeI32(k.i32(0));
         (tickets + k.i64(1)).storeI32(k.i32(0));
       });
+    });
+  }
+};
+
+// The warp-specialised engine (sm_90a, Tiles::warpSpecialized): the last warpgroup (the producer) issues every
+// copy, the MMA warpgroups only wait, multiply and store. Ring slot s passes from producer to MMA on full[s] (its
+// copies have landed: one cp.async arrival per producer thread) and back on empty[s] (the MMA that read it has
+// finished: one arrival per MMA warpgroup). The producer runs up to `stages` slots ahead, across tiles, so the next
+// tile's first stages load while the MMA warpgroups run the epilogue. Tiles reach the MMA warpgroups through a
+// two-entry hand-over table in shared memory (tileFull / tileEmpty), the last entry marked invalid. Registers move
+// to the MMA warpgroups (setmaxnreg): at 384 threads a block starts at 168 each; the producer gives 112 of them
+// back and the MMA warpgroups take them (56 + 2 x 216 fits the 168 x 3 launched; at 48 the producer spilled).
+struct WarpSpecialized {
+  static constexpr int64_t kHandover = 2, kFields = 8, kProducerRegisters = 56, kMmaRegisters = 216;
+  const Pipeline& pipe;
+  dsl::SharedTile bars, info;  // mbarriers: full[S], empty[S], tileFull[2], tileEmpty[2]; info: i32 [2][8]
+
+  static WarpSpecialized allocate(const Pipeline& pipe) {
+    return {pipe, pipe.k.mbarriers(2 * pipe.c.stages + 2 * kHandover), pipe.k.dynamicSharedTile(dsl::Elem::i32, 1, kHandover * kFields, 1)};
+  }
+  int64_t stages() const { return pipe.c.stages; }
+  dsl::I32 full(const dsl::I32& slot) const { return slot; }
+  dsl::I32 empty(const dsl::I32& slot) const { return slot + stages(); }
+  dsl::I32 tileFull(const dsl::I32& q) const { return q + 2 * stages(); }
+  dsl::I32 tileEmpty(const dsl::I32& q) const { return q + (2 * stages() + kHandover); }
+
+  // Thread 0 sets up the barriers; every thread of the block calls it.
+  void init() const {
+    using namespace dsl;
+    dsl::Kernel& k = pipe.k;
+    k.ifThen(k.threadIdx() == 0, [&] {
+      for (int64_t sl = 0; sl < stages(); ++sl) {
+        k.mbarrierInit(bars, full(k.i32(sl)), k.blockThreads() - pipe.c.mmaThreads());
+        k.mbarrierInit(bars, empty(k.i32(sl)), pipe.c.mmaThreads() / 128);
+      }
+      for (int64_t q = 0; q < kHandover; ++q) {
+        k.mbarrierInit(bars, tileFull(k.i32(q)), 1);
+        k.mbarrierInit(bars, tileEmpty(k.i32(q)), 1);
+      }
+    });
+    k.blockSync();
+  }
+
+  // Producer leader: hands tile number j (its place, or the end mark) to the MMA warpgroups.
+  void handOver(const dsl::I32& j, const TilePlace* p) const {
+    using namespace dsl;
+    dsl::Kernel& k = pipe.k;
+    I32 q = j % kHandover;
+    k.ifThen(k.i32(kHandover - 1) < j, [&] { k.mbarrierWait(bars, tileEmpty(q), (j / kHandover + 1) % 2); });
+    I32 at = q * kFields;
+    info.storeI32(at, k.i32(p ? 1 : 0));
+    if (p) {
+      std::vector<I32> v = Pipeline::pack(*p);
+      for (size_t f = 0; f < v.size(); ++f) info.storeI32(at + int64_t(f + 1), v[f]);
+    }
+    k.mbarrierArrive(bars, tileFull(q));
+  }
+  // MMA warpgroups: waits for tile number j's entry; returns its valid flag.
+  dsl::I32 receive(const dsl::I32& j) const {
+    pipe.k.mbarrierWait(bars, tileFull(j % kHandover), (j / kHandover) % 2);
+    return info.loadI32((j % kHandover) * kFields);
+  }
+  TilePlace placeOf(const dsl::I32& q) const {
+    std::vector<dsl::I32> v;
+    for (int64_t f = 1; f <= 5; ++f) v.push_back(info.loadI32(q * kFields + f));
+    return Pipeline::unpack(v);
+  }
+
+  // Producer: the copies of tile p's K steps from stage counter g on; returns the counter after them.
+  dsl::I32 load(const TilePlace& p, const dsl::I32& g) const {
+    using namespace dsl;
+    dsl::Kernel& k = pipe.k;
+    if (pipe.beforeLoads) pipe.beforeLoads(p);
+    I32 steps = pipe.kTiles(p);
+    k.forRange(k.i32(0), steps, k.i32(1), [&](I32 kt) {
+      I32 gi = g + kt, slot = gi % stages();
+      // Refilling a slot waits until the MMA of its previous round has finished reading it.
+      k.ifThen(k.i32(stages() - 1) < gi, [&] { k.mbarrierWait(bars, empty(slot), (gi / stages() + 1) % 2); });
+      pipe.issue(p, kt, slot);
+      k.asyncArrive(bars, full(slot));
+    });
+    return g + steps;
+  }
+
+  // MMA warpgroups: tile p's K loop from stage counter g on, then its epilogue; returns the counter after it.
+  dsl::I32 compute(const TilePlace& p, const dsl::I32& g) const {
+    using namespace dsl;
+    dsl::Kernel& k = pipe.k;
+    const auto& c = pipe.c;
+    Bool wgLeader = k.threadIdx() % 128 == 0;
+    I32 steps = pipe.kTiles(p);
+    Acc acc = k.forRange(k.i32(0), steps, k.i32(1), k.zeroAcc(c.m, c.n), [&](I32 kt, Acc acc) {
+      I32 gi = g + kt, slot = gi % stages();
+      k.mbarrierWait(bars, full(slot), (gi / stages()) % 2);
+      k.proxyFence();  // the producer's cp.async wrote through the generic proxy
+      Acc next = k.mma(acc, pipe.ringA.stage(slot), pipe.ringB.stage(slot), /*pending=*/1, pipe.aMN(), pipe.bMN());
+      // The MMA of step kt - 1 has finished in this warpgroup: its slot goes back to the producer.
+      k.ifThen(k.i32(0) < kt && wgLeader, [&] { k.mbarrierArrive(bars, empty((gi + (stages() - 1)) % stages())); });
+      return next;
+    });
+    acc = k.drain(acc);
+    k.ifThen(k.i32(0) < steps && wgLeader, [&] { k.mbarrierArrive(bars, empty((g + steps + (stages() - 1)) % stages())); });
+    pipe.storeTile(p, acc);
+    return g + steps;
+  }
+
+  // Static persistent loop (block b runs tiles b, b + grid, ...), split between producer and MMA warpgroups.
+  void runStatic(const TileScheduler& sched, const dsl::SharedTile& first, const dsl::I32& grid) const {
+    using namespace dsl;
+    dsl::Kernel& k = pipe.k;
+    const auto& c = pipe.c;
+    I32 total = sched.buildTable(first);
+    init();
+    k.group(c.mmaThreads(), k.blockThreads() - c.mmaThreads(), /*barrier=*/2, [&] {
+      k.setMaxRegisters(kProducerRegisters, /*increase=*/false);
+      Bool leader = k.threadIdx() == k.i32(c.mmaThreads());
+      std::vector<I32> end = k.forRange(k.blockIdx(), total, grid, {k.i32(0), k.i32(0)},
+                                        [&](I32 t, const std::vector<I32>& v) {
+                                          TilePlace p = sched.place(t, first);
+                                          k.ifThen(leader, [&] { handOver(v[1], &p); });
+                                          return std::vector<I32>{load(p, v[0]), v[1] + 1};
+                                        });
+      k.ifThen(leader, [&] { handOver(end[1], nullptr); });
+      k.asyncCommit();
+      k.asyncWait(0);
+    });
+    k.group(0, c.mmaThreads(), /*barrier=*/1, [&] {
+      k.setMaxRegisters(kMmaRegisters, /*increase=*/true);
+      k.whileLoop({receive(k.i32(0)), k.i32(0), k.i32(0)}, [&](const std::vector<I32>& v) { return !(v[0] == 0); },
+                  [&](const std::vector<I32>& v) {
+                    I32 j = v[1];
+                    I32 g = compute(placeOf(j % kHandover), v[2]);
+                    // storeTile ended with the group's barrier: every MMA thread is done with entry j.
+                    k.ifThen(k.threadIdx() == 0, [&] { k.mbarrierArrive(bars, tileEmpty(j % kHandover)); });
+                    return std::vector<I32>{receive(j + 1), j + 1, g};
+                  });
     });
   }
 };

@@ -77,13 +77,19 @@ struct GroupedGemmSpec {
     // Measured on the H200: one bulk copy per 512-byte row is slower than the block's 16-byte stores into local
     // memory (TN 0.86 vs 0.94 of torch._grouped_mm), so only the combines, whose rows go to their home rank, use them.
     bool bulkStores;
+    // Warp-specialised (sm_90a): threads [0, mmaThreads) are the MMA warpgroups (one per 64 rows), the last
+    // warpgroup only copies (the producer); ring slots pass between them on mbarriers.
+    bool warpSpecialized = false;
+    int64_t mmaThreads() const { return m / 64 * 128; }
   };
   // gfx950 keeps BN = 128: its copies into shared memory are synchronous (transposing for K x MN operands), and a
   // 128 x 256 fragment plus that copy code does not fit the 512 VGPR + AGPR budget. It has no bulk-copy engine in
-  // use here either: its rows leave through the block's stores.
-  Tiles tiles(Arch arch) const {
+  // use here either: its rows leave through the block's stores. `warpSpecialized` is an sm_90a choice (gfx950 has
+  // neither mbarriers nor register hand-over between waves).
+  Tiles tiles(Arch arch, bool warpSpecialized = false) const {
     bool wide = n % 256 == 0 && arch == Arch::sm_90a;
-    return {256, 128, wide ? 256 : 128, 64, 3, arch == Arch::sm_90a};
+    bool ws = warpSpecialized && arch == Arch::sm_90a;
+    return {ws ? 384 : 256, 128, wide ? 256 : 128, 64, 3, arch == Arch::sm_90a, ws};
   }
   Layout layout;
   int64_t experts;

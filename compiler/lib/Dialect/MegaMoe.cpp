@@ -25,15 +25,19 @@ static bool isGlobalLike(Type t) {
 }
 static bool isShared(Type t) { return addressSpace(t) == kSharedSpace; }
 
-// Block-scope ops are executed by `threads` threads: that must be the enclosing kernel's block size, or the threads
-// past `threads` would compute out-of-range chunks and rows (the lowerings do not guard them).
-static LogicalResult verifyBlockThreads(Operation* op, int64_t threads) {
+// Block-scope ops are executed by `threads` threads from `first`: the whole block, or in a warp-specialised kernel
+// one group of whole warps inside it (threads past the group would compute out-of-range chunks and rows; the
+// lowerings do not guard them).
+static LogicalResult verifyBlockThreads(Operation* op, int64_t threads, int64_t first = 0) {
   auto fn = op->getParentOfType<LLVM::LLVMFuncOp>();
   if (!fn) return success();
   auto block = fn->getAttrOfType<IntegerAttr>("megamoe.block_threads");
-  if (block && block.getInt() != threads)
-    return op->emitOpError("threads = ") << threads << " must equal the kernel's megamoe.block_threads = "
-                                         << block.getInt();
+  if (!block) return success();
+  if (first == 0 && threads == block.getInt()) return success();
+  if (first < 0 || first % 32 != 0 || threads % 32 != 0 || first + threads > block.getInt())
+    return op->emitOpError("threads [") << first << ", " << first + threads
+                                        << ") must be the kernel's megamoe.block_threads = " << block.getInt()
+                                        << " or a group of whole warps inside it";
   return success();
 }
 
@@ -66,7 +70,7 @@ LogicalResult TileCopyOp::verify() {
   if (rows > kMaxSharedTileBytes || cols > kMaxSharedTileBytes || rows * rowBytes > kMaxSharedTileBytes)
     return emitOpError("a tile of ") << rows << " x " << cols << " elements exceeds the " << kMaxSharedTileBytes
                                      << "-byte shared-memory capacity";
-  if (failed(verifyBlockThreads(*this, threads))) return failure();
+  if (failed(verifyBlockThreads(*this, threads, getFirstThread()))) return failure();
   if (rowBytes % 16 != 0) return emitOpError("a tile row must be a multiple of 16 bytes, got ") << rowBytes;
   if ((rows * rowBytes / 16) % threads != 0)
     return emitOpError("the tile's 16-byte chunks (") << rows * rowBytes / 16 << ") must divide evenly among "
@@ -180,6 +184,32 @@ LogicalResult GridBarrierOp::verify() {
 LogicalResult RankBarrierOp::verify() {
   if (!isGlobalLike(getFlags().getType())) return emitOpError("the flag array must be on the symmetric heap");
   if (!isGlobalLike(getError().getType())) return emitOpError("the error record must be in global memory");
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Warp specialisation
+//===----------------------------------------------------------------------===//
+
+LogicalResult GroupBarrierOp::verify() {
+  if (getId() < 1 || getId() > 15) return emitOpError("id must be 1..15 (0 is the block's own barrier), got ") << getId();
+  if (getThreads() <= 0 || getThreads() % 32 != 0)
+    return emitOpError("threads must be a positive multiple of 32 (whole warps), got ") << getThreads();
+  return verifyBlockThreads(*this, getThreads(), 0);
+}
+
+static LogicalResult verifyBarrierPtr(Operation* op, Type bar) {
+  if (!isShared(bar)) return op->emitOpError("the mbarrier must be in shared memory (address space 3)");
+  return success();
+}
+LogicalResult MbarrierInitOp::verify() { return verifyBarrierPtr(*this, getBar().getType()); }
+LogicalResult MbarrierArriveOp::verify() { return verifyBarrierPtr(*this, getBar().getType()); }
+LogicalResult MbarrierWaitOp::verify() { return verifyBarrierPtr(*this, getBar().getType()); }
+LogicalResult AsyncArriveOp::verify() { return verifyBarrierPtr(*this, getBar().getType()); }
+
+LogicalResult SetMaxRegistersOp::verify() {
+  if (getCount() < 24 || getCount() > 256 || getCount() % 8 != 0)
+    return emitOpError("count must be a multiple of 8 in [24, 256], got ") << getCount();
   return success();
 }
 

@@ -68,12 +68,22 @@ struct TileCopyLowering : OpRewritePattern<TileCopyOp> {
     auto chunkTy = VectorType::get({4}, b.getI32Type());
 
     Value tid = hooks.threadId(b, loc);
+    if (op.getFirstThread() != 0) tid = arith::SubIOp::create(b, loc, tid, i32(b, loc, op.getFirstThread()));
     Value cpr = i32(b, loc, chunksPerRow), ebc = i32(b, loc, eb), sixteen = i32(b, loc, 16);
     Value srcLd = op.getSrcLd(), dstLd = op.getDstLd();
     auto body = [&](OpBuilder& nb, Location l, Value it, ValueRange) {
-      Value q = arith::AddIOp::create(nb, l, arith::MulIOp::create(nb, l, it, i32(nb, l, op.getThreads())), tid);
-      Value row = arith::DivUIOp::create(nb, l, q, cpr);
-      Value chunk = arith::RemUIOp::create(nb, l, q, cpr);
+      Value row, chunk;
+      if (op.getThreads() % chunksPerRow == 0) {
+        // The same chunks, written so that only the row moves with `it` (by threads / chunksPerRow rows): each
+        // thread's addresses are one base plus a constant stride, not one 64-bit address per chunk kept live.
+        row = arith::AddIOp::create(nb, l, arith::DivUIOp::create(nb, l, tid, cpr),
+                                    arith::MulIOp::create(nb, l, it, i32(nb, l, op.getThreads() / chunksPerRow)));
+        chunk = arith::RemUIOp::create(nb, l, tid, cpr);
+      } else {
+        Value q = arith::AddIOp::create(nb, l, arith::MulIOp::create(nb, l, it, i32(nb, l, op.getThreads())), tid);
+        row = arith::DivUIOp::create(nb, l, q, cpr);
+        chunk = arith::RemUIOp::create(nb, l, q, cpr);
+      }
       // Element offset of the chunk on each side; the shared side may be swizzled.
       auto offsetOf = [&](Value ld, bool sharedSide) {
         if (sharedSide && op.getSwizzle() == Swizzle::b128_mn && !mnAsK) {

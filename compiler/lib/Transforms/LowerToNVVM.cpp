@@ -222,6 +222,72 @@ struct BulkWaitToNvvm : OpRewritePattern<BulkWaitOp> {
   }
 };
 
+// Warp specialisation: group barriers, mbarriers, cp.async arrivals and register budgets map one to one.
+struct GroupBarrierToBarSync : OpRewritePattern<GroupBarrierOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(GroupBarrierOp op, PatternRewriter& b) const override {
+    Location loc = op.getLoc();
+    NVVM::BarrierOp::create(b, loc, Type(), i32(b, loc, op.getId()), i32(b, loc, op.getThreads()),
+                            NVVM::BarrierReductionAttr(), Value());
+    b.eraseOp(op);
+    return success();
+  }
+};
+struct MbarrierInitToNvvm : OpRewritePattern<MbarrierInitOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(MbarrierInitOp op, PatternRewriter& b) const override {
+    NVVM::MBarrierInitOp::create(b, op.getLoc(), op.getBar(), op.getCount(), Value());
+    b.eraseOp(op);
+    return success();
+  }
+};
+struct MbarrierArriveToNvvm : OpRewritePattern<MbarrierArriveOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(MbarrierArriveOp op, PatternRewriter& b) const override {
+    NVVM::MBarrierArriveOp::create(b, op.getLoc(), Type(), op.getBar(), Value(), NVVM::MemScopeKind::CTA, false);
+    b.eraseOp(op);
+    return success();
+  }
+};
+// try_wait.parity in a loop until the phase has completed (the hint asks the hardware to suspend up to ~1 ms
+// per try rather than spin).
+struct MbarrierWaitToNvvm : OpRewritePattern<MbarrierWaitOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(MbarrierWaitOp op, PatternRewriter& b) const override {
+    Location loc = op.getLoc();
+    NVVM::MBarrierTryWaitParityOp::create(b, loc, op.getBar(), op.getParity(), i32(b, loc, 1000000));
+    b.eraseOp(op);
+    return success();
+  }
+};
+struct AsyncArriveToNvvm : OpRewritePattern<AsyncArriveOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(AsyncArriveOp op, PatternRewriter& b) const override {
+    NVVM::CpAsyncMBarrierArriveOp::create(b, op.getLoc(), op.getBar(), /*noinc=*/true);
+    b.eraseOp(op);
+    return success();
+  }
+};
+struct ProxyFenceToNvvm : OpRewritePattern<ProxyFenceOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(ProxyFenceOp op, PatternRewriter& b) const override {
+    NVVM::FenceProxyOp::create(b, op.getLoc(), NVVM::ProxyKind::async_shared,
+                               NVVM::SharedSpaceAttr::get(b.getContext(), NVVM::SharedSpace::shared_cta));
+    b.eraseOp(op);
+    return success();
+  }
+};
+struct SetMaxRegistersToNvvm : OpRewritePattern<SetMaxRegistersOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(SetMaxRegistersOp op, PatternRewriter& b) const override {
+    NVVM::SetMaxRegisterOp::create(b, op.getLoc(), uint32_t(op.getCount()),
+                                   op.getIncrease() ? NVVM::SetMaxRegisterAction::increase
+                                                    : NVVM::SetMaxRegisterAction::decrease);
+    b.eraseOp(op);
+    return success();
+  }
+};
+
 struct LowerToNVVMPass : impl::MegaMoeLowerToNVVMBase<LowerToNVVMPass> {
   void runOnOperation() override {
     NvvmHooks hooks;
@@ -230,7 +296,8 @@ struct LowerToNVVMPass : impl::MegaMoeLowerToNVVMBase<LowerToNVVMPass> {
     populateExpandBarriersPatterns(patterns);
     populateCommonLoweringPatterns(patterns, hooks);
     patterns.add<MmaTileToWgmma, MmaDrainToWgmmaWait, AccStoreFromWgmma, BulkStoreToCpAsyncBulk, BulkCommitToNvvm,
-                 BulkWaitToNvvm>(&getContext());
+                 BulkWaitToNvvm, GroupBarrierToBarSync, MbarrierInitToNvvm, MbarrierArriveToNvvm, MbarrierWaitToNvvm,
+                 AsyncArriveToNvvm, ProxyFenceToNvvm, SetMaxRegistersToNvvm>(&getContext());
     if (failed(applyLowering(getOperation(), std::move(patterns)))) signalPassFailure();
   }
 };

@@ -21,9 +21,10 @@ llvm.func @tile_copy_shared_to_shared(%src: !llvm.ptr<3>, %dst: !llvm.ptr<3>, %i
 
 // -----
 
-llvm.func @tile_copy_threads_not_block_size(%src: !llvm.ptr<1>, %dst: !llvm.ptr<3>, %i: i32) attributes {megamoe.kernel, megamoe.block_threads = 256 : i64} {
-  // expected-error @+1 {{threads = 128 must equal the kernel's megamoe.block_threads = 256}}
-  megamoe.tile_copy %src[%i], %dst[%i] rows_valid %i {rows = 64, cols = 64, threads = 128, elem = bf16, swizzle = 1 : i32} : !llvm.ptr<1> -> !llvm.ptr<3>
+// A group of threads must lie inside the block.
+llvm.func @tile_copy_group_outside_block(%src: !llvm.ptr<1>, %dst: !llvm.ptr<3>, %i: i32) attributes {megamoe.kernel, megamoe.block_threads = 256 : i64} {
+  // expected-error @+1 {{threads [192, 320) must be the kernel's megamoe.block_threads = 256 or a group of whole warps inside it}}
+  megamoe.tile_copy %src[%i], %dst[%i] rows_valid %i {rows = 64, cols = 64, threads = 128, first_thread = 192, elem = bf16, swizzle = 1 : i32} : !llvm.ptr<1> -> !llvm.ptr<3>
   llvm.return
 }
 
@@ -37,9 +38,9 @@ llvm.func @tile_copy_larger_than_shared_memory(%src: !llvm.ptr<1>, %dst: !llvm.p
 
 // -----
 
-llvm.func @mma_tile_threads_not_block_size(%a: !llvm.ptr<3>, %b: !llvm.ptr<3>, %acc: vector<64xf32>) attributes {megamoe.kernel, megamoe.block_threads = 256 : i64} {
-  // expected-error @+1 {{threads = 128 must equal the kernel's megamoe.block_threads = 256}}
-  %r = megamoe.mma_tile %a, %b, %acc {m = 64, n = 128, k = 64, threads = 128} : !llvm.ptr<3>, !llvm.ptr<3>, vector<64xf32> -> vector<64xf32>
+llvm.func @mma_tile_threads_past_block(%a: !llvm.ptr<3>, %b: !llvm.ptr<3>, %acc: vector<64xf32>) attributes {megamoe.kernel, megamoe.block_threads = 256 : i64} {
+  // expected-error @+1 {{threads [0, 384) must be the kernel's megamoe.block_threads = 256 or a group of whole warps inside it}}
+  %r = megamoe.mma_tile %a, %b, %acc {m = 192, n = 128, k = 64, threads = 384} : !llvm.ptr<3>, !llvm.ptr<3>, vector<64xf32> -> vector<64xf32>
   llvm.return
 }
 
@@ -418,9 +419,9 @@ llvm.func @acc_store_acc_length(%acc: vector<64xf32>, %c: !llvm.ptr<1>, %i: i32)
 // -----
 
 // acc_store is block-scope too.
-llvm.func @acc_store_threads_not_block_size(%acc: vector<64xf32>, %c: !llvm.ptr<1>, %i: i32) attributes {megamoe.kernel, megamoe.block_threads = 256 : i64} {
-  // expected-error @+1 {{threads = 128 must equal the kernel's megamoe.block_threads = 256}}
-  megamoe.acc_store %acc, %c[%i] rows_valid %i {m = 64, n = 128, threads = 128, elem = bf16} : vector<64xf32>, !llvm.ptr<1>
+llvm.func @acc_store_threads_past_block(%acc: vector<64xf32>, %c: !llvm.ptr<1>, %i: i32) attributes {megamoe.kernel, megamoe.block_threads = 256 : i64} {
+  // expected-error @+1 {{threads [0, 512) must be the kernel's megamoe.block_threads = 256 or a group of whole warps inside it}}
+  megamoe.acc_store %acc, %c[%i] rows_valid %i {m = 256, n = 128, threads = 512, elem = bf16} : vector<64xf32>, !llvm.ptr<1>
   llvm.return
 }
 
@@ -517,5 +518,49 @@ llvm.func @rank_barrier_error_in_shared(%f: !llvm.ptr<1>, %off: !llvm.ptr<1>, %e
 llvm.func @mma_tile_mn_major_partial_atom(%a: !llvm.ptr<3>, %b: !llvm.ptr<3>, %acc: vector<16xf32>) {
   // expected-error @+1 {{an MN-major operand spans whole 64-element atoms: m and n must be multiples of 64}}
   %r = megamoe.mma_tile %a, %b, %acc {m = 64, n = 32, k = 64, threads = 128, b_mn_major} : !llvm.ptr<3>, !llvm.ptr<3>, vector<16xf32> -> vector<16xf32>
+  llvm.return
+}
+
+// -----
+
+//===----------------------------------------------------------------------===//
+// Warp specialisation
+//===----------------------------------------------------------------------===//
+
+llvm.func @group_barrier_id_zero() {
+  // expected-error @+1 {{id must be 1..15 (0 is the block's own barrier), got 0}}
+  megamoe.group_barrier {id = 0 : i64, threads = 128 : i64}
+  llvm.return
+}
+
+// -----
+
+llvm.func @group_barrier_partial_warp() {
+  // expected-error @+1 {{threads must be a positive multiple of 32 (whole warps), got 100}}
+  megamoe.group_barrier {id = 1 : i64, threads = 100 : i64}
+  llvm.return
+}
+
+// -----
+
+llvm.func @mbarrier_in_global_memory(%bar: !llvm.ptr<1>, %n: i32) {
+  // expected-error @+1 {{the mbarrier must be in shared memory (address space 3)}}
+  megamoe.mbarrier_init %bar, %n : !llvm.ptr<1>
+  llvm.return
+}
+
+// -----
+
+llvm.func @mbarrier_wait_in_global_memory(%bar: !llvm.ptr<1>, %p: i32) {
+  // expected-error @+1 {{the mbarrier must be in shared memory (address space 3)}}
+  megamoe.mbarrier_wait %bar, %p : !llvm.ptr<1>
+  llvm.return
+}
+
+// -----
+
+llvm.func @set_max_registers_not_multiple_of_8() {
+  // expected-error @+1 {{count must be a multiple of 8 in [24, 256], got 100}}
+  megamoe.set_max_registers {count = 100 : i64}
   llvm.return
 }

@@ -66,7 +66,9 @@ def MegaMoe_TileCopyOp : MegaMoe_Op<"tile_copy"> {
     K x N (or K x M) operand becomes the K-major [N][K] layout mma_tile reads; rows past `rows_valid` (K) are zeros.
     With `async` (loads only), the copy is only issued (sm_90a: cp.async, zero-filling rows past `rows_valid`);
     `async_commit` closes a group of issued copies and `async_wait` waits until at most `pending` groups are
-    in flight. On gfx950 async copies complete at once and the two group ops vanish.
+    in flight (or `async_arrive` hands their completion to an mbarrier). On gfx950 async copies complete at once
+    and the two group ops vanish. A warp-specialised kernel runs copies on a group of the block's threads:
+    threads [first_thread, first_thread + threads).
     ```mlir
     megamoe.tile_copy %src[%lds], %dst[%ldd] rows_valid %n {rows = 64, cols = 64, threads = 128,
         elem = bf16, swizzle = 1 : i32} : !llvm.ptr<1> -> !llvm.ptr<3>   // 1 = b128
@@ -74,7 +76,7 @@ def MegaMoe_TileCopyOp : MegaMoe_Op<"tile_copy"> {
   }];
   let arguments = (ins AnyLLVMPtr:$src, I32:$src_ld, AnyLLVMPtr:$dst, I32:$dst_ld, I32:$rows_valid,
                    I64Attr:$rows, I64Attr:$cols, I64Attr:$threads, TypeAttr:$elem, SwizzleAttr:$swizzle,
-                   UnitAttr:$transpose, UnitAttr:$async);
+                   UnitAttr:$transpose, UnitAttr:$async, DefaultValuedAttr<I64Attr, "0">:$first_thread);
   let assemblyFormat = [{
     $src `[` $src_ld `]` `,` $dst `[` $dst_ld `]` `rows_valid` $rows_valid attr-dict `:` type($src) `->` type($dst)
   }];
@@ -131,6 +133,82 @@ def MegaMoe_BulkWaitOp : MegaMoe_Op<"bulk_wait", [MemoryEffects<[MemRead, MemWri
     their writes are done and ordered before this thread's later generic-proxy accesses (e.g. a release signal).
   }];
   let arguments = (ins I64Attr:$pending, UnitAttr:$read);
+  let assemblyFormat = "attr-dict";
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Warp specialisation: thread groups, their barriers, shared-memory mbarriers
+//===----------------------------------------------------------------------===//
+
+def MegaMoe_GroupBarrierOp : MegaMoe_Op<"group_barrier", [MemoryEffects<[MemRead, MemWrite]>]> {
+  let summary = "barrier `id` among `threads` threads of the block (a warp-specialised kernel's producer or consumers)";
+  let description = [{
+    Like a block barrier, but only the `threads` threads of one group take part (whole warps); id 0 is the block's
+    own barrier and is refused. sm_90a: bar.sync id, threads. gfx950 has no lowering (its kernels do not split).
+  }];
+  let arguments = (ins I64Attr:$id, I64Attr:$threads);
+  let assemblyFormat = "attr-dict";
+  let hasVerifier = 1;
+}
+
+def MegaMoe_MbarrierInitOp : MegaMoe_Op<"mbarrier_init", [MemoryEffects<[MemWrite]>]> {
+  let summary = "initialise the 8-byte shared-memory barrier at `bar` for `count` arrivals per phase; one thread";
+  let description = [{
+    The phase completes once `count` arrivals (mbarrier_arrive, async_arrive) have been made; the barrier then
+    moves to the next phase with the same count. A block barrier must follow before other threads use it.
+  }];
+  let arguments = (ins AnyLLVMPtr:$bar, I32:$count);
+  let assemblyFormat = "$bar `,` $count attr-dict `:` type($bar)";
+  let hasVerifier = 1;
+}
+
+def MegaMoe_MbarrierArriveOp : MegaMoe_Op<"mbarrier_arrive", [MemoryEffects<[MemRead, MemWrite]>]> {
+  let summary = "one arrival on the shared barrier, with release semantics at CTA scope; the calling thread alone";
+  let arguments = (ins AnyLLVMPtr:$bar);
+  let assemblyFormat = "$bar attr-dict `:` type($bar)";
+  let hasVerifier = 1;
+}
+
+def MegaMoe_MbarrierWaitOp : MegaMoe_Op<"mbarrier_wait", [MemoryEffects<[MemRead, MemWrite]>]> {
+  let summary = "wait until the barrier's phase with parity `parity` (0 or 1) has completed; acquire at CTA scope";
+  let description = [{
+    The calling thread alone. Waits on barriers of its own block only, which the block's other threads complete
+    (the pipeline's producer and consumers); waits on other ranks go through `wait`, which is bounded.
+  }];
+  let arguments = (ins AnyLLVMPtr:$bar, I32:$parity);
+  let assemblyFormat = "$bar `,` $parity attr-dict `:` type($bar)";
+  let hasVerifier = 1;
+}
+
+def MegaMoe_AsyncArriveOp : MegaMoe_Op<"async_arrive", [MemoryEffects<[MemRead, MemWrite]>]> {
+  let summary = "one arrival on the shared barrier once every async tile copy this thread issued has landed";
+  let description = [{
+    sm_90a: cp.async.mbarrier.arrive.noinc (the arrival counts toward the barrier's count). A thread that waits
+    on the barrier then sees the copied data; it still issues the proxy fence before the MMA reads it.
+  }];
+  let arguments = (ins AnyLLVMPtr:$bar);
+  let assemblyFormat = "$bar attr-dict `:` type($bar)";
+  let hasVerifier = 1;
+}
+
+def MegaMoe_ProxyFenceOp : MegaMoe_Op<"proxy_fence", [MemoryEffects<[MemRead, MemWrite]>]> {
+  let summary = "order this thread's view of shared memory written by ordinary stores before later MMA reads";
+  let description = [{
+    sm_90a: fence.proxy.async.shared::cta (cp.async and st.shared write through the generic proxy, wgmma reads
+    through the async proxy). The calling thread alone.
+  }];
+  let assemblyFormat = "attr-dict";
+}
+
+def MegaMoe_SetMaxRegistersOp : MegaMoe_Op<"set_max_registers", [MemoryEffects<[MemRead, MemWrite]>]> {
+  let summary = "raise or lower the calling warpgroup's register budget (sm_90a setmaxnreg)";
+  let description = [{
+    Executed by all threads of whole warpgroups together. `count` is a multiple of 8 in [24, 256]; with `increase`
+    the warpgroup waits until the registers are free. A producer warpgroup that only issues copies gives registers
+    back so that the MMA warpgroups can hold their accumulators.
+  }];
+  let arguments = (ins I64Attr:$count, UnitAttr:$increase);
   let assemblyFormat = "attr-dict";
   let hasVerifier = 1;
 }
