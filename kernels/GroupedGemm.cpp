@@ -1,9 +1,6 @@
 // grouped_gemm_{nt,nn,tn}: persistent grouped GEMMs over experts (see GroupedGemmSpec and
 // docs/decisions/gemm-tiles.md). Each CTA walks the tile list t = blockIdx, blockIdx + grid, ...; a tile's expert
 // comes from a per-CTA table built from the device-side group offsets, so group sizes never reach the host.
-#include <cstdlib>
-#include <string>
-
 #include "dsl/Dsl.h"
 #include "kernels/GroupedGemmPipeline.h"
 #include "kernels/Kernels.h"
@@ -11,10 +8,10 @@
 namespace megamoe::kernels {
 using namespace dsl;
 
-mlir::OwningOpRef<mlir::ModuleOp> buildGroupedGemm(mlir::MLIRContext& ctx, const GroupedGemmSpec& s, Arch arch) {
+mlir::OwningOpRef<mlir::ModuleOp> buildGroupedGemm(mlir::MLIRContext& ctx, const GroupedGemmSpec& s, Arch arch,
+                                                   bool warpSpecialized) {
   using S = GroupedGemmSpec;
-  const char* wsEnv = std::getenv("MEGAMOE_GEMM_WS");  // A/B experiment: 0 keeps the single-role loop
-  const S::Tiles c = s.tiles(arch, !(wsEnv && std::string(wsEnv) == "0"));
+  const S::Tiles c = s.tiles(arch, warpSpecialized);
   Kernel k(ctx, S::name(s.layout), c.threads);
   GlobalPtr a = k.argPtr(Elem::bf16);
   GlobalPtr b = k.argPtr(Elem::bf16);

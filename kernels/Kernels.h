@@ -103,6 +103,12 @@ struct GroupedGemmSpec {
   }
 };
 
+// The grouped GEMM kernel of spec s. warpSpecialized (sm_90a; ignored for gfx950) builds the producer / MMA
+// warpgroup split (GroupedGemmPipeline.h: WarpSpecialized) instead of the registry's single-role loop: correct
+// on the H200, measured slower with cp.async as the producer's copy (docs/decisions/gemm-tiles.md).
+mlir::OwningOpRef<mlir::ModuleOp> buildGroupedGemm(mlir::MLIRContext& ctx, const GroupedGemmSpec& s, Arch arch,
+                                                   bool warpSpecialized = false);
+
 // dispatch_prologue: the routing tables of one layer call, on the device, from topk_idx (first step of the fused
 // dispatch). One block per rank. Counts the picks per expert (entries of -1 are skipped; an entry outside
 // [-1, E) claims the error record with kBadIndex and is skipped), all-gathers the [R][E] count matrix through the

@@ -72,25 +72,42 @@ struct TileCopyLowering : OpRewritePattern<TileCopyOp> {
     Value cpr = i32(b, loc, chunksPerRow), ebc = i32(b, loc, eb), sixteen = i32(b, loc, 16);
     Value srcLd = op.getSrcLd(), dstLd = op.getDstLd();
     auto body = [&](OpBuilder& nb, Location l, Value it, ValueRange) {
-      Value row, chunk;
+      Value row, chunk, rowDiv8, row8;  // row / 8 and row % 8 feed the swizzles
+      auto c32 = [&](int64_t v) { return i32(nb, l, v); };
       if (op.getThreads() % chunksPerRow == 0) {
-        // The same chunks, written so that only the row moves with `it` (by threads / chunksPerRow rows): each
-        // thread's addresses are one base plus a constant stride, not one 64-bit address per chunk kept live.
-        row = arith::AddIOp::create(nb, l, arith::DivUIOp::create(nb, l, tid, cpr),
-                                    arith::MulIOp::create(nb, l, it, i32(nb, l, op.getThreads() / chunksPerRow)));
+        // The same chunks, written so that only the row moves with `it`, by rpp = threads / chunksPerRow rows
+        // from the thread's first row rowT: each thread's addresses are one base plus constant steps, and the
+        // swizzle terms row / 8, row % 8 split into a per-thread part and a part of `it` alone (a constant once
+        // the loop is unrolled), instead of one 64-bit address and its swizzle arithmetic per chunk.
+        int64_t rpp = op.getThreads() / chunksPerRow;
+        Value rowT = arith::DivUIOp::create(nb, l, tid, cpr);
+        Value step = arith::MulIOp::create(nb, l, it, c32(rpp));
+        row = arith::AddIOp::create(nb, l, rowT, step);
         chunk = arith::RemUIOp::create(nb, l, tid, cpr);
+        if (rpp % 8 == 0) {
+          row8 = arith::RemUIOp::create(nb, l, rowT, c32(8));
+          Value groupT = arith::DivUIOp::create(nb, l, rowT, c32(8));  // one op per statement: a fixed op order
+          rowDiv8 = arith::AddIOp::create(nb, l, groupT, arith::MulIOp::create(nb, l, it, c32(rpp / 8)));
+        } else if (8 % rpp == 0) {  // rowT < rpp, so rowT + step % 8 stays below 8
+          row8 = arith::AddIOp::create(nb, l, rowT, arith::RemUIOp::create(nb, l, step, c32(8)));
+          rowDiv8 = arith::DivUIOp::create(nb, l, step, c32(8));
+        }
       } else {
         Value q = arith::AddIOp::create(nb, l, arith::MulIOp::create(nb, l, it, i32(nb, l, op.getThreads())), tid);
         row = arith::DivUIOp::create(nb, l, q, cpr);
         chunk = arith::RemUIOp::create(nb, l, q, cpr);
       }
+      if (!row8) {
+        row8 = arith::RemUIOp::create(nb, l, row, c32(8));
+        rowDiv8 = arith::DivUIOp::create(nb, l, row, c32(8));
+      }
       // Element offset of the chunk on each side; the shared side may be swizzled.
       auto offsetOf = [&](Value ld, bool sharedSide) {
         if (sharedSide && op.getSwizzle() == Swizzle::b128_mn && !mnAsK) {
           // Atom (row / 8, chunk / 8) of 1024 bytes; inside it row % 8 is the 128-byte line, swizzled like b128.
-          Value r8 = arith::RemUIOp::create(nb, l, row, i32(nb, l, 8));
+          Value r8 = row8;
           Value atom = arith::AddIOp::create(
-              nb, l, arith::MulIOp::create(nb, l, arith::DivUIOp::create(nb, l, row, i32(nb, l, 8)), i32(nb, l, chunksPerRow / 8)),
+              nb, l, arith::MulIOp::create(nb, l, rowDiv8, i32(nb, l, chunksPerRow / 8)),
               arith::DivUIOp::create(nb, l, chunk, i32(nb, l, 8)));
           Value inAtom = arith::XOrIOp::create(nb, l, arith::RemUIOp::create(nb, l, chunk, i32(nb, l, 8)), r8);
           Value bytes = arith::AddIOp::create(
@@ -100,7 +117,7 @@ struct TileCopyLowering : OpRewritePattern<TileCopyOp> {
           return arith::ExtUIOp::create(nb, l, nb.getI64Type(), bytes).getResult();
         }
         Value c = chunk;
-        if (sharedSide && swizzle) c = arith::XOrIOp::create(nb, l, chunk, arith::RemUIOp::create(nb, l, row, i32(nb, l, 8)));
+        if (sharedSide && swizzle) c = arith::XOrIOp::create(nb, l, chunk, row8);
         Value rowOff = arith::MulIOp::create(nb, l, arith::ExtUIOp::create(nb, l, nb.getI64Type(), row),
                                              arith::ExtUIOp::create(nb, l, nb.getI64Type(), ld));
         Value colBytes = arith::MulIOp::create(nb, l, c, sixteen);

@@ -17,17 +17,19 @@
 // CHECK-SAME: (%[[SRC:[^:]+]]: !llvm.ptr<1>, %[[DST:[^:]+]]: !llvm.ptr<3>, %[[LD:[^:]+]]: i32, %[[RV:[^:]+]]: i32)
 // CHECK-SAME: nvvm.kernel, nvvm.reqntid = array<i32: 128, 1, 1>
 // CHECK-DAG: %[[ZEROS:.*]] = arith.constant dense<0> : vector<4xi32>
-// CHECK-DAG: %[[THREADS:.*]] = arith.constant 128 : i32
 // CHECK-DAG: %[[PER_THREAD:.*]] = arith.constant 4 : i32
 // CHECK-DAG: %[[C8:.*]] = arith.constant 8 : i32
 // CHECK-DAG: %[[C16:.*]] = arith.constant 16 : i32
 // CHECK-DAG: %[[ELEM_BYTES:.*]] = arith.constant 2 : i64
 // CHECK: %[[TID:.*]] = nvvm.read.ptx.sreg.tid.x : i32
 // CHECK-NEXT: scf.for %[[IT:.*]] = %{{.*}} to %[[PER_THREAD]] step %{{.*}} : i32 {
-// CHECK-NEXT: %[[FIRST:.*]] = arith.muli %[[IT]], %[[THREADS]] : i32
-// CHECK-NEXT: %[[Q:.*]] = arith.addi %[[FIRST]], %[[TID]] : i32
-// CHECK-NEXT: %[[ROW:.*]] = arith.divui %[[Q]], %[[C8]] : i32
-// CHECK-NEXT: %[[CHUNK:.*]] = arith.remui %[[Q]], %[[C8]] : i32
+// Chunk it * 128 + tid: each pass moves 128 / 8 = 16 rows, so row = tid / 8 + 16 it, chunk = tid % 8, and the
+// swizzle phase row % 8 is the thread's own (16 it adds whole groups of 8).
+// CHECK-NEXT: %[[ROW_T:.*]] = arith.divui %[[TID]], %[[C8]] : i32
+// CHECK-NEXT: %[[STEP:.*]] = arith.muli %[[IT]], %[[C16]] : i32
+// CHECK-NEXT: %[[ROW:.*]] = arith.addi %[[ROW_T]], %[[STEP]] : i32
+// CHECK-NEXT: %[[CHUNK:.*]] = arith.remui %[[TID]], %[[C8]] : i32
+// CHECK-NEXT: %[[PHASE:.*]] = arith.remui %[[ROW_T]], %[[C8]] : i32
 // The global side is not swizzled: byte offset row * ld * 2 + chunk * 16.
 // CHECK-NOT: arith.xori
 // CHECK: arith.muli %[[CHUNK]], %[[C16]] : i32
@@ -35,7 +37,6 @@
 // CHECK: %[[SRC_PTR:.*]] = llvm.getelementptr %[[SRC]][%{{.*}}] : (!llvm.ptr<1>, i64) -> !llvm.ptr<1>, i8
 // The shared side is swizzled, chunk ^ (row % 8); rows at or past rows_valid are not read.
 // CHECK-DAG: %[[INSIDE:.*]] = arith.cmpi ult, %[[ROW]], %[[RV]] : i32
-// CHECK-DAG: %[[PHASE:.*]] = arith.remui %[[ROW]], %[[C8]] : i32
 // CHECK-DAG: %[[SWIZZLED:.*]] = arith.xori %[[CHUNK]], %[[PHASE]] : i32
 // CHECK-DAG: arith.muli %[[SWIZZLED]], %[[C16]] : i32
 // CHECK-DAG: %[[DST_PTR:.*]] = llvm.getelementptr %[[DST]][%{{.*}}] : (!llvm.ptr<3>, i64) -> !llvm.ptr<3>, i8
@@ -64,16 +65,15 @@ gpu.module @k {
 // CHECK-LABEL: llvm.func @tile_copy_store(
 // CHECK-SAME: %[[SRC:[^:]+]]: !llvm.ptr<3>, %[[DST:[^:]+]]: !llvm.ptr<1>, %[[LDS:[^:]+]]: i32, %[[LDD:[^:]+]]: i32, %[[RV:[^:]+]]: i32)
 // CHECK-NOT: nvvm.kernel
-// CHECK-DAG: %[[THREADS:.*]] = arith.constant 256 : i32
 // CHECK-DAG: %[[PER_THREAD:.*]] = arith.constant 2 : i32
 // CHECK-DAG: %[[C16:.*]] = arith.constant 16 : i32
 // CHECK-DAG: %[[ELEM_BYTES:.*]] = arith.constant 4 : i64
 // CHECK: %[[TID:.*]] = nvvm.read.ptx.sreg.tid.x : i32
 // CHECK-NEXT: scf.for %[[IT:.*]] = %{{.*}} to %[[PER_THREAD]] step %{{.*}} : i32 {
-// CHECK-NEXT: %[[FIRST:.*]] = arith.muli %[[IT]], %[[THREADS]] : i32
-// CHECK-NEXT: %[[Q:.*]] = arith.addi %[[FIRST]], %[[TID]] : i32
-// CHECK-NEXT: %[[ROW:.*]] = arith.divui %[[Q]], %[[C16]] : i32
-// CHECK-NEXT: %[[CHUNK:.*]] = arith.remui %[[Q]], %[[C16]] : i32
+// CHECK-NEXT: %[[ROW_T:.*]] = arith.divui %[[TID]], %[[C16]] : i32
+// CHECK-NEXT: %[[STEP:.*]] = arith.muli %[[IT]], %[[C16]] : i32
+// CHECK-NEXT: %[[ROW:.*]] = arith.addi %[[ROW_T]], %[[STEP]] : i32
+// CHECK-NEXT: %[[CHUNK:.*]] = arith.remui %[[TID]], %[[C16]] : i32
 // CHECK: arith.extui %[[LDS]] : i32 to i64
 // CHECK: arith.muli %[[CHUNK]], %[[C16]] : i32
 // CHECK: arith.muli %{{.*}}, %[[ELEM_BYTES]] : i64
@@ -116,7 +116,8 @@ gpu.module @k {
 // CHECK-DAG: %[[C16:.*]] = arith.constant 16 : i32
 // CHECK-DAG: %[[C128:.*]] = arith.constant 128 : i32
 // CHECK: scf.for %[[IT:.*]] = %{{.*}} to %[[C8]] step %{{.*}} : i32 {
-// CHECK: %[[ROW:.*]] = arith.divui %{{.*}}, %[[C16]] : i32
+// CHECK: %[[ROW_T:.*]] = arith.divui %{{.*}}, %[[C16]] : i32
+// CHECK: %[[ROW:.*]] = arith.addi %[[ROW_T]], %{{.*}} : i32
 // CHECK-NEXT: %[[CHUNK:.*]] = arith.remui %{{.*}}, %[[C16]] : i32
 // CHECK: %[[SRC_PTR:.*]] = llvm.getelementptr %[[SRC]][%{{.*}}] : (!llvm.ptr<1>, i64) -> !llvm.ptr<1>, i8
 // CHECK-NEXT: %[[INSIDE:.*]] = arith.cmpi ult, %[[ROW]], %[[RV]] : i32
@@ -180,7 +181,8 @@ gpu.module @k {
 // CHECK-DAG: %[[C16:.*]] = arith.constant 16 : i32
 // CHECK: %[[TID:.*]] = nvvm.read.ptx.sreg.tid.x : i32
 // CHECK-NEXT: scf.for %[[IT:.*]] = %[[C0]] to %[[PER_THREAD]] step %{{.*}} : i32 {
-// CHECK: %[[ROW:.*]] = arith.divui %{{.*}}, %[[C8]] : i32
+// CHECK: %[[ROW_T:.*]] = arith.divui %{{.*}}, %[[C8]] : i32
+// CHECK: %[[ROW:.*]] = arith.addi %[[ROW_T]], %{{.*}} : i32
 // CHECK-NEXT: %[[CHUNK:.*]] = arith.remui %{{.*}}, %[[C8]] : i32
 // CHECK-NOT: arith.xori
 // CHECK: %[[SRC_PTR:.*]] = llvm.getelementptr %[[SRC]][%{{.*}}] : (!llvm.ptr<1>, i64) -> !llvm.ptr<1>, i8
@@ -209,7 +211,6 @@ gpu.module @k {
 // CHECK-LABEL: llvm.func @tile_copy_load_b128_mn
 // CHECK-SAME: (%[[SRC:[^:]+]]: !llvm.ptr<1>, %[[DST:[^:]+]]: !llvm.ptr<3>, %[[LD:[^:]+]]: i32, %[[RV:[^:]+]]: i32)
 // CHECK-DAG: %[[ZEROS:.*]] = arith.constant dense<0> : vector<4xi32>
-// CHECK-DAG: %[[THREADS:.*]] = arith.constant 256 : i32
 // CHECK-DAG: %[[PER_THREAD:.*]] = arith.constant 4 : i32
 // CHECK-DAG: %[[ATOMS_MN:.*]] = arith.constant 2 : i32
 // CHECK-DAG: %[[C8:.*]] = arith.constant 8 : i32
@@ -218,15 +219,19 @@ gpu.module @k {
 // CHECK-DAG: %[[ATOM_BYTES:.*]] = arith.constant 1024 : i32
 // CHECK: %[[TID:.*]] = nvvm.read.ptx.sreg.tid.x : i32
 // CHECK-NEXT: scf.for %[[IT:.*]] = %{{.*}} to %[[PER_THREAD]] step %{{.*}} : i32 {
-// CHECK-NEXT: %[[FIRST:.*]] = arith.muli %[[IT]], %[[THREADS]] : i32
-// CHECK-NEXT: %[[Q:.*]] = arith.addi %[[FIRST]], %[[TID]] : i32
-// CHECK-NEXT: %[[ROW:.*]] = arith.divui %[[Q]], %[[C16]] : i32
-// CHECK-NEXT: %[[CHUNK:.*]] = arith.remui %[[Q]], %[[C16]] : i32
+// 16 rows a pass (256 threads / 16 chunks): row = tid / 16 + 16 it = rowT + 16 it; the atom line row % 8 is
+// rowT % 8 and the K group row / 8 is rowT / 8 + 2 it.
+// CHECK-NEXT: %[[ROW_T:.*]] = arith.divui %[[TID]], %[[C16]] : i32
+// CHECK-NEXT: %[[STEP:.*]] = arith.muli %[[IT]], %[[C16]] : i32
+// CHECK-NEXT: %[[ROW:.*]] = arith.addi %[[ROW_T]], %[[STEP]] : i32
+// CHECK-NEXT: %[[CHUNK:.*]] = arith.remui %[[TID]], %[[C16]] : i32
+// CHECK-NEXT: %[[LINE:.*]] = arith.remui %[[ROW_T]], %[[C8]] : i32
+// CHECK-NEXT: %[[KG_T:.*]] = arith.divui %[[ROW_T]], %[[C8]] : i32
+// CHECK-NEXT: %[[KG_IT:.*]] = arith.muli %[[IT]], %[[ATOMS_MN]] : i32
+// CHECK-NEXT: %[[K_GROUP:.*]] = arith.addi %[[KG_T]], %[[KG_IT]] : i32
 // CHECK-NOT: arith.xori
 // CHECK: %[[SRC_PTR:.*]] = llvm.getelementptr %[[SRC]][%{{.*}}] : (!llvm.ptr<1>, i64) -> !llvm.ptr<1>, i8
 // CHECK-DAG: %[[INSIDE:.*]] = arith.cmpi ult, %[[ROW]], %[[RV]] : i32
-// CHECK-DAG: %[[LINE:.*]] = arith.remui %[[ROW]], %[[C8]] : i32
-// CHECK-DAG: %[[K_GROUP:.*]] = arith.divui %[[ROW]], %[[C8]] : i32
 // CHECK-DAG: %[[K_GROUP_ATOMS:.*]] = arith.muli %[[K_GROUP]], %[[ATOMS_MN]] : i32
 // CHECK-DAG: %[[MN_ATOM:.*]] = arith.divui %[[CHUNK]], %[[C8]] : i32
 // CHECK-DAG: %[[ATOM:.*]] = arith.addi %[[K_GROUP_ATOMS]], %[[MN_ATOM]] : i32
@@ -254,7 +259,8 @@ gpu.module @k {
 // CHECK-LABEL: llvm.func @tile_copy_load_b128_mn_async
 // CHECK-SAME: (%[[SRC:[^:]+]]: !llvm.ptr<1>, %[[DST:[^:]+]]: !llvm.ptr<3>, %[[LD:[^:]+]]: i32, %[[RV:[^:]+]]: i32)
 // CHECK-DAG: %[[ATOM_BYTES:.*]] = arith.constant 1024 : i32
-// CHECK: %[[ROW:.*]] = arith.divui %{{.*}}, %{{.*}} : i32
+// CHECK: %[[ROW_T:.*]] = arith.divui %{{.*}}, %{{.*}} : i32
+// CHECK: %[[ROW:.*]] = arith.addi %[[ROW_T]], %{{.*}} : i32
 // CHECK: %[[SRC_PTR:.*]] = llvm.getelementptr %[[SRC]][%{{.*}}] : (!llvm.ptr<1>, i64) -> !llvm.ptr<1>, i8
 // CHECK-DAG: %[[INSIDE:.*]] = arith.cmpi ult, %[[ROW]], %[[RV]] : i32
 // CHECK-DAG: %[[ATOM_OFF:.*]] = arith.muli %{{.*}}, %[[ATOM_BYTES]] : i32
@@ -887,6 +893,41 @@ gpu.module @k {
 gpu.module @k {
   // expected-error @+1 {{kernel function needs megamoe.block_threads (the fixed block size)}}
   llvm.func @kernel_without_block_size() attributes {megamoe.kernel} {
+    llvm.return
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// Warp specialisation: group_barrier, mbarriers, async_arrive, proxy_fence, set_max_registers
+//===----------------------------------------------------------------------===//
+
+// -----
+
+// A producer group's copies start at its own first thread (tid - 256); the ring hand-over ops map one to one.
+// CHECK-LABEL: llvm.func @warp_specialised
+// CHECK: %[[TID:.*]] = nvvm.read.ptx.sreg.tid.x : i32
+// CHECK-NEXT: %[[LOCAL:.*]] = arith.subi %[[TID]], %{{.*}} : i32
+// CHECK: arith.divui %[[LOCAL]]
+// CHECK: nvvm.cp.async.shared.global
+// CHECK: nvvm.cp.async.mbarrier.arrive %{{.*}} {noinc = true}
+// CHECK: nvvm.mbarrier.init %{{.*}}, %{{.*}}
+// CHECK: nvvm.mbarrier.arrive %{{.*}}
+// CHECK: nvvm.mbarrier.try_wait.parity %{{.*}}, %{{.*}}, %{{.*}}
+// CHECK: nvvm.fence.proxy {kind = #nvvm.proxy_kind<async.shared>, space = #nvvm.shared_space<cta>}
+// CHECK: nvvm.barrier id = %{{.*}} number_of_threads = %{{.*}}
+// CHECK: nvvm.setmaxregister decrease 56
+// CHECK: nvvm.setmaxregister increase 216
+gpu.module @k {
+  llvm.func @warp_specialised(%src: !llvm.ptr<1>, %dst: !llvm.ptr<3>, %bar: !llvm.ptr<3>, %ld: i32, %n: i32) attributes {megamoe.kernel, megamoe.block_threads = 384 : i64} {
+    megamoe.tile_copy %src[%ld], %dst[%ld] rows_valid %n {rows = 64, cols = 64, threads = 128, first_thread = 256, elem = bf16, swizzle = 1 : i32, async} : !llvm.ptr<1> -> !llvm.ptr<3>
+    megamoe.async_arrive %bar : !llvm.ptr<3>
+    megamoe.mbarrier_init %bar, %n : !llvm.ptr<3>
+    megamoe.mbarrier_arrive %bar : !llvm.ptr<3>
+    megamoe.mbarrier_wait %bar, %n : !llvm.ptr<3>
+    megamoe.proxy_fence
+    megamoe.group_barrier {id = 1 : i64, threads = 256 : i64}
+    megamoe.set_max_registers {count = 56 : i64}
+    megamoe.set_max_registers {count = 216 : i64, increase}
     llvm.return
   }
 }

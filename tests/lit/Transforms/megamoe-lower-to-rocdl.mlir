@@ -16,21 +16,21 @@
 // CHECK-SAME: (%[[SRC:[^:]+]]: !llvm.ptr<1>, %[[DST:[^:]+]]: !llvm.ptr<3>, %[[LD:[^:]+]]: i32, %[[RV:[^:]+]]: i32)
 // CHECK-SAME: rocdl.flat_work_group_size = "128,128", rocdl.kernel, rocdl.reqd_work_group_size = array<i32: 128, 1, 1>
 // CHECK-DAG: %[[ZEROS:.*]] = arith.constant dense<0> : vector<4xi32>
-// CHECK-DAG: %[[THREADS:.*]] = arith.constant 128 : i32
 // CHECK-DAG: %[[PER_THREAD:.*]] = arith.constant 4 : i32
 // CHECK-DAG: %[[C8:.*]] = arith.constant 8 : i32
 // CHECK-DAG: %[[C16:.*]] = arith.constant 16 : i32
 // CHECK: %[[TID:.*]] = rocdl.workitem.id.x : i32
 // CHECK-NEXT: scf.for %[[IT:.*]] = %{{.*}} to %[[PER_THREAD]] step %{{.*}} : i32 {
-// CHECK-NEXT: %[[FIRST:.*]] = arith.muli %[[IT]], %[[THREADS]] : i32
-// CHECK-NEXT: %[[Q:.*]] = arith.addi %[[FIRST]], %[[TID]] : i32
-// CHECK-NEXT: %[[ROW:.*]] = arith.divui %[[Q]], %[[C8]] : i32
-// CHECK-NEXT: %[[CHUNK:.*]] = arith.remui %[[Q]], %[[C8]] : i32
+// Row tid / 8 + 16 it, chunk tid % 8 (chunk it * 128 + tid), swizzle phase (tid / 8) % 8.
+// CHECK-NEXT: %[[ROW_T:.*]] = arith.divui %[[TID]], %[[C8]] : i32
+// CHECK-NEXT: %[[STEP:.*]] = arith.muli %[[IT]], %[[C16]] : i32
+// CHECK-NEXT: %[[ROW:.*]] = arith.addi %[[ROW_T]], %[[STEP]] : i32
+// CHECK-NEXT: %[[CHUNK:.*]] = arith.remui %[[TID]], %[[C8]] : i32
+// CHECK-NEXT: %[[PHASE:.*]] = arith.remui %[[ROW_T]], %[[C8]] : i32
 // CHECK-NOT: arith.xori
 // CHECK: %[[SRC_PTR:.*]] = llvm.getelementptr %[[SRC]][%{{.*}}] : (!llvm.ptr<1>, i64) -> !llvm.ptr<1>, i8
 // The shared side is swizzled, chunk ^ (row % 8); rows at or past rows_valid are not read.
 // CHECK-DAG: %[[INSIDE:.*]] = arith.cmpi ult, %[[ROW]], %[[RV]] : i32
-// CHECK-DAG: %[[PHASE:.*]] = arith.remui %[[ROW]], %[[C8]] : i32
 // CHECK-DAG: %[[SWIZZLED:.*]] = arith.xori %[[CHUNK]], %[[PHASE]] : i32
 // CHECK-DAG: arith.muli %[[SWIZZLED]], %[[C16]] : i32
 // CHECK-DAG: %[[DST_PTR:.*]] = llvm.getelementptr %[[DST]][%{{.*}}] : (!llvm.ptr<3>, i64) -> !llvm.ptr<3>, i8
@@ -56,7 +56,8 @@ gpu.module @k {
 // CHECK-LABEL: llvm.func @tile_copy_store(
 // CHECK-SAME: %[[SRC:[^:]+]]: !llvm.ptr<3>, %[[DST:[^:]+]]: !llvm.ptr<1>, %[[LDS:[^:]+]]: i32, %[[LDD:[^:]+]]: i32, %[[RV:[^:]+]]: i32)
 // CHECK-NOT: rocdl.kernel
-// CHECK: %[[ROW:.*]] = arith.divui
+// CHECK: %[[ROW_T:.*]] = arith.divui
+// CHECK: %[[ROW:.*]] = arith.addi %[[ROW_T]], %{{.*}} : i32
 // CHECK: arith.extui %[[LDS]] : i32 to i64
 // CHECK: %[[SRC_PTR:.*]] = llvm.getelementptr %[[SRC]][%{{.*}}] : (!llvm.ptr<3>, i64) -> !llvm.ptr<3>, i8
 // CHECK-DAG: %[[INSIDE:.*]] = arith.cmpi ult, %[[ROW]], %[[RV]] : i32
@@ -112,7 +113,8 @@ gpu.module @k {
 // CHECK-DAG: %[[C8:.*]] = arith.constant 8 : i32
 // CHECK: %[[TID:.*]] = rocdl.workitem.id.x : i32
 // CHECK-NEXT: scf.for %[[IT:.*]] = %{{.*}} to %[[PER_THREAD]] step %{{.*}} : i32 {
-// CHECK: %[[ROW:.*]] = arith.divui %{{.*}}, %[[C8]] : i32
+// CHECK: %[[ROW_T:.*]] = arith.divui %{{.*}}, %[[C8]] : i32
+// CHECK: %[[ROW:.*]] = arith.addi %[[ROW_T]], %{{.*}} : i32
 // CHECK-NEXT: %[[CHUNK:.*]] = arith.remui %{{.*}}, %[[C8]] : i32
 // CHECK: %[[SRC_PTR:.*]] = llvm.getelementptr %[[SRC]][%{{.*}}] : (!llvm.ptr<1>, i64) -> !llvm.ptr<1>, i8
 // CHECK-NEXT: %[[INSIDE:.*]] = arith.cmpi ult, %[[ROW]], %[[RV]] : i32
@@ -150,7 +152,8 @@ gpu.module @k {
 // CHECK-DAG: %[[C16:.*]] = arith.constant 16 : i32
 // CHECK-DAG: %[[C128:.*]] = arith.constant 128 : i32
 // CHECK: scf.for %[[IT:.*]] = %{{.*}} to %[[PER_THREAD]] step %{{.*}} : i32 {
-// CHECK: %[[ROW:.*]] = arith.divui %{{.*}}, %[[C16]] : i32
+// CHECK: %[[ROW_T:.*]] = arith.divui %{{.*}}, %[[C16]] : i32
+// CHECK: %[[ROW:.*]] = arith.addi %[[ROW_T]], %{{.*}} : i32
 // CHECK-NEXT: %[[CHUNK:.*]] = arith.remui %{{.*}}, %[[C16]] : i32
 // CHECK-NOT: arith.xori
 // CHECK: %[[SRC_PTR:.*]] = llvm.getelementptr %[[SRC]][%{{.*}}] : (!llvm.ptr<1>, i64) -> !llvm.ptr<1>, i8
