@@ -236,12 +236,21 @@ Type Kernel::type(Elem e) {
   return {};
 }
 
-Value Kernel::addArg(Type t) {
+Value Kernel::addArg(Type t, DictionaryAttr attrs) {
   auto fn = cast<LLVM::LLVMFuncOp>(func_);
   Block& entry = fn.getBody().front();
   Value arg = entry.addArgument(t, loc_);
   SmallVector<Type> inputs(entry.getArgumentTypes());
   fn.setFunctionTypeAttr(TypeAttr::get(LLVM::LLVMFunctionType::get(LLVM::LLVMVoidType::get(b_.getContext()), inputs)));
+  // Argument attributes: one dictionary per argument once any argument has some.
+  ArrayAttr existing = fn.getArgAttrsAttr();
+  if (attrs || existing) {
+    SmallVector<Attribute> dicts;
+    for (unsigned i = 0; i + 1 < inputs.size(); ++i)
+      dicts.push_back(existing && i < existing.size() ? existing[i] : DictionaryAttr::get(b_.getContext()));
+    dicts.push_back(attrs ? attrs : DictionaryAttr::get(b_.getContext()));
+    fn.setArgAttrsAttr(ArrayAttr::get(b_.getContext(), dicts));
+  }
   return arg;
 }
 
@@ -249,6 +258,15 @@ GlobalPtr Kernel::argPtr(Elem e) { return {this, addArg(ptrType(b_.getContext(),
 I32 Kernel::argI32() { return {this, addArg(b_.getI32Type())}; }
 I64 Kernel::argI64() { return {this, addArg(b_.getI64Type())}; }
 Context Kernel::argContext() { return {this, addArg(ptrType(b_.getContext(), kGlobalSpace))}; }
+// By value and grid-constant (../shared/TOOLCHAIN.md): without nvvm.grid_constant LLVM copies the map to local
+// memory and TMA faults. The generic pointer is the parameter's own address.
+TensorMap Kernel::argTensorMap() {
+  NamedAttribute attrs[] = {
+      b_.getNamedAttr("llvm.byval", TypeAttr::get(LLVM::LLVMArrayType::get(b_.getI8Type(), 128))),
+      b_.getNamedAttr("llvm.align", b_.getI64IntegerAttr(64)),
+      b_.getNamedAttr("nvvm.grid_constant", b_.getUnitAttr())};
+  return TensorMap(addArg(ptrType(b_.getContext(), 0), b_.getDictionaryAttr(attrs)));
+}
 
 I32 Kernel::i32(int64_t v) { return constant<32>(this, v); }
 I64 Kernel::i64(int64_t v) { return constant<64>(this, v); }
@@ -524,6 +542,15 @@ void Kernel::mbarrierWait(const SharedTile& bars, const I32& i, const I32& parit
 }
 void Kernel::asyncArrive(const SharedTile& bars, const I32& i) { AsyncArriveOp::create(b_, loc_, mbarrierAt(bars, i)); }
 void Kernel::proxyFence() { ProxyFenceOp::create(b_, loc_); }
+void Kernel::mbarrierArriveExpectTx(const SharedTile& bars, const I32& i, int64_t bytes) {
+  MbarrierExpectTxOp::create(b_, loc_, mbarrierAt(bars, i), i32(bytes).value());
+}
+void Kernel::tmaLoad(const TensorMap& map, const std::vector<I32>& coords, const SharedTile& dst, const SharedTile& bars,
+                     const I32& i) {
+  SmallVector<Value> c;
+  for (const I32& v : coords) c.push_back(v.value());
+  TmaLoadOp::create(b_, loc_, map.value(), dst.value(), mbarrierAt(bars, i), c);
+}
 void Kernel::setMaxRegisters(int64_t count, bool increase) {
   auto op = SetMaxRegistersOp::create(b_, loc_, count);
   if (increase) op.setIncrease(true);
@@ -554,13 +581,14 @@ Acc Kernel::zeroAcc(int64_t m, int64_t n) {
   return {zeros(int(perThread), Elem::f32).value(), m, n};
 }
 Acc Kernel::mma(const Acc& acc, const SharedTile& a, const SharedTile& b, int64_t pending, bool aMnMajor,
-                bool bMnMajor) {
+                bool bMnMajor, bool mnAtomsOuter) {
   int64_t k = aMnMajor ? a.rows() : a.cols();
   requireMmaGroup(group_.first);
   auto op = MmaTileOp::create(b_, loc_, acc.value.getType(), acc.value, a.value(), b.value(), acc.m, acc.n, k,
                               group_.threads, pending);
   if (aMnMajor) op.setAMnMajor(true);
   if (bMnMajor) op.setBMnMajor(true);
+  if (mnAtomsOuter) op.setMnAtomsOuter(true);
   return {op.getResult(), acc.m, acc.n};
 }
 Acc Kernel::drain(const Acc& acc) {

@@ -148,6 +148,16 @@ struct Acc {
   int64_t m, n;
 };
 
+// A CUtensorMap kernel argument (sm_90a TMA): 128 bytes passed by value; the host encodes it
+// (cuTensorMapEncodeTiled) and passes its address in the launch's parameter array like any other argument.
+class TensorMap {
+ public:
+  explicit TensorMap(mlir::Value v) : v_(v) {}
+  mlir::Value value() const { return v_; }
+ private:
+  mlir::Value v_;
+};
+
 // Device context (compiler/abi/DeviceAbi.h DeviceContext): fields loaded on use.
 class Context {
  public:
@@ -181,6 +191,7 @@ class Kernel {
   I32 argI32();
   I64 argI64();
   Context argContext();
+  TensorMap argTensorMap();
 
   // Constants and ids.
   I32 i32(int64_t v);
@@ -229,6 +240,12 @@ class Kernel {
   void mbarrierWait(const SharedTile& bars, const I32& i, const I32& parity);
   // The calling thread: one arrival on barrier i once its async copies issued so far have landed.
   void asyncArrive(const SharedTile& bars, const I32& i);
+  // The calling thread: one arrival on barrier i that also expects `bytes` from tmaLoads completing on it.
+  void mbarrierArriveExpectTx(const SharedTile& bars, const I32& i, int64_t bytes);
+  // The calling thread: starts copying the box of `map` at `coords` (innermost first) into `dst`, completing on
+  // barrier i (sm_90a TMA; elements outside the tensor arrive as zeros).
+  void tmaLoad(const TensorMap& map, const std::vector<I32>& coords, const SharedTile& dst, const SharedTile& bars,
+               const I32& i);
   // Orders shared data written by ordinary stores or async copies (seen through a barrier) before this thread's
   // next MMA tile reads it.
   void proxyFence();
@@ -250,8 +267,9 @@ class Kernel {
   Acc zeroAcc(int64_t m, int64_t n);
   // acc += a * b^T over a 64-wide K stage. pending = 1 returns with this MMA possibly still running (the previous
   // one finished); read the accumulator only after drain().
+  // mnAtomsOuter: MN-major operands were loaded as TMA boxes of 64 MN x 64 K (MN atoms outermost, sm_90a only).
   Acc mma(const Acc& acc, const SharedTile& a, const SharedTile& b, int64_t pending = 0, bool aMnMajor = false,
-          bool bMnMajor = false);
+          bool bMnMajor = false, bool mnAtomsOuter = false);
   Acc drain(const Acc& acc);
   void storeAcc(const Acc& acc, const GlobalPtr& dst, const I32& ld, const I32& rowsValid);
   // Stages the accumulator in shared memory (all rows), e.g. for coalesced 16-byte stores with copyTile afterwards.
@@ -284,7 +302,7 @@ class Kernel {
   mlir::Type type(Elem e);
 
  private:
-  mlir::Value addArg(mlir::Type t);
+  mlir::Value addArg(mlir::Type t, mlir::DictionaryAttr attrs = {});
   std::string name_;
   int64_t blockThreads_;
   mlir::OpBuilder b_;

@@ -9,21 +9,30 @@ namespace megamoe::kernels {
 using namespace dsl;
 
 mlir::OwningOpRef<mlir::ModuleOp> buildGroupedGemm(mlir::MLIRContext& ctx, const GroupedGemmSpec& s, Arch arch,
-                                                   bool warpSpecialized) {
+                                                   bool warpSpecialized, bool tensorMaps) {
   using S = GroupedGemmSpec;
-  const S::Tiles c = s.tiles(arch, warpSpecialized);
-  Kernel k(ctx, S::name(s.layout), c.threads);
+  const bool tma = tensorMaps && arch == Arch::sm_90a;
+  const S::Tiles c = s.tiles(arch, warpSpecialized || tma);
+  Kernel k(ctx, tensorMaps ? S::tmaName(s.layout) : S::name(s.layout), c.threads);
   GlobalPtr a = k.argPtr(Elem::bf16);
   GlobalPtr b = k.argPtr(Elem::bf16);
   GlobalPtr out = k.argPtr(Elem::bf16);
   GlobalPtr offsets = k.argPtr(Elem::i32);
   I32 grid = k.argI32();
+  std::optional<TensorMap> mapA, mapB;
+  if (tma) {
+    mapA = k.argTensorMap();
+    mapB = k.argTensorMap();
+  } else if (tensorMaps) {  // gfx950: the same argument list, the maps unused
+    k.argPtr(Elem::bf16);
+    k.argPtr(Elem::bf16);
+  }
   TileScheduler sched{k, s, offsets, c.m, c.n};
   Rings rings = allocateRings(k, s, c);
   Pipeline pipe{k, s, c, a, b, out, rings.a, rings.b, rings.staging};
   SharedTile first = sharedTable(k, s.experts + 1);
   if (c.warpSpecialized)
-    WarpSpecialized::allocate(pipe).runStatic(sched, first, grid);
+    WarpSpecialized::allocate(pipe, mapA, mapB).runStatic(sched, first, grid);
   else
     pipe.runStatic(sched, first, grid);
   return k.finish();

@@ -5,6 +5,8 @@
 // Internal to kernels/.
 #pragma once
 #include <functional>
+#include <optional>
+#include <stdexcept>
 
 #include "dsl/Dsl.h"
 #include "kernels/Kernels.h"
@@ -309,14 +311,25 @@ struct Pipeline {
 // two-entry hand-over table in shared memory (tileFull / tileEmpty), the last entry marked invalid. Registers move
 // to the MMA warpgroups (setmaxnreg): at 384 threads a block starts at 168 each; the producer gives 112 of them
 // back and the MMA warpgroups take them (56 + 2 x 216 fits the 168 x 3 launched; at 48 the producer spilled).
+//
+// With tensor maps (NT and NN; sm_90a TMA) one producer thread loads each stage as boxes completing on full[s]
+// (expected bytes), so the producer's copies cost a few instructions instead of 24 cp.async with their addresses
+// per thread: A [rows, K] in boxes of 128 rows x 64 K, NT's B [E * N, K] in boxes of 128 rows x 64 K, NN's B
+// [E * K, N] in boxes of 64 K x 64 N (MN atoms outermost: mma_tile's mn_atoms_outer).
 struct WarpSpecialized {
   static constexpr int64_t kHandover = 2, kFields = 8, kProducerRegisters = 56, kMmaRegisters = 216;
   const Pipeline& pipe;
   dsl::SharedTile bars, info;  // mbarriers: full[S], empty[S], tileFull[2], tileEmpty[2]; info: i32 [2][8]
+  std::optional<dsl::TensorMap> mapA, mapB;
 
-  static WarpSpecialized allocate(const Pipeline& pipe) {
-    return {pipe, pipe.k.mbarriers(2 * pipe.c.stages + 2 * kHandover), pipe.k.dynamicSharedTile(dsl::Elem::i32, 1, kHandover * kFields, 1)};
+  static WarpSpecialized allocate(const Pipeline& pipe, std::optional<dsl::TensorMap> mapA = std::nullopt,
+                                  std::optional<dsl::TensorMap> mapB = std::nullopt) {
+    if (mapA.has_value() != mapB.has_value() || (mapA && (pipe.tn() || pipe.gateUpRows || pipe.beforeLoads)))
+      throw std::logic_error("tensor maps: both operands, NT or NN, plain tiles");
+    return {pipe, pipe.k.mbarriers(2 * pipe.c.stages + 2 * kHandover),
+            pipe.k.dynamicSharedTile(dsl::Elem::i32, 1, kHandover * kFields, 1), mapA, mapB};
   }
+  bool tma() const { return mapA.has_value(); }
   int64_t stages() const { return pipe.c.stages; }
   dsl::I32 full(const dsl::I32& slot) const { return slot; }
   dsl::I32 empty(const dsl::I32& slot) const { return slot + stages(); }
@@ -329,7 +342,7 @@ struct WarpSpecialized {
     dsl::Kernel& k = pipe.k;
     k.ifThen(k.threadIdx() == 0, [&] {
       for (int64_t sl = 0; sl < stages(); ++sl) {
-        k.mbarrierInit(bars, full(k.i32(sl)), k.blockThreads() - pipe.c.mmaThreads());
+        k.mbarrierInit(bars, full(k.i32(sl)), tma() ? 1 : k.blockThreads() - pipe.c.mmaThreads());
         k.mbarrierInit(bars, empty(k.i32(sl)), pipe.c.mmaThreads() / 128);
       }
       for (int64_t q = 0; q < kHandover; ++q) {
@@ -381,6 +394,31 @@ struct WarpSpecialized {
     return g + steps;
   }
 
+  // Producer leader with tensor maps: tile p's boxes from stage counter g on; returns the counter after them.
+  dsl::I32 loadBoxes(const TilePlace& p, const dsl::I32& g) const {
+    using namespace dsl;
+    dsl::Kernel& k = pipe.k;
+    const auto& c = pipe.c;
+    const auto& s = pipe.s;
+    I32 steps = pipe.kTiles(p);
+    k.forRange(k.i32(0), steps, k.i32(1), [&](I32 kt) {
+      I32 gi = g + kt, slot = gi % stages(), kk = kt * c.k;
+      k.ifThen(k.i32(stages() - 1) < gi, [&] { k.mbarrierWait(bars, empty(slot), (gi / stages() + 1) % 2); });
+      k.mbarrierArriveExpectTx(bars, full(slot), (c.m + c.n) * c.k * 2);
+      k.tmaLoad(*mapA, {kk, pipe.m0(p)}, pipe.ringA.stage(slot), bars, full(slot));
+      SharedTile stage = pipe.ringB.stage(slot);
+      if (s.layout == GroupedGemmSpec::kNT) {
+        for (int64_t h = 0; h < c.n / 128; ++h)
+          k.tmaLoad(*mapB, {kk, p.expert * s.n + p.n0 + 128 * h}, stage.rowSlice(128 * h, 128), bars, full(slot));
+      } else {
+        for (int64_t a = 0; a < c.n / 64; ++a)  // K x 64 boxes: 64 rows of 128 bytes, MN atom a at a * 8 KB
+          k.tmaLoad(*mapB, {p.n0 + 64 * a, p.expert * s.kOrM + kk}, stage.rowSlice(c.k / 4 * a, c.k / 4), bars,
+                    full(slot));
+      }
+    });
+    return g + steps;
+  }
+
   // MMA warpgroups: tile p's K loop from stage counter g on, then its epilogue; returns the counter after it.
   dsl::I32 compute(const TilePlace& p, const dsl::I32& g) const {
     using namespace dsl;
@@ -391,8 +429,9 @@ struct WarpSpecialized {
     Acc acc = k.forRange(k.i32(0), steps, k.i32(1), k.zeroAcc(c.m, c.n), [&](I32 kt, Acc acc) {
       I32 gi = g + kt, slot = gi % stages();
       k.mbarrierWait(bars, full(slot), (gi / stages()) % 2);
-      k.proxyFence();  // the producer's cp.async wrote through the generic proxy
-      Acc next = k.mma(acc, pipe.ringA.stage(slot), pipe.ringB.stage(slot), /*pending=*/1, pipe.aMN(), pipe.bMN());
+      if (!tma()) k.proxyFence();  // the producer's cp.async wrote through the generic proxy (TMA: the async one)
+      Acc next = k.mma(acc, pipe.ringA.stage(slot), pipe.ringB.stage(slot), /*pending=*/1, pipe.aMN(), pipe.bMN(),
+                       /*mnAtomsOuter=*/tma());
       // The MMA of step kt - 1 has finished in this warpgroup: its slot goes back to the producer.
       k.ifThen(k.i32(0) < kt && wgLeader, [&] { k.mbarrierArrive(bars, empty((gi + (stages() - 1)) % stages())); });
       return next;
@@ -413,15 +452,30 @@ struct WarpSpecialized {
     k.group(c.mmaThreads(), k.blockThreads() - c.mmaThreads(), /*barrier=*/2, [&] {
       k.setMaxRegisters(kProducerRegisters, /*increase=*/false);
       Bool leader = k.threadIdx() == k.i32(c.mmaThreads());
-      std::vector<I32> end = k.forRange(k.blockIdx(), total, grid, {k.i32(0), k.i32(0)},
-                                        [&](I32 t, const std::vector<I32>& v) {
-                                          TilePlace p = sched.place(t, first);
-                                          k.ifThen(leader, [&] { handOver(v[1], &p); });
-                                          return std::vector<I32>{load(p, v[0]), v[1] + 1};
-                                        });
-      k.ifThen(leader, [&] { handOver(end[1], nullptr); });
-      k.asyncCommit();
-      k.asyncWait(0);
+      // cp.async: every producer thread copies, the leader hands tiles over; TMA: the leader alone.
+      auto produce = [&](bool boxes) {
+        std::vector<I32> end = k.forRange(k.blockIdx(), total, grid, {k.i32(0), k.i32(0)},
+                                          [&](I32 t, const std::vector<I32>& v) {
+                                            TilePlace p = sched.place(t, first);
+                                            if (boxes) {
+                                              handOver(v[1], &p);
+                                              return std::vector<I32>{loadBoxes(p, v[0]), v[1] + 1};
+                                            }
+                                            k.ifThen(leader, [&] { handOver(v[1], &p); });
+                                            return std::vector<I32>{load(p, v[0]), v[1] + 1};
+                                          });
+        if (boxes) {
+          handOver(end[1], nullptr);
+          return;
+        }
+        k.ifThen(leader, [&] { handOver(end[1], nullptr); });
+        k.asyncCommit();
+        k.asyncWait(0);
+      };
+      if (tma())
+        k.ifThen(leader, [&] { produce(true); });
+      else
+        produce(false);
     });
     k.group(0, c.mmaThreads(), /*barrier=*/1, [&] {
       k.setMaxRegisters(kMmaRegisters, /*increase=*/true);

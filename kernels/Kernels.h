@@ -98,16 +98,24 @@ struct GroupedGemmSpec {
   static const char* name(Layout l) {
     return l == kNT ? "grouped_gemm_nt" : l == kNN ? "grouped_gemm_nn" : "grouped_gemm_tn";
   }
+  // The TMA variants (NT, NN): warp-specialised, loading through two tensor-map arguments (see buildGroupedGemm).
+  static const char* tmaName(Layout l) { return l == kNT ? "grouped_gemm_nt_tma" : "grouped_gemm_nn_tma"; }
   KernelSpec spec() const {
     return {name(layout), {{"E", experts}, {"N", n}, {layout == kTN ? "M" : "K", kOrM}}};
   }
 };
 
 // The grouped GEMM kernel of spec s. warpSpecialized (sm_90a; ignored for gfx950) builds the producer / MMA
-// warpgroup split (GroupedGemmPipeline.h: WarpSpecialized) instead of the registry's single-role loop: correct
-// on the H200, measured slower with cp.async as the producer's copy (docs/decisions/gemm-tiles.md).
+// warpgroup split (GroupedGemmPipeline.h: WarpSpecialized) instead of the single-role loop: correct on the H200,
+// measured slower with cp.async as the producer's copy (docs/decisions/gemm-tiles.md).
+// tensorMaps (NT, NN) builds grouped_gemm_{nt,nn}_tma: args A, B, C, offsets, grid, mapA, mapB, where on sm_90a the
+// maps are CUtensorMaps (bf16, 128-byte swizzle, zero fill; Device::encodeTensorMapBf16) and the kernel is
+// warp-specialised with TMA loads; gfx950 builds the single-role kernel and ignores them (any pointer):
+//   mapA: A [rows, K]: dims {K, rows}, row stride K * 2 bytes, box {64, 128};
+//   mapB, NT: B [E * N, K]: dims {K, E * N}, row stride K * 2, box {64, 128};
+//   mapB, NN: B [E * K, N]: dims {N, E * K}, row stride N * 2, box {64, 64}.
 mlir::OwningOpRef<mlir::ModuleOp> buildGroupedGemm(mlir::MLIRContext& ctx, const GroupedGemmSpec& s, Arch arch,
-                                                   bool warpSpecialized = false);
+                                                   bool warpSpecialized = false, bool tensorMaps = false);
 
 // dispatch_prologue: the routing tables of one layer call, on the device, from topk_idx (first step of the fused
 // dispatch). One block per rank. Counts the picks per expert (entries of -1 are skipped; an entry outside

@@ -51,11 +51,12 @@ std::string validateFused(const KernelSpec& s) {
   return positiveMultiple("I", s.get("I"), GroupedGemmSpec::kBlockN, "the gate|up halves of an L1 tile, K of L2");
 }
 
-KernelInfo groupedGemmInfo(GroupedGemmSpec::Layout layout) {
+KernelInfo groupedGemmInfo(GroupedGemmSpec::Layout layout, bool tensorMaps = false) {
   using S = GroupedGemmSpec;
   const char* third = layout == S::kTN ? "M" : "K";
-  return {S::name(layout),
-          layout == S::kNT   ? "grouped bf16 GEMM C = A B[e]^T over device-side group offsets (persistent)"
+  return {tensorMaps ? S::tmaName(layout) : S::name(layout),
+          tensorMaps           ? "grouped bf16 GEMM, warp-specialised with TMA loads through two tensor-map arguments"
+          : layout == S::kNT   ? "grouped bf16 GEMM C = A B[e]^T over device-side group offsets (persistent)"
           : layout == S::kNN ? "grouped bf16 GEMM C = A B[e] over device-side group offsets (persistent)"
                              : "grouped bf16 GEMM C[e] = A_e^T B_e, K = group size (weight gradients)",
           {"E", "N", third},
@@ -71,8 +72,9 @@ KernelInfo groupedGemmInfo(GroupedGemmSpec::Layout layout) {
               e = "K=" + std::to_string(s.get("K")) + " must be >= 128 (the 3-stage copy pipeline's prologue)";
             return e;
           },
-          [layout, third](mlir::MLIRContext& ctx, const KernelSpec& s, Arch arch) {
-            return buildGroupedGemm(ctx, GroupedGemmSpec{layout, s.get("E"), s.get("N"), s.get(third)}, arch);
+          [layout, third, tensorMaps](mlir::MLIRContext& ctx, const KernelSpec& s, Arch arch) {
+            return buildGroupedGemm(ctx, GroupedGemmSpec{layout, s.get("E"), s.get("N"), s.get(third)}, arch,
+                                    /*warpSpecialized=*/false, tensorMaps);
           }};
 }
 }  // namespace
@@ -102,6 +104,8 @@ const std::vector<KernelInfo>& registry() {
       groupedGemmInfo(GroupedGemmSpec::kNT),
       groupedGemmInfo(GroupedGemmSpec::kNN),
       groupedGemmInfo(GroupedGemmSpec::kTN),
+      groupedGemmInfo(GroupedGemmSpec::kNT, /*tensorMaps=*/true),
+      groupedGemmInfo(GroupedGemmSpec::kNN, /*tensorMaps=*/true),
       {DispatchPrologueSpec::kName,
        "routing tables on the device: per-expert counts all-gathered, pool offsets, each pick's pool row",
        {"E", "topk", "ranks"},

@@ -3,7 +3,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 dir=${1:?usage: scripts/gen-bench-cache.sh CACHE_DIR}
-gen() { build/bin/megamoe-cache generate --targets sm_90a --cache-dir "$dir" --quiet --kernel "$1" ${2:+--spec "$2"} >/dev/null; }
+gen() {
+  build/bin/megamoe-cache generate --targets sm_90a --cache-dir "$dir" --quiet --kernel "$1" ${2:+--spec "$2"} >/dev/null
+  # NT / NN cases also run their TMA variant.
+  case $1 in grouped_gemm_nt|grouped_gemm_nn)
+    build/bin/megamoe-cache generate --targets sm_90a --cache-dir "$dir" --quiet --kernel "$1_tma" --spec "$2" >/dev/null ;;
+  esac
+}
 gen grouped_gemm_nt E=128,N=4096,K=7168
 gen grouped_gemm_nt E=128,N=7168,K=2048
 gen grouped_gemm_nt E=32,N=4096,K=7168

@@ -2,6 +2,7 @@
 // message. No exception crosses this boundary.
 #include "megamoe/megamoe.h"
 
+#include <cstring>
 #include <memory>
 #include <mutex>
 #include <new>
@@ -191,6 +192,19 @@ int megamoe_launch(megamoe_runtime* runtime, const megamoe_kernel* kernel, const
     d.cluster = {dims->cluster[0], dims->cluster[1], dims->cluster[2]};
     d.sharedBytes = dims->shared_bytes;
     runtime->runtime->launch(*kernel->kernel, d, stream, params, heap ? heap->heap.get() : nullptr);
+  });
+}
+
+int megamoe_tensor_map_bf16(megamoe_runtime* runtime, uint64_t base, int rank, const uint64_t* dims,
+                            const uint64_t* strides, const uint32_t* box, void* out128) {
+  return guarded([&] {
+    requireArg(runtime, "runtime");
+    requireArg(dims, "dims");
+    requireArg(box, "box");
+    requireArg(out128, "out128");
+    if (rank > 1) requireArg(strides, "strides");
+    auto map = runtime->runtime->device()->encodeTensorMapBf16(base, rank, dims, strides, box);
+    std::memcpy(out128, map.data(), map.size());
   });
 }
 

@@ -32,7 +32,7 @@ constexpr uint32_t kDefaultSharedLimit = 48 * 1024;
   X(cuModuleGetFunction) X(cuFuncSetAttribute) X(cuLaunchKernel) X(cuLaunchKernelEx) X(cuDeviceCanAccessPeer)   \
   X(cuCtxEnablePeerAccess) X(cuIpcGetMemHandle) X(cuIpcOpenMemHandle) X(cuIpcCloseMemHandle)                  \
   X(cuStreamBeginCapture) X(cuStreamEndCapture) X(cuGraphInstantiateWithFlags) X(cuGraphLaunch)                  \
-  X(cuGraphExecDestroy) X(cuGraphDestroy)
+  X(cuGraphExecDestroy) X(cuGraphDestroy) X(cuTensorMapEncodeTiled)
 
 using GetProcAddress = CUresult (*)(const char*, void**, int, cuuint64_t, CUdriverProcAddressQueryResult*);
 
@@ -199,6 +199,26 @@ class CudaDevice final : public Device {
     std::lock_guard<std::mutex> lock(sharedMutex_);
     sharedLimit_[function] = {module, 0};
     return function;
+  }
+
+  std::array<uint8_t, 128> encodeTensorMapBf16(DevicePtr base, int rank, const uint64_t* dims, const uint64_t* strides,
+                                               const uint32_t* box) override {
+    if (rank < 1 || rank > 5) throw Error(ErrorCode::kInvalidArgument, "a tensor map has 1..5 dimensions");
+    CUtensorMap map{};
+    cuuint64_t d[5], st[5];
+    cuuint32_t b[5], one[5] = {1, 1, 1, 1, 1};
+    for (int i = 0; i < rank; ++i) {
+      d[i] = dims[i];
+      b[i] = box[i];
+      if (i + 1 < rank) st[i] = strides[i];
+    }
+    check(d_->cuTensorMapEncodeTiled(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, cuuint32_t(rank), reinterpret_cast<void*>(base),
+                                     d, st, b, one, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                     CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
+          "cuTensorMapEncodeTiled");
+    std::array<uint8_t, 128> out{};
+    std::memcpy(out.data(), &map, sizeof(map));
+    return out;
   }
 
   void launch(FunctionHandle function, const LaunchDims& dims, StreamHandle stream, void** params) override {

@@ -226,6 +226,10 @@ class HipDevice final : public Device {
   }
 
   // gfx950 has 160 KB of LDS per workgroup and HIP needs no opt-in attribute for dynamic LDS of module kernels.
+  std::array<uint8_t, 128> encodeTensorMapBf16(DevicePtr, int, const uint64_t*, const uint64_t*, const uint32_t*) override {
+    throw Error(ErrorCode::kUnsupported, "tensor maps are a CUDA (sm_90a TMA) feature; gfx950 kernels take none");
+  }
+
   void launch(FunctionHandle function, const LaunchDims& dims, StreamHandle stream, void** params) override {
     if (!function) throw Error(ErrorCode::kInvalidArgument, "launch of a null function");
     if (!dims.grid.x || !dims.grid.y || !dims.grid.z || !dims.block.x || !dims.block.y || !dims.block.z)

@@ -148,6 +148,30 @@ TEST(Codegen, WarpSpecializedGroupedGemmFitsItsRegisterSplit) {
   }
 }
 
+// The TMA variants (grouped_gemm_{nt,nn}_tma): on sm_90a one producer thread loads boxes through the two
+// by-value tensor-map parameters (grid-constant, so TMA reads them where they are) and no thread issues cp.async;
+// gfx950 builds the single-role kernel with the same argument list.
+TEST(Codegen, TmaGroupedGemmLoadsBoxesOnBarriers) {
+  using G = kernels::GroupedGemmSpec;
+  for (const G& g : {G{G::kNT, 128, 4096, 7168}, G{G::kNT, 128, 7168, 2048}, G{G::kNN, 128, 2048, 7168},
+                     G{G::kNN, 16, 512, 1024}}) {
+    for (const char* targetName : {"sm_90a", "gfx950"}) {
+      kernels::KernelSpec spec = g.spec();
+      spec.kernel = G::tmaName(g.layout);
+      SCOPED_TRACE(spec.describe() + "@" + targetName);
+      CompiledKernel k = compile(spec, targetName);
+      EXPECT_TRUE(k.facts.ok()) << k.facts.json();
+      EXPECT_EQ(k.facts.spillBytes, 0);
+      if (std::string(targetName) != "sm_90a") continue;
+      EXPECT_LE(k.facts.registers, 168);
+      EXPECT_NE(k.assembly.find(".param .align 64 .b8 " + k.name + "_param_5[128]"), std::string::npos);
+      EXPECT_NE(k.assembly.find("cp.async.bulk.tensor.2d.shared::cluster.global"), std::string::npos);
+      EXPECT_NE(k.assembly.find("mbarrier.arrive.expect_tx"), std::string::npos);
+      EXPECT_EQ(k.assembly.find("cp.async.cg"), std::string::npos);
+    }
+  }
+}
+
 TEST(Codegen, BadSpecNamesTheConstraint) {
   auto* gemm = kernels::find("gemm_nt");
   ASSERT_NE(gemm, nullptr);

@@ -206,6 +206,14 @@ LogicalResult MbarrierInitOp::verify() { return verifyBarrierPtr(*this, getBar()
 LogicalResult MbarrierArriveOp::verify() { return verifyBarrierPtr(*this, getBar().getType()); }
 LogicalResult MbarrierWaitOp::verify() { return verifyBarrierPtr(*this, getBar().getType()); }
 LogicalResult AsyncArriveOp::verify() { return verifyBarrierPtr(*this, getBar().getType()); }
+LogicalResult MbarrierExpectTxOp::verify() { return verifyBarrierPtr(*this, getBar().getType()); }
+LogicalResult TmaLoadOp::verify() {
+  if (failed(verifyBarrierPtr(*this, getBar().getType()))) return failure();
+  if (!isShared(getDst().getType())) return emitOpError("the box lands in shared memory (address space 3)");
+  if (getCoords().empty() || getCoords().size() > 5)
+    return emitOpError("a tensor map has 1 to 5 dimensions, got ") << getCoords().size() << " coordinates";
+  return success();
+}
 
 LogicalResult SetMaxRegistersOp::verify() {
   if (getCount() < 24 || getCount() > 256 || getCount() % 8 != 0)

@@ -92,17 +92,23 @@ struct MmaTileToWgmma : OpRewritePattern<MmaTileOp> {
     // Warpgroup g reads A rows [64g, 64g + 64): 64 K-major rows of 128 bytes further on, or the g-th MN atom.
     bool aMN = op.getAMnMajor(), bMN = op.getBMnMajor();
     uint64_t atomsA = uint64_t(op.getM() / 64), atomsB = uint64_t(op.getN() / 64);
+    int64_t aGroupBytes = !aMN ? Atom::kM * 128 : op.getMnAtomsOuter() ? op.getK() / 8 * 1024 : 1024;
     Value aBase = arith::AddIOp::create(b, loc, sharedAddress(b, loc, op.getA()),
-                                        arith::MulIOp::create(b, loc, group, i64(b, loc, aMN ? 1024 : Atom::kM * 128)));
+                                        arith::MulIOp::create(b, loc, group, i64(b, loc, aGroupBytes)));
+    // MN-major strides (MmaAtoms.h): b128_mn tiles, or TMA boxes with the MN atoms outermost.
+    bool outer = op.getMnAtomsOuter();
+    uint64_t kGroups = uint64_t(op.getK() / 8);
+    auto lbo = [&](uint64_t atoms) { return outer ? kGroups * 1024 : uint64_t(1024); };
+    auto sbo = [&](uint64_t atoms) { return outer ? uint64_t(1024) : atoms * 1024; };
     auto desc = [&](Value addr, bool mn, uint64_t atoms) {
       Value masked = arith::AndIOp::create(b, loc, addr, i64(b, loc, 0x3FFFF));
       Value field = arith::ShRUIOp::create(b, loc, masked, i64(b, loc, 4));
-      uint64_t fixed = mn ? Atom::descriptorMN(0, atoms) : Atom::descriptor(0);
+      uint64_t fixed = mn ? Atom::descriptorMN(0, lbo(atoms), sbo(atoms)) : Atom::descriptor(0);
       return arith::OrIOp::create(b, loc, field, i64(b, loc, int64_t(fixed))).getResult();
     };
     Value descA = desc(aBase, aMN, atomsA), descB = desc(sharedAddress(b, loc, op.getB()), bMN, atomsB);
-    uint64_t stepA = aMN ? Atom::descriptorStepPerK16MN(atomsA) : Atom::kDescriptorStepPerK16;
-    uint64_t stepB = bMN ? Atom::descriptorStepPerK16MN(atomsB) : Atom::kDescriptorStepPerK16;
+    uint64_t stepA = aMN ? Atom::descriptorStepPerK16MN(sbo(atomsA)) : Atom::kDescriptorStepPerK16;
+    uint64_t stepB = bMN ? Atom::descriptorStepPerK16MN(sbo(atomsB)) : Atom::kDescriptorStepPerK16;
 
     Value acc = vectorToStruct(b, loc, op.getAcc(), structTy, accN);
     NVVM::WgmmaFenceAlignedOp::create(b, loc);
@@ -277,6 +283,29 @@ struct ProxyFenceToNvvm : OpRewritePattern<ProxyFenceOp> {
     return success();
   }
 };
+struct MbarrierExpectTxToNvvm : OpRewritePattern<MbarrierExpectTxOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(MbarrierExpectTxOp op, PatternRewriter& b) const override {
+    NVVM::MBarrierArriveExpectTxOp::create(b, op.getLoc(), Type(), op.getBar(), op.getBytes(), NVVM::MemScopeKind::CTA,
+                                           false, Value());
+    b.eraseOp(op);
+    return success();
+  }
+};
+// cp.async.bulk.tensor.Nd.shared::cluster.global.mbarrier::complete_tx::bytes: the destination is addressed in the
+// shared::cluster window (address space 7), which holds this CTA's shared memory too.
+struct TmaLoadToNvvm : OpRewritePattern<TmaLoadOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(TmaLoadOp op, PatternRewriter& b) const override {
+    Location loc = op.getLoc();
+    Value dst = LLVM::AddrSpaceCastOp::create(b, loc, LLVM::LLVMPointerType::get(b.getContext(), 7), op.getDst());
+    NVVM::CpAsyncBulkTensorGlobalToSharedClusterOp::create(b, loc, dst, op.getMap(), op.getCoords(), op.getBar(),
+                                                          ValueRange{}, Value(), Value(), NVVM::TMALoadMode::TILE,
+                                                          false, NVVM::CTAGroupKindAttr(), Value());
+    b.eraseOp(op);
+    return success();
+  }
+};
 struct SetMaxRegistersToNvvm : OpRewritePattern<SetMaxRegistersOp> {
   using OpRewritePattern::OpRewritePattern;
   LogicalResult matchAndRewrite(SetMaxRegistersOp op, PatternRewriter& b) const override {
@@ -297,7 +326,7 @@ struct LowerToNVVMPass : impl::MegaMoeLowerToNVVMBase<LowerToNVVMPass> {
     populateCommonLoweringPatterns(patterns, hooks);
     patterns.add<MmaTileToWgmma, MmaDrainToWgmmaWait, AccStoreFromWgmma, BulkStoreToCpAsyncBulk, BulkCommitToNvvm,
                  BulkWaitToNvvm, GroupBarrierToBarSync, MbarrierInitToNvvm, MbarrierArriveToNvvm, MbarrierWaitToNvvm,
-                 AsyncArriveToNvvm, ProxyFenceToNvvm, SetMaxRegistersToNvvm>(&getContext());
+                 AsyncArriveToNvvm, ProxyFenceToNvvm, SetMaxRegistersToNvvm, MbarrierExpectTxToNvvm, TmaLoadToNvvm>(&getContext());
     if (failed(applyLowering(getOperation(), std::move(patterns)))) signalPassFailure();
   }
 };

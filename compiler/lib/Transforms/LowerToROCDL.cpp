@@ -74,6 +74,8 @@ Value fragmentPtr(OpBuilder& b, Location loc, Value base, Value row, int64_t kk,
 struct MmaTileToMfma : OpRewritePattern<MmaTileOp> {
   using OpRewritePattern::OpRewritePattern;
   LogicalResult matchAndRewrite(MmaTileOp op, PatternRewriter& b) const override {
+    // gfx950 tiles are K-major after their (transposing) copies; TMA box placements never reach it.
+    if (op.getMnAtomsOuter()) return b.notifyMatchFailure(op, "mn_atoms_outer is an sm_90a (TMA) placement");
     Location loc = op.getLoc();
     int64_t tilesN = op.getN() / Atom::kN;
     auto fragTy = VectorType::get({Atom::kOperandPerLane}, b.getBF16Type());

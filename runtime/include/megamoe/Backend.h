@@ -73,6 +73,12 @@ class Device {
   virtual void synchronizeEvent(EventHandle event) = 0;
   virtual float elapsedMilliseconds(EventHandle start, EventHandle end) = 0;
 
+  // A CUtensorMap (128 bytes, passed to a kernel by value) over a bf16 tensor of `rank` (1..5) dimensions,
+  // innermost first: dims in elements, strides in bytes for dimensions 1..rank-1, boxes of `box` elements, the
+  // 128-byte swizzle (the b128 layout of the MMA tiles), zero fill outside the tensor. CUDA only (sm_90a TMA).
+  virtual std::array<uint8_t, 128> encodeTensorMapBf16(DevicePtr base, int rank, const uint64_t* dims,
+                                                       const uint64_t* strides, const uint32_t* box) = 0;
+
   virtual ModuleHandle loadModule(const void* image, size_t bytes) = 0;
   virtual void unloadModule(ModuleHandle module) = 0;
   virtual FunctionHandle getFunction(ModuleHandle module, const std::string& symbol) = 0;

@@ -86,6 +86,12 @@ MEGAMOE_API int megamoe_launch(megamoe_runtime* runtime, const megamoe_kernel* k
                                const megamoe_launch_dims* dims, void* stream, void** params,
                                const megamoe_heap* heap);
 
+/* A CUtensorMap for an sm_90a kernel's tensor-map argument (pass the address of its 128 bytes in params): a bf16
+ * tensor at device address `base` with `rank` (1..5) dimensions innermost first, dims in elements, strides in bytes
+ * for dimensions 1..rank-1, boxes of `box` elements, 128-byte swizzle, zeros outside the tensor. */
+MEGAMOE_API int megamoe_tensor_map_bf16(megamoe_runtime* runtime, uint64_t base, int rank, const uint64_t* dims,
+                                        const uint64_t* strides, const uint32_t* box, void* out128);
+
 /* One process per GPU: this process is `rank` of `nranks`; all meet at rendezvous_path (ignored when nranks is 1). */
 MEGAMOE_API int megamoe_heap_create(megamoe_runtime* runtime, const megamoe_region_spec* regions, size_t region_count,
                                     int rank, int nranks, const char* rendezvous_path, megamoe_heap** out);
@@ -133,6 +139,12 @@ typedef struct megamoe_layer_config {
 #define MEGAMOE_BACKWARD_STAGE_WGRAD_W1_DISPATCH 3
 #define MEGAMOE_BACKWARD_STAGE_DGRAD_COMBINE 4
 #define MEGAMOE_BACKWARD_STAGE_COUNT 5
+
+/* A CUtensorMap for an sm_90a kernel's tensor-map argument (pass the address of its 128 bytes in params): a bf16
+ * tensor at device address `base` with `rank` (1..5) dimensions innermost first, dims in elements, strides in bytes
+ * for dimensions 1..rank-1, boxes of `box` elements, 128-byte swizzle, zeros outside the tensor. */
+MEGAMOE_API int megamoe_tensor_map_bf16(megamoe_runtime* runtime, uint64_t base, int rank, const uint64_t* dims,
+                                        const uint64_t* strides, const uint32_t* box, void* out128);
 
 /* One process per GPU: this process is `rank` of `nranks`; all meet at rendezvous_path. */
 MEGAMOE_API int megamoe_layer_create(megamoe_runtime* runtime, const megamoe_layer_config* config, int rank,

@@ -192,6 +192,30 @@ def MegaMoe_AsyncArriveOp : MegaMoe_Op<"async_arrive", [MemoryEffects<[MemRead, 
   let hasVerifier = 1;
 }
 
+def MegaMoe_MbarrierExpectTxOp : MegaMoe_Op<"mbarrier_expect_tx", [MemoryEffects<[MemRead, MemWrite]>]> {
+  let summary = "one arrival on the shared barrier that also expects `bytes` more from tensor copies (tma_load)";
+  let description = [{
+    The barrier's phase completes once its arrivals are in and the expected bytes have landed. The calling
+    thread alone (the producer that then issues the tma_loads completing on this barrier).
+  }];
+  let arguments = (ins AnyLLVMPtr:$bar, I32:$bytes);
+  let assemblyFormat = "$bar `,` $bytes attr-dict `:` type($bar)";
+  let hasVerifier = 1;
+}
+
+def MegaMoe_TmaLoadOp : MegaMoe_Op<"tma_load", [MemoryEffects<[MemRead, MemWrite]>]> {
+  let summary = "one tensor-map box from global to shared memory, completing on an mbarrier (sm_90a TMA)";
+  let description = [{
+    `map` is a CUtensorMap kernel argument (128 bytes, passed by value: Kernel::argTensorMap); `coords` are the
+    box's first element per dimension, innermost first. The box lands at `dst` (1024-byte aligned for the
+    128-byte swizzle) in the map's layout; elements outside the tensor are zero-filled. The calling thread alone;
+    its bytes count toward the barrier's expected transaction bytes (mbarrier_expect_tx). gfx950 has no lowering.
+  }];
+  let arguments = (ins AnyLLVMPtr:$map, AnyLLVMPtr:$dst, AnyLLVMPtr:$bar, Variadic<I32>:$coords);
+  let assemblyFormat = "$map `[` $coords `]` `,` $dst `,` $bar attr-dict `:` type($map) `,` type($dst) `,` type($bar)";
+  let hasVerifier = 1;
+}
+
 def MegaMoe_ProxyFenceOp : MegaMoe_Op<"proxy_fence", [MemoryEffects<[MemRead, MemWrite]>]> {
   let summary = "order this thread's view of shared memory written by ordinary stores before later MMA reads";
   let description = [{
@@ -220,12 +244,15 @@ def MegaMoe_MmaTileOp : MegaMoe_Op<"mma_tile", [MemoryEffects<[MemRead]>]> {
     rows of 128 bytes (k = 64 bf16) with the b128 swizzle, or with `a_mn_major` / `b_mn_major` K x MN tiles in the
     b128_mn layout, as `tile_copy` writes them. The accumulator is
     the calling thread's fragment: m * n / threads f32 values whose placement is the target's MMA atom fragment
-    layout; only `acc_store` interprets it. Lowering picks the atom from the target's descriptor table
+    layout; only `acc_store` interprets it. With `mn_atoms_outer`, MN-major operands hold their 64-element MN
+    atoms one after another, each with all k / 8 of its K groups (the order TMA boxes of 64 MN x k land in)
+    instead of b128_mn's K-group-major order. Lowering picks the atom from the target's descriptor table
     (sm_90a: wgmma m64nNk16, one warpgroup per 64 rows; gfx950: v_mfma_f32_32x32x16_bf16, one wave per 32 rows).
   }];
   let arguments = (ins VectorOfRankAndType<[1], [F32]>:$acc, AnyLLVMPtr:$a, AnyLLVMPtr:$b,
                    I64Attr:$m, I64Attr:$n, I64Attr:$k, I64Attr:$threads,
-                   DefaultValuedAttr<I64Attr, "0">:$pending, UnitAttr:$a_mn_major, UnitAttr:$b_mn_major);
+                   DefaultValuedAttr<I64Attr, "0">:$pending, UnitAttr:$a_mn_major, UnitAttr:$b_mn_major,
+                   UnitAttr:$mn_atoms_outer);
   let results = (outs VectorOfRankAndType<[1], [F32]>:$result);
   let assemblyFormat = [{
     $a `,` $b `,` $acc attr-dict `:` type($a) `,` type($b) `,` type($acc) `->` type($result)

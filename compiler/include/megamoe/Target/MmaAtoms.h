@@ -31,14 +31,15 @@ struct WgmmaM64NK16Bf16 {
   // Advancing K by 16 bf16 moves 32 bytes inside the swizzled row: +2 in the descriptor's address field.
   static constexpr uint64_t kDescriptorStepPerK16 = 32 >> 4;
 
-  // MN-major operands (b128_mn tiles: 1024-byte atoms of 8 K-rows x 64 MN elements, atoms along MN adjacent):
-  // leading byte offset = 1024 (the next 64 MN elements), stride byte offset = the bytes of one 8-row K group
-  // across all `atomsMN` atoms. K advances by 16 = two K groups.
-  static constexpr uint64_t descriptorMN(uint64_t sharedAddr, uint64_t atomsMN) {
-    return ((sharedAddr & 0x3FFFF) >> 4) | (uint64_t(1024 >> 4) << 16) | (uint64_t(atomsMN * 1024 >> 4) << 32) |
-           (uint64_t(1) << 62);
+  // MN-major operands: 1024-byte atoms of 8 K-rows x 64 MN elements, each row swizzled like b128. Leading byte
+  // offset = the bytes from one 64-element MN atom to the next, stride byte offset = from one 8-row K group to the
+  // next; K advances by 16 = two K groups. Two placements are used: b128_mn tiles (tile_copy) put the atoms along
+  // MN next to each other (lbo 1024, sbo = atomsMN * 1024); TMA boxes of 64 MN x kRows put the K groups of one
+  // MN atom next to each other (lbo = kRows / 8 * 1024, sbo 1024).
+  static constexpr uint64_t descriptorMN(uint64_t sharedAddr, uint64_t lbo, uint64_t sbo) {
+    return ((sharedAddr & 0x3FFFF) >> 4) | (uint64_t(lbo >> 4) << 16) | (uint64_t(sbo >> 4) << 32) | (uint64_t(1) << 62);
   }
-  static constexpr uint64_t descriptorStepPerK16MN(uint64_t atomsMN) { return 2 * atomsMN * 1024 >> 4; }
+  static constexpr uint64_t descriptorStepPerK16MN(uint64_t sbo) { return 2 * sbo >> 4; }
 };
 
 // gfx950: v_mfma_f32_32x32x16_bf16, one wave (64 lanes). Never executed here: no AMD GPU exists in this project's
