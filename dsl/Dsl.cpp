@@ -2,6 +2,7 @@
 // insertion point. This is the only DSL file that includes dialect headers.
 #include "dsl/Dsl.h"
 
+#include <cstdint>
 #include <algorithm>
 #include <cstddef>
 #include <stdexcept>
@@ -428,6 +429,11 @@ SharedTile SharedTile::rowSlice(int64_t first, int64_t count) const {
                                 ArrayRef<LLVM::GEPArg>{int32_t(first * pitch_ * elemBytes(elem_))});
   return {k_, p, elem_, count, cols_, 1, pitch_};
 }
+SharedTile SharedTile::asRowsOf(int64_t firstRow) const {
+  Value p = LLVM::GEPOp::create(k_->builder(), k_->loc(), base_.getType(), k_->builder().getI8Type(), base_,
+                                ArrayRef<LLVM::GEPArg>{int32_t(-firstRow * pitch_ * elemBytes(elem_))});
+  return {k_, p, elem_, rows_, cols_, 1, pitch_};
+}
 SharedTile SharedTile::colSlice(int64_t first, int64_t count) const {
   if (first < 0 || count <= 0 || first + count > cols_) throw std::invalid_argument("colSlice outside the tile");
   Value p = LLVM::GEPOp::create(k_->builder(), k_->loc(), base_.getType(), k_->builder().getI8Type(), base_,
@@ -468,7 +474,10 @@ I32 SharedTile::atomicAddI32(const I32& index, const I32& v) const {
                                         LLVM::AtomicOrdering::monotonic, /*syncscope=*/"", 4)};
 }
 
-SharedTile Kernel::dynamicSharedTile(Elem e, int64_t rows, int64_t cols, int64_t stages, int64_t pitch) {
+SharedTile Kernel::dynamicSharedTile(Elem e, int64_t rows, int64_t cols, int64_t stages, int64_t pitch,
+                                     int64_t align) {
+  if (align < 16 || align > 1024 || (align & (align - 1)))
+    throw std::invalid_argument("dynamicSharedTile: align must be a power of two in [16, 1024]");
   if (pitch == 0) pitch = cols;
   // Dynamic shared memory starts after the static part, aligned only to 16 bytes: swizzled tiles need 1024.
   if (sharedCount_ > 0) throw std::logic_error(staticAfterDynamic);
@@ -481,7 +490,7 @@ SharedTile Kernel::dynamicSharedTile(Elem e, int64_t rows, int64_t cols, int64_t
     LLVM::GlobalOp::create(b_, loc_, LLVM::LLVMArrayType::get(b_.getI8Type(), 0), false, LLVM::Linkage::External, sym,
                            Attribute(), 1024, kSharedSpace);
   }
-  int64_t offset = (dynamicSharedBytes_ + 1023) / 1024 * 1024;
+  int64_t offset = (dynamicSharedBytes_ + align - 1) / align * align;
   dynamicSharedBytes_ = offset + rows * pitch * elemBytes(e) * stages;
   func_->setAttr("megamoe.dynamic_shared_bytes", b_.getI64IntegerAttr(dynamicSharedBytes_));
   Value base = LLVM::AddressOfOp::create(b_, loc_, ptrType(b_.getContext(), kSharedSpace), sym);
@@ -546,11 +555,19 @@ void Kernel::mbarrierArriveExpectTx(const SharedTile& bars, const I32& i, int64_
   MbarrierExpectTxOp::create(b_, loc_, mbarrierAt(bars, i), i32(bytes).value());
 }
 void Kernel::tmaLoad(const TensorMap& map, const std::vector<I32>& coords, const SharedTile& dst, const SharedTile& bars,
-                     const I32& i) {
+                     const I32& i, int64_t multicast) {
   SmallVector<Value> c;
   for (const I32& v : coords) c.push_back(v.value());
-  TmaLoadOp::create(b_, loc_, map.value(), dst.value(), mbarrierAt(bars, i), c);
+  TmaLoadOp::create(b_, loc_, map.value(), dst.value(), mbarrierAt(bars, i), c, multicast);
 }
+void Kernel::mbarrierArrivePeer(const SharedTile& bars, const I32& i, const I32& cta) {
+  MbarrierArrivePeerOp::create(b_, loc_, mbarrierAt(bars, i), cta.value());
+}
+void Kernel::setClusterX(int64_t x) {
+  if (x < 1 || x > 8) throw std::invalid_argument("cluster: 1..8 blocks");
+  func_->setAttr("megamoe.cluster_x", b_.getI64IntegerAttr(x));
+}
+void Kernel::clusterSync() { ClusterSyncOp::create(b_, loc_); }
 void Kernel::setMaxRegisters(int64_t count, bool increase) {
   auto op = SetMaxRegistersOp::create(b_, loc_, count);
   if (increase) op.setIncrease(true);
@@ -573,7 +590,7 @@ void Kernel::copyTile(const SharedTile& src, const GlobalPtr& dst, const I32& ds
 
 // The MMA atoms place warpgroup g's rows by thread index / 128: a group that runs MMA tiles starts at thread 0.
 static void requireMmaGroup(int64_t first) {
-  if (first != 0) throw std::logic_error("MMA tiles and accumulator stores need a thread group starting at 0");
+  if (first % 128 != 0) throw std::logic_error("MMA tiles and accumulator stores need whole warpgroups");
 }
 Acc Kernel::zeroAcc(int64_t m, int64_t n) {
   requireMmaGroup(group_.first);
@@ -602,7 +619,8 @@ void Kernel::storeAcc(const Acc& acc, const GlobalPtr& dst, const I32& ld, const
 
 void Kernel::storeAcc(const Acc& acc, const SharedTile& dst) {
   requireMmaGroup(group_.first);
-  AccStoreOp::create(b_, loc_, acc.value, dst.value(), i32(dst.pitch()).value(), i32(acc.m).value(), acc.m, acc.n,
+  // Every row (a group of a later warpgroup writes rows from 64g on: see SharedTile::asRowsOf).
+  AccStoreOp::create(b_, loc_, acc.value, dst.value(), i32(dst.pitch()).value(), i32(INT32_MAX).value(), acc.m, acc.n,
                      group_.threads, type(dst.elem()));
 }
 

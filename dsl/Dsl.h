@@ -121,6 +121,9 @@ class SharedTile {
   SharedTile stage(const I32& s) const;  // stage s of a multi-stage buffer
   // Rows [first, first + count) of the first stage as a tile of its own (first a multiple of 8 keeps swizzling).
   SharedTile rowSlice(int64_t first, int64_t count) const;
+  // This tile seen as rows [firstRow, firstRow + rows()) of a taller one (its base moved back by firstRow rows), for
+  // accumulator stores that place rows by the block's warpgroup index (warpgroup g writes rows 64g ..).
+  SharedTile asRowsOf(int64_t firstRow) const;
   // Columns [first, first + count) of the first stage, same pitch (e.g. one half of a staging tile).
   SharedTile colSlice(int64_t first, int64_t count) const;
   // n contiguous elements of row `row` from column `col` (one vector access; col * element size 16-byte aligned).
@@ -222,12 +225,16 @@ class Kernel {
   // Shared memory: static tiles (small), or dynamic multi-stage buffers (any size the target holds; the kernel's
   // dynamic shared bytes are recorded for the launch).
   SharedTile sharedTile(Elem e, int64_t rows, int64_t cols);
-  SharedTile dynamicSharedTile(Elem e, int64_t rows, int64_t cols, int64_t stages, int64_t pitch = 0);
+  // `align`: 1024 (swizzled MMA operands need it) or at least 16 for small tables.
+  SharedTile dynamicSharedTile(Elem e, int64_t rows, int64_t cols, int64_t stages, int64_t pitch = 0,
+                               int64_t align = 1024);
+  int64_t dynamicSharedBytes() const { return dynamicSharedBytes_; }
 
   // Warp specialisation (sm_90a): `body` runs on threads [first, first + threads) of the block only (whole warps).
   // Inside it, block-scope ops (copies, MMA tiles, accumulator stores) are the group's: they use its threads, and
   // blockSync() is the group's own barrier `barrier` (1..15; groups that run at the same time need distinct ids).
-  // MMA tiles and accumulator stores need a group that starts at thread 0 (warpgroup g holds rows 64g..).
+  // MMA tiles and accumulator stores need a group of whole warpgroups: warpgroup g of the block holds rows 64g ..
+  // of the tile (a group of warpgroup 1 alone computes rows 64 .. 127 with m = 64).
   void group(int64_t first, int64_t threads, int barrier, const std::function<void()>& body);
   int64_t groupFirst() const { return group_.first; }
   int64_t groupThreads() const { return group_.threads; }
@@ -244,8 +251,15 @@ class Kernel {
   void mbarrierArriveExpectTx(const SharedTile& bars, const I32& i, int64_t bytes);
   // The calling thread: starts copying the box of `map` at `coords` (innermost first) into `dst`, completing on
   // barrier i (sm_90a TMA; elements outside the tensor arrive as zeros).
+  // A non-zero `multicast` mask writes the box into those CTAs of the cluster (same offsets, their barrier i).
   void tmaLoad(const TensorMap& map, const std::vector<I32>& coords, const SharedTile& dst, const SharedTile& bars,
-               const I32& i);
+               const I32& i, int64_t multicast = 0);
+  // The calling thread: one arrival on barrier i of CTA `cta` of this block's cluster.
+  void mbarrierArrivePeer(const SharedTile& bars, const I32& i, const I32& cta);
+  // Thread-block clusters of `x` blocks along x (sm_90a; the grid must be a multiple of x), and their meeting
+  // point: every thread of every block of the cluster (barriers initialised before it are visible cluster-wide).
+  void setClusterX(int64_t x);
+  void clusterSync();
   // Orders shared data written by ordinary stores or async copies (seen through a barrier) before this thread's
   // next MMA tile reads it.
   void proxyFence();

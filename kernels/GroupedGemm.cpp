@@ -9,10 +9,17 @@ namespace megamoe::kernels {
 using namespace dsl;
 
 mlir::OwningOpRef<mlir::ModuleOp> buildGroupedGemm(mlir::MLIRContext& ctx, const GroupedGemmSpec& s, Arch arch,
-                                                   bool warpSpecialized, bool tensorMaps) {
+                                                   bool warpSpecialized, bool tensorMaps, bool pairs) {
   using S = GroupedGemmSpec;
   const bool tma = tensorMaps && arch == Arch::sm_90a;
-  const S::Tiles c = s.tiles(arch, warpSpecialized || tma);
+  S::Tiles c = s.tiles(arch, warpSpecialized || tma);
+  if (c.warpSpecialized) {
+    // Its staging tile holds 64 rows: a fourth ring stage fits the 227 KB when the tables are small.
+    auto bytes = [&](int64_t stages) {
+      return stages * (c.m + c.n) * c.k * 2 + 64 * (c.n + 8) * 2 + WarpSpecialized::tableBytes(s.experts);
+    };
+    if (bytes(4) <= 227 * 1024) c.stages = 4;
+  }
   Kernel k(ctx, tensorMaps ? S::tmaName(s.layout) : S::name(s.layout), c.threads);
   GlobalPtr a = k.argPtr(Elem::bf16);
   GlobalPtr b = k.argPtr(Elem::bf16);
@@ -27,12 +34,19 @@ mlir::OwningOpRef<mlir::ModuleOp> buildGroupedGemm(mlir::MLIRContext& ctx, const
     k.argPtr(Elem::bf16);
     k.argPtr(Elem::bf16);
   }
-  TileScheduler sched{k, s, offsets, c.m, c.n};
-  Rings rings = allocateRings(k, s, c);
+  // Pairs: blocks run in clusters of two sharing B's tile (multicast); the grid must then be even.
+  std::optional<I32> rank;
+  if (tma && pairs) {
+    if (c.n != 256) throw std::invalid_argument("pairs need 256-wide tiles (N a multiple of 256)");
+    k.setClusterX(2);
+    rank = k.blockIdx() % 2;
+  }
+  TileScheduler sched{k, s, offsets, c.m, c.n, rank};
+  Rings rings = allocateRings(k, s, c, c.warpSpecialized ? 64 : 0);
   Pipeline pipe{k, s, c, a, b, out, rings.a, rings.b, rings.staging};
   SharedTile first = sharedTable(k, s.experts + 1);
   if (c.warpSpecialized)
-    WarpSpecialized::allocate(pipe, mapA, mapB).runStatic(sched, first, grid);
+    WarpSpecialized::allocate(pipe, mapA, mapB, rank).runStatic(sched, first, grid);
   else
     pipe.runStatic(sched, first, grid);
   return k.finish();

@@ -57,11 +57,16 @@ struct TilePlace {
 // empty expert none), M / bm for TN (every expert, so that an expert without tokens gets its dW = 0 written).
 // Within an expert, n-fastest order: measured on the H200 (bench/results v4 vs v5), bands of 8 m-tiles lost 10-20%
 // against it on every DeepSeek-V3 case.
+//
+// Pairs (pairRank set; NT / NN): the tiles are pairs of m-tiles (2i, 2i + 1) of one expert and n-tile, run by the
+// two blocks of a cluster (rank 0 and 1), which share B's tile; the second m-tile of an expert with an odd count
+// lies past the group (its block computes it and stores nothing).
 struct TileScheduler {
   dsl::Kernel& k;
   const GroupedGemmSpec& s;
   dsl::GlobalPtr offsets;
   int64_t bm, bn;
+  std::optional<dsl::I32> pairRank = std::nullopt;
 
   dsl::I32 offset(const dsl::I32& e) const { return (offsets + k.widen(e)).loadI32(); }
   int64_t nTiles() const { return s.n / bn; }
@@ -72,7 +77,10 @@ struct TileScheduler {
   PrefixTable table(const dsl::SharedTile& first) const { return {k, first, s.experts}; }
   // Once per block: the first tile of every expert. Returns the total.
   dsl::I32 buildTable(const dsl::SharedTile& first) const {
-    return table(first).build([&](dsl::I32 e) { return mTiles(offset(e), offset(e + 1)) * nTiles(); });
+    return table(first).build([&](dsl::I32 e) {
+      dsl::I32 m = mTiles(offset(e), offset(e + 1));
+      return (pairRank ? (m + 1) / 2 : m) * nTiles();
+    });
   }
   TilePlace place(const dsl::I32& t, const dsl::SharedTile& first) const {
     PrefixTable tab = table(first);
@@ -80,7 +88,8 @@ struct TileScheduler {
     dsl::I32 found = tab.find(t);
     dsl::I32 e = k.select(found < k.i32(s.experts), found, k.i32(s.experts - 1));
     dsl::I32 local = t - tab.at(e);
-    return {e, offset(e), offset(e + 1), local / nTiles(), (local % nTiles()) * bn};
+    dsl::I32 mTile = pairRank ? local / nTiles() * 2 + *pairRank : local / nTiles();
+    return {e, offset(e), offset(e + 1), mTile, (local % nTiles()) * bn};
   }
 };
 
@@ -88,18 +97,20 @@ struct TileScheduler {
 struct Rings {
   dsl::SharedTile a, b, staging;
 };
-inline Rings allocateRings(dsl::Kernel& k, const GroupedGemmSpec& s, const GroupedGemmSpec::Tiles& c) {
+// stagingRows: c.m, or 64 when the MMA warpgroups take turns with one warpgroup's rows (warp-specialised).
+inline Rings allocateRings(dsl::Kernel& k, const GroupedGemmSpec& s, const GroupedGemmSpec::Tiles& c,
+                           int64_t stagingRows = 0) {
   using namespace dsl;
   bool tn = s.layout == GroupedGemmSpec::kTN, nt = s.layout == GroupedGemmSpec::kNT;
   // K-major [MN][64] rings, or MN-major [64][MN] ones.
   SharedTile a = tn ? k.dynamicSharedTile(Elem::bf16, c.k, c.m, c.stages) : k.dynamicSharedTile(Elem::bf16, c.m, c.k, c.stages);
   SharedTile b = nt ? k.dynamicSharedTile(Elem::bf16, c.n, c.k, c.stages) : k.dynamicSharedTile(Elem::bf16, c.k, c.n, c.stages);
   // Staging rows padded by 8 elements (16 bytes): the 8 rows a warp's fragment store touches fall in distinct banks.
-  return {a, b, k.dynamicSharedTile(Elem::bf16, c.m, c.n, 1, c.n + 8)};
+  return {a, b, k.dynamicSharedTile(Elem::bf16, stagingRows ? stagingRows : c.m, c.n, 1, c.n + 8)};
 }
 // Shared i32 table of n entries (rounded up to whole 16-byte rows).
 inline dsl::SharedTile sharedTable(dsl::Kernel& k, int64_t n) {
-  return k.dynamicSharedTile(dsl::Elem::i32, 1, (n + 3) / 4 * 4, 1);
+  return k.dynamicSharedTile(dsl::Elem::i32, 1, (n + 3) / 4 * 4, 1, 0, /*align=*/16);
 }
 
 // The main loop of every layout: a `stages`-deep ring of asynchronous copies; the MMA of stage k overlaps the copies
@@ -228,9 +239,9 @@ struct Pipeline {
     else if (tn())
       k.copyTile(staging, out + ((k.widen(p.expert) * s.kOrM + k.widen(first0)) * s.n + k.widen(p.n0)), k.i32(s.n),
                  k.i32(c.m), /*swizzle=*/false);
-    else
-      k.copyTile(staging, out + (k.widen(first0) * s.n + k.widen(p.n0)), k.i32(s.n), p.groupEnd - first0,
-                 /*swizzle=*/false);
+    else  // a pair's second m-tile may start past the group: nothing to store
+      k.copyTile(staging, out + (k.widen(first0) * s.n + k.widen(p.n0)), k.i32(s.n),
+                 k.select(first0 < p.groupEnd, p.groupEnd - first0, k.i32(0)), /*swizzle=*/false);
     if (!bulkEpilogue) k.blockSync();  // the next tile's epilogue overwrites the staging tile
   }
   // After the tile loop: every copy this thread started has completed (bulk stores: written, and ordered before a
@@ -321,14 +332,29 @@ struct WarpSpecialized {
   const Pipeline& pipe;
   dsl::SharedTile bars, info;  // mbarriers: full[S], empty[S], tileFull[2], tileEmpty[2]; info: i32 [2][8]
   std::optional<dsl::TensorMap> mapA, mapB;
+  // Pairs (with tensor maps, BN = 256): blocks 2c and 2c + 1 form a cluster running the scheduler's m-tile pairs;
+  // each loads its own A and one half of B, multicast into both, so B's traffic from L2 halves.
+  std::optional<dsl::I32> rank = std::nullopt;
 
+  // Shared bytes past the rings and staging (tile table of `experts`, barriers, hand-over table).
+  static int64_t tableBytes(int64_t experts) { return (experts + 4) / 4 * 16 + 16 * 8 + kHandover * kFields * 4 + 48; }
+
+  // The staging tile holds one warpgroup's 64 rows (allocateRings(..., 64)): the MMA warpgroups run their own K
+  // loops over the shared ring and take turns storing, so one stores while the other multiplies.
   static WarpSpecialized allocate(const Pipeline& pipe, std::optional<dsl::TensorMap> mapA = std::nullopt,
-                                  std::optional<dsl::TensorMap> mapB = std::nullopt) {
+                                  std::optional<dsl::TensorMap> mapB = std::nullopt,
+                                  std::optional<dsl::I32> rank = std::nullopt) {
     if (mapA.has_value() != mapB.has_value() || (mapA && (pipe.tn() || pipe.gateUpRows || pipe.beforeLoads)))
       throw std::logic_error("tensor maps: both operands, NT or NN, plain tiles");
-    return {pipe, pipe.k.mbarriers(2 * pipe.c.stages + 2 * kHandover),
-            pipe.k.dynamicSharedTile(dsl::Elem::i32, 1, kHandover * kFields, 1), mapA, mapB};
+    if (rank && (!mapA || pipe.c.n != 256)) throw std::logic_error("pairs: tensor maps and BN = 256");
+    if (pipe.staging.rows() != 64 || pipe.epilogue || pipe.bulkEpilogue)
+      throw std::logic_error("warp-specialised: a 64-row staging tile and the default epilogue");
+    return {pipe, pipe.k.mbarriers(2 * pipe.c.stages + 2 * kHandover + 2),
+            pipe.k.dynamicSharedTile(dsl::Elem::i32, 1, kHandover * kFields, 1, 0, /*align=*/16), mapA, mapB, rank};
   }
+  int64_t warpgroups() const { return pipe.c.mmaThreads() / 128; }
+  // turn(w): warpgroup w may use the staging tile (its phase j completes when the other one is done with it).
+  dsl::I32 turn(int64_t w) const { return pipe.k.i32(2 * stages() + 2 * kHandover + w); }
   bool tma() const { return mapA.has_value(); }
   int64_t stages() const { return pipe.c.stages; }
   dsl::I32 full(const dsl::I32& slot) const { return slot; }
@@ -343,14 +369,18 @@ struct WarpSpecialized {
     k.ifThen(k.threadIdx() == 0, [&] {
       for (int64_t sl = 0; sl < stages(); ++sl) {
         k.mbarrierInit(bars, full(k.i32(sl)), tma() ? 1 : k.blockThreads() - pipe.c.mmaThreads());
-        k.mbarrierInit(bars, empty(k.i32(sl)), pipe.c.mmaThreads() / 128);
+        k.mbarrierInit(bars, empty(k.i32(sl)), warpgroups() * (rank ? 2 : 1));
       }
       for (int64_t q = 0; q < kHandover; ++q) {
         k.mbarrierInit(bars, tileFull(k.i32(q)), 1);
-        k.mbarrierInit(bars, tileEmpty(k.i32(q)), 1);
+        k.mbarrierInit(bars, tileEmpty(k.i32(q)), warpgroups());
       }
+      for (int64_t w = 0; w < 2; ++w) k.mbarrierInit(bars, turn(w), 1);
     });
-    k.blockSync();
+    if (rank)
+      k.clusterSync();  // both blocks' barriers exist before either multicasts or arrives on the other's
+    else
+      k.blockSync();
   }
 
   // Producer leader: hands tile number j (its place, or the end mark) to the MMA warpgroups.
@@ -407,38 +437,72 @@ struct WarpSpecialized {
       k.mbarrierArriveExpectTx(bars, full(slot), (c.m + c.n) * c.k * 2);
       k.tmaLoad(*mapA, {kk, pipe.m0(p)}, pipe.ringA.stage(slot), bars, full(slot));
       SharedTile stage = pipe.ringB.stage(slot);
-      if (s.layout == GroupedGemmSpec::kNT) {
-        for (int64_t h = 0; h < c.n / 128; ++h)
-          k.tmaLoad(*mapB, {kk, p.expert * s.n + p.n0 + 128 * h}, stage.rowSlice(128 * h, 128), bars, full(slot));
+      // B's boxes: all of them, or with pairs this block's half, multicast into both blocks of the cluster.
+      auto loadB = [&](int64_t half, int64_t halves, int64_t multicast) {
+        if (s.layout == GroupedGemmSpec::kNT) {
+          for (int64_t h = half * 2 / halves; h < (half + 1) * 2 / halves; ++h)
+            k.tmaLoad(*mapB, {kk, p.expert * s.n + p.n0 + 128 * h}, stage.rowSlice(128 * h, 128), bars, full(slot),
+                      multicast);
+        } else {  // K x 64 boxes: 64 rows of 128 bytes, MN atom a at a * 8 KB
+          for (int64_t a = half * (c.n / 64) / halves; a < (half + 1) * (c.n / 64) / halves; ++a)
+            k.tmaLoad(*mapB, {p.n0 + 64 * a, p.expert * s.kOrM + kk}, stage.rowSlice(c.k / 4 * a, c.k / 4), bars,
+                      full(slot), multicast);
+        }
+      };
+      if (rank) {
+        k.ifThen(*rank == 0, [&] { loadB(0, 2, 0b11); });
+        k.ifThen(*rank == 1, [&] { loadB(1, 2, 0b11); });
       } else {
-        for (int64_t a = 0; a < c.n / 64; ++a)  // K x 64 boxes: 64 rows of 128 bytes, MN atom a at a * 8 KB
-          k.tmaLoad(*mapB, {p.n0 + 64 * a, p.expert * s.kOrM + kk}, stage.rowSlice(c.k / 4 * a, c.k / 4), bars,
-                    full(slot));
+        loadB(0, 1, 0);
       }
     });
     return g + steps;
   }
 
-  // MMA warpgroups: tile p's K loop from stage counter g on, then its epilogue; returns the counter after it.
-  dsl::I32 compute(const TilePlace& p, const dsl::I32& g) const {
+  // A warpgroup leader gives a ring slot back: to this block's producer, and with pairs to the peer's too (its
+  // multicast writes this block's copy of the slot).
+  void release(const dsl::I32& bar) const {
+    pipe.k.mbarrierArrive(bars, bar);
+    if (rank) pipe.k.mbarrierArrivePeer(bars, bar, pipe.k.i32(1) - *rank);
+  }
+
+  // MMA warpgroup w (its own thread group): tile number j, at p, its K loop from stage counter g on (rows 64w ..
+  // of the tile), then its rows' epilogue; returns the counter after it.
+  dsl::I32 compute(const TilePlace& p, const dsl::I32& g, int64_t w, const dsl::I32& j) const {
     using namespace dsl;
     dsl::Kernel& k = pipe.k;
     const auto& c = pipe.c;
     Bool wgLeader = k.threadIdx() % 128 == 0;
     I32 steps = pipe.kTiles(p);
-    Acc acc = k.forRange(k.i32(0), steps, k.i32(1), k.zeroAcc(c.m, c.n), [&](I32 kt, Acc acc) {
+    Acc acc = k.forRange(k.i32(0), steps, k.i32(1), k.zeroAcc(64, c.n), [&](I32 kt, Acc acc) {
       I32 gi = g + kt, slot = gi % stages();
       k.mbarrierWait(bars, full(slot), (gi / stages()) % 2);
       if (!tma()) k.proxyFence();  // the producer's cp.async wrote through the generic proxy (TMA: the async one)
       Acc next = k.mma(acc, pipe.ringA.stage(slot), pipe.ringB.stage(slot), /*pending=*/1, pipe.aMN(), pipe.bMN(),
                        /*mnAtomsOuter=*/tma());
-      // The MMA of step kt - 1 has finished in this warpgroup: its slot goes back to the producer.
-      k.ifThen(k.i32(0) < kt && wgLeader, [&] { k.mbarrierArrive(bars, empty((gi + (stages() - 1)) % stages())); });
+      // The MMA of step kt - 1 has finished in this warpgroup: its slot goes back to the producer(s).
+      k.ifThen(k.i32(0) < kt && wgLeader, [&] { release(empty((gi + (stages() - 1)) % stages())); });
       return next;
     });
     acc = k.drain(acc);
-    k.ifThen(k.i32(0) < steps && wgLeader, [&] { k.mbarrierArrive(bars, empty((g + steps + (stages() - 1)) % stages())); });
-    pipe.storeTile(p, acc);
+    k.ifThen(k.i32(0) < steps && wgLeader, [&] { release(empty((g + steps + (stages() - 1)) % stages())); });
+    // Warpgroup 0 stores tile j after warpgroup 1 has stored tile j - 1; warpgroup 1 after warpgroup 0 tile j.
+    if (w == 0)
+      k.ifThen(k.i32(0) < j, [&] { k.mbarrierWait(bars, turn(0), (j + 1) % 2); });
+    else
+      k.mbarrierWait(bars, turn(1), j % 2);
+    k.storeAcc(acc, pipe.staging.asRowsOf(64 * w));
+    k.blockSync();
+    I32 first0 = pipe.m0(p) + 64 * w;
+    const auto& s = pipe.s;
+    if (pipe.tn())
+      k.copyTile(pipe.staging, pipe.out + ((k.widen(p.expert) * s.kOrM + k.widen(first0)) * s.n + k.widen(p.n0)),
+                 k.i32(s.n), k.i32(64), /*swizzle=*/false);
+    else  // rows past the group (or a pair's m-tile past it) are not stored
+      k.copyTile(pipe.staging, pipe.out + (k.widen(first0) * s.n + k.widen(p.n0)), k.i32(s.n),
+                 k.select(first0 < p.groupEnd, p.groupEnd - first0, k.i32(0)), /*swizzle=*/false);
+    k.blockSync();
+    k.ifThen(wgLeader, [&] { k.mbarrierArrive(bars, turn(1 - w)); });
     return g + steps;
   }
 
@@ -453,8 +517,10 @@ struct WarpSpecialized {
       k.setMaxRegisters(kProducerRegisters, /*increase=*/false);
       Bool leader = k.threadIdx() == k.i32(c.mmaThreads());
       // cp.async: every producer thread copies, the leader hands tiles over; TMA: the leader alone.
+      // Pairs: cluster c (blocks 2c, 2c + 1) runs pairs c, c + grid / 2, ...
+      I32 firstTile = rank ? k.blockIdx() / 2 : k.blockIdx(), stride = rank ? grid / 2 : grid;
       auto produce = [&](bool boxes) {
-        std::vector<I32> end = k.forRange(k.blockIdx(), total, grid, {k.i32(0), k.i32(0)},
+        std::vector<I32> end = k.forRange(firstTile, total, stride, {k.i32(0), k.i32(0)},
                                           [&](I32 t, const std::vector<I32>& v) {
                                             TilePlace p = sched.place(t, first);
                                             if (boxes) {
@@ -477,17 +543,20 @@ struct WarpSpecialized {
       else
         produce(false);
     });
-    k.group(0, c.mmaThreads(), /*barrier=*/1, [&] {
-      k.setMaxRegisters(kMmaRegisters, /*increase=*/true);
-      k.whileLoop({receive(k.i32(0)), k.i32(0), k.i32(0)}, [&](const std::vector<I32>& v) { return !(v[0] == 0); },
-                  [&](const std::vector<I32>& v) {
-                    I32 j = v[1];
-                    I32 g = compute(placeOf(j % kHandover), v[2]);
-                    // storeTile ended with the group's barrier: every MMA thread is done with entry j.
-                    k.ifThen(k.threadIdx() == 0, [&] { k.mbarrierArrive(bars, tileEmpty(j % kHandover)); });
-                    return std::vector<I32>{receive(j + 1), j + 1, g};
-                  });
-    });
+    for (int64_t w = 0; w < warpgroups(); ++w) {
+      k.group(128 * w, 128, /*barrier=*/3 + int(w), [&] {
+        k.setMaxRegisters(kMmaRegisters, /*increase=*/true);
+        k.whileLoop({receive(k.i32(0)), k.i32(0), k.i32(0)}, [&](const std::vector<I32>& v) { return !(v[0] == 0); },
+                    [&](const std::vector<I32>& v) {
+                      I32 j = v[1];
+                      I32 g = compute(placeOf(j % kHandover), v[2], w, j);
+                      // compute ended with the warpgroup's barrier: all of it is done with entry j.
+                      k.ifThen(k.threadIdx() % 128 == 0, [&] { k.mbarrierArrive(bars, tileEmpty(j % kHandover)); });
+                      return std::vector<I32>{receive(j + 1), j + 1, g};
+                    });
+      });
+    }
+    if (rank) k.clusterSync();  // no block leaves while its peer may still multicast into it or arrive on it
   }
 };
 

@@ -110,12 +110,15 @@ struct GroupedGemmSpec {
 // measured slower with cp.async as the producer's copy (docs/decisions/gemm-tiles.md).
 // tensorMaps (NT, NN) builds grouped_gemm_{nt,nn}_tma: args A, B, C, offsets, grid, mapA, mapB, where on sm_90a the
 // maps are CUtensorMaps (bf16, 128-byte swizzle, zero fill; Device::encodeTensorMapBf16) and the kernel is
-// warp-specialised with TMA loads; gfx950 builds the single-role kernel and ignores them (any pointer):
+// warp-specialised with TMA loads. gfx950 builds the single-role kernel and ignores the maps (any pointer):
 //   mapA: A [rows, K]: dims {K, rows}, row stride K * 2 bytes, box {64, 128};
 //   mapB, NT: B [E * N, K]: dims {K, E * N}, row stride K * 2, box {64, 128};
 //   mapB, NN: B [E * K, N]: dims {N, E * K}, row stride N * 2, box {64, 64}.
+// pairs (tensorMaps, N a multiple of 256; the spec constant "pairs"): clusters of two blocks running m-tile pairs
+// that load B's tile once for both (multicast); the grid must then be even.
 mlir::OwningOpRef<mlir::ModuleOp> buildGroupedGemm(mlir::MLIRContext& ctx, const GroupedGemmSpec& s, Arch arch,
-                                                   bool warpSpecialized = false, bool tensorMaps = false);
+                                                   bool warpSpecialized = false, bool tensorMaps = false,
+                                                   bool pairs = false);
 
 // dispatch_prologue: the routing tables of one layer call, on the device, from topk_idx (first step of the fused
 // dispatch). One block per rank. Counts the picks per expert (entries of -1 are skipped; an entry outside

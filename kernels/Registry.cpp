@@ -59,8 +59,8 @@ KernelInfo groupedGemmInfo(GroupedGemmSpec::Layout layout, bool tensorMaps = fal
           : layout == S::kNT   ? "grouped bf16 GEMM C = A B[e]^T over device-side group offsets (persistent)"
           : layout == S::kNN ? "grouped bf16 GEMM C = A B[e] over device-side group offsets (persistent)"
                              : "grouped bf16 GEMM C[e] = A_e^T B_e, K = group size (weight gradients)",
-          {"E", "N", third},
-          [layout, third](const KernelSpec& s) {
+          tensorMaps ? std::vector<std::string>{"E", "N", third, "pairs"} : std::vector<std::string>{"E", "N", third},
+          [layout, third, tensorMaps](const KernelSpec& s) {
             std::string e = s.get("E") > 0 && s.get("E") <= 1024
                                 ? ""
                                 : "E=" + std::to_string(s.get("E")) + " must be 1..1024 (the shared tile table)";
@@ -70,11 +70,15 @@ KernelInfo groupedGemmInfo(GroupedGemmSpec::Layout layout, bool tensorMaps = fal
                                    : positiveMultiple(third, s.get(third), S::kBlockK, "BLOCK_K");
             if (e.empty() && layout != S::kTN && s.get("K") < 128)
               e = "K=" + std::to_string(s.get("K")) + " must be >= 128 (the 3-stage copy pipeline's prologue)";
+            if (e.empty() && tensorMaps && (s.get("pairs") < 0 || s.get("pairs") > 1))
+              e = "pairs must be 0 or 1 (cluster pairs sharing B's tile by multicast)";
+            if (e.empty() && tensorMaps && s.get("pairs") && s.get("N") % 256 != 0)
+              e = "pairs=1 needs N a multiple of 256 (each block of a pair loads one 128-row half of B's tile)";
             return e;
           },
           [layout, third, tensorMaps](mlir::MLIRContext& ctx, const KernelSpec& s, Arch arch) {
             return buildGroupedGemm(ctx, GroupedGemmSpec{layout, s.get("E"), s.get("N"), s.get(third)}, arch,
-                                    /*warpSpecialized=*/false, tensorMaps);
+                                    /*warpSpecialized=*/false, tensorMaps, tensorMaps && s.get("pairs") == 1);
           }};
 }
 }  // namespace

@@ -142,7 +142,9 @@ TEST(Codegen, WarpSpecializedGroupedGemmFitsItsRegisterSplit) {
         EXPECT_NE(k->assembly.find("setmaxnreg.inc"), std::string::npos);
         EXPECT_NE(k->assembly.find("cp.async.mbarrier.arrive.noinc"), std::string::npos);
         EXPECT_NE(k->assembly.find("mbarrier.try_wait.parity"), std::string::npos);
-        EXPECT_NE(k->assembly.find("bar.sync \t1, 256"), std::string::npos);  // the MMA warpgroups' own barrier
+        // Each MMA warpgroup runs its own loop and epilogue, with its own barrier.
+        EXPECT_NE(k->assembly.find("bar.sync \t3, 128"), std::string::npos);
+        EXPECT_NE(k->assembly.find("bar.sync \t4, 128"), std::string::npos);
       }
     }
   }
@@ -158,6 +160,7 @@ TEST(Codegen, TmaGroupedGemmLoadsBoxesOnBarriers) {
     for (const char* targetName : {"sm_90a", "gfx950"}) {
       kernels::KernelSpec spec = g.spec();
       spec.kernel = G::tmaName(g.layout);
+      spec.constants.push_back({"pairs", g.n % 256 == 0 ? 1 : 0});
       SCOPED_TRACE(spec.describe() + "@" + targetName);
       CompiledKernel k = compile(spec, targetName);
       EXPECT_TRUE(k.facts.ok()) << k.facts.json();
@@ -168,6 +171,10 @@ TEST(Codegen, TmaGroupedGemmLoadsBoxesOnBarriers) {
       EXPECT_NE(k.assembly.find("cp.async.bulk.tensor.2d.shared::cluster.global"), std::string::npos);
       EXPECT_NE(k.assembly.find("mbarrier.arrive.expect_tx"), std::string::npos);
       EXPECT_EQ(k.assembly.find("cp.async.cg"), std::string::npos);
+      // Pairs: a cluster of two, B's boxes multicast, slots released to the peer too.
+      EXPECT_NE(k.assembly.find(".reqnctapercluster 2, 1, 1"), std::string::npos);
+      EXPECT_NE(k.assembly.find(".multicast::cluster"), std::string::npos);
+      EXPECT_NE(k.assembly.find("mapa.shared::cluster"), std::string::npos);
     }
   }
 }

@@ -207,11 +207,13 @@ LogicalResult MbarrierArriveOp::verify() { return verifyBarrierPtr(*this, getBar
 LogicalResult MbarrierWaitOp::verify() { return verifyBarrierPtr(*this, getBar().getType()); }
 LogicalResult AsyncArriveOp::verify() { return verifyBarrierPtr(*this, getBar().getType()); }
 LogicalResult MbarrierExpectTxOp::verify() { return verifyBarrierPtr(*this, getBar().getType()); }
+LogicalResult MbarrierArrivePeerOp::verify() { return verifyBarrierPtr(*this, getBar().getType()); }
 LogicalResult TmaLoadOp::verify() {
   if (failed(verifyBarrierPtr(*this, getBar().getType()))) return failure();
   if (!isShared(getDst().getType())) return emitOpError("the box lands in shared memory (address space 3)");
   if (getCoords().empty() || getCoords().size() > 5)
     return emitOpError("a tensor map has 1 to 5 dimensions, got ") << getCoords().size() << " coordinates";
+  if (getMulticast() < 0 || getMulticast() > 0xFFFF) return emitOpError("multicast is a 16-bit mask of cluster CTAs");
   return success();
 }
 

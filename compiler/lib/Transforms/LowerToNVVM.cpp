@@ -50,6 +50,10 @@ class NvvmHooks final : public TargetHooks {
     Builder b(func->getContext());
     func->setAttr(NVVM::NVVMDialect::getKernelFuncAttrName(), b.getUnitAttr());
     func->setAttr(NVVM::NVVMDialect::getReqntidAttrName(), b.getDenseI32ArrayAttr({int32_t(threads), 1, 1}));
+    // Thread-block clusters along x (TMA multicast pairs): .reqnctapercluster, so a plain launch forms them.
+    if (auto cluster = func->getAttrOfType<IntegerAttr>("megamoe.cluster_x"))
+      func->setAttr(NVVM::NVVMDialect::getClusterDimAttrName(),
+                    b.getDenseI32ArrayAttr({int32_t(cluster.getInt()), 1, 1}));
   }
 };
 
@@ -299,9 +303,40 @@ struct TmaLoadToNvvm : OpRewritePattern<TmaLoadOp> {
   LogicalResult matchAndRewrite(TmaLoadOp op, PatternRewriter& b) const override {
     Location loc = op.getLoc();
     Value dst = LLVM::AddrSpaceCastOp::create(b, loc, LLVM::LLVMPointerType::get(b.getContext(), 7), op.getDst());
+    Value mask = op.getMulticast()
+                     ? arith::ConstantOp::create(b, loc, b.getI16IntegerAttr(int16_t(op.getMulticast()))).getResult()
+                     : Value();
     NVVM::CpAsyncBulkTensorGlobalToSharedClusterOp::create(b, loc, dst, op.getMap(), op.getCoords(), op.getBar(),
-                                                          ValueRange{}, Value(), Value(), NVVM::TMALoadMode::TILE,
+                                                          ValueRange{}, mask, Value(), NVVM::TMALoadMode::TILE,
                                                           false, NVVM::CTAGroupKindAttr(), Value());
+    b.eraseOp(op);
+    return success();
+  }
+};
+// mapa turns this CTA's shared offset into the peer's address in the cluster window; the arrival releases at
+// cluster scope (the peer's producer then overwrites the slot this CTA's MMA read).
+struct MbarrierArrivePeerToNvvm : OpRewritePattern<MbarrierArrivePeerOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(MbarrierArrivePeerOp op, PatternRewriter& b) const override {
+    Location loc = op.getLoc();
+    Value addr = LLVM::PtrToIntOp::create(b, loc, b.getI32Type(), op.getBar());
+    LLVM::InlineAsmOp::create(b, loc, TypeRange{}, ValueRange{addr, op.getCta()},
+                              "{\n.reg .b32 peer;\nmapa.shared::cluster.u32 peer, $0, $1;\n"
+                              "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [peer];\n}",
+                              "r,r,~{memory}", /*has_side_effects=*/true, /*is_align_stack=*/false,
+                              LLVM::tailcallkind::TailCallKind::None, nullptr, nullptr);
+    b.eraseOp(op);
+    return success();
+  }
+};
+struct ClusterSyncToNvvm : OpRewritePattern<ClusterSyncOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(ClusterSyncOp op, PatternRewriter& b) const override {
+    LLVM::InlineAsmOp::create(b, op.getLoc(), TypeRange{}, ValueRange{},
+                              "fence.mbarrier_init.release.cluster;\nbarrier.cluster.arrive.release.aligned;\n"
+                              "barrier.cluster.wait.acquire.aligned;",
+                              "~{memory}", /*has_side_effects=*/true, /*is_align_stack=*/false,
+                              LLVM::tailcallkind::TailCallKind::None, nullptr, nullptr);
     b.eraseOp(op);
     return success();
   }
@@ -326,7 +361,8 @@ struct LowerToNVVMPass : impl::MegaMoeLowerToNVVMBase<LowerToNVVMPass> {
     populateCommonLoweringPatterns(patterns, hooks);
     patterns.add<MmaTileToWgmma, MmaDrainToWgmmaWait, AccStoreFromWgmma, BulkStoreToCpAsyncBulk, BulkCommitToNvvm,
                  BulkWaitToNvvm, GroupBarrierToBarSync, MbarrierInitToNvvm, MbarrierArriveToNvvm, MbarrierWaitToNvvm,
-                 AsyncArriveToNvvm, ProxyFenceToNvvm, SetMaxRegistersToNvvm, MbarrierExpectTxToNvvm, TmaLoadToNvvm>(&getContext());
+                 AsyncArriveToNvvm, ProxyFenceToNvvm, SetMaxRegistersToNvvm, MbarrierExpectTxToNvvm, TmaLoadToNvvm,
+                 MbarrierArrivePeerToNvvm, ClusterSyncToNvvm>(&getContext());
     if (failed(applyLowering(getOperation(), std::move(patterns)))) signalPassFailure();
   }
 };

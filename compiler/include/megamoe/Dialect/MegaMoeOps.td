@@ -209,11 +209,35 @@ def MegaMoe_TmaLoadOp : MegaMoe_Op<"tma_load", [MemoryEffects<[MemRead, MemWrite
     `map` is a CUtensorMap kernel argument (128 bytes, passed by value: Kernel::argTensorMap); `coords` are the
     box's first element per dimension, innermost first. The box lands at `dst` (1024-byte aligned for the
     128-byte swizzle) in the map's layout; elements outside the tensor are zero-filled. The calling thread alone;
-    its bytes count toward the barrier's expected transaction bytes (mbarrier_expect_tx). gfx950 has no lowering.
+    its bytes count toward the barrier's expected transaction bytes (mbarrier_expect_tx). A non-zero `multicast`
+    (a mask of CTAs in the cluster) writes the box into each of those CTAs' shared memory at the same offset and
+    completes on each one's barrier at the barrier's offset. gfx950 has no lowering.
   }];
-  let arguments = (ins AnyLLVMPtr:$map, AnyLLVMPtr:$dst, AnyLLVMPtr:$bar, Variadic<I32>:$coords);
+  let arguments = (ins AnyLLVMPtr:$map, AnyLLVMPtr:$dst, AnyLLVMPtr:$bar, Variadic<I32>:$coords,
+                   DefaultValuedAttr<I64Attr, "0">:$multicast);
   let assemblyFormat = "$map `[` $coords `]` `,` $dst `,` $bar attr-dict `:` type($map) `,` type($dst) `,` type($bar)";
   let hasVerifier = 1;
+}
+
+def MegaMoe_MbarrierArrivePeerOp : MegaMoe_Op<"mbarrier_arrive_peer", [MemoryEffects<[MemRead, MemWrite]>]> {
+  let summary = "one arrival on the barrier at the same shared offset in CTA `cta` of the cluster (release, cluster)";
+  let description = [{
+    The calling thread alone. With TMA multicast a producer refills a ring slot in both CTAs of a pair, so each
+    CTA's MMA warpgroups release the slot to both producers.
+  }];
+  let arguments = (ins AnyLLVMPtr:$bar, I32:$cta);
+  let assemblyFormat = "$bar `,` $cta attr-dict `:` type($bar)";
+  let hasVerifier = 1;
+}
+
+def MegaMoe_ClusterSyncOp : MegaMoe_Op<"cluster_sync", [MemoryEffects<[MemRead, MemWrite]>]> {
+  let summary = "every thread of every CTA of the cluster meets (barriers initialised before are visible to all)";
+  let description = [{
+    Executed by all threads of the block. sm_90a: fence.mbarrier_init.release.cluster, then barrier.cluster
+    arrive (release) and wait (acquire). A kernel that multicasts or arrives on its peers' barriers meets its
+    cluster after initialising them and again before exiting.
+  }];
+  let assemblyFormat = "attr-dict";
 }
 
 def MegaMoe_ProxyFenceOp : MegaMoe_Op<"proxy_fence", [MemoryEffects<[MemRead, MemWrite]>]> {
