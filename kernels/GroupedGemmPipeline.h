@@ -336,6 +336,16 @@ struct WarpSpecialized {
   // each loads its own A and one half of B, multicast into both, so B's traffic from L2 halves.
   std::optional<dsl::I32> rank = std::nullopt;
 
+  // Optional parts of the fused operators (with tensor maps; Pipeline's beforeLoads / epilogue stay unset).
+  // Called by the producer leader alone before a tile's loads (e.g. to wait for the rows to arrive).
+  std::function<void(const TilePlace&)> leaderBeforeLoads;
+  // Replaces the default epilogue: called by the 128 threads of MMA warpgroup w (its own group: blockSync is its
+  // barrier) once its 64 rows of the tile, from firstRow on, are in the staging tile.
+  std::function<void(const TilePlace&, const dsl::I32& firstRow, int64_t w)> epilogue;
+  // The epilogue sends staging rows out with bulk copies (committed): they have read the staging tile before the
+  // other warpgroup takes its turn, and are written before the kernel ends.
+  bool bulkEpilogue = false;
+
   // Shared bytes past the rings and staging (tile table of `experts`, barriers, hand-over table).
   static int64_t tableBytes(int64_t experts) { return (experts + 4) / 4 * 16 + 16 * 8 + kHandover * kFields * 4 + 48; }
 
@@ -344,9 +354,9 @@ struct WarpSpecialized {
   static WarpSpecialized allocate(const Pipeline& pipe, std::optional<dsl::TensorMap> mapA = std::nullopt,
                                   std::optional<dsl::TensorMap> mapB = std::nullopt,
                                   std::optional<dsl::I32> rank = std::nullopt) {
-    if (mapA.has_value() != mapB.has_value() || (mapA && (pipe.tn() || pipe.gateUpRows || pipe.beforeLoads)))
-      throw std::logic_error("tensor maps: both operands, NT or NN, plain tiles");
-    if (rank && (!mapA || pipe.c.n != 256)) throw std::logic_error("pairs: tensor maps and BN = 256");
+    if (mapA.has_value() != mapB.has_value() || (mapA && (pipe.tn() || pipe.beforeLoads)))
+      throw std::logic_error("tensor maps: both operands, NT or NN (the leader's own beforeLoads hook)");
+    if (rank && (!mapA || pipe.c.n != 256 || pipe.gateUpRows)) throw std::logic_error("pairs: plain TMA, BN = 256");
     if (pipe.staging.rows() != 64 || pipe.epilogue || pipe.bulkEpilogue)
       throw std::logic_error("warp-specialised: a 64-row staging tile and the default epilogue");
     return {pipe, pipe.k.mbarriers(2 * pipe.c.stages + 2 * kHandover + 2),
@@ -439,7 +449,11 @@ struct WarpSpecialized {
       SharedTile stage = pipe.ringB.stage(slot);
       // B's boxes: all of them, or with pairs this block's half, multicast into both blocks of the cluster.
       auto loadB = [&](int64_t half, int64_t halves, int64_t multicast) {
-        if (s.layout == GroupedGemmSpec::kNT) {
+        if (s.layout == GroupedGemmSpec::kNT && pipe.gateUpRows) {  // the gate rows, then the up rows
+          I32 gate = p.expert * (2 * pipe.gateUpRows) + p.n0 / 2;
+          k.tmaLoad(*mapB, {kk, gate}, stage.rowSlice(0, c.n / 2), bars, full(slot));
+          k.tmaLoad(*mapB, {kk, gate + pipe.gateUpRows}, stage.rowSlice(c.n / 2, c.n / 2), bars, full(slot));
+        } else if (s.layout == GroupedGemmSpec::kNT) {
           for (int64_t h = half * 2 / halves; h < (half + 1) * 2 / halves; ++h)
             k.tmaLoad(*mapB, {kk, p.expert * s.n + p.n0 + 128 * h}, stage.rowSlice(128 * h, 128), bars, full(slot),
                       multicast);
@@ -495,12 +509,15 @@ struct WarpSpecialized {
     k.blockSync();
     I32 first0 = pipe.m0(p) + 64 * w;
     const auto& s = pipe.s;
-    if (pipe.tn())
+    if (epilogue)
+      epilogue(p, first0, w);
+    else if (pipe.tn())
       k.copyTile(pipe.staging, pipe.out + ((k.widen(p.expert) * s.kOrM + k.widen(first0)) * s.n + k.widen(p.n0)),
                  k.i32(s.n), k.i32(64), /*swizzle=*/false);
     else  // rows past the group (or a pair's m-tile past it) are not stored
       k.copyTile(pipe.staging, pipe.out + (k.widen(first0) * s.n + k.widen(p.n0)), k.i32(s.n),
                  k.select(first0 < p.groupEnd, p.groupEnd - first0, k.i32(0)), /*swizzle=*/false);
+    if (bulkEpilogue) k.bulkWait(/*readOnly=*/true);  // the bulk copies have read the staging rows
     k.blockSync();
     k.ifThen(wgLeader, [&] { k.mbarrierArrive(bars, turn(1 - w)); });
     return g + steps;
@@ -525,6 +542,7 @@ struct WarpSpecialized {
                                             TilePlace p = sched.place(t, first);
                                             if (boxes) {
                                               handOver(v[1], &p);
+                                              if (leaderBeforeLoads) leaderBeforeLoads(p);
                                               return std::vector<I32>{loadBoxes(p, v[0]), v[1] + 1};
                                             }
                                             k.ifThen(leader, [&] { handOver(v[1], &p); });
@@ -543,6 +561,14 @@ struct WarpSpecialized {
       else
         produce(false);
     });
+    multiply();
+    if (rank) k.clusterSync();  // no block leaves while its peer may still multicast into it or arrive on it
+  }
+
+  // The MMA warpgroups, each in its own group: tiles as handed over until the end mark.
+  void multiply() const {
+    using namespace dsl;
+    dsl::Kernel& k = pipe.k;
     for (int64_t w = 0; w < warpgroups(); ++w) {
       k.group(128 * w, 128, /*barrier=*/3 + int(w), [&] {
         k.setMaxRegisters(kMmaRegisters, /*increase=*/true);
@@ -554,9 +580,43 @@ struct WarpSpecialized {
                       k.ifThen(k.threadIdx() % 128 == 0, [&] { k.mbarrierArrive(bars, tileEmpty(j % kHandover)); });
                       return std::vector<I32>{receive(j + 1), j + 1, g};
                     });
+        if (bulkEpilogue) k.bulkWait(/*readOnly=*/false);  // written before the kernel's release that follows
       });
     }
-    if (rank) k.clusterSync();  // no block leaves while its peer may still multicast into it or arrive on it
+  }
+
+  // Dynamic loop with tensor maps (Pipeline::runDynamic's protocol): the producer leader draws tickets from
+  // tickets[0] (global i32, zero at launch) and hands each tile over; the last of `grid` blocks to run out resets
+  // tickets[0..1]. Every thread of the block calls it, after the kernel's own block-wide work.
+  void runDynamic(const TileScheduler& sched, const dsl::SharedTile& first, const dsl::GlobalPtr& tickets,
+                  const dsl::I32& total, const dsl::I32& grid) const {
+    using namespace dsl;
+    dsl::Kernel& k = pipe.k;
+    const auto& c = pipe.c;
+    if (!tma() || rank) throw std::logic_error("runDynamic: tensor maps, no pairs");
+    init();
+    k.group(c.mmaThreads(), k.blockThreads() - c.mmaThreads(), /*barrier=*/2, [&] {
+      k.setMaxRegisters(kProducerRegisters, /*increase=*/false);
+      k.ifThen(k.threadIdx() == k.i32(c.mmaThreads()), [&] {
+        auto draw = [&] { return tickets.atomicAddI32(k.i32(1)); };
+        std::vector<I32> end = k.whileLoop(
+            {draw(), k.i32(0), k.i32(0)}, [&](const std::vector<I32>& v) { return v[0] < total; },
+            [&](const std::vector<I32>& v) {
+              TilePlace p = sched.place(v[0], first);
+              handOver(v[1], &p);
+              if (leaderBeforeLoads) leaderBeforeLoads(p);
+              I32 g = loadBoxes(p, v[2]);
+              return std::vector<I32>{draw(), v[1] + 1, g};
+            });
+        handOver(end[1], nullptr);
+        I32 done = (tickets + k.i64(1)).atomicAddI32(k.i32(1));
+        k.ifThen(done == grid - 1, [&] {
+          tickets.storeI32(k.i32(0));
+          (tickets + k.i64(1)).storeI32(k.i32(0));
+        });
+      });
+    });
+    multiply();
   }
 };
 

@@ -281,8 +281,11 @@ struct AsyncArriveToNvvm : OpRewritePattern<AsyncArriveOp> {
 struct ProxyFenceToNvvm : OpRewritePattern<ProxyFenceOp> {
   using OpRewritePattern::OpRewritePattern;
   LogicalResult matchAndRewrite(ProxyFenceOp op, PatternRewriter& b) const override {
-    NVVM::FenceProxyOp::create(b, op.getLoc(), NVVM::ProxyKind::async_shared,
-                               NVVM::SharedSpaceAttr::get(b.getContext(), NVVM::SharedSpace::shared_cta));
+    if (op.getGlobal())
+      NVVM::FenceProxyOp::create(b, op.getLoc(), NVVM::ProxyKind::async_global, NVVM::SharedSpaceAttr());
+    else
+      NVVM::FenceProxyOp::create(b, op.getLoc(), NVVM::ProxyKind::async_shared,
+                                 NVVM::SharedSpaceAttr::get(b.getContext(), NVVM::SharedSpace::shared_cta));
     b.eraseOp(op);
     return success();
   }
