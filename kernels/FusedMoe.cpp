@@ -244,9 +244,12 @@ mlir::OwningOpRef<mlir::ModuleOp> buildGemmCombine(mlir::MLIRContext& mctx, cons
   using S = GemmCombineSpec;
   using G = GroupedGemmSpec;
   const G g = s.gemm();
-  const G::Tiles c = g.tiles(arch);
-  const int64_t E = s.experts, R = s.ranks, local = E / R, H = s.hidden;
   const bool forward = s.layout == G::kNT;
+  // The forward (NT) runs the warp-specialised TMA engine on sm_90a; the backward (NN) the single-role loop.
+  const bool ws = forward && arch == Arch::sm_90a;
+  G::Tiles c = g.tiles(arch, ws);
+  if (ws) c.stages = wsStages(c, {s.experts / s.ranks + 1, 1});
+  const int64_t E = s.experts, R = s.ranks, local = E / R, H = s.hidden;
   Kernel k(mctx, S::kName, c.threads);
   Context ctx = k.argContext();
   GlobalPtr a = k.argPtr(Elem::bf16);
@@ -264,9 +267,10 @@ mlir::OwningOpRef<mlir::ModuleOp> buildGemmCombine(mlir::MLIRContext& mctx, cons
   GlobalPtr tickets = k.argPtr(Elem::i32);
   I32 grid = k.argI32();
   Legs legs = decodeLegs(k.argI32());
+  auto [mapA, mapB] = tensorMapArgs(k, ws);
 
   k.returnIf(!k.errorClear(ctx));
-  Rings rings = allocateRings(k, g, c);
+  Rings rings = allocateRings(k, g, c, ws ? 64 : 0);
   SharedTile tileFirst = sharedTable(k, local + 1);
   SharedTile slots = sharedTable(k, 1);
   I32 tid = k.threadIdx(), me = ctx.rank();
@@ -303,7 +307,26 @@ mlir::OwningOpRef<mlir::ModuleOp> buildGemmCombine(mlir::MLIRContext& mctx, cons
   // it: one loop with a run-time trip count (zero for that leg) took ptxas to 255 registers and spills there with
   // the bulk epilogue. The NN combine keeps the one loop: with two, its GEMM measured 11% slower (7.6 vs 6.9 ms
   // GEMM-only leg, EP2 uniform; bench/results/2026-11-30-h200x2-comm-leg-loop).
-  if (forward) {
+  if (ws) {
+    // Each MMA warpgroup sends its 64 staged rows home, one bulk copy per row; the comm-only leg skips the K loops.
+    pipe.mmaOn = [&] { return k.select(legs.gemm, k.i32(1), k.i32(0)); };
+    pipe.epilogue = nullptr;  // the engine's own, per warpgroup
+    pipe.bulkEpilogue = false;
+    WarpSpecialized engine = WarpSpecialized::allocate(pipe, mapA, mapB);
+    engine.bulkEpilogue = true;
+    engine.epilogue = [&](const TilePlace& p, const I32& firstRow, int64_t w) {
+      I32 rowsValid = k.select(firstRow < p.groupEnd, p.groupEnd - firstRow, k.i32(0));
+      I32 lt = tid - 128 * w;
+      k.ifThen(lt < k.i32(64) && lt < rowsValid, [&] {
+        I32 from = (poolSrc + k.widen(firstRow + lt)).loadI32();
+        I32 home = k.select(legs.comm, from / kSourceShift, me);
+        k.bulkStore(rings.staging, lt, k.peer(ctx, comb + (k.widen(from % kSourceShift) * H + k.widen(p.n0)), home),
+                    c.n * 2);
+        k.bulkCommit();
+      });
+    };
+    engine.runDynamic(sched, tileFirst, tickets, total, grid);
+  } else if (forward) {
     k.ifThen(legs.gemm, [&] { pipe.runDynamic(sched, tileFirst, tickets, slots, total, grid); });
     k.ifThen(!legs.gemm, [&] {
       Pipeline commOnly = pipe;

@@ -488,7 +488,11 @@ struct WarpSpecialized {
     const auto& c = pipe.c;
     Bool wgLeader = k.threadIdx() % 128 == 0;
     I32 steps = pipe.kTiles(p);
-    Acc acc = k.forRange(k.i32(0), steps, k.i32(1), k.zeroAcc(64, c.n), [&](I32 kt, Acc acc) {
+    // A warpgroup whose 64 rows all lie past the group (a tail tile of up to 64 rows) only passes the ring slots
+    // on: the other warpgroup's MMAs then have the tensor cores to themselves.
+    I32 first0 = pipe.m0(p) + 64 * w;
+    I32 mmaSteps = pipe.tn() ? steps : k.select(first0 < p.groupEnd, steps, k.i32(0));
+    Acc acc = k.forRange(k.i32(0), mmaSteps, k.i32(1), k.zeroAcc(64, c.n), [&](I32 kt, Acc acc) {
       I32 gi = g + kt, slot = gi % stages();
       k.mbarrierWait(bars, full(slot), (gi / stages()) % 2);
       if (!tma()) k.proxyFence();  // the producer's cp.async wrote through the generic proxy (TMA: the async one)
@@ -499,7 +503,12 @@ struct WarpSpecialized {
       return next;
     });
     acc = k.drain(acc);
-    k.ifThen(k.i32(0) < steps && wgLeader, [&] { release(empty((g + steps + (stages() - 1)) % stages())); });
+    k.ifThen(k.i32(0) < mmaSteps && wgLeader, [&] { release(empty((g + steps + (stages() - 1)) % stages())); });
+    k.forRange(mmaSteps, steps, k.i32(1), [&](I32 kt) {
+      I32 gi = g + kt, slot = gi % stages();
+      k.mbarrierWait(bars, full(slot), (gi / stages()) % 2);  // in step with the ring: one release per round
+      k.ifThen(wgLeader, [&] { release(empty(slot)); });
+    });
     // Warpgroup 0 stores tile j after warpgroup 1 has stored tile j - 1; warpgroup 1 after warpgroup 0 tile j.
     if (w == 0)
       k.ifThen(k.i32(0) < j, [&] { k.mbarrierWait(bars, turn(0), (j + 1) % 2); });
@@ -507,7 +516,6 @@ struct WarpSpecialized {
       k.mbarrierWait(bars, turn(1), j % 2);
     k.storeAcc(acc, pipe.staging.asRowsOf(64 * w));
     k.blockSync();
-    I32 first0 = pipe.m0(p) + 64 * w;
     const auto& s = pipe.s;
     if (epilogue)
       epilogue(p, first0, w);
