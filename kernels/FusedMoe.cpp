@@ -2,7 +2,6 @@
 // grouped_gemm_combine, swiglu_bwd and stage_begin (see their specs in Kernels.h, and
 // docs/decisions/fused-dispatch.md for the protocol).
 #include <algorithm>
-#include <initializer_list>
 #include <optional>
 #include <utility>
 #include <vector>
@@ -57,15 +56,6 @@ std::pair<std::optional<TensorMap>, std::optional<TensorMap>> tensorMapArgs(Kern
   return {std::nullopt, std::nullopt};
 }
 
-// Ring stages of the warp-specialised engine: 4 when they fit beside its 64-row staging tile and the kernel's
-// own shared i32 tables (entries each; sharedTable rounds to 16 bytes), else 3.
-int64_t wsStages(const GroupedGemmSpec::Tiles& c, std::initializer_list<int64_t> tables) {
-  int64_t tableBytes = WarpSpecialized::tableBytes(0);
-  for (int64_t n : tables) tableBytes += (n + 3) / 4 * 16;
-  auto bytes = [&](int64_t stages) { return stages * (c.m + c.n) * c.k * 2 + 64 * (c.n + 8) * 2 + tableBytes; };
-  return bytes(4) <= 227 * 1024 ? 4 : 3;
-}
-
 }  // namespace
 
 mlir::OwningOpRef<mlir::ModuleOp> buildDispatchGemm(mlir::MLIRContext& mctx, const DispatchGemmSpec& s, Arch arch) {
@@ -75,7 +65,7 @@ mlir::OwningOpRef<mlir::ModuleOp> buildDispatchGemm(mlir::MLIRContext& mctx, con
   // The forward (NT) runs the warp-specialised TMA engine on sm_90a; the backward layouts the single-role loop.
   const bool ws = s.layout == G::kNT && arch == Arch::sm_90a;
   G::Tiles c = g.tiles(arch, ws);
-  if (ws) c.stages = wsStages(c, {s.experts / s.ranks + 1, 1, 1});
+  if (ws) c.stages = WarpSpecialized::stagesFor(c, {s.experts / s.ranks + 1, 1, 1});
   const int64_t E = s.experts, R = s.ranks, local = E / R, H = s.hidden, I = s.intermediate;
   Kernel k(mctx, S::kName, c.threads);
   Context ctx = k.argContext();
@@ -245,10 +235,10 @@ mlir::OwningOpRef<mlir::ModuleOp> buildGemmCombine(mlir::MLIRContext& mctx, cons
   using G = GroupedGemmSpec;
   const G g = s.gemm();
   const bool forward = s.layout == G::kNT;
-  // The forward (NT) runs the warp-specialised TMA engine on sm_90a; the backward (NN) the single-role loop.
-  const bool ws = forward && arch == Arch::sm_90a;
-  G::Tiles c = g.tiles(arch, ws);
-  if (ws) c.stages = wsStages(c, {s.experts / s.ranks + 1, 1});
+  // The single-role loop: on the warp-specialised TMA engine the forward combine measured slower (GEMM-only leg
+  // 4.25-4.30 vs 3.97 ms, EP2 uniform; its warpgroups take turns on one staging tile, and the rows' trip home
+  // holds it; bench/results/2026-11-30-h200x2-tma).
+  const G::Tiles c = g.tiles(arch);
   const int64_t E = s.experts, R = s.ranks, local = E / R, H = s.hidden;
   Kernel k(mctx, S::kName, c.threads);
   Context ctx = k.argContext();
@@ -267,10 +257,10 @@ mlir::OwningOpRef<mlir::ModuleOp> buildGemmCombine(mlir::MLIRContext& mctx, cons
   GlobalPtr tickets = k.argPtr(Elem::i32);
   I32 grid = k.argI32();
   Legs legs = decodeLegs(k.argI32());
-  auto [mapA, mapB] = tensorMapArgs(k, ws);
+  tensorMapArgs(k, /*tma=*/false);  // the same argument list as dispatch_grouped_gemm's (unused here)
 
   k.returnIf(!k.errorClear(ctx));
-  Rings rings = allocateRings(k, g, c, ws ? 64 : 0);
+  Rings rings = allocateRings(k, g, c);
   SharedTile tileFirst = sharedTable(k, local + 1);
   SharedTile slots = sharedTable(k, 1);
   I32 tid = k.threadIdx(), me = ctx.rank();
@@ -307,26 +297,7 @@ mlir::OwningOpRef<mlir::ModuleOp> buildGemmCombine(mlir::MLIRContext& mctx, cons
   // it: one loop with a run-time trip count (zero for that leg) took ptxas to 255 registers and spills there with
   // the bulk epilogue. The NN combine keeps the one loop: with two, its GEMM measured 11% slower (7.6 vs 6.9 ms
   // GEMM-only leg, EP2 uniform; bench/results/2026-11-30-h200x2-comm-leg-loop).
-  if (ws) {
-    // Each MMA warpgroup sends its 64 staged rows home, one bulk copy per row; the comm-only leg skips the K loops.
-    pipe.mmaOn = [&] { return k.select(legs.gemm, k.i32(1), k.i32(0)); };
-    pipe.epilogue = nullptr;  // the engine's own, per warpgroup
-    pipe.bulkEpilogue = false;
-    WarpSpecialized engine = WarpSpecialized::allocate(pipe, mapA, mapB);
-    engine.bulkEpilogue = true;
-    engine.epilogue = [&](const TilePlace& p, const I32& firstRow, int64_t w) {
-      I32 rowsValid = k.select(firstRow < p.groupEnd, p.groupEnd - firstRow, k.i32(0));
-      I32 lt = tid - 128 * w;
-      k.ifThen(lt < k.i32(64) && lt < rowsValid, [&] {
-        I32 from = (poolSrc + k.widen(firstRow + lt)).loadI32();
-        I32 home = k.select(legs.comm, from / kSourceShift, me);
-        k.bulkStore(rings.staging, lt, k.peer(ctx, comb + (k.widen(from % kSourceShift) * H + k.widen(p.n0)), home),
-                    c.n * 2);
-        k.bulkCommit();
-      });
-    };
-    engine.runDynamic(sched, tileFirst, tickets, total, grid);
-  } else if (forward) {
+  if (forward) {
     k.ifThen(legs.gemm, [&] { pipe.runDynamic(sched, tileFirst, tickets, slots, total, grid); });
     k.ifThen(!legs.gemm, [&] {
       Pipeline commOnly = pipe;

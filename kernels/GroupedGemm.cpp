@@ -13,13 +13,7 @@ mlir::OwningOpRef<mlir::ModuleOp> buildGroupedGemm(mlir::MLIRContext& ctx, const
   using S = GroupedGemmSpec;
   const bool tma = tensorMaps && arch == Arch::sm_90a;
   S::Tiles c = s.tiles(arch, warpSpecialized || tma);
-  if (c.warpSpecialized) {
-    // Its staging tile holds 64 rows: a fourth ring stage fits the 227 KB when the tables are small.
-    auto bytes = [&](int64_t stages) {
-      return stages * (c.m + c.n) * c.k * 2 + 64 * (c.n + 8) * 2 + WarpSpecialized::tableBytes(s.experts);
-    };
-    if (bytes(4) <= 227 * 1024) c.stages = 4;
-  }
+  if (c.warpSpecialized) c.stages = WarpSpecialized::stagesFor(c, {s.experts + 1});
   Kernel k(ctx, tensorMaps ? S::tmaName(s.layout) : S::name(s.layout), c.threads);
   GlobalPtr a = k.argPtr(Elem::bf16);
   GlobalPtr b = k.argPtr(Elem::bf16);

@@ -5,6 +5,7 @@
 // Internal to kernels/.
 #pragma once
 #include <functional>
+#include <initializer_list>
 #include <optional>
 #include <stdexcept>
 
@@ -342,12 +343,14 @@ struct WarpSpecialized {
   // Replaces the default epilogue: called by the 128 threads of MMA warpgroup w (its own group: blockSync is its
   // barrier) once its 64 rows of the tile, from firstRow on, are in the staging tile.
   std::function<void(const TilePlace&, const dsl::I32& firstRow, int64_t w)> epilogue;
-  // The epilogue sends staging rows out with bulk copies (committed): they have read the staging tile before the
-  // other warpgroup takes its turn, and are written before the kernel ends.
-  bool bulkEpilogue = false;
 
-  // Shared bytes past the rings and staging (tile table of `experts`, barriers, hand-over table).
-  static int64_t tableBytes(int64_t experts) { return (experts + 4) / 4 * 16 + 16 * 8 + kHandover * kFields * 4 + 48; }
+  // Ring stages: 4 when they fit the 227 KB beside the 64-row staging tile, the engine's barriers and hand-over
+  // table and the kernel's own shared i32 tables (entries each; sharedTable rounds to 16 bytes), else 3.
+  static int64_t stagesFor(const GroupedGemmSpec::Tiles& c, std::initializer_list<int64_t> tables) {
+    int64_t bytes = 16 * 8 + kHandover * kFields * 4 + 64 * (c.n + 8) * 2;
+    for (int64_t n : tables) bytes += (n + 3) / 4 * 16;
+    return bytes + 4 * (c.m + c.n) * c.k * 2 <= 227 * 1024 ? 4 : 3;
+  }
 
   // The staging tile holds one warpgroup's 64 rows (allocateRings(..., 64)): the MMA warpgroups run their own K
   // loops over the shared ring and take turns storing, so one stores while the other multiplies.
@@ -488,11 +491,9 @@ struct WarpSpecialized {
     const auto& c = pipe.c;
     Bool wgLeader = k.threadIdx() % 128 == 0;
     I32 steps = pipe.kTiles(p);
-    // A warpgroup whose 64 rows all lie past the group (a tail tile of up to 64 rows) only passes the ring slots
-    // on: the other warpgroup's MMAs then have the tensor cores to themselves.
-    I32 first0 = pipe.m0(p) + 64 * w;
-    I32 mmaSteps = pipe.tn() ? steps : k.select(first0 < p.groupEnd, steps, k.i32(0));
-    Acc acc = k.forRange(k.i32(0), mmaSteps, k.i32(1), k.zeroAcc(64, c.n), [&](I32 kt, Acc acc) {
+    // Both warpgroups multiply every tile, even where one's 64 rows lie past the group: letting that one only pass
+    // the ring slots on measured 20-30% slower on groups of random sizes (bench/results/2026-11-30-h200x2-tma).
+    Acc acc = k.forRange(k.i32(0), steps, k.i32(1), k.zeroAcc(64, c.n), [&](I32 kt, Acc acc) {
       I32 gi = g + kt, slot = gi % stages();
       k.mbarrierWait(bars, full(slot), (gi / stages()) % 2);
       if (!tma()) k.proxyFence();  // the producer's cp.async wrote through the generic proxy (TMA: the async one)
@@ -503,12 +504,7 @@ struct WarpSpecialized {
       return next;
     });
     acc = k.drain(acc);
-    k.ifThen(k.i32(0) < mmaSteps && wgLeader, [&] { release(empty((g + steps + (stages() - 1)) % stages())); });
-    k.forRange(mmaSteps, steps, k.i32(1), [&](I32 kt) {
-      I32 gi = g + kt, slot = gi % stages();
-      k.mbarrierWait(bars, full(slot), (gi / stages()) % 2);  // in step with the ring: one release per round
-      k.ifThen(wgLeader, [&] { release(empty(slot)); });
-    });
+    k.ifThen(k.i32(0) < steps && wgLeader, [&] { release(empty((g + steps + (stages() - 1)) % stages())); });
     // Warpgroup 0 stores tile j after warpgroup 1 has stored tile j - 1; warpgroup 1 after warpgroup 0 tile j.
     if (w == 0)
       k.ifThen(k.i32(0) < j, [&] { k.mbarrierWait(bars, turn(0), (j + 1) % 2); });
@@ -516,6 +512,7 @@ struct WarpSpecialized {
       k.mbarrierWait(bars, turn(1), j % 2);
     k.storeAcc(acc, pipe.staging.asRowsOf(64 * w));
     k.blockSync();
+    I32 first0 = pipe.m0(p) + 64 * w;
     const auto& s = pipe.s;
     if (epilogue)
       epilogue(p, first0, w);
@@ -525,7 +522,6 @@ struct WarpSpecialized {
     else  // rows past the group (or a pair's m-tile past it) are not stored
       k.copyTile(pipe.staging, pipe.out + (k.widen(first0) * s.n + k.widen(p.n0)), k.i32(s.n),
                  k.select(first0 < p.groupEnd, p.groupEnd - first0, k.i32(0)), /*swizzle=*/false);
-    if (bulkEpilogue) k.bulkWait(/*readOnly=*/true);  // the bulk copies have read the staging rows
     k.blockSync();
     k.ifThen(wgLeader, [&] { k.mbarrierArrive(bars, turn(1 - w)); });
     return g + steps;
@@ -588,7 +584,6 @@ struct WarpSpecialized {
                       k.ifThen(k.threadIdx() % 128 == 0, [&] { k.mbarrierArrive(bars, tileEmpty(j % kHandover)); });
                       return std::vector<I32>{receive(j + 1), j + 1, g};
                     });
-        if (bulkEpilogue) k.bulkWait(/*readOnly=*/false);  // written before the kernel's release that follows
       });
     }
   }

@@ -192,8 +192,7 @@ struct DispatchGemmSpec {
 // Gemm-only: rows go into my own combine buffer and nothing is summed.
 // Args: ctx, a (act / dh), b (w2 / w1), pool_offsets, pool_src (heap), comb (heap), done (heap i64 [2][R]),
 // topk_idx, topk_weights (f32), tokens (i32), y (y / dx), dw (heap f32), d_topk_weights (f32), tickets, grid, legs,
-// map_a, map_b. NT on sm_90a runs the warp-specialised engine with TMA loads: map_a and map_b are CUtensorMaps over
-// act [cap, I] and w2 [E/R * H, I] in boxes of 128 rows x 64; NN and gfx950 take any two pointers (unused).
+// two unused pointers (dispatch_grouped_gemm's argument list; the combine runs the single-role loop).
 struct GemmCombineSpec {
   static constexpr const char* kName = "grouped_gemm_combine";
   int64_t experts, ranks, topk, hidden, intermediate;

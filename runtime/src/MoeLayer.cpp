@@ -138,11 +138,10 @@ struct MoeLayer::Impl {
   uint32_t grid = 0;
   int32_t pushBlocks = 0;
   int64_t lastForwardTokens = -1;  // what backward() must match; -1 before the first forward
-  // The forward kernels' tensor maps (sm_90a TMA; kernels/Kernels.h DispatchGemmSpec, GemmCombineSpec): the
-  // pool's and act's are fixed for the layer; w1's and w2's are encoded per call (on the host, and captured by
-  // value in a CUDA graph).
+  // The forward dispatch's tensor maps (sm_90a TMA; kernels/Kernels.h DispatchGemmSpec): the pool's is fixed for
+  // the layer; w1's is encoded per call (on the host, and captured by value in a CUDA graph).
   using TensorMap = std::array<uint8_t, 128>;
-  TensorMap poolMap{}, actMap{};
+  TensorMap poolMap{};
   // A bf16 [rows, cols] matrix in boxes of 128 rows x 64 columns; zeros (unused) where the backend has no TMA.
   TensorMap rowsMap(DevicePtr base, int64_t rows, int64_t cols) {
     if (device.kind() != BackendKind::kCuda) return TensorMap{};
@@ -217,7 +216,6 @@ MoeLayer::MoeLayer(Runtime& runtime, const MoeLayerConfig& config, std::unique_p
   m.grid = uint32_t(m.device.multiprocessors());
   m.pushBlocks = std::min<int32_t>(runtime.env().pushBlocks, int32_t(m.grid));
   m.poolMap = m.rowsMap(m.regions.pool, poolRows(config, ranks), config.hidden);
-  m.actMap = m.rowsMap(m.act, poolRows(config, ranks), config.intermediate);
   for (EventHandle& e : m.events) e = m.device.createEvent();
   for (EventHandle& e : m.backwardEvents) e = m.device.createEvent();
 }
@@ -266,7 +264,6 @@ void MoeLayer::forward(const ForwardArgs& a, StreamHandle stream) {
   int32_t dispatchLegs = legBits(m.dispatchLeg), combineLegs = legBits(m.combineLeg);
   uint64_t tickets0 = m.tickets, tickets1 = m.tickets + 8;
   Impl::TensorMap w1Map = m.rowsMap(w1, c.experts / ranks() * 2 * c.intermediate, c.hidden);
-  Impl::TensorMap w2Map = m.rowsMap(w2, c.experts / ranks() * c.hidden, c.intermediate);
 
   m.mark(m.events, size_t(Stage::kPrologue), stream);
   m.launch(kPrologue, 1, stream,
@@ -282,7 +279,7 @@ void MoeLayer::forward(const ForwardArgs& a, StreamHandle stream) {
   m.mark(m.events, size_t(Stage::kGemmCombine), stream);
   m.launch(kCombineNT, m.grid, stream,
            {&r.ctx, &m.act, &w2, &m.poolOffsets, &r.poolSrc, &r.comb, &r.done, &idx, &weights, &tokens, &y, &r.dw,
-            &none, &tickets1, &grid, &combineLegs, m.actMap.data(), w2Map.data()},
+            &none, &tickets1, &grid, &combineLegs, &none, &none},
            *heap_);
   m.mark(m.events, size_t(Stage::kCount), stream);
   m.launch(kEpochAdvance, 1, stream, {&r.ctx}, *heap_);
