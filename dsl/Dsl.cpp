@@ -524,6 +524,11 @@ void Kernel::blockSync() {
     GroupBarrierOp::create(b_, loc_, group_.barrier, group_.threads);
 }
 
+void Kernel::namedBarrier(int id, int64_t threads, bool arriveOnly) {
+  auto op = GroupBarrierOp::create(b_, loc_, id, threads);
+  if (arriveOnly) op.setArrive(true);
+}
+
 void Kernel::group(int64_t first, int64_t threads, int barrier, const std::function<void()>& body) {
   if (first < 0 || threads <= 0 || first % 32 != 0 || threads % 32 != 0 || first + threads > blockThreads_)
     throw std::invalid_argument("group: threads [" + std::to_string(first) + ", " + std::to_string(first + threads) +
@@ -550,10 +555,7 @@ void Kernel::mbarrierWait(const SharedTile& bars, const I32& i, const I32& parit
   MbarrierWaitOp::create(b_, loc_, mbarrierAt(bars, i), parity.value());
 }
 void Kernel::asyncArrive(const SharedTile& bars, const I32& i) { AsyncArriveOp::create(b_, loc_, mbarrierAt(bars, i)); }
-void Kernel::proxyFence(bool global) {
-  auto op = ProxyFenceOp::create(b_, loc_);
-  if (global) op.setGlobal(true);
-}
+void Kernel::proxyFence() { ProxyFenceOp::create(b_, loc_); }
 void Kernel::mbarrierArriveExpectTx(const SharedTile& bars, const I32& i, int64_t bytes) {
   MbarrierExpectTxOp::create(b_, loc_, mbarrierAt(bars, i), i32(bytes).value());
 }

@@ -237,6 +237,9 @@ class Kernel {
   // of the tile (a group of warpgroup 1 alone computes rows 64 .. 127 with m = 64).
   void group(int64_t first, int64_t threads, int barrier, const std::function<void()>& body);
   int64_t groupFirst() const { return group_.first; }
+  // Named barrier `id` (1..15) of `threads` threads across groups: the calling group's threads wait there (sync)
+  // or only count themselves in (arrive), e.g. one group hands a shared tile over to another.
+  void namedBarrier(int id, int64_t threads, bool arriveOnly);
   int64_t groupThreads() const { return group_.threads; }
   // n 8-byte mbarriers in dynamic shared memory (a producer and its consumers hand ring slots over with them).
   SharedTile mbarriers(int64_t n);
@@ -261,9 +264,8 @@ class Kernel {
   void setClusterX(int64_t x);
   void clusterSync();
   // Orders shared data written by ordinary stores or async copies (seen through a barrier) before this thread's
-  // next MMA tile reads it; with `global`, global data (e.g. rows peers stored, seen through an acquire) before
-  // this thread's next tmaLoad reads it.
-  void proxyFence(bool global = false);
+  // next MMA tile reads it.
+  void proxyFence();
   // The calling warpgroup's register budget (whole warpgroups; count a multiple of 8 in [24, 256]).
   void setMaxRegisters(int64_t count, bool increase);
 

@@ -2,8 +2,6 @@
 // grouped_gemm_combine, swiglu_bwd and stage_begin (see their specs in Kernels.h, and
 // docs/decisions/fused-dispatch.md for the protocol).
 #include <algorithm>
-#include <optional>
-#include <utility>
 #include <vector>
 
 #include "dsl/Dsl.h"
@@ -44,28 +42,13 @@ void copyRowByWarp(Kernel& k, const GlobalPtr& from, const GlobalPtr& to, int64_
   });
 }
 
-// The two trailing tensor-map arguments of the fused operators (kernels/Kernels.h): CUtensorMaps where the kernel
-// runs the warp-specialised TMA engine, otherwise unused pointers (the argument list stays the same).
-std::pair<std::optional<TensorMap>, std::optional<TensorMap>> tensorMapArgs(Kernel& k, bool tma) {
-  if (tma) {
-    TensorMap a = k.argTensorMap();
-    return {a, k.argTensorMap()};
-  }
-  k.argPtr(Elem::bf16);
-  k.argPtr(Elem::bf16);
-  return {std::nullopt, std::nullopt};
-}
-
 }  // namespace
 
 mlir::OwningOpRef<mlir::ModuleOp> buildDispatchGemm(mlir::MLIRContext& mctx, const DispatchGemmSpec& s, Arch arch) {
   using S = DispatchGemmSpec;
   using G = GroupedGemmSpec;
   const G g = s.gemm();
-  // The forward (NT) runs the warp-specialised TMA engine on sm_90a; the backward layouts the single-role loop.
-  const bool ws = s.layout == G::kNT && arch == Arch::sm_90a;
-  G::Tiles c = g.tiles(arch, ws);
-  if (ws) c.stages = WarpSpecialized::stagesFor(c, {s.experts / s.ranks + 1, 1, 1});
+  const G::Tiles c = g.tiles(arch);
   const int64_t E = s.experts, R = s.ranks, local = E / R, H = s.hidden, I = s.intermediate;
   Kernel k(mctx, S::kName, c.threads);
   Context ctx = k.argContext();
@@ -88,16 +71,12 @@ mlir::OwningOpRef<mlir::ModuleOp> buildDispatchGemm(mlir::MLIRContext& mctx, con
   I32 pushBlocks = k.argI32();
   I32 grid = k.argI32();
   Legs legs = decodeLegs(k.argI32());
-  auto [mapPool, mapWeights] = tensorMapArgs(k, ws);
 
   // A failed prologue (an expert index out of range) leaves nothing to do here; the peers' waits time out.
   k.returnIf(!k.errorClear(ctx));
-  Rings rings = allocateRings(k, g, c, ws ? 64 : 0);
+  Rings rings = allocateRings(k, g, c);
   SharedTile tileFirst = sharedTable(k, local + 1);
-  // The push's unit table is dead once the block's GEMM starts: with the warp-specialised engine it lives in the
-  // staging tile (first written by an epilogue, after the engine's block-wide start), which frees a ring stage.
-  SharedTile unitFirst = ws ? SharedTile(&k, rings.staging.value(), Elem::i32, 1, (E + 1 + 3) / 4 * 4)
-                            : sharedTable(k, E + 1);
+  SharedTile unitFirst = sharedTable(k, E + 1);
   SharedTile slots = sharedTable(k, 1);
   SharedTile confirmed = sharedTable(k, 1);  // the last local expert whose rows this block saw complete
   I32 tid = k.threadIdx(), me = ctx.rank();
@@ -179,51 +158,24 @@ mlir::OwningOpRef<mlir::ModuleOp> buildDispatchGemm(mlir::MLIRContext& mctx, con
       k.blockSync();
     });
   };
-  // SwiGLU over `rows` staged rows (gate | up halves side by side) from firstRow on, rowsValid of them in the
-  // group, by `threads` threads from t0: act (and with save_h, h itself).
-  auto swigluRows = [&](const TilePlace& p, const I32& firstRow, const I32& rowsValid, int64_t rows, const I32& t0,
-                        int64_t threads) {
-    const int64_t half = c.n / 2, perRow = half / 8;
-    if (s.saveH) {  // h kept for the backward: the gate half and the up half of the tile
-      GlobalPtr hRow = extra + (k.widen(firstRow) * (2 * I) + k.widen(p.n0 / 2));
-      k.copyTile(rings.staging.colSlice(0, half), hRow, k.i32(2 * I), rowsValid, /*swizzle=*/false);
-      k.copyTile(rings.staging.colSlice(half, half), hRow + k.i64(I), k.i32(2 * I), rowsValid, /*swizzle=*/false);
-    }
-    k.forRange(t0, k.i32(rows * perRow), k.i32(threads), [&](I32 v) {
-      I32 r = v / perRow, col = (v % perRow) * 8;
-      k.ifThen(r < rowsValid, [&] {
-        Vec gate = rings.staging.load(r, col, 8).toF32();
-        Vec up = rings.staging.load(r, col + half, 8).toF32();
-        (out + (k.widen(firstRow + r) * I + k.widen(p.n0 / 2 + col))).store(swiglu(gate, up, s.clampMilli).to(Elem::bf16));
-      });
-    });
-  };
-  if (ws) {
-    pipe.gateUpRows = I;
-    pipe.beforeLoads = nullptr;  // the producer leader's own version below
-    WarpSpecialized engine = WarpSpecialized::allocate(pipe, mapPool, mapWeights);
-    // The producer leader waits for an expert's rows once per block (as beforeLoads below), then orders the
-    // peers' stores before its TMA reads of them.
-    engine.leaderBeforeLoads = [&](const TilePlace& p) {
-      k.ifThen(!(confirmed.loadI32(k.i32(0)) == p.expert), [&] {
-        k.ifThen(legs.comm, [&] {
-          k.forRange(k.i32(0), ctx.nranks(), k.i32(1), [&](I32 from) { waitArrivals(from, p.expert); });
-        });
-        k.proxyFence(/*global=*/true);
-        confirmed.storeI32(k.i32(0), p.expert);
-      });
-    };
-    engine.epilogue = [&](const TilePlace& p, const I32& firstRow, int64_t w) {
-      I32 rowsValid = k.select(firstRow < p.groupEnd, p.groupEnd - firstRow, k.i32(0));
-      swigluRows(p, firstRow, rowsValid, 64, tid - 128 * w, 128);
-    };
-    engine.runDynamic(sched, tileFirst, tickets, total, grid);
-    return k.finish();
-  }
   if (s.layout == G::kNT) {
     pipe.gateUpRows = I;
     pipe.epilogue = [&](const TilePlace& p, const I32& firstRow) {
-      swigluRows(p, firstRow, p.groupEnd - firstRow, c.m, tid, c.threads);
+      const int64_t half = c.n / 2, perRow = half / 8;
+      I32 rowsValid = p.groupEnd - firstRow;
+      if (s.saveH) {  // h kept for the backward: the gate half and the up half of the tile
+        GlobalPtr hRow = extra + (k.widen(firstRow) * (2 * I) + k.widen(p.n0 / 2));
+        k.copyTile(rings.staging.colSlice(0, half), hRow, k.i32(2 * I), rowsValid, /*swizzle=*/false);
+        k.copyTile(rings.staging.colSlice(half, half), hRow + k.i64(I), k.i32(2 * I), rowsValid, /*swizzle=*/false);
+      }
+      k.forRange(tid, k.i32(c.m * perRow), k.i32(c.threads), [&](I32 v) {
+        I32 r = v / perRow, col = (v % perRow) * 8;
+        k.ifThen(r < rowsValid, [&] {
+          Vec gate = rings.staging.load(r, col, 8).toF32();
+          Vec up = rings.staging.load(r, col + half, 8).toF32();
+          (out + (k.widen(firstRow + r) * I + k.widen(p.n0 / 2 + col))).store(swiglu(gate, up, s.clampMilli).to(Elem::bf16));
+        });
+      });
     };
   }
   pipe.runDynamic(sched, tileFirst, tickets, slots, total, grid);
@@ -234,12 +186,9 @@ mlir::OwningOpRef<mlir::ModuleOp> buildGemmCombine(mlir::MLIRContext& mctx, cons
   using S = GemmCombineSpec;
   using G = GroupedGemmSpec;
   const G g = s.gemm();
-  const bool forward = s.layout == G::kNT;
-  // The single-role loop: on the warp-specialised TMA engine the forward combine measured slower (GEMM-only leg
-  // 4.25-4.30 vs 3.97 ms, EP2 uniform; its warpgroups take turns on one staging tile, and the rows' trip home
-  // holds it; bench/results/2026-11-30-h200x2-tma).
   const G::Tiles c = g.tiles(arch);
   const int64_t E = s.experts, R = s.ranks, local = E / R, H = s.hidden;
+  const bool forward = s.layout == G::kNT;
   Kernel k(mctx, S::kName, c.threads);
   Context ctx = k.argContext();
   GlobalPtr a = k.argPtr(Elem::bf16);
@@ -257,7 +206,6 @@ mlir::OwningOpRef<mlir::ModuleOp> buildGemmCombine(mlir::MLIRContext& mctx, cons
   GlobalPtr tickets = k.argPtr(Elem::i32);
   I32 grid = k.argI32();
   Legs legs = decodeLegs(k.argI32());
-  tensorMapArgs(k, /*tma=*/false);  // the same argument list as dispatch_grouped_gemm's (unused here)
 
   k.returnIf(!k.errorClear(ctx));
   Rings rings = allocateRings(k, g, c);

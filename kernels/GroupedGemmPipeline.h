@@ -337,13 +337,6 @@ struct WarpSpecialized {
   // each loads its own A and one half of B, multicast into both, so B's traffic from L2 halves.
   std::optional<dsl::I32> rank = std::nullopt;
 
-  // Optional parts of the fused operators (with tensor maps; Pipeline's beforeLoads / epilogue stay unset).
-  // Called by the producer leader alone before a tile's loads (e.g. to wait for the rows to arrive).
-  std::function<void(const TilePlace&)> leaderBeforeLoads;
-  // Replaces the default epilogue: called by the 128 threads of MMA warpgroup w (its own group: blockSync is its
-  // barrier) once its 64 rows of the tile, from firstRow on, are in the staging tile.
-  std::function<void(const TilePlace&, const dsl::I32& firstRow, int64_t w)> epilogue;
-
   // Ring stages: 4 when they fit the 227 KB beside the 64-row staging tile, the engine's barriers and hand-over
   // table and the kernel's own shared i32 tables (entries each; sharedTable rounds to 16 bytes), else 3.
   static int64_t stagesFor(const GroupedGemmSpec::Tiles& c, std::initializer_list<int64_t> tables) {
@@ -357,17 +350,18 @@ struct WarpSpecialized {
   static WarpSpecialized allocate(const Pipeline& pipe, std::optional<dsl::TensorMap> mapA = std::nullopt,
                                   std::optional<dsl::TensorMap> mapB = std::nullopt,
                                   std::optional<dsl::I32> rank = std::nullopt) {
-    if (mapA.has_value() != mapB.has_value() || (mapA && (pipe.tn() || pipe.beforeLoads)))
-      throw std::logic_error("tensor maps: both operands, NT or NN (the leader's own beforeLoads hook)");
-    if (rank && (!mapA || pipe.c.n != 256 || pipe.gateUpRows)) throw std::logic_error("pairs: plain TMA, BN = 256");
+    if (mapA.has_value() != mapB.has_value() || (mapA && (pipe.tn() || pipe.gateUpRows || pipe.beforeLoads)))
+      throw std::logic_error("tensor maps: both operands, NT or NN, plain tiles");
+    if (rank && (!mapA || pipe.c.n != 256)) throw std::logic_error("pairs: tensor maps and BN = 256");
     if (pipe.staging.rows() != 64 || pipe.epilogue || pipe.bulkEpilogue)
       throw std::logic_error("warp-specialised: a 64-row staging tile and the default epilogue");
-    return {pipe, pipe.k.mbarriers(2 * pipe.c.stages + 2 * kHandover + 2),
+    return {pipe, pipe.k.mbarriers(2 * pipe.c.stages + 2 * kHandover),
             pipe.k.dynamicSharedTile(dsl::Elem::i32, 1, kHandover * kFields, 1, 0, /*align=*/16), mapA, mapB, rank};
   }
   int64_t warpgroups() const { return pipe.c.mmaThreads() / 128; }
-  // turn(w): warpgroup w may use the staging tile (its phase j completes when the other one is done with it).
-  dsl::I32 turn(int64_t w) const { return pipe.k.i32(2 * stages() + 2 * kHandover + w); }
+  // The staging tile passes between the MMA warpgroups on named barrier turn(w) (warpgroup w's turn: the other one
+  // arrives once done with it, w syncs before using it; bar.arrive / bar.sync order the shared accesses).
+  static int turn(int64_t w) { return 5 + int(w); }
   bool tma() const { return mapA.has_value(); }
   int64_t stages() const { return pipe.c.stages; }
   dsl::I32 full(const dsl::I32& slot) const { return slot; }
@@ -388,7 +382,6 @@ struct WarpSpecialized {
         k.mbarrierInit(bars, tileFull(k.i32(q)), 1);
         k.mbarrierInit(bars, tileEmpty(k.i32(q)), warpgroups());
       }
-      for (int64_t w = 0; w < 2; ++w) k.mbarrierInit(bars, turn(w), 1);
     });
     if (rank)
       k.clusterSync();  // both blocks' barriers exist before either multicasts or arrives on the other's
@@ -452,11 +445,7 @@ struct WarpSpecialized {
       SharedTile stage = pipe.ringB.stage(slot);
       // B's boxes: all of them, or with pairs this block's half, multicast into both blocks of the cluster.
       auto loadB = [&](int64_t half, int64_t halves, int64_t multicast) {
-        if (s.layout == GroupedGemmSpec::kNT && pipe.gateUpRows) {  // the gate rows, then the up rows
-          I32 gate = p.expert * (2 * pipe.gateUpRows) + p.n0 / 2;
-          k.tmaLoad(*mapB, {kk, gate}, stage.rowSlice(0, c.n / 2), bars, full(slot));
-          k.tmaLoad(*mapB, {kk, gate + pipe.gateUpRows}, stage.rowSlice(c.n / 2, c.n / 2), bars, full(slot));
-        } else if (s.layout == GroupedGemmSpec::kNT) {
+        if (s.layout == GroupedGemmSpec::kNT) {
           for (int64_t h = half * 2 / halves; h < (half + 1) * 2 / halves; ++h)
             k.tmaLoad(*mapB, {kk, p.expert * s.n + p.n0 + 128 * h}, stage.rowSlice(128 * h, 128), bars, full(slot),
                       multicast);
@@ -507,23 +496,20 @@ struct WarpSpecialized {
     k.ifThen(k.i32(0) < steps && wgLeader, [&] { release(empty((g + steps + (stages() - 1)) % stages())); });
     // Warpgroup 0 stores tile j after warpgroup 1 has stored tile j - 1; warpgroup 1 after warpgroup 0 tile j.
     if (w == 0)
-      k.ifThen(k.i32(0) < j, [&] { k.mbarrierWait(bars, turn(0), (j + 1) % 2); });
+      k.ifThen(k.i32(0) < j, [&] { k.namedBarrier(turn(0), 256, /*arriveOnly=*/false); });
     else
-      k.mbarrierWait(bars, turn(1), j % 2);
+      k.namedBarrier(turn(1), 256, /*arriveOnly=*/false);
     k.storeAcc(acc, pipe.staging.asRowsOf(64 * w));
     k.blockSync();
     I32 first0 = pipe.m0(p) + 64 * w;
     const auto& s = pipe.s;
-    if (epilogue)
-      epilogue(p, first0, w);
-    else if (pipe.tn())
+    if (pipe.tn())
       k.copyTile(pipe.staging, pipe.out + ((k.widen(p.expert) * s.kOrM + k.widen(first0)) * s.n + k.widen(p.n0)),
                  k.i32(s.n), k.i32(64), /*swizzle=*/false);
     else  // rows past the group (or a pair's m-tile past it) are not stored
       k.copyTile(pipe.staging, pipe.out + (k.widen(first0) * s.n + k.widen(p.n0)), k.i32(s.n),
                  k.select(first0 < p.groupEnd, p.groupEnd - first0, k.i32(0)), /*swizzle=*/false);
-    k.blockSync();
-    k.ifThen(wgLeader, [&] { k.mbarrierArrive(bars, turn(1 - w)); });
+    k.namedBarrier(turn(1 - w), 256, /*arriveOnly=*/true);
     return g + steps;
   }
 
@@ -546,7 +532,6 @@ struct WarpSpecialized {
                                             TilePlace p = sched.place(t, first);
                                             if (boxes) {
                                               handOver(v[1], &p);
-                                              if (leaderBeforeLoads) leaderBeforeLoads(p);
                                               return std::vector<I32>{loadBoxes(p, v[0]), v[1] + 1};
                                             }
                                             k.ifThen(leader, [&] { handOver(v[1], &p); });
@@ -576,51 +561,21 @@ struct WarpSpecialized {
     for (int64_t w = 0; w < warpgroups(); ++w) {
       k.group(128 * w, 128, /*barrier=*/3 + int(w), [&] {
         k.setMaxRegisters(kMmaRegisters, /*increase=*/true);
-        k.whileLoop({receive(k.i32(0)), k.i32(0), k.i32(0)}, [&](const std::vector<I32>& v) { return !(v[0] == 0); },
-                    [&](const std::vector<I32>& v) {
-                      I32 j = v[1];
-                      I32 g = compute(placeOf(j % kHandover), v[2], w, j);
-                      // compute ended with the warpgroup's barrier: all of it is done with entry j.
-                      k.ifThen(k.threadIdx() % 128 == 0, [&] { k.mbarrierArrive(bars, tileEmpty(j % kHandover)); });
-                      return std::vector<I32>{receive(j + 1), j + 1, g};
-                    });
+        std::vector<I32> end = k.whileLoop(
+            {receive(k.i32(0)), k.i32(0), k.i32(0)}, [&](const std::vector<I32>& v) { return !(v[0] == 0); },
+            [&](const std::vector<I32>& v) {
+              I32 j = v[1];
+              I32 g = compute(placeOf(j % kHandover), v[2], w, j);
+              // compute ended with the warpgroup's barrier: all of it is done with entry j.
+              k.ifThen(k.threadIdx() % 128 == 0, [&] { k.mbarrierArrive(bars, tileEmpty(j % kHandover)); });
+              return std::vector<I32>{receive(j + 1), j + 1, g};
+            });
+        // Warpgroup 1's last hand-back of the staging tile still waits at turn(0): take it.
+        if (w == 0) k.ifThen(k.i32(0) < end[1], [&] { k.namedBarrier(turn(0), 256, /*arriveOnly=*/false); });
       });
     }
   }
 
-  // Dynamic loop with tensor maps (Pipeline::runDynamic's protocol): the producer leader draws tickets from
-  // tickets[0] (global i32, zero at launch) and hands each tile over; the last of `grid` blocks to run out resets
-  // tickets[0..1]. Every thread of the block calls it, after the kernel's own block-wide work.
-  void runDynamic(const TileScheduler& sched, const dsl::SharedTile& first, const dsl::GlobalPtr& tickets,
-                  const dsl::I32& total, const dsl::I32& grid) const {
-    using namespace dsl;
-    dsl::Kernel& k = pipe.k;
-    const auto& c = pipe.c;
-    if (!tma() || rank) throw std::logic_error("runDynamic: tensor maps, no pairs");
-    init();
-    k.group(c.mmaThreads(), k.blockThreads() - c.mmaThreads(), /*barrier=*/2, [&] {
-      k.setMaxRegisters(kProducerRegisters, /*increase=*/false);
-      k.ifThen(k.threadIdx() == k.i32(c.mmaThreads()), [&] {
-        auto draw = [&] { return tickets.atomicAddI32(k.i32(1)); };
-        std::vector<I32> end = k.whileLoop(
-            {draw(), k.i32(0), k.i32(0)}, [&](const std::vector<I32>& v) { return v[0] < total; },
-            [&](const std::vector<I32>& v) {
-              TilePlace p = sched.place(v[0], first);
-              handOver(v[1], &p);
-              if (leaderBeforeLoads) leaderBeforeLoads(p);
-              I32 g = loadBoxes(p, v[2]);
-              return std::vector<I32>{draw(), v[1] + 1, g};
-            });
-        handOver(end[1], nullptr);
-        I32 done = (tickets + k.i64(1)).atomicAddI32(k.i32(1));
-        k.ifThen(done == grid - 1, [&] {
-          tickets.storeI32(k.i32(0));
-          (tickets + k.i64(1)).storeI32(k.i32(0));
-        });
-      });
-    });
-    multiply();
-  }
 };
 
 }  // namespace megamoe::kernels

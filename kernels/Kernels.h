@@ -161,10 +161,7 @@ enum LegBits : int64_t { kLegComm = 1, kLegGemm = 2 };
 // Args: ctx, src [T, H] (x or dy), topk_weights (f32), send_list, send_off, send_base (from the prologue), counts
 // (heap), arrivals (heap), route_epoch (i64), pool (heap bf16 [cap, H]), pool_src (heap i32 [cap]), pool_w (heap
 // f32 [cap]), pool_offsets (i32 [E/R + 1]), weights (w1 for NT and TN's shape, w2 for NN), extra (NT: h out when
-// save_h; TN: dh), out, tickets (i32 [2], zero), push_blocks, grid, legs (i32), map_pool, map_weights.
-// NT on sm_90a runs the warp-specialised engine with TMA loads: map_pool and map_weights are CUtensorMaps (by value)
-// over the pool [cap, H] and w1 [E/R * 2I, H], both in boxes of 128 rows x 64 (Device::encodeTensorMapBf16);
-// the other layouts and gfx950 take any two pointers there (unused).
+// save_h; TN: dh), out, tickets (i32 [2], zero), push_blocks, grid, legs (i32).
 struct DispatchGemmSpec {
   static constexpr const char* kName = "dispatch_grouped_gemm";
   static constexpr int64_t kPushRows = 32;  // rows per push unit (warps take rows in turn); one signal per unit
@@ -191,8 +188,7 @@ struct DispatchGemmSpec {
 //                  (heap f32, stored there by swiglu_bwd), 0 for -1 picks.
 // Gemm-only: rows go into my own combine buffer and nothing is summed.
 // Args: ctx, a (act / dh), b (w2 / w1), pool_offsets, pool_src (heap), comb (heap), done (heap i64 [2][R]),
-// topk_idx, topk_weights (f32), tokens (i32), y (y / dx), dw (heap f32), d_topk_weights (f32), tickets, grid, legs,
-// two unused pointers (dispatch_grouped_gemm's argument list; the combine runs the single-role loop).
+// topk_idx, topk_weights (f32), tokens (i32), y (y / dx), dw (heap f32), d_topk_weights (f32), tickets, grid, legs.
 struct GemmCombineSpec {
   static constexpr const char* kName = "grouped_gemm_combine";
   int64_t experts, ranks, topk, hidden, intermediate;

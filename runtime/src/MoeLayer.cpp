@@ -5,7 +5,6 @@
 #include "megamoe/MoeLayer.h"
 
 #include <algorithm>
-#include <array>
 
 #include "megamoe/Error.h"
 #include "megamoe/Runtime.h"
@@ -138,17 +137,6 @@ struct MoeLayer::Impl {
   uint32_t grid = 0;
   int32_t pushBlocks = 0;
   int64_t lastForwardTokens = -1;  // what backward() must match; -1 before the first forward
-  // The forward dispatch's tensor maps (sm_90a TMA; kernels/Kernels.h DispatchGemmSpec): the pool's is fixed for
-  // the layer; w1's is encoded per call (on the host, and captured by value in a CUDA graph).
-  using TensorMap = std::array<uint8_t, 128>;
-  TensorMap poolMap{};
-  // A bf16 [rows, cols] matrix in boxes of 128 rows x 64 columns; zeros (unused) where the backend has no TMA.
-  TensorMap rowsMap(DevicePtr base, int64_t rows, int64_t cols) {
-    if (device.kind() != BackendKind::kCuda) return TensorMap{};
-    const uint64_t dims[2] = {uint64_t(cols), uint64_t(rows)}, strides[1] = {uint64_t(cols) * 2};
-    const uint32_t box[2] = {64, 128};
-    return device.encodeTensorMapBf16(base, 2, dims, strides, box);
-  }
 
   Impl(Runtime& rt) : runtime(rt), device(*rt.device()) {}
   ~Impl() {
@@ -215,7 +203,6 @@ MoeLayer::MoeLayer(Runtime& runtime, const MoeLayerConfig& config, std::unique_p
   // One block per SM, all resident: the combine's blocks wait for each other (see docs/decisions/fused-dispatch.md).
   m.grid = uint32_t(m.device.multiprocessors());
   m.pushBlocks = std::min<int32_t>(runtime.env().pushBlocks, int32_t(m.grid));
-  m.poolMap = m.rowsMap(m.regions.pool, poolRows(config, ranks), config.hidden);
   for (EventHandle& e : m.events) e = m.device.createEvent();
   for (EventHandle& e : m.backwardEvents) e = m.device.createEvent();
 }
@@ -263,7 +250,6 @@ void MoeLayer::forward(const ForwardArgs& a, StreamHandle stream) {
   int32_t tokens = int32_t(a.tokens), grid = int32_t(m.grid), push = m.pushBlocks;
   int32_t dispatchLegs = legBits(m.dispatchLeg), combineLegs = legBits(m.combineLeg);
   uint64_t tickets0 = m.tickets, tickets1 = m.tickets + 8;
-  Impl::TensorMap w1Map = m.rowsMap(w1, c.experts / ranks() * 2 * c.intermediate, c.hidden);
 
   m.mark(m.events, size_t(Stage::kPrologue), stream);
   m.launch(kPrologue, 1, stream,
@@ -274,12 +260,12 @@ void MoeLayer::forward(const ForwardArgs& a, StreamHandle stream) {
   m.launch(kDispatchNT, m.grid, stream,
            {&r.ctx, &x, &weights, &m.sendList, &m.sendOff, &m.sendBase, &r.counts, &r.arrivals, &m.routeEpoch,
             &r.pool, &r.poolSrc, &r.poolW, &m.poolOffsets, &w1, c.training ? &m.h : &none, &m.act, &tickets0, &push,
-            &grid, &dispatchLegs, m.poolMap.data(), w1Map.data()},
+            &grid, &dispatchLegs},
            *heap_);
   m.mark(m.events, size_t(Stage::kGemmCombine), stream);
   m.launch(kCombineNT, m.grid, stream,
            {&r.ctx, &m.act, &w2, &m.poolOffsets, &r.poolSrc, &r.comb, &r.done, &idx, &weights, &tokens, &y, &r.dw,
-            &none, &tickets1, &grid, &combineLegs, &none, &none},
+            &none, &tickets1, &grid, &combineLegs},
            *heap_);
   m.mark(m.events, size_t(Stage::kCount), stream);
   m.launch(kEpochAdvance, 1, stream, {&r.ctx}, *heap_);
@@ -318,8 +304,7 @@ void MoeLayer::backward(const BackwardArgs& a, StreamHandle stream) {
   start(BackwardStage::kDgradDispatch);
   m.launch(kDispatchNN, m.grid, stream,
            {&r.ctx, &dy, &weights, &m.sendList, &m.sendOff, &m.sendBase, &r.counts, &r.arrivals, &m.routeEpoch,
-            &r.pool, &r.poolSrc, &r.poolW, &m.poolOffsets, &w2, &none, &m.act, &tickets0, &push, &grid, &dispatchLegs,
-            &none, &none},
+            &r.pool, &r.poolSrc, &r.poolW, &m.poolOffsets, &w2, &none, &m.act, &tickets0, &push, &grid, &dispatchLegs},
            *heap_);
   end(BackwardStage::kDgradDispatch);
   advance();
@@ -334,8 +319,7 @@ void MoeLayer::backward(const BackwardArgs& a, StreamHandle stream) {
   start(BackwardStage::kWgradW1Dispatch);
   m.launch(kDispatchTN, m.grid, stream,
            {&r.ctx, &x, &weights, &m.sendList, &m.sendOff, &m.sendBase, &r.counts, &r.arrivals, &m.routeEpoch,
-            &r.pool, &r.poolSrc, &r.poolW, &m.poolOffsets, &w1, &m.h, &dW1, &tickets0, &push, &grid, &dispatchLegs,
-            &none, &none},
+            &r.pool, &r.poolSrc, &r.poolW, &m.poolOffsets, &w1, &m.h, &dW1, &tickets0, &push, &grid, &dispatchLegs},
            *heap_);
   end(BackwardStage::kWgradW1Dispatch);
   advance();
@@ -343,7 +327,7 @@ void MoeLayer::backward(const BackwardArgs& a, StreamHandle stream) {
   start(BackwardStage::kDgradCombine);
   m.launch(kCombineNN, m.grid, stream,
            {&r.ctx, &m.h, &w1, &m.poolOffsets, &r.poolSrc, &r.comb, &r.done, &idx, &weights, &tokens, &dx, &r.dw,
-            &dTopk, &tickets1, &grid, &combineLegs, &none, &none},
+            &dTopk, &tickets1, &grid, &combineLegs},
            *heap_);
   end(BackwardStage::kDgradCombine);
   advance();

@@ -237,8 +237,11 @@ struct GroupBarrierToBarSync : OpRewritePattern<GroupBarrierOp> {
   using OpRewritePattern::OpRewritePattern;
   LogicalResult matchAndRewrite(GroupBarrierOp op, PatternRewriter& b) const override {
     Location loc = op.getLoc();
-    NVVM::BarrierOp::create(b, loc, Type(), i32(b, loc, op.getId()), i32(b, loc, op.getThreads()),
-                            NVVM::BarrierReductionAttr(), Value());
+    if (op.getArrive())
+      NVVM::BarrierArriveOp::create(b, loc, i32(b, loc, op.getId()), i32(b, loc, op.getThreads()));
+    else
+      NVVM::BarrierOp::create(b, loc, Type(), i32(b, loc, op.getId()), i32(b, loc, op.getThreads()),
+                              NVVM::BarrierReductionAttr(), Value());
     b.eraseOp(op);
     return success();
   }
@@ -281,11 +284,8 @@ struct AsyncArriveToNvvm : OpRewritePattern<AsyncArriveOp> {
 struct ProxyFenceToNvvm : OpRewritePattern<ProxyFenceOp> {
   using OpRewritePattern::OpRewritePattern;
   LogicalResult matchAndRewrite(ProxyFenceOp op, PatternRewriter& b) const override {
-    if (op.getGlobal())
-      NVVM::FenceProxyOp::create(b, op.getLoc(), NVVM::ProxyKind::async_global, NVVM::SharedSpaceAttr());
-    else
-      NVVM::FenceProxyOp::create(b, op.getLoc(), NVVM::ProxyKind::async_shared,
-                                 NVVM::SharedSpaceAttr::get(b.getContext(), NVVM::SharedSpace::shared_cta));
+    NVVM::FenceProxyOp::create(b, op.getLoc(), NVVM::ProxyKind::async_shared,
+                               NVVM::SharedSpaceAttr::get(b.getContext(), NVVM::SharedSpace::shared_cta));
     b.eraseOp(op);
     return success();
   }

@@ -144,10 +144,12 @@ def MegaMoe_BulkWaitOp : MegaMoe_Op<"bulk_wait", [MemoryEffects<[MemRead, MemWri
 def MegaMoe_GroupBarrierOp : MegaMoe_Op<"group_barrier", [MemoryEffects<[MemRead, MemWrite]>]> {
   let summary = "barrier `id` among `threads` threads of the block (a warp-specialised kernel's producer or consumers)";
   let description = [{
-    Like a block barrier, but only the `threads` threads of one group take part (whole warps); id 0 is the block's
-    own barrier and is refused. sm_90a: bar.sync id, threads. gfx950 has no lowering (its kernels do not split).
+    Like a block barrier, but only `threads` threads take part (whole warps); id 0 is the block's own barrier and
+    is refused. With `arrive` the calling threads only count themselves in and go on (the producer side of a
+    hand-over between two groups: the other group's bar.sync on the same id completes it). sm_90a: bar.sync /
+    bar.arrive id, threads. gfx950 has no lowering (its kernels do not split).
   }];
-  let arguments = (ins I64Attr:$id, I64Attr:$threads);
+  let arguments = (ins I64Attr:$id, I64Attr:$threads, UnitAttr:$arrive);
   let assemblyFormat = "attr-dict";
   let hasVerifier = 1;
 }
@@ -241,13 +243,11 @@ def MegaMoe_ClusterSyncOp : MegaMoe_Op<"cluster_sync", [MemoryEffects<[MemRead, 
 }
 
 def MegaMoe_ProxyFenceOp : MegaMoe_Op<"proxy_fence", [MemoryEffects<[MemRead, MemWrite]>]> {
-  let summary = "order memory written by ordinary stores before this thread's later async-proxy reads (MMA, TMA)";
+  let summary = "order this thread's view of shared memory written by ordinary stores before later MMA reads";
   let description = [{
     sm_90a: fence.proxy.async.shared::cta (cp.async and st.shared write through the generic proxy, wgmma reads
-    through the async proxy); with `global`, fence.proxy.async.global (rows other GPUs stored, seen through an
-    acquire, before TMA loads them). The calling thread alone.
+    through the async proxy). The calling thread alone.
   }];
-  let arguments = (ins UnitAttr:$global);
   let assemblyFormat = "attr-dict";
 }
 
