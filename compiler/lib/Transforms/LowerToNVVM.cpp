@@ -232,78 +232,64 @@ struct BulkWaitToNvvm : OpRewritePattern<BulkWaitOp> {
   }
 };
 
-// Warp specialisation: group barriers, mbarriers, cp.async arrivals and register budgets map one to one.
-struct GroupBarrierToBarSync : OpRewritePattern<GroupBarrierOp> {
-  using OpRewritePattern::OpRewritePattern;
-  LogicalResult matchAndRewrite(GroupBarrierOp op, PatternRewriter& b) const override {
+// Warp specialisation: group barriers, mbarriers, cp.async arrivals, TMA and register budgets map one to one, each
+// op replaced by what its emitter builds.
+template <typename OpT>
+struct EmitInstead : OpRewritePattern<OpT> {
+  using Emit = void (*)(PatternRewriter&, OpT);
+  EmitInstead(MLIRContext* ctx, Emit emit) : OpRewritePattern<OpT>(ctx), emit(emit) {}
+  LogicalResult matchAndRewrite(OpT op, PatternRewriter& b) const override {
+    emit(b, op);
+    b.eraseOp(op);
+    return success();
+  }
+  Emit emit;
+};
+template <typename OpT>
+void addEmitter(RewritePatternSet& patterns, typename EmitInstead<OpT>::Emit emit) {
+  patterns.add(std::make_unique<EmitInstead<OpT>>(patterns.getContext(), emit));
+}
+
+// PTX with side effects and a memory clobber, for instructions the NVVM dialect has no op for here.
+void inlinePtx(OpBuilder& b, Location loc, ValueRange operands, StringRef text, StringRef constraints) {
+  LLVM::InlineAsmOp::create(b, loc, TypeRange{}, operands, text, constraints, /*has_side_effects=*/true,
+                            /*is_align_stack=*/false, LLVM::tailcallkind::TailCallKind::None, nullptr, nullptr);
+}
+
+void addWarpSpecialisationPatterns(RewritePatternSet& patterns) {
+  addEmitter<GroupBarrierOp>(patterns, [](PatternRewriter& b, GroupBarrierOp op) {
     Location loc = op.getLoc();
     if (op.getArrive())
       NVVM::BarrierArriveOp::create(b, loc, i32(b, loc, op.getId()), i32(b, loc, op.getThreads()));
     else
       NVVM::BarrierOp::create(b, loc, Type(), i32(b, loc, op.getId()), i32(b, loc, op.getThreads()),
                               NVVM::BarrierReductionAttr(), Value());
-    b.eraseOp(op);
-    return success();
-  }
-};
-struct MbarrierInitToNvvm : OpRewritePattern<MbarrierInitOp> {
-  using OpRewritePattern::OpRewritePattern;
-  LogicalResult matchAndRewrite(MbarrierInitOp op, PatternRewriter& b) const override {
+  });
+  addEmitter<MbarrierInitOp>(patterns, [](PatternRewriter& b, MbarrierInitOp op) {
     NVVM::MBarrierInitOp::create(b, op.getLoc(), op.getBar(), op.getCount(), Value());
-    b.eraseOp(op);
-    return success();
-  }
-};
-struct MbarrierArriveToNvvm : OpRewritePattern<MbarrierArriveOp> {
-  using OpRewritePattern::OpRewritePattern;
-  LogicalResult matchAndRewrite(MbarrierArriveOp op, PatternRewriter& b) const override {
+  });
+  addEmitter<MbarrierArriveOp>(patterns, [](PatternRewriter& b, MbarrierArriveOp op) {
     NVVM::MBarrierArriveOp::create(b, op.getLoc(), Type(), op.getBar(), Value(), NVVM::MemScopeKind::CTA, false);
-    b.eraseOp(op);
-    return success();
-  }
-};
-// try_wait.parity in a loop until the phase has completed (the hint asks the hardware to suspend up to ~1 ms
-// per try rather than spin).
-struct MbarrierWaitToNvvm : OpRewritePattern<MbarrierWaitOp> {
-  using OpRewritePattern::OpRewritePattern;
-  LogicalResult matchAndRewrite(MbarrierWaitOp op, PatternRewriter& b) const override {
-    Location loc = op.getLoc();
-    NVVM::MBarrierTryWaitParityOp::create(b, loc, op.getBar(), op.getParity(), i32(b, loc, 1000000));
-    b.eraseOp(op);
-    return success();
-  }
-};
-struct AsyncArriveToNvvm : OpRewritePattern<AsyncArriveOp> {
-  using OpRewritePattern::OpRewritePattern;
-  LogicalResult matchAndRewrite(AsyncArriveOp op, PatternRewriter& b) const override {
+  });
+  // try_wait.parity in a loop until the phase has completed (the hint asks the hardware to suspend up to ~1 ms
+  // per try rather than spin).
+  addEmitter<MbarrierWaitOp>(patterns, [](PatternRewriter& b, MbarrierWaitOp op) {
+    NVVM::MBarrierTryWaitParityOp::create(b, op.getLoc(), op.getBar(), op.getParity(), i32(b, op.getLoc(), 1000000));
+  });
+  addEmitter<AsyncArriveOp>(patterns, [](PatternRewriter& b, AsyncArriveOp op) {
     NVVM::CpAsyncMBarrierArriveOp::create(b, op.getLoc(), op.getBar(), /*noinc=*/true);
-    b.eraseOp(op);
-    return success();
-  }
-};
-struct ProxyFenceToNvvm : OpRewritePattern<ProxyFenceOp> {
-  using OpRewritePattern::OpRewritePattern;
-  LogicalResult matchAndRewrite(ProxyFenceOp op, PatternRewriter& b) const override {
+  });
+  addEmitter<ProxyFenceOp>(patterns, [](PatternRewriter& b, ProxyFenceOp op) {
     NVVM::FenceProxyOp::create(b, op.getLoc(), NVVM::ProxyKind::async_shared,
                                NVVM::SharedSpaceAttr::get(b.getContext(), NVVM::SharedSpace::shared_cta));
-    b.eraseOp(op);
-    return success();
-  }
-};
-struct MbarrierExpectTxToNvvm : OpRewritePattern<MbarrierExpectTxOp> {
-  using OpRewritePattern::OpRewritePattern;
-  LogicalResult matchAndRewrite(MbarrierExpectTxOp op, PatternRewriter& b) const override {
+  });
+  addEmitter<MbarrierExpectTxOp>(patterns, [](PatternRewriter& b, MbarrierExpectTxOp op) {
     NVVM::MBarrierArriveExpectTxOp::create(b, op.getLoc(), Type(), op.getBar(), op.getBytes(), NVVM::MemScopeKind::CTA,
                                            false, Value());
-    b.eraseOp(op);
-    return success();
-  }
-};
-// cp.async.bulk.tensor.Nd.shared::cluster.global.mbarrier::complete_tx::bytes: the destination is addressed in the
-// shared::cluster window (address space 7), which holds this CTA's shared memory too.
-struct TmaLoadToNvvm : OpRewritePattern<TmaLoadOp> {
-  using OpRewritePattern::OpRewritePattern;
-  LogicalResult matchAndRewrite(TmaLoadOp op, PatternRewriter& b) const override {
+  });
+  // cp.async.bulk.tensor.Nd.shared::cluster.global.mbarrier::complete_tx::bytes: the destination is addressed in
+  // the shared::cluster window (address space 7), which holds this CTA's shared memory too.
+  addEmitter<TmaLoadOp>(patterns, [](PatternRewriter& b, TmaLoadOp op) {
     Location loc = op.getLoc();
     Value dst = LLVM::AddrSpaceCastOp::create(b, loc, LLVM::LLVMPointerType::get(b.getContext(), 7), op.getDst());
     Value mask = op.getMulticast()
@@ -312,48 +298,28 @@ struct TmaLoadToNvvm : OpRewritePattern<TmaLoadOp> {
     NVVM::CpAsyncBulkTensorGlobalToSharedClusterOp::create(b, loc, dst, op.getMap(), op.getCoords(), op.getBar(),
                                                           ValueRange{}, mask, Value(), NVVM::TMALoadMode::TILE,
                                                           false, NVVM::CTAGroupKindAttr(), Value());
-    b.eraseOp(op);
-    return success();
-  }
-};
-// mapa turns this CTA's shared offset into the peer's address in the cluster window; the arrival releases at
-// cluster scope (the peer's producer then overwrites the slot this CTA's MMA read).
-struct MbarrierArrivePeerToNvvm : OpRewritePattern<MbarrierArrivePeerOp> {
-  using OpRewritePattern::OpRewritePattern;
-  LogicalResult matchAndRewrite(MbarrierArrivePeerOp op, PatternRewriter& b) const override {
-    Location loc = op.getLoc();
-    Value addr = LLVM::PtrToIntOp::create(b, loc, b.getI32Type(), op.getBar());
-    LLVM::InlineAsmOp::create(b, loc, TypeRange{}, ValueRange{addr, op.getCta()},
-                              "{\n.reg .b32 peer;\nmapa.shared::cluster.u32 peer, $0, $1;\n"
-                              "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [peer];\n}",
-                              "r,r,~{memory}", /*has_side_effects=*/true, /*is_align_stack=*/false,
-                              LLVM::tailcallkind::TailCallKind::None, nullptr, nullptr);
-    b.eraseOp(op);
-    return success();
-  }
-};
-struct ClusterSyncToNvvm : OpRewritePattern<ClusterSyncOp> {
-  using OpRewritePattern::OpRewritePattern;
-  LogicalResult matchAndRewrite(ClusterSyncOp op, PatternRewriter& b) const override {
-    LLVM::InlineAsmOp::create(b, op.getLoc(), TypeRange{}, ValueRange{},
-                              "fence.mbarrier_init.release.cluster;\nbarrier.cluster.arrive.release.aligned;\n"
-                              "barrier.cluster.wait.acquire.aligned;",
-                              "~{memory}", /*has_side_effects=*/true, /*is_align_stack=*/false,
-                              LLVM::tailcallkind::TailCallKind::None, nullptr, nullptr);
-    b.eraseOp(op);
-    return success();
-  }
-};
-struct SetMaxRegistersToNvvm : OpRewritePattern<SetMaxRegistersOp> {
-  using OpRewritePattern::OpRewritePattern;
-  LogicalResult matchAndRewrite(SetMaxRegistersOp op, PatternRewriter& b) const override {
+  });
+  // mapa turns this CTA's shared offset into the peer's address in the cluster window; the arrival releases at
+  // cluster scope (the peer's producer then overwrites the slot this CTA's MMA read).
+  addEmitter<MbarrierArrivePeerOp>(patterns, [](PatternRewriter& b, MbarrierArrivePeerOp op) {
+    Value addr = LLVM::PtrToIntOp::create(b, op.getLoc(), b.getI32Type(), op.getBar());
+    inlinePtx(b, op.getLoc(), ValueRange{addr, op.getCta()},
+              "{\n.reg .b32 peer;\nmapa.shared::cluster.u32 peer, $0, $1;\n"
+              "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [peer];\n}",
+              "r,r,~{memory}");
+  });
+  addEmitter<ClusterSyncOp>(patterns, [](PatternRewriter& b, ClusterSyncOp op) {
+    inlinePtx(b, op.getLoc(), ValueRange{},
+              "fence.mbarrier_init.release.cluster;\nbarrier.cluster.arrive.release.aligned;\n"
+              "barrier.cluster.wait.acquire.aligned;",
+              "~{memory}");
+  });
+  addEmitter<SetMaxRegistersOp>(patterns, [](PatternRewriter& b, SetMaxRegistersOp op) {
     NVVM::SetMaxRegisterOp::create(b, op.getLoc(), uint32_t(op.getCount()),
                                    op.getIncrease() ? NVVM::SetMaxRegisterAction::increase
                                                     : NVVM::SetMaxRegisterAction::decrease);
-    b.eraseOp(op);
-    return success();
-  }
-};
+  });
+}
 
 struct LowerToNVVMPass : impl::MegaMoeLowerToNVVMBase<LowerToNVVMPass> {
   void runOnOperation() override {
@@ -363,9 +329,8 @@ struct LowerToNVVMPass : impl::MegaMoeLowerToNVVMBase<LowerToNVVMPass> {
     populateExpandBarriersPatterns(patterns);
     populateCommonLoweringPatterns(patterns, hooks);
     patterns.add<MmaTileToWgmma, MmaDrainToWgmmaWait, AccStoreFromWgmma, BulkStoreToCpAsyncBulk, BulkCommitToNvvm,
-                 BulkWaitToNvvm, GroupBarrierToBarSync, MbarrierInitToNvvm, MbarrierArriveToNvvm, MbarrierWaitToNvvm,
-                 AsyncArriveToNvvm, ProxyFenceToNvvm, SetMaxRegistersToNvvm, MbarrierExpectTxToNvvm, TmaLoadToNvvm,
-                 MbarrierArrivePeerToNvvm, ClusterSyncToNvvm>(&getContext());
+                 BulkWaitToNvvm>(&getContext());
+    addWarpSpecialisationPatterns(patterns);
     if (failed(applyLowering(getOperation(), std::move(patterns)))) signalPassFailure();
   }
 };
