@@ -228,7 +228,6 @@ class Kernel {
   // `align`: 1024 (swizzled MMA operands need it) or at least 16 for small tables.
   SharedTile dynamicSharedTile(Elem e, int64_t rows, int64_t cols, int64_t stages, int64_t pitch = 0,
                                int64_t align = 1024);
-  int64_t dynamicSharedBytes() const { return dynamicSharedBytes_; }
 
   // Warp specialisation (sm_90a): `body` runs on threads [first, first + threads) of the block only (whole warps).
   // Inside it, block-scope ops (copies, MMA tiles, accumulator stores) are the group's: they use its threads, and
@@ -237,10 +236,10 @@ class Kernel {
   // of the tile (a group of warpgroup 1 alone computes rows 64 .. 127 with m = 64).
   void group(int64_t first, int64_t threads, int barrier, const std::function<void()>& body);
   int64_t groupFirst() const { return group_.first; }
+  int64_t groupThreads() const { return group_.threads; }
   // Named barrier `id` (1..15) of `threads` threads across groups: the calling group's threads wait there (sync)
   // or only count themselves in (arrive), e.g. one group hands a shared tile over to another.
   void namedBarrier(int id, int64_t threads, bool arriveOnly);
-  int64_t groupThreads() const { return group_.threads; }
   // n 8-byte mbarriers in dynamic shared memory (a producer and its consumers hand ring slots over with them).
   SharedTile mbarriers(int64_t n);
   // One thread initialises barrier i for `count` arrivals per phase (a blockSync must follow).

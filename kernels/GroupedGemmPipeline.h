@@ -320,7 +320,8 @@ struct Pipeline {
 // copies have landed: one cp.async arrival per producer thread) and back on empty[s] (the MMA that read it has
 // finished: one arrival per MMA warpgroup). The producer runs up to `stages` slots ahead, across tiles, so the next
 // tile's first stages load while the MMA warpgroups run the epilogue. Tiles reach the MMA warpgroups through a
-// two-entry hand-over table in shared memory (tileFull / tileEmpty), the last entry marked invalid. Registers move
+// two-entry hand-over table in shared memory (tileFull / tileEmpty), the last entry marked invalid. Each MMA
+// warpgroup runs its own loop over its 64 rows of every tile; the two take turns on a 64-row staging tile. Registers move
 // to the MMA warpgroups (setmaxnreg): at 384 threads a block starts at 168 each; the producer gives 112 of them
 // back and the MMA warpgroups take them (56 + 2 x 216 fits the 168 x 3 launched; at 48 the producer spilled).
 //
@@ -566,7 +567,7 @@ struct WarpSpecialized {
             [&](const std::vector<I32>& v) {
               I32 j = v[1];
               I32 g = compute(placeOf(j % kHandover), v[2], w, j);
-              // compute ended with the warpgroup's barrier: all of it is done with entry j.
+              // Every thread of the warpgroup passed compute's barrier after its K loop: entry j has been read.
               k.ifThen(k.threadIdx() % 128 == 0, [&] { k.mbarrierArrive(bars, tileEmpty(j % kHandover)); });
               return std::vector<I32>{receive(j + 1), j + 1, g};
             });
@@ -575,7 +576,6 @@ struct WarpSpecialized {
       });
     }
   }
-
 };
 
 }  // namespace megamoe::kernels
