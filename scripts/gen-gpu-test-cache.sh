@@ -20,6 +20,8 @@ kernels=(
   "gemm_nt N=256,K=128"
   "gemm_nt N=4096,K=7168"   # L1: [M, H] x [2I, H]^T
   "gemm_nt N=7168,K=2048"   # L2: [M, I] x [H, I]^T
+  "grouped_gemm_nt_tma E=8,N=512,K=256,pairs=0"   # the TMA variants on ragged groups
+  "grouped_gemm_nn_tma E=8,N=512,K=256,pairs=0"
   "epoch_advance -"
   "ping_pong rounds=64"
   "ping_pong rounds=2"      # the CUDA-graph replay test

@@ -1,4 +1,4 @@
-// GPU tier for the compute kernels (swiglu_fwd, gemm_nt) loaded from the kernel cache: fresh random normal inputs,
+// GPU tier for the compute kernels (swiglu_fwd, gemm_nt, grouped_gemm_{nt,nn}_tma) loaded from the kernel cache: fresh random normal inputs,
 // a higher-precision host reference, sentinel-filled outputs checked fully written, and a second launch that must be
 // bitwise identical. Skips without a CUDA device; the cache comes from scripts/gen-gpu-test-cache.sh.
 #include <gtest/gtest.h>
@@ -290,6 +290,80 @@ TEST(GpuKernels, GemmNtDeepSeekV3L1) {
 TEST(GpuKernels, GemmNtDeepSeekV3L2) {
   MEGAMOE_REQUIRE_SM90A(gpu);
   runGemm(gpu, {7168, 2048, 1000, 48, true});
+}
+
+// ------------------------------------------------------------------------------------ grouped_gemm_{nt,nn}_tma
+
+// The TMA variants (kernels/Kernels.h buildGroupedGemm): C [rows, N] = A [rows, K] . B[e] (NT: B [E, N, K]; NN: B
+// [E, K, N]) over groups of random sizes (1..400 rows, two empty); the tensor maps
+// are encoded here as the kernel documents them. A guard row past the last group must stay at the sentinel.
+void runTmaGroupedGemm(Gpu& gpu, bool nn) {
+  std::mt19937 rng = testRng();
+  const int64_t E = 8, N = 512, K = 256;
+  std::vector<int32_t> offsets{0};
+  std::uniform_int_distribution<int32_t> size(1, 400);
+  for (int64_t e = 0; e < E; ++e) offsets.push_back(offsets.back() + (e == 2 || e == 5 ? 0 : size(rng)));
+  const int64_t rows = offsets.back();
+  auto kernel = loadKernel(*gpu.runtime, nn ? "grouped_gemm_nn_tma" : "grouped_gemm_nt_tma",
+                           {{"E", E}, {"N", N}, {"K", K}, {"pairs", 0}});
+  const std::vector<uint16_t> a = randomBf16(rng, size_t(rows * K)), b = randomBf16(rng, size_t(E * N * K));
+  Buffer aDev(gpu.device(), a.size() * 2), bDev(gpu.device(), b.size() * 2), offDev(gpu.device(), offsets.size() * 4);
+  aDev.upload(a);
+  bDev.upload(b);
+  offDev.upload(offsets);
+  Buffer out(gpu.device(), size_t((rows + 1) * N) * 2);  // one guard row
+  const uint64_t aDims[2] = {uint64_t(K), uint64_t(rows)}, aStride[1] = {uint64_t(K) * 2};
+  const uint64_t bDims[2] = {uint64_t(nn ? N : K), uint64_t(nn ? E * K : E * N)}, bStride[1] = {bDims[0] * 2};
+  const uint32_t aBox[2] = {64, 128}, bBox[2] = {64, nn ? 64u : 128u};
+  auto mapA = gpu.device().encodeTensorMapBf16(aDev.ptr(), 2, aDims, aStride, aBox);
+  auto mapB = gpu.device().encodeTensorMapBf16(bDev.ptr(), 2, bDims, bStride, bBox);
+
+  uint64_t aArg = aDev.ptr(), bArg = bDev.ptr(), outArg = out.ptr(), offArg = offDev.ptr();
+  int32_t grid = gpu.device().multiprocessors();
+  void* params[] = {&aArg, &bArg, &outArg, &offArg, &grid, mapA.data(), mapB.data()};
+  LaunchDims dims;
+  dims.grid.x = uint32_t(grid);
+  dims.block.x = uint32_t(kernel->metadata().blockThreads);
+  auto launchOnce = [&] {
+    out.poison();
+    gpu.runtime->launch(*kernel, dims, gpu.stream, params);
+    gpu.device().synchronize(gpu.stream);
+    return out.download<uint16_t>();
+  };
+  const std::vector<uint16_t> first = launchOnce();
+
+  size_t unwritten = 0, guardTouched = 0;
+  for (int64_t i = 0; i < rows * N; ++i) unwritten += first[size_t(i)] == kSentinel;
+  for (int64_t i = rows * N; i < (rows + 1) * N; ++i) guardTouched += first[size_t(i)] != kSentinel;
+  EXPECT_EQ(unwritten, 0u) << "outputs left at the sentinel";
+  EXPECT_EQ(guardTouched, 0u) << "elements written past the last group";
+  ErrorNorm err;
+  for (int64_t e = 0; e < E; ++e)
+    for (int64_t r = offsets[size_t(e)]; r < offsets[size_t(e + 1)]; ++r)
+      for (int64_t n = 0; n < N; ++n) {
+        double ref = 0;
+        for (int64_t k = 0; k < K; ++k) {
+          const size_t bAt = nn ? size_t((e * K + k) * N + n) : size_t((e * N + n) * K + k);
+          ref += double(fromBf16(a[size_t(r * K + k)])) * fromBf16(b[bAt]);
+        }
+        err.add(fromBf16(first[size_t(r * N + n)]), ref);
+      }
+  EXPECT_LE(err.relative(), 1e-2);
+  const bool identical = first == launchOnce();
+  EXPECT_TRUE(identical) << "the second launch differs bitwise from the first";
+  std::printf("SUMMARY %s E=%lld N=%lld K=%lld rows=%lld: rel_err=%.3e unwritten=%zu guard_touched=%zu rerun=%s\n",
+              nn ? "grouped_gemm_nn_tma" : "grouped_gemm_nt_tma", (long long)E, (long long)N, (long long)K,
+              (long long)rows, err.relative(), unwritten, guardTouched, identical ? "identical" : "DIFFERENT");
+}
+
+TEST(GpuKernels, TmaGroupedGemmNtRaggedGroups) {
+  MEGAMOE_REQUIRE_SM90A(gpu);
+  runTmaGroupedGemm(gpu, /*nn=*/false);
+}
+
+TEST(GpuKernels, TmaGroupedGemmNnRaggedGroups) {
+  MEGAMOE_REQUIRE_SM90A(gpu);
+  runTmaGroupedGemm(gpu, /*nn=*/true);
 }
 
 }  // namespace
