@@ -338,10 +338,11 @@ struct WarpSpecialized {
   // each loads its own A and one half of B, multicast into both, so B's traffic from L2 halves.
   std::optional<dsl::I32> rank = std::nullopt;
 
-  // Ring stages: 4 when they fit the 227 KB beside the 64-row staging tile, the engine's barriers and hand-over
-  // table and the kernel's own shared i32 tables (entries each; sharedTable rounds to 16 bytes), else 3.
+  // Ring stages: 4 when they fit the 227 KB beside the 64-row staging tile, the engine's barriers (1024-byte
+  // aligned, as every mbarriers() tile) and hand-over table and the kernel's own shared i32 tables (entries each;
+  // sharedTable rounds to 16 bytes), else 3.
   static int64_t stagesFor(const GroupedGemmSpec::Tiles& c, std::initializer_list<int64_t> tables) {
-    int64_t bytes = 16 * 8 + kHandover * kFields * 4 + 64 * (c.n + 8) * 2;
+    int64_t bytes = 1024 + 16 * 8 + kHandover * kFields * 4 + 64 * (c.n + 8) * 2;
     for (int64_t n : tables) bytes += (n + 3) / 4 * 16;
     return bytes + 4 * (c.m + c.n) * c.k * 2 <= 227 * 1024 ? 4 : 3;
   }
