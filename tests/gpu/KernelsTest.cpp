@@ -80,6 +80,28 @@ struct Gpu {
     GTEST_SKIP() << "the test cache holds sm_90a code; device 0 is " << gpu.device().target();         \
   gpu.stream = gpu.device().createStream()
 
+// One launch into a sentinel-filled output, waited for, the output read back.
+std::vector<uint16_t> launchPoisoned(Gpu& gpu, const Kernel& kernel, const LaunchDims& dims, void** params,
+                                     Buffer& out) {
+  out.poison();
+  gpu.runtime->launch(kernel, dims, gpu.stream, params);
+  gpu.device().synchronize(gpu.stream);
+  return out.download<uint16_t>();
+}
+
+// Elements [0, valid) must be written, [valid, end) left at the sentinel (a guard past the output).
+struct Written {
+  size_t unwritten = 0, guardTouched = 0;
+};
+Written checkWritten(const std::vector<uint16_t>& out, int64_t valid, int64_t end, const char* guard) {
+  Written w;
+  for (int64_t i = 0; i < valid; ++i) w.unwritten += out[size_t(i)] == kSentinel;
+  for (int64_t i = valid; i < end; ++i) w.guardTouched += out[size_t(i)] != kSentinel;
+  EXPECT_EQ(w.unwritten, 0u) << "outputs left at the sentinel";
+  EXPECT_EQ(w.guardTouched, 0u) << "elements written past " << guard;
+  return w;
+}
+
 // ---------------------------------------------------------------------------------------------------- swiglu_fwd
 
 struct SwigluCase {
@@ -115,19 +137,9 @@ void runSwiglu(Gpu& gpu, const SwigluCase& c) {
   const int64_t vectors = m * inter / kSwigluVector;
   dims.grid.x = static_cast<uint32_t>((vectors + kSwigluBlockThreads - 1) / kSwigluBlockThreads);
   dims.block.x = static_cast<uint32_t>(kSwigluBlockThreads);
-  auto launchOnce = [&] {
-    out.poison();
-    gpu.runtime->launch(*kernel, dims, gpu.stream, params);
-    gpu.device().synchronize(gpu.stream);
-    return out.download<uint16_t>();
-  };
+  auto launchOnce = [&] { return launchPoisoned(gpu, *kernel, dims, params, out); };
   const std::vector<uint16_t> first = launchOnce();
-
-  size_t unwritten = 0, guardTouched = 0;
-  for (int64_t i = 0; i < m * inter; ++i) unwritten += first[size_t(i)] == kSentinel;
-  for (int64_t i = m * inter; i < (m + 1) * inter; ++i) guardTouched += first[size_t(i)] != kSentinel;
-  EXPECT_EQ(unwritten, 0u) << "outputs left at the sentinel";
-  EXPECT_EQ(guardTouched, 0u) << "elements written past row M";
+  const Written written = checkWritten(first, m * inter, (m + 1) * inter, "row M");
 
   const double limit = double(c.clampMilli) / 1000.0;
   ErrorNorm err, unclamped;
@@ -156,7 +168,7 @@ void runSwiglu(Gpu& gpu, const SwigluCase& c) {
               limit > 0 ? (" clamped_inputs=" + std::to_string(clampedInputs) + " err_vs_unclamped=" +
                            std::to_string(unclamped.relative())).c_str()
                         : "",
-              unwritten, guardTouched, identical ? "identical" : "DIFFERENT");
+              written.unwritten, written.guardTouched, identical ? "identical" : "DIFFERENT");
 }
 
 TEST(GpuKernels, SwigluI2048M777) {
@@ -324,19 +336,9 @@ void runTmaGroupedGemm(Gpu& gpu, bool nn) {
   LaunchDims dims;
   dims.grid.x = uint32_t(grid);
   dims.block.x = uint32_t(kernel->metadata().blockThreads);
-  auto launchOnce = [&] {
-    out.poison();
-    gpu.runtime->launch(*kernel, dims, gpu.stream, params);
-    gpu.device().synchronize(gpu.stream);
-    return out.download<uint16_t>();
-  };
+  auto launchOnce = [&] { return launchPoisoned(gpu, *kernel, dims, params, out); };
   const std::vector<uint16_t> first = launchOnce();
-
-  size_t unwritten = 0, guardTouched = 0;
-  for (int64_t i = 0; i < rows * N; ++i) unwritten += first[size_t(i)] == kSentinel;
-  for (int64_t i = rows * N; i < (rows + 1) * N; ++i) guardTouched += first[size_t(i)] != kSentinel;
-  EXPECT_EQ(unwritten, 0u) << "outputs left at the sentinel";
-  EXPECT_EQ(guardTouched, 0u) << "elements written past the last group";
+  const Written written = checkWritten(first, rows * N, (rows + 1) * N, "the last group");
   ErrorNorm err;
   for (int64_t e = 0; e < E; ++e)
     for (int64_t r = offsets[size_t(e)]; r < offsets[size_t(e + 1)]; ++r)
@@ -353,7 +355,8 @@ void runTmaGroupedGemm(Gpu& gpu, bool nn) {
   EXPECT_TRUE(identical) << "the second launch differs bitwise from the first";
   std::printf("SUMMARY %s E=%lld N=%lld K=%lld rows=%lld: rel_err=%.3e unwritten=%zu guard_touched=%zu rerun=%s\n",
               nn ? "grouped_gemm_nn_tma" : "grouped_gemm_nt_tma", (long long)E, (long long)N, (long long)K,
-              (long long)rows, err.relative(), unwritten, guardTouched, identical ? "identical" : "DIFFERENT");
+              (long long)rows, err.relative(), written.unwritten, written.guardTouched,
+              identical ? "identical" : "DIFFERENT");
 }
 
 TEST(GpuKernels, TmaGroupedGemmNtRaggedGroups) {
