@@ -237,13 +237,20 @@ struct Pipeline {
     k.blockSync();
     if (epilogue)
       epilogue(p, first0);
-    else if (tn())
+    else
+      storeStaged(p, first0);
+    if (!bulkEpilogue) k.blockSync();  // the next tile's epilogue overwrites the staging tile
+  }
+  // The default epilogue's stores: the staging tile's rows, C's rows from first0 on (TN: rows of dW[e], all of them;
+  // NT / NN: those inside the group, none where first0 lies past it, e.g. a pair's second m-tile).
+  void storeStaged(const TilePlace& p, const dsl::I32& first0) const {
+    using namespace dsl;
+    if (tn())
       k.copyTile(staging, out + ((k.widen(p.expert) * s.kOrM + k.widen(first0)) * s.n + k.widen(p.n0)), k.i32(s.n),
-                 k.i32(c.m), /*swizzle=*/false);
-    else  // a pair's second m-tile may start past the group: nothing to store
+                 k.i32(staging.rows()), /*swizzle=*/false);
+    else
       k.copyTile(staging, out + (k.widen(first0) * s.n + k.widen(p.n0)), k.i32(s.n),
                  k.select(first0 < p.groupEnd, p.groupEnd - first0, k.i32(0)), /*swizzle=*/false);
-    if (!bulkEpilogue) k.blockSync();  // the next tile's epilogue overwrites the staging tile
   }
   // After the tile loop: every copy this thread started has completed (bulk stores: written, and ordered before a
   // release that follows).
@@ -503,14 +510,7 @@ struct WarpSpecialized {
       k.namedBarrier(turn(1), 256, /*arriveOnly=*/false);
     k.storeAcc(acc, pipe.staging.asRowsOf(64 * w));
     k.blockSync();
-    I32 first0 = pipe.m0(p) + 64 * w;
-    const auto& s = pipe.s;
-    if (pipe.tn())
-      k.copyTile(pipe.staging, pipe.out + ((k.widen(p.expert) * s.kOrM + k.widen(first0)) * s.n + k.widen(p.n0)),
-                 k.i32(s.n), k.i32(64), /*swizzle=*/false);
-    else  // rows past the group (or a pair's m-tile past it) are not stored
-      k.copyTile(pipe.staging, pipe.out + (k.widen(first0) * s.n + k.widen(p.n0)), k.i32(s.n),
-                 k.select(first0 < p.groupEnd, p.groupEnd - first0, k.i32(0)), /*swizzle=*/false);
+    pipe.storeStaged(p, pipe.m0(p) + 64 * w);
     k.namedBarrier(turn(1 - w), 256, /*arriveOnly=*/true);
     return g + steps;
   }
