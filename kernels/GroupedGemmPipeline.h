@@ -57,7 +57,10 @@ struct TilePlace {
 // Tile t -> place. Expert e owns mTiles(e) x (N / bn) consecutive tiles: ceil(size_e / bm) m-tiles for NT/NN (an
 // empty expert none), M / bm for TN (every expert, so that an expert without tokens gets its dW = 0 written).
 // Within an expert, n-fastest order: measured on the H200 (bench/results v4 vs v5), bands of 8 m-tiles lost 10-20%
-// against it on every DeepSeek-V3 case.
+// against it on every DeepSeek-V3 case (at most 28 n-tiles: the tiles in flight cover a few m-tiles of B already).
+// Wide problems (N / bn >= kBandFrom, e.g. Mixtral's L1 with 112 n-tiles) go in bands of kBandM m-tiles, m fastest
+// within a band: n-fastest, the ~132 tiles in flight span about one m-tile, so all of B[e] (235 MB there, far past
+// the 50 MB L2) streams from HBM once per m-tile; in bands it streams once per band.
 //
 // Pairs (pairRank set; NT / NN): the tiles are pairs of m-tiles (2i, 2i + 1) of one expert and n-tile, run by the
 // two blocks of a cluster (rank 0 and 1), which share B's tile; the second m-tile of an expert with an odd count
@@ -70,7 +73,9 @@ struct TileScheduler {
   std::optional<dsl::I32> pairRank = std::nullopt;
 
   dsl::I32 offset(const dsl::I32& e) const { return (offsets + k.widen(e)).loadI32(); }
+  static constexpr int64_t kBandFrom = 48, kBandM = 8;
   int64_t nTiles() const { return s.n / bn; }
+  bool banded() const { return !pairRank && nTiles() >= kBandFrom; }
   dsl::I32 mTiles(const dsl::I32& start, const dsl::I32& end) const {
     if (s.layout == GroupedGemmSpec::kTN) return k.i32(s.kOrM / bm);
     return (end - start + (bm - 1)) / bm;
@@ -89,8 +94,18 @@ struct TileScheduler {
     dsl::I32 found = tab.find(t);
     dsl::I32 e = k.select(found < k.i32(s.experts), found, k.i32(s.experts - 1));
     dsl::I32 local = t - tab.at(e);
+    dsl::I32 start = offset(e), end = offset(e + 1);
+    if (banded()) {
+      dsl::I32 band = local / (kBandM * nTiles()), m0 = band * kBandM;
+      dsl::I32 left = mTiles(start, end) - m0;
+      dsl::I32 rows = k.select(left < k.i32(kBandM), left, k.i32(kBandM));
+      // Past the last tile (t clamped above) rows can be 0: divide by 1 there (the place is unused).
+      rows = k.select(k.i32(0) < rows, rows, k.i32(1));
+      dsl::I32 r = local - band * (kBandM * nTiles());
+      return {e, start, end, m0 + r % rows, r / rows * bn};
+    }
     dsl::I32 mTile = pairRank ? local / nTiles() * 2 + *pairRank : local / nTiles();
-    return {e, offset(e), offset(e + 1), mTile, (local % nTiles()) * bn};
+    return {e, start, end, mTile, (local % nTiles()) * bn};
   }
 };
 

@@ -22,6 +22,7 @@ kernels=(
   "gemm_nt N=7168,K=2048"   # L2: [M, I] x [H, I]^T
   "grouped_gemm_nt_tma E=8,N=512,K=256,pairs=0"   # the TMA variants on ragged groups
   "grouped_gemm_nn_tma E=8,N=512,K=256,pairs=0"
+  "grouped_gemm_nt_tma E=6,N=12288,K=128,pairs=0"   # the banded tile order (N / 256 >= 48)
   "epoch_advance -"
   "ping_pong rounds=64"
   "ping_pong rounds=2"      # the CUDA-graph replay test

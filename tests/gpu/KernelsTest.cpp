@@ -309,11 +309,12 @@ TEST(GpuKernels, GemmNtDeepSeekV3L2) {
 // The TMA variants (kernels/Kernels.h buildGroupedGemm): C [rows, N] = A [rows, K] . B[e] (NT: B [E, N, K]; NN: B
 // [E, K, N]) over groups of random sizes (1..400 rows, two empty); the tensor maps
 // are encoded here as the kernel documents them. A guard row past the last group must stay at the sentinel.
-void runTmaGroupedGemm(Gpu& gpu, bool nn) {
+// N >= 48 x 256 takes the scheduler's banded tile order (TileScheduler::banded; groups of up to 1400 rows, i.e.
+// a full band of 8 m-tiles and a partial one).
+void runTmaGroupedGemm(Gpu& gpu, bool nn, int64_t E = 8, int64_t N = 512, int64_t K = 256, int32_t maxRows = 400) {
   std::mt19937 rng = testRng();
-  const int64_t E = 8, N = 512, K = 256;
   std::vector<int32_t> offsets{0};
-  std::uniform_int_distribution<int32_t> size(1, 400);
+  std::uniform_int_distribution<int32_t> size(1, maxRows);
   for (int64_t e = 0; e < E; ++e) offsets.push_back(offsets.back() + (e == 2 || e == 5 ? 0 : size(rng)));
   const int64_t rows = offsets.back();
   auto kernel = loadKernel(*gpu.runtime, nn ? "grouped_gemm_nn_tma" : "grouped_gemm_nt_tma",
@@ -367,6 +368,11 @@ TEST(GpuKernels, TmaGroupedGemmNtRaggedGroups) {
 TEST(GpuKernels, TmaGroupedGemmNnRaggedGroups) {
   MEGAMOE_REQUIRE_SM90A(gpu);
   runTmaGroupedGemm(gpu, /*nn=*/true);
+}
+
+TEST(GpuKernels, TmaGroupedGemmNtBandedOrder) {
+  MEGAMOE_REQUIRE_SM90A(gpu);
+  runTmaGroupedGemm(gpu, /*nn=*/false, /*E=*/6, /*N=*/12288, /*K=*/128, /*maxRows=*/1400);
 }
 
 }  // namespace
