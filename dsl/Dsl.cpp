@@ -498,12 +498,17 @@ SharedTile Kernel::dynamicSharedTile(Elem e, int64_t rows, int64_t cols, int64_t
   return {this, base, e, rows, cols, stages, pitch};
 }
 
+// Every tile_copy the DSL emits: `tile` is the shared side (its shape and element type are the copy's).
+static void createTileCopy(OpBuilder& b, Location loc, int64_t first, int64_t threads, Value src, Value srcLd, Value dst,
+                           Value dstLd, Value rowsValid, const SharedTile& tile, Type elem, Swizzle swizzle, bool async,
+                           Value rowIndex = {}) {
+  TileCopyOp::create(b, loc, src, srcLd, dst, dstLd, rowsValid, uint64_t(tile.rows()), uint64_t(tile.cols()),
+                     uint64_t(threads), elem, swizzle, /*transpose=*/false, async, uint64_t(first), rowIndex);
+}
+
 void Kernel::copyTileMN(const GlobalPtr& src, const I32& srcLd, const SharedTile& dst, const I32& rowsValid, bool async) {
-  auto op = TileCopyOp::create(b_, loc_, src.value(), srcLd.value(), dst.value(), i32(dst.cols()).value(),
-                               rowsValid.value(), dst.rows(), dst.cols(), group_.threads, type(dst.elem()),
-                               Swizzle::b128_mn);
-  if (async) op.setAsync(true);
-  op.setFirstThread(group_.first);
+  createTileCopy(b_, loc_, group_.first, group_.threads, src.value(), srcLd.value(), dst.value(),
+                 i32(dst.cols()).value(), rowsValid.value(), dst, type(dst.elem()), Swizzle::b128_mn, async);
 }
 
 void Kernel::bulkStore(const SharedTile& src, const I32& row, const GlobalPtr& dst, int64_t bytes) {
@@ -580,17 +585,22 @@ void Kernel::setMaxRegisters(int64_t count, bool increase) {
 
 void Kernel::copyTile(const GlobalPtr& src, const I32& srcLd, const SharedTile& dst, const I32& rowsValid, bool swizzle,
                       bool async) {
-  auto op = TileCopyOp::create(b_, loc_, src.value(), srcLd.value(), dst.value(), i32(dst.cols()).value(),
-                               rowsValid.value(), dst.rows(), dst.cols(), group_.threads, type(dst.elem()),
-                               swizzle ? Swizzle::b128 : Swizzle::none);
-  if (async) op.setAsync(true);
-  op.setFirstThread(group_.first);
+  createTileCopy(b_, loc_, group_.first, group_.threads, src.value(), srcLd.value(), dst.value(),
+                 i32(dst.cols()).value(), rowsValid.value(), dst, type(dst.elem()),
+                 swizzle ? Swizzle::b128 : Swizzle::none, async);
+}
+void Kernel::copyTileGather(const GlobalPtr& src, const I32& srcLd, const SharedTile& rowIndex, const SharedTile& dst,
+                            const I32& rowsValid, bool swizzle, bool async) {
+  if (rowIndex.elem() != Elem::i32 || rowIndex.rows() * rowIndex.cols() < dst.rows())
+    throw std::invalid_argument("copyTileGather: rowIndex must be an i32 table with an entry per row of dst");
+  createTileCopy(b_, loc_, group_.first, group_.threads, src.value(), srcLd.value(), dst.value(),
+                 i32(dst.cols()).value(), rowsValid.value(), dst, type(dst.elem()),
+                 swizzle ? Swizzle::b128 : Swizzle::none, async, rowIndex.value());
 }
 void Kernel::copyTile(const SharedTile& src, const GlobalPtr& dst, const I32& dstLd, const I32& rowsValid, bool swizzle) {
-  auto op = TileCopyOp::create(b_, loc_, src.value(), i32(src.pitch()).value(), dst.value(), dstLd.value(),
-                               rowsValid.value(), src.rows(), src.cols(), group_.threads, type(src.elem()),
-                               swizzle ? Swizzle::b128 : Swizzle::none);
-  op.setFirstThread(group_.first);
+  createTileCopy(b_, loc_, group_.first, group_.threads, src.value(), i32(src.pitch()).value(), dst.value(),
+                 dstLd.value(), rowsValid.value(), src, type(src.elem()),
+                 swizzle ? Swizzle::b128 : Swizzle::none, /*async=*/false);
 }
 
 // The MMA atoms place warpgroup g's rows by thread index / 128: a group that runs MMA tiles starts at thread 0.

@@ -273,6 +273,10 @@ class Kernel {
   // async: only issue the copy (see asyncCommit / asyncWait); rows past rowsValid are zero-filled either way.
   void copyTile(const GlobalPtr& src, const I32& srcLd, const SharedTile& dst, const I32& rowsValid, bool swizzle,
                 bool async = false);
+  // copyTile (a load) whose tile row r is global row rowIndex[r] of src (rowIndex: a shared i32 table, one entry
+  // per row of dst; entries of rows past rowsValid are not used).
+  void copyTileGather(const GlobalPtr& src, const I32& srcLd, const SharedTile& rowIndex, const SharedTile& dst,
+                      const I32& rowsValid, bool swizzle, bool async = false);
   // Loads a K x MN global tile (rows = K) into `dst` in the MN-major b128_mn layout the MMA reads without a
   // transpose (mma(..., aMnMajor / bMnMajor)).
   void copyTileMN(const GlobalPtr& src, const I32& srcLd, const SharedTile& dst, const I32& rowsValid,

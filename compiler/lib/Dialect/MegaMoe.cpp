@@ -77,6 +77,12 @@ LogicalResult TileCopyOp::verify() {
                                                       << threads << " threads";
   if (getAsync() && (!load || getTranspose()))
     return emitOpError("async copies are plain loads (global -> shared, not transposed)");
+  if (getRowIndex()) {
+    if (!load || getTranspose() || getSwizzle() == Swizzle::b128_mn)
+      return emitOpError("a gathering copy (row_index) is a plain load: global -> shared, not transposed, not b128_mn");
+    if (!isShared(getRowIndex().getType()))
+      return emitOpError("row_index is a shared-memory i32 table (address space 3)");
+  }
   if (getAsync() && addressSpace(src) != kGlobalSpace)
     return emitOpError("async copies read global memory: the source must be in address space 1");
   if (getTranspose() && getSwizzle() != Swizzle::b128)

@@ -118,7 +118,13 @@ struct TileCopyLowering : OpRewritePattern<TileCopyOp> {
         }
         Value c = chunk;
         if (sharedSide && swizzle) c = arith::XOrIOp::create(nb, l, chunk, row8);
-        Value rowOff = arith::MulIOp::create(nb, l, arith::ExtUIOp::create(nb, l, nb.getI64Type(), row),
+        Value globalRow = row;
+        if (!sharedSide && op.getRowIndex()) {
+          // Gather: the global row is row_index[row] (rows past rows_valid read an entry and use nothing).
+          Value at = byteGep(nb, l, op.getRowIndex(), arith::MulIOp::create(nb, l, row, c32(4)));
+          globalRow = LLVM::LoadOp::create(nb, l, nb.getI32Type(), at, 4);
+        }
+        Value rowOff = arith::MulIOp::create(nb, l, arith::ExtUIOp::create(nb, l, nb.getI64Type(), globalRow),
                                              arith::ExtUIOp::create(nb, l, nb.getI64Type(), ld));
         Value colBytes = arith::MulIOp::create(nb, l, c, sixteen);
         Value bytes = arith::AddIOp::create(

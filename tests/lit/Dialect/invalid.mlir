@@ -21,6 +21,22 @@ llvm.func @tile_copy_shared_to_shared(%src: !llvm.ptr<3>, %dst: !llvm.ptr<3>, %i
 
 // -----
 
+llvm.func @tile_copy_gather_store(%src: !llvm.ptr<3>, %dst: !llvm.ptr<1>, %rows: !llvm.ptr<3>, %i: i32) {
+  // expected-error @+1 {{a gathering copy (row_index) is a plain load: global -> shared, not transposed, not b128_mn}}
+  megamoe.tile_copy %src[%i], %dst[%i] rows_valid %i gather %rows : !llvm.ptr<3> {rows = 64, cols = 64, threads = 128, elem = bf16, swizzle = 0 : i32} : !llvm.ptr<3> -> !llvm.ptr<1>
+  llvm.return
+}
+
+// -----
+
+llvm.func @tile_copy_gather_global_table(%src: !llvm.ptr<1>, %dst: !llvm.ptr<3>, %rows: !llvm.ptr<1>, %i: i32) {
+  // expected-error @+1 {{row_index is a shared-memory i32 table (address space 3)}}
+  megamoe.tile_copy %src[%i], %dst[%i] rows_valid %i gather %rows : !llvm.ptr<1> {rows = 64, cols = 64, threads = 128, elem = bf16, swizzle = 0 : i32} : !llvm.ptr<1> -> !llvm.ptr<3>
+  llvm.return
+}
+
+// -----
+
 // A group of threads must lie inside the block.
 llvm.func @tile_copy_group_outside_block(%src: !llvm.ptr<1>, %dst: !llvm.ptr<3>, %i: i32) attributes {megamoe.kernel, megamoe.block_threads = 256 : i64} {
   // expected-error @+1 {{threads [192, 320) must be the kernel's megamoe.block_threads = 256 or a group of whole warps inside it}}

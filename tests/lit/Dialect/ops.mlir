@@ -12,6 +12,14 @@ llvm.func @tile_copy_load(%src: !llvm.ptr<1>, %dst: !llvm.ptr<3>, %ld: i32, %n: 
   llvm.return
 }
 
+// CHECK-LABEL: llvm.func @tile_copy_gather
+// CHECK: megamoe.tile_copy %{{.*}}[%{{.*}}], %{{.*}}[%{{.*}}] rows_valid %{{.*}} gather %[[ROWS:[^ ]+]] : !llvm.ptr<3>
+// CHECK-SAME: {async, cols = 64 : i64, elem = bf16, rows = 128 : i64, swizzle = 1 : i32, threads = 256 : i64}
+llvm.func @tile_copy_gather(%src: !llvm.ptr<1>, %dst: !llvm.ptr<3>, %rows: !llvm.ptr<3>, %ld: i32, %n: i32) {
+  megamoe.tile_copy %src[%ld], %dst[%ld] rows_valid %n gather %rows : !llvm.ptr<3> {rows = 128, cols = 64, threads = 256, elem = bf16, swizzle = 1 : i32, async} : !llvm.ptr<1> -> !llvm.ptr<3>
+  llvm.return
+}
+
 // The store direction, a generic destination, distinct leading dimensions, f32, no swizzle.
 // CHECK-LABEL: llvm.func @tile_copy_store
 // CHECK-SAME: (%[[SRC:[^:]+]]: !llvm.ptr<3>, %[[DST:[^:]+]]: !llvm.ptr, %[[LDS:[^:]+]]: i32, %[[LDD:[^:]+]]: i32, %[[N:[^:]+]]: i32)

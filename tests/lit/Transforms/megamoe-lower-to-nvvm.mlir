@@ -59,6 +59,25 @@ gpu.module @k {
 
 // -----
 
+// Gather: the global row of each chunk is row_index[row], an i32 loaded from shared memory (address space 3)
+// before the 64-bit row offset; the shared side keeps the tile's own row and swizzle.
+// CHECK-LABEL: llvm.func @tile_copy_gather
+// CHECK-SAME: (%[[SRC:[^:]+]]: !llvm.ptr<1>, %[[DST:[^:]+]]: !llvm.ptr<3>, %[[ROWS:[^:]+]]: !llvm.ptr<3>
+// CHECK: scf.for
+// CHECK: %[[AT:.*]] = llvm.getelementptr %[[ROWS]][%{{.*}}] : (!llvm.ptr<3>, i32) -> !llvm.ptr<3>, i8
+// CHECK-NEXT: %[[GROW:.*]] = llvm.load %[[AT]] {alignment = 4 : i64} : !llvm.ptr<3> -> i32
+// CHECK: %[[GROW64:.*]] = arith.extui %[[GROW]] : i32 to i64
+// CHECK-NEXT: arith.muli %[[GROW64]], %{{.*}} : i64
+// CHECK: llvm.getelementptr %[[SRC]][%{{.*}}] : (!llvm.ptr<1>, i64) -> !llvm.ptr<1>, i8
+gpu.module @k {
+  llvm.func @tile_copy_gather(%src: !llvm.ptr<1>, %dst: !llvm.ptr<3>, %rows: !llvm.ptr<3>, %ld: i32, %rows_valid: i32) attributes {megamoe.kernel, megamoe.block_threads = 128 : i64} {
+    megamoe.tile_copy %src[%ld], %dst[%ld] rows_valid %rows_valid gather %rows : !llvm.ptr<3> {rows = 64, cols = 64, threads = 128, elem = bf16, swizzle = 1 : i32} : !llvm.ptr<1> -> !llvm.ptr<3>
+    llvm.return
+  }
+}
+
+// -----
+
 // Store from an unswizzled f32 tile: 32 x 64 f32 = 512 chunks, 2 per thread of 256, 16 per row. Each side uses its
 // own leading dimension; rows past rows_valid are not written; no proxy fence (nothing was written to shared).
 // Not a kernel: no NVVM kernel attributes.

@@ -69,16 +69,22 @@ def MegaMoe_TileCopyOp : MegaMoe_Op<"tile_copy"> {
     in flight (or `async_arrive` hands their completion to an mbarrier). On gfx950 async copies complete at once
     and the two group ops vanish. A warp-specialised kernel runs copies on a group of the block's threads:
     threads [first_thread, first_thread + threads).
+    With `gather` (plain loads only: not transposed, not b128_mn), tile row r comes from global row
+    `row_index[r]` (a shared i32 table with one entry per tile row; entries of rows past `rows_valid` are not
+    read) instead of row r: the rows of a tile may lie anywhere in the source.
     ```mlir
     megamoe.tile_copy %src[%lds], %dst[%ldd] rows_valid %n {rows = 64, cols = 64, threads = 128,
         elem = bf16, swizzle = 1 : i32} : !llvm.ptr<1> -> !llvm.ptr<3>   // 1 = b128
+    megamoe.tile_copy %src[%lds], %dst[%ldd] rows_valid %n gather %rows : !llvm.ptr<3> {...} : ...
     ```
   }];
   let arguments = (ins AnyLLVMPtr:$src, I32:$src_ld, AnyLLVMPtr:$dst, I32:$dst_ld, I32:$rows_valid,
                    I64Attr:$rows, I64Attr:$cols, I64Attr:$threads, TypeAttr:$elem, SwizzleAttr:$swizzle,
-                   UnitAttr:$transpose, UnitAttr:$async, DefaultValuedAttr<I64Attr, "0">:$first_thread);
+                   UnitAttr:$transpose, UnitAttr:$async, DefaultValuedAttr<I64Attr, "0">:$first_thread,
+                   Optional<AnyLLVMPtr>:$row_index);
   let assemblyFormat = [{
-    $src `[` $src_ld `]` `,` $dst `[` $dst_ld `]` `rows_valid` $rows_valid attr-dict `:` type($src) `->` type($dst)
+    $src `[` $src_ld `]` `,` $dst `[` $dst_ld `]` `rows_valid` $rows_valid
+    (`gather` $row_index^ `:` type($row_index))? attr-dict `:` type($src) `->` type($dst)
   }];
   let hasVerifier = 1;
   let extraClassDeclaration = [{
