@@ -2,6 +2,7 @@
 // grouped_gemm_combine, swiglu_bwd and stage_begin (see their specs in Kernels.h, and
 // docs/decisions/fused-dispatch.md for the protocol).
 #include <algorithm>
+#include <optional>
 #include <vector>
 
 #include "dsl/Dsl.h"
@@ -71,6 +72,9 @@ mlir::OwningOpRef<mlir::ModuleOp> buildDispatchGemm(mlir::MLIRContext& mctx, con
   I32 pushBlocks = k.argI32();
   I32 grid = k.argI32();
   Legs legs = decodeLegs(k.argI32());
+  GlobalPtr topkIdx = k.argPtr(Elem::i32);
+  I32 recvStride = k.argI32();
+  const bool dedup = s.dedup != 0;
 
   // A failed prologue (an expert index out of range) leaves nothing to do here; the peers' waits time out.
   k.returnIf(!k.errorClear(ctx));
@@ -79,6 +83,8 @@ mlir::OwningOpRef<mlir::ModuleOp> buildDispatchGemm(mlir::MLIRContext& mctx, con
   SharedTile unitFirst = sharedTable(k, E + 1);
   SharedTile slots = sharedTable(k, 1);
   SharedTile confirmed = sharedTable(k, 1);  // the last local expert whose rows this block saw complete
+  std::optional<SharedTile> gatherRows;  // dedup: the receive row of each row of the running tile
+  if (dedup) gatherRows = sharedTable(k, c.m);
   I32 tid = k.threadIdx(), me = ctx.rank();
   k.ifThen(tid == 0, [&] { confirmed.storeI32(k.i32(0), k.i32(-1)); });  // read after the tile table's barriers
   I64 parity = ctx.epoch() % 2;
@@ -117,7 +123,24 @@ mlir::OwningOpRef<mlir::ModuleOp> buildDispatchGemm(mlir::MLIRContext& mctx, con
         I32 j = j0 + w;
         I32 pick = (sendList + k.widen(start + j)).loadI32();
         I32 row = base + j;
-        copyRowByWarp(k, src + k.widen(pick / s.topk) * H, k.peer(ctx, pool + k.widen(row) * H, owner), H, lane);
+        I32 token = pick / s.topk;
+        if (dedup) {
+          // The carrier: no other pick of the token has a lower expert at this owner (nor the same one earlier;
+          // unsigned compares: -1 picks never count).
+          I32 lo = owner * local, mine = pick % s.topk;
+          std::optional<Bool> covered;
+          for (int64_t jj = 0; jj < s.topk; ++jj) {
+            I32 other = (topkIdx + (k.widen(token) * s.topk + jj)).loadI32();
+            Bool below = other >= lo && (other < e || (other == e && k.i32(jj) < mine));
+            covered = covered ? (*covered || below) : below;
+          }
+          k.ifThen(!*covered, [&] {
+            GlobalPtr to = pool + (k.widen(me) * k.widen(recvStride) + k.widen(token)) * H;
+            copyRowByWarp(k, src + k.widen(token) * H, k.peer(ctx, to, owner), H, lane);
+          });
+        } else {
+          copyRowByWarp(k, src + k.widen(token) * H, k.peer(ctx, pool + k.widen(row) * H, owner), H, lane);
+        }
         k.ifThen(lane == 0, [&] {
           k.peer(ctx, poolSrc + k.widen(row), owner).storeI32(me * kSourceShift + pick);
           k.peer(ctx, poolW + k.widen(row), owner).store((topkWeights + k.widen(pick)).load(1));
@@ -146,18 +169,39 @@ mlir::OwningOpRef<mlir::ModuleOp> buildDispatchGemm(mlir::MLIRContext& mctx, con
   // A tile waits for its expert's rows from every source, once per block and expert: tickets come in expert order,
   // so a block's next tiles are mostly the same expert, and each wait is a few system-scope loads (measured: with
   // one wait per tile the TN stage, ~870 tiles per block, lost ~2 ms to them).
+  // With dedup a tile also needs the rows its tokens' carriers brought with the units of lower experts: it waits
+  // for every expert from the last one confirmed up to its own (tickets come in expert order, so each expert is
+  // waited for once per block), then looks up its rows' receive rows.
   pipe.beforeLoads = [&](const TilePlace& p) {
     k.ifThen(!(confirmed.loadI32(k.i32(0)) == p.expert), [&] {
       k.blockSync();  // every thread has read `confirmed` before thread 0 moves it
       k.ifThen(tid == 0, [&] {
         k.ifThen(legs.comm, [&] {
-          k.forRange(k.i32(0), ctx.nranks(), k.i32(1), [&](I32 from) { waitArrivals(from, p.expert); });
+          k.forRange(k.i32(0), ctx.nranks(), k.i32(1), [&](I32 from) {
+            if (dedup)
+              k.forRange(confirmed.loadI32(k.i32(0)) + 1, p.expert + 1, k.i32(1), [&](I32 el) { waitArrivals(from, el); });
+            else
+              waitArrivals(from, p.expert);
+          });
         });
         confirmed.storeI32(k.i32(0), p.expert);
       });
       k.blockSync();
     });
+    if (dedup) {
+      I32 first = p.groupStart + p.mTile * c.m;
+      k.forRange(tid, k.i32(c.m), k.i32(c.threads), [&](I32 r) {
+        I32 row = first + r;
+        I32 recv = k.ifElse(row < p.groupEnd, [&] {
+          I32 from = (poolSrc + k.widen(row)).loadI32();
+          return from / kSourceShift * recvStride + from % kSourceShift / s.topk;
+        }, k.i32(0));
+        gatherRows->storeI32(r, recv);
+      });
+      k.blockSync();
+    }
   };
+  pipe.gatherA = gatherRows;
   if (s.layout == G::kNT) {
     pipe.gateUpRows = I;
     pipe.epilogue = [&](const TilePlace& p, const I32& firstRow) {

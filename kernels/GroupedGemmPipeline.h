@@ -146,6 +146,10 @@ struct Pipeline {
   // NT only: B's tile is two halves, rows [n0 / 2, + bn / 2) and [gateUpRows + n0 / 2, + bn / 2) of B[e] (the gate
   // and up rows of a SwiGLU pair, so the epilogue sees gate | up side by side). 0 = plain.
   int64_t gateUpRows = 0;
+  // NT / NN: A's tile row r is global row gatherA[r] (shared i32 [c.m], filled by beforeLoads and block-synced)
+  // instead of row m0 + r. The table is read when copies are issued, so beforeLoads may rewrite it: every copy of
+  // the previous tile was issued before the K loop's last barrier.
+  std::optional<dsl::SharedTile> gatherA;
   // Called by every thread before a tile's first copies (may block-sync), e.g. to wait for the rows to arrive.
   std::function<void(const TilePlace&)> beforeLoads;
   // Replaces the default epilogue (staging -> out); called by every thread once the tile is in `staging`.
@@ -179,8 +183,12 @@ struct Pipeline {
       k.copyTileMN(b + (k.widen(row) * s.n + k.widen(p.n0)), k.i32(s.n), ringB.stage(slot), valid, true);
       return;
     }
-    GlobalPtr aRows = a + k.widen(first) * s.kOrM;
-    k.copyTile(aRows + k.widen(kt * c.k), k.i32(s.kOrM), ringA.stage(slot), p.groupEnd - first, true, true);
+    if (gatherA) {
+      k.copyTileGather(a + k.widen(kt * c.k), k.i32(s.kOrM), *gatherA, ringA.stage(slot), p.groupEnd - first, true, true);
+    } else {
+      GlobalPtr aRows = a + k.widen(first) * s.kOrM;
+      k.copyTile(aRows + k.widen(kt * c.k), k.i32(s.kOrM), ringA.stage(slot), p.groupEnd - first, true, true);
+    }
     if (s.layout == GroupedGemmSpec::kNT && gateUpRows > 0) {
       const int64_t half = c.n / 2;
       SharedTile stage = ringB.stage(slot);

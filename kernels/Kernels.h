@@ -158,16 +158,23 @@ enum LegBits : int64_t { kLegComm = 1, kLegGemm = 2 };
 //   TN (backward): dW1[e] = a_e^T pool_e with a = dh [rows, 2I] and the pool holding x rows -> out [E/R, 2I, H].
 // The counts slab is the one the prologue filled at the epoch it stored in route_epoch. Comm-only: block 0 waits
 // for all arrivals at the end.
+// dedup (NT only): a token crosses to an owner once, however many of the owner's experts it picked. Only the pick
+// of the token's lowest expert at that owner (its carrier) copies the row, into the owner's receive rows
+// pool[s * recv_stride + t] (s: the source rank, t: the token); every pick still writes its pool_src / pool_w entry
+// and is counted. An L1 tile gathers its A rows from there through pool_src (copyTileGather) and waits, per
+// source, for the units of every expert up to its own (a token's carrier comes at or before any expert it picked).
 // Args: ctx, src [T, H] (x or dy), topk_weights (f32), send_list, send_off, send_base (from the prologue), counts
 // (heap), arrivals (heap), route_epoch (i64), pool (heap bf16 [cap, H]), pool_src (heap i32 [cap]), pool_w (heap
 // f32 [cap]), pool_offsets (i32 [E/R + 1]), weights (w1 for NT and TN's shape, w2 for NN), extra (NT: h out when
-// save_h; TN: dh), out, tickets (i32 [2], zero), push_blocks, grid, legs (i32).
+// save_h; TN: dh), out, tickets (i32 [2], zero), push_blocks, grid, legs (i32), topk_idx (i32 [T, topk]; read with
+// dedup), recv_stride (i32: max tokens per rank; with dedup).
 struct DispatchGemmSpec {
   static constexpr const char* kName = "dispatch_grouped_gemm";
   static constexpr int64_t kPushRows = 32;  // rows per push unit (warps take rows in turn); one signal per unit
   int64_t experts, ranks, topk, hidden, intermediate, clampMilli = 0;
   GroupedGemmSpec::Layout layout = GroupedGemmSpec::kNT;
   int64_t saveH = 0;
+  int64_t dedup = 0;
   GroupedGemmSpec gemm() const {
     const int64_t local = experts / ranks;
     if (layout == GroupedGemmSpec::kNN) return {GroupedGemmSpec::kNN, local, intermediate, hidden};
@@ -176,7 +183,7 @@ struct DispatchGemmSpec {
   }
   KernelSpec spec() const {
     return {kName, {{"E", experts}, {"ranks", ranks}, {"topk", topk}, {"H", hidden}, {"I", intermediate},
-                    {"clamp_milli", clampMilli}, {"layout", layout}, {"save_h", saveH}}};
+                    {"clamp_milli", clampMilli}, {"layout", layout}, {"save_h", saveH}, {"dedup", dedup}}};
   }
 };
 

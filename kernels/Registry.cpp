@@ -127,18 +127,20 @@ const std::vector<KernelInfo>& registry() {
       {DispatchGemmSpec::kName,
        "fused dispatch + grouped GEMM: rows pushed to the owners, each tile starts once its rows arrived (NT + SwiGLU "
        "forward, NN dgrad, TN wgrad)",
-       {"E", "ranks", "topk", "H", "I", "clamp_milli", "layout", "save_h"},
+       {"E", "ranks", "topk", "H", "I", "clamp_milli", "layout", "save_h", "dedup"},
        [](const KernelSpec& s) {
          std::string e = validateFused(s);
          if (e.empty() && s.get("clamp_milli") < 0) e = "clamp_milli must be >= 0 (0 disables the clamp)";
          if (e.empty() && (s.get("layout") < 0 || s.get("layout") > 2)) e = "layout must be 0 (NT), 1 (NN) or 2 (TN)";
          if (e.empty() && (s.get("save_h") < 0 || s.get("save_h") > 1 || (s.get("save_h") && s.get("layout") != 0)))
            e = "save_h must be 0 or 1, and 1 only with layout 0 (NT, the forward)";
+         if (e.empty() && (s.get("dedup") < 0 || s.get("dedup") > 1 || (s.get("dedup") && s.get("layout") != 0)))
+           e = "dedup must be 0 or 1, and 1 only with layout 0 (NT, the forward)";
          return e;
        },
        [](mlir::MLIRContext& ctx, const KernelSpec& s, Arch arch) {
          DispatchGemmSpec d{s.get("E"), s.get("ranks"), s.get("topk"), s.get("H"), s.get("I"), s.get("clamp_milli"),
-                            GroupedGemmSpec::Layout(s.get("layout")), s.get("save_h")};
+                            GroupedGemmSpec::Layout(s.get("layout")), s.get("save_h"), s.get("dedup")};
          return buildDispatchGemm(ctx, d, arch);
        }},
       {GemmCombineSpec::kName,
@@ -255,6 +257,9 @@ std::vector<KernelSpec> layerKernels(const ModelShape& s, int64_t ranks) {
       D{e, ranks, k, h, i, 0, G::kNT, 0}.spec(),
       C{e, ranks, k, h, i, G::kNT}.spec(),
       EpochAdvanceSpec{}.spec(),
+      // the forward with token deduplication (MoeLayerConfig::dedupTokens), inference and training
+      D{e, ranks, k, h, i, 0, G::kNT, 0, 1}.spec(),
+      D{e, ranks, k, h, i, 0, G::kNT, 1, 1}.spec(),
       // training: the forward that keeps h, and the backward
       D{e, ranks, k, h, i, 0, G::kNT, 1}.spec(),
       StageBeginSpec{e, ranks}.spec(),

@@ -26,8 +26,10 @@ gen grouped_gemm_nt E=128,N=3072,K=4096
 gen grouped_gemm_nt E=8,N=28672,K=4096
 # megamoe-bench layer [--backward]: the DeepSeek-V3 EP2 layer's forward and backward kernels.
 gen dispatch_prologue E=256,topk=8,ranks=2
-for layout_save in 0,0 0,1 1,0 2,0; do
-  gen dispatch_grouped_gemm E=256,ranks=2,topk=8,H=7168,I=2048,clamp_milli=0,layout=${layout_save%,*},save_h=${layout_save#*,}
+# layout,save_h,dedup (megamoe-bench layer --dedup runs the forward both ways)
+for lsd in 0,0,0 0,1,0 1,0,0 2,0,0 0,0,1 0,1,1; do
+  IFS=, read -r layout save dedup <<<"$lsd"
+  gen dispatch_grouped_gemm E=256,ranks=2,topk=8,H=7168,I=2048,clamp_milli=0,layout=$layout,save_h=$save,dedup=$dedup
 done
 gen grouped_gemm_combine E=256,ranks=2,topk=8,H=7168,I=2048,layout=0
 gen grouped_gemm_combine E=256,ranks=2,topk=8,H=7168,I=2048,layout=1

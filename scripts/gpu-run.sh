@@ -33,7 +33,7 @@ for step in $steps; do
     sanitize)
       # compute-sanitizer memcheck and racecheck on a small forward over both GPUs.
       for tool in memcheck racecheck; do
-        timeout 200 compute-sanitizer --tool $tool .carry/bin/gpu_layer_test --gtest_filter=LayerTest.SmallForward:LayerTest.SmallBackward
+        timeout 200 compute-sanitizer --tool $tool .carry/bin/gpu_layer_test --gtest_filter=LayerTest.SmallForward:LayerTest.SmallForwardDedup:LayerTest.SmallBackward
       done 2>&1 | tee "$OUT/sanitize.txt" ;;
   esac
 done

@@ -85,6 +85,7 @@ megamoe::MoeLayerConfig toConfig(const megamoe_layer_config* c) {
   out.maxTokens = c->max_tokens;
   out.swigluClampMilli = c->swiglu_clamp_milli;
   out.training = c->training != 0;
+  out.dedupTokens = c->dedup_tokens != 0;
   if (c->dtype != MEGAMOE_DTYPE_BF16)
     throw megamoe::Error(megamoe::ErrorCode::kInvalidArgument,
                          "dtype=" + std::to_string(c->dtype) + " must be MEGAMOE_DTYPE_BF16: the kernels are bf16 only");

@@ -93,11 +93,12 @@ std::vector<RegionSpec> MoeLayer::heapRegions(const MoeLayerConfig& c, int ranks
 std::vector<std::pair<std::string, std::vector<std::pair<std::string, int64_t>>>> MoeLayer::kernelSpecs(
     const MoeLayerConfig& c, int ranks) {
   const int64_t R = ranks, E = c.experts, k = c.topk, H = c.hidden, I = c.intermediate;
-  auto dispatch = [&](int64_t layout, int64_t saveH) {
+  auto dispatch = [&](int64_t layout, int64_t saveH, int64_t dedup = 0) {
     return std::make_pair(std::string("dispatch_grouped_gemm"),
                           std::vector<std::pair<std::string, int64_t>>{{"E", E}, {"ranks", R}, {"topk", k}, {"H", H},
                                                                        {"I", I}, {"clamp_milli", c.swigluClampMilli},
-                                                                       {"layout", layout}, {"save_h", saveH}});
+                                                                       {"layout", layout}, {"save_h", saveH},
+                                                                       {"dedup", dedup}});
   };
   auto combine = [&](int64_t layout) {
     return std::make_pair(std::string("grouped_gemm_combine"),
@@ -107,7 +108,7 @@ std::vector<std::pair<std::string, std::vector<std::pair<std::string, int64_t>>>
   // Order: the Kernel* indices below.
   std::vector<std::pair<std::string, std::vector<std::pair<std::string, int64_t>>>> out = {
       {"dispatch_prologue", {{"E", E}, {"topk", k}, {"ranks", R}}},
-      dispatch(kLayoutNT, c.training ? 1 : 0),
+      dispatch(kLayoutNT, c.training ? 1 : 0, c.dedupTokens ? 1 : 0),
       combine(kLayoutNT),
       {"epoch_advance", {}},
   };
@@ -247,7 +248,7 @@ void MoeLayer::forward(const ForwardArgs& a, StreamHandle stream) {
   Impl& m = *impl_;
   Regions& r = m.regions;
   uint64_t x = a.x, idx = a.topkIdx, weights = a.topkWeights, w1 = a.w1, w2 = a.w2, y = a.y, none = 0;
-  int32_t tokens = int32_t(a.tokens), grid = int32_t(m.grid), push = m.pushBlocks;
+  int32_t tokens = int32_t(a.tokens), grid = int32_t(m.grid), push = m.pushBlocks, recvStride = int32_t(c.maxTokens);
   int32_t dispatchLegs = legBits(m.dispatchLeg), combineLegs = legBits(m.combineLeg);
   uint64_t tickets0 = m.tickets, tickets1 = m.tickets + 8;
 
@@ -260,7 +261,7 @@ void MoeLayer::forward(const ForwardArgs& a, StreamHandle stream) {
   m.launch(kDispatchNT, m.grid, stream,
            {&r.ctx, &x, &weights, &m.sendList, &m.sendOff, &m.sendBase, &r.counts, &r.arrivals, &m.routeEpoch,
             &r.pool, &r.poolSrc, &r.poolW, &m.poolOffsets, &w1, c.training ? &m.h : &none, &m.act, &tickets0, &push,
-            &grid, &dispatchLegs},
+            &grid, &dispatchLegs, &idx, &recvStride},
            *heap_);
   m.mark(m.events, size_t(Stage::kGemmCombine), stream);
   m.launch(kCombineNT, m.grid, stream,
@@ -290,7 +291,7 @@ void MoeLayer::backward(const BackwardArgs& a, StreamHandle stream) {
   const int64_t local = c.experts / ranks();
   uint64_t dy = a.dy, x = a.x, idx = a.topkIdx, weights = a.topkWeights, w1 = a.w1, w2 = a.w2, dx = a.dx,
            dTopk = a.dTopkWeights, dW1 = a.dW1, dW2 = a.dW2, none = 0, rowsAt = m.poolOffsets + uint64_t(local) * 4;
-  int32_t tokens = int32_t(a.tokens), grid = int32_t(m.grid), push = m.pushBlocks;
+  int32_t tokens = int32_t(a.tokens), grid = int32_t(m.grid), push = m.pushBlocks, recvStride = int32_t(c.maxTokens);
   int32_t rowGrid = int32_t(m.grid) * 8, dispatchLegs = legBits(m.dispatchLeg), combineLegs = legBits(m.combineLeg);
   uint64_t tickets0 = m.tickets, tickets1 = m.tickets + 8;
   auto begin = [&] { m.launch(kStageBegin, 1, stream, {&r.ctx, &r.arrivals, &r.done, &r.barrier}, *heap_); };
@@ -304,7 +305,8 @@ void MoeLayer::backward(const BackwardArgs& a, StreamHandle stream) {
   start(BackwardStage::kDgradDispatch);
   m.launch(kDispatchNN, m.grid, stream,
            {&r.ctx, &dy, &weights, &m.sendList, &m.sendOff, &m.sendBase, &r.counts, &r.arrivals, &m.routeEpoch,
-            &r.pool, &r.poolSrc, &r.poolW, &m.poolOffsets, &w2, &none, &m.act, &tickets0, &push, &grid, &dispatchLegs},
+            &r.pool, &r.poolSrc, &r.poolW, &m.poolOffsets, &w2, &none, &m.act, &tickets0, &push, &grid, &dispatchLegs,
+            &idx, &recvStride},
            *heap_);
   end(BackwardStage::kDgradDispatch);
   advance();
@@ -319,7 +321,8 @@ void MoeLayer::backward(const BackwardArgs& a, StreamHandle stream) {
   start(BackwardStage::kWgradW1Dispatch);
   m.launch(kDispatchTN, m.grid, stream,
            {&r.ctx, &x, &weights, &m.sendList, &m.sendOff, &m.sendBase, &r.counts, &r.arrivals, &m.routeEpoch,
-            &r.pool, &r.poolSrc, &r.poolW, &m.poolOffsets, &w1, &m.h, &dW1, &tickets0, &push, &grid, &dispatchLegs},
+            &r.pool, &r.poolSrc, &r.poolW, &m.poolOffsets, &w1, &m.h, &dW1, &tickets0, &push, &grid, &dispatchLegs,
+            &idx, &recvStride},
            *heap_);
   end(BackwardStage::kWgradW1Dispatch);
   advance();

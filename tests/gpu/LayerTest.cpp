@@ -63,7 +63,7 @@ constexpr uint16_t kSentinel = 0x7fc1;        // a bf16 NaN no kernel result has
 constexpr uint32_t kSentinel32 = 0x7fc1dead;  // the same for fp32 outputs (d_topk_weights)
 constexpr double kTolerance = 1e-2;           // relative Frobenius error of each output against the reference
 
-MoeLayerConfig layerConfig(int64_t clampMilli, bool training) {
+MoeLayerConfig layerConfig(int64_t clampMilli, bool training, bool dedup = false) {
   MoeLayerConfig c;
   c.hidden = kHidden;
   c.intermediate = kInter;
@@ -72,6 +72,7 @@ MoeLayerConfig layerConfig(int64_t clampMilli, bool training) {
   c.maxTokens = kMaxTokens;
   c.swigluClampMilli = clampMilli;
   c.training = training;
+  c.dedupTokens = dedup;
   return c;
 }
 
@@ -214,8 +215,9 @@ struct Pair {
 
 // Opens devices 0 and 1, a layer on each (createLocal: kernels from the cache; a cache miss throws
 // Error(kKernelNotFound), which fails the test), the buffers at max_tokens and random expert weights.
-void openPair(Pair& p, int64_t clampMilli, const RuntimeEnv& env, std::mt19937& rng, bool training = false) {
-  const MoeLayerConfig config = layerConfig(clampMilli, training);
+void openPair(Pair& p, int64_t clampMilli, const RuntimeEnv& env, std::mt19937& rng, bool training = false,
+              bool dedup = false) {
+  const MoeLayerConfig config = layerConfig(clampMilli, training, dedup);
   ASSERT_EQ(MoeLayer::validate(config, kRanks), "");
   p.clampMilli = clampMilli;
   std::vector<Runtime*> runtimes;
@@ -699,6 +701,23 @@ TEST(LayerTest, ForwardRoutingsAndTokenCounts) {
   }
 }
 
+// Token deduplication (MoeLayerConfig::dedupTokens): the same checks over every routing and uneven token counts.
+// With 8 experts per rank and top-4, most tokens pick several experts of one owner (one row crosses, the L1 tiles
+// gather it for each pick); -1 entries and one hot expert included (kRoutings).
+TEST(LayerTest, ForwardDedupRoutingsAndTokenCounts) {
+  MEGAMOE_REQUIRE_TWO_SM90A_GPUS();
+  std::mt19937 rng = testRng();
+  Pair p;
+  ASSERT_NO_FATAL_FAILURE(openPair(p, 0, parseEnv(), rng, /*training=*/false, /*dedup=*/true));
+  const int64_t tokenPairs[][kRanks] = {{1024, 1024}, {777, 1024}, {0, 1}, {1024, 0}};
+  for (const auto& tokens : tokenPairs) {
+    for (Routing routing : kRoutings) {
+      std::printf("SUMMARY layer dedup %s\n", runCase(p, rng, routing, tokens, 1.f, true).c_str());
+      if (HasFailure()) return;
+    }
+  }
+}
+
 // SwiGLU clamp 7.0 with x ~ N(0, 4²), so that |gate|, |up| exceed it often: the clamp must change the result (checked
 // on the host, so that the case can tell) and y must match the clamped reference.
 TEST(LayerTest, ForwardSwigluClamp) {
@@ -936,6 +955,16 @@ TEST(LayerTest, SmallForward) {
   std::printf("SUMMARY layer %s\n", runCase(p, rng, Routing::kUniform, tokens, 1.f, false).c_str());
 }
 
+// The same with token deduplication (the forward's gathering L1 tiles and carrier pushes under the sanitizers).
+TEST(LayerTest, SmallForwardDedup) {
+  MEGAMOE_REQUIRE_TWO_SM90A_GPUS();
+  std::mt19937 rng = testRng();
+  Pair p;
+  ASSERT_NO_FATAL_FAILURE(openPair(p, 0, parseEnv(), rng, /*training=*/false, /*dedup=*/true));
+  const int64_t tokens[kRanks] = {64, 64};
+  std::printf("SUMMARY layer dedup %s\n", runCase(p, rng, Routing::kUniform, tokens, 1.f, false).c_str());
+}
+
 
 // ---- backward ----
 
@@ -949,6 +978,22 @@ TEST(LayerTest, BackwardMatchesReference) {
   for (const auto& tokens : tokenPairs) {
     for (Routing routing : kRoutings) {
       std::printf("SUMMARY layer %s\n", runBackwardCase(p, rng, routing, tokens, 1.f, true).c_str());
+      if (HasFailure()) return;
+    }
+  }
+}
+
+// Training steps on a layer whose forward deduplicates tokens (the forward that keeps h, dedup=1), then the plain
+// backward re-dispatches.
+TEST(LayerTest, BackwardAfterDedupForward) {
+  MEGAMOE_REQUIRE_TWO_SM90A_GPUS();
+  std::mt19937 rng = testRng();
+  Pair p;
+  ASSERT_NO_FATAL_FAILURE(openPair(p, 0, parseEnv(), rng, /*training=*/true, /*dedup=*/true));
+  const int64_t tokenPairs[][kRanks] = {{1024, 777}, {0, 1}};
+  for (const auto& tokens : tokenPairs) {
+    for (Routing routing : kRoutings) {
+      std::printf("SUMMARY layer dedup %s\n", runBackwardCase(p, rng, routing, tokens, 1.f, true).c_str());
       if (HasFailure()) return;
     }
   }

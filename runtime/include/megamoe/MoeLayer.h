@@ -38,6 +38,10 @@ struct MoeLayerConfig {
   // Training: forward also keeps the L1 pre-activation h [received rows, 2I] and backward() is available.
   bool training = false;
   DType dtype = DType::kBf16;
+  // Token deduplication: a token crosses to an owner rank once, however many of its experts that rank owns, and the
+  // L1 tiles gather its row there (kernels/Kernels.h, DispatchGemmSpec::dedup). The forward only; the backward's
+  // re-dispatches are unchanged.
+  bool dedupTokens = false;
 };
 
 // What each fused operator runs (benchmark legs). kFused is the layer; kCommOnly moves the same bytes between the

@@ -120,6 +120,7 @@ typedef struct megamoe_layer_config {
   int64_t swiglu_clamp_milli; /* 0 = no clamp */
   int64_t training;           /* non-zero: forward keeps h and megamoe_layer_backward is available */
   int64_t dtype;              /* MEGAMOE_DTYPE_BF16 (the only one the kernels are generated for) */
+  int64_t dedup_tokens;       /* non-zero: a token crosses to each owner rank once (MoeLayerConfig::dedupTokens) */
 } megamoe_layer_config;
 #define MEGAMOE_DTYPE_BF16 0
 

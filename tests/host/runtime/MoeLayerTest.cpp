@@ -67,7 +67,7 @@ TEST(MoeLayer, LoadsTheForwardKernelsAndForTrainingTheBackwardOnes) {
   training.training = true;
   const auto backward = MoeLayer::kernelSpecs(training, 2);
   ASSERT_EQ(backward.size(), 10u);
-  EXPECT_EQ(backward[1].second.back(), (std::pair<std::string, int64_t>{"save_h", 1}));  // the forward keeps h
+  EXPECT_EQ(backward[1].second[7], (std::pair<std::string, int64_t>{"save_h", 1}));  // the forward keeps h
   EXPECT_EQ(backward[7].first, "grouped_gemm_tn");
   const auto specs = MoeLayer::kernelSpecs(deepseek(), 2);
   ASSERT_EQ(specs.size(), 4u);
@@ -76,8 +76,16 @@ TEST(MoeLayer, LoadsTheForwardKernelsAndForTrainingTheBackwardOnes) {
   EXPECT_EQ(specs[2].first, "grouped_gemm_combine");
   EXPECT_EQ(specs[3].first, "epoch_advance");
   const std::vector<std::pair<std::string, int64_t>> expected = {
-      {"E", 256}, {"ranks", 2}, {"topk", 8}, {"H", 7168}, {"I", 2048}, {"clamp_milli", 0}, {"layout", 0}, {"save_h", 0}};
+      {"E", 256}, {"ranks", 2}, {"topk", 8}, {"H", 7168}, {"I", 2048}, {"clamp_milli", 0}, {"layout", 0}, {"save_h", 0},
+      {"dedup", 0}};
   EXPECT_EQ(specs[1].second, expected);
+  // Token deduplication changes the forward dispatch only; a training layer's backward re-dispatches stay plain.
+  MoeLayerConfig dedup = training;
+  dedup.dedupTokens = true;
+  const auto dedupSpecs = MoeLayer::kernelSpecs(dedup, 2);
+  ASSERT_EQ(dedupSpecs.size(), backward.size());
+  EXPECT_EQ(dedupSpecs[1].second.back(), (std::pair<std::string, int64_t>{"dedup", 1}));
+  for (size_t i = 2; i < dedupSpecs.size(); ++i) EXPECT_EQ(dedupSpecs[i], backward[i]) << dedupSpecs[i].first;
 }
 
 }  // namespace
