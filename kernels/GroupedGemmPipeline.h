@@ -382,9 +382,9 @@ struct WarpSpecialized {
   static WarpSpecialized allocate(const Pipeline& pipe, std::optional<dsl::TensorMap> mapA = std::nullopt,
                                   std::optional<dsl::TensorMap> mapB = std::nullopt,
                                   std::optional<dsl::I32> rank = std::nullopt) {
-    if (mapA.has_value() != mapB.has_value() || (mapA && (pipe.tn() || pipe.gateUpRows || pipe.beforeLoads)))
-      throw std::logic_error("tensor maps: both operands, NT or NN, plain tiles");
-    if (rank && (!mapA || pipe.c.n != 256)) throw std::logic_error("pairs: tensor maps and BN = 256");
+    if (mapA.has_value() != mapB.has_value() || (mapA && (pipe.gateUpRows || pipe.beforeLoads)))
+      throw std::logic_error("tensor maps: both operands, plain tiles");
+    if (rank && (!mapA || pipe.c.n != 256 || pipe.tn())) throw std::logic_error("pairs: tensor maps, NT / NN, BN = 256");
     if (pipe.staging.rows() != 64 || pipe.epilogue || pipe.bulkEpilogue)
       throw std::logic_error("warp-specialised: a 64-row staging tile and the default epilogue");
     return {pipe, pipe.k.mbarriers(2 * pipe.c.stages + 2 * kHandover),
@@ -394,6 +394,10 @@ struct WarpSpecialized {
   // The staging tile passes between the MMA warpgroups on named barrier turn(w) (warpgroup w's turn: the other one
   // arrives once done with it, w syncs before using it; bar.arrive / bar.sync order the shared accesses).
   static int turn(int64_t w) { return 5 + int(w); }
+  // TN with TMA: both MMA warpgroups meet here once they have zeroed their share of a group's last K step.
+  static constexpr int kTailBarrier = 7;
+  // Rows of one 64 MN x 64 K TMA box (8 KB: 64 K rows of 128 bytes) in a [K][MN] ring tile of `cols` elements.
+  static int64_t boxRows(const dsl::SharedTile& t) { return 8192 / (t.cols() * 2); }
   bool tma() const { return mapA.has_value(); }
   int64_t stages() const { return pipe.c.stages; }
   dsl::I32 full(const dsl::I32& slot) const { return slot; }
@@ -473,6 +477,15 @@ struct WarpSpecialized {
       I32 gi = g + kt, slot = gi % stages(), kk = kt * c.k;
       k.ifThen(k.i32(stages() - 1) < gi, [&] { k.mbarrierWait(bars, empty(slot), (gi / stages() + 1) % 2); });
       k.mbarrierArriveExpectTx(bars, full(slot), (c.m + c.n) * c.k * 2);
+      if (pipe.tn()) {  // K x MN slabs of the group's rows: A's M atoms and B's N atoms, one 64 x 64 box each
+        SharedTile a = pipe.ringA.stage(slot), b = pipe.ringB.stage(slot);
+        I32 row = p.groupStart + kk;
+        for (int64_t at = 0; at < c.m / 64; ++at)
+          k.tmaLoad(*mapA, {pipe.m0(p) + 64 * at, row}, a.rowSlice(boxRows(a) * at, boxRows(a)), bars, full(slot));
+        for (int64_t at = 0; at < c.n / 64; ++at)
+          k.tmaLoad(*mapB, {p.n0 + 64 * at, row}, b.rowSlice(boxRows(b) * at, boxRows(b)), bars, full(slot));
+        return;
+      }
       k.tmaLoad(*mapA, {kk, pipe.m0(p)}, pipe.ringA.stage(slot), bars, full(slot));
       SharedTile stage = pipe.ringB.stage(slot);
       // B's boxes: all of them, or with pairs this block's half, multicast into both blocks of the cluster.
@@ -517,6 +530,7 @@ struct WarpSpecialized {
     Acc acc = k.forRange(k.i32(0), steps, k.i32(1), k.zeroAcc(64, c.n), [&](I32 kt, Acc acc) {
       I32 gi = g + kt, slot = gi % stages();
       k.mbarrierWait(bars, full(slot), (gi / stages()) % 2);
+      if (tma() && pipe.tn()) zeroTail(p, kt, slot, w);
       if (!tma()) k.proxyFence();  // the producer's cp.async wrote through the generic proxy (TMA: the async one)
       Acc next = k.mma(acc, pipe.ringA.stage(slot), pipe.ringB.stage(slot), /*pending=*/1, pipe.aMN(), pipe.bMN(),
                        /*mnAtomsOuter=*/tma());
@@ -536,6 +550,34 @@ struct WarpSpecialized {
     pipe.storeStaged(p, pipe.m0(p) + 64 * w);
     k.namedBarrier(turn(1 - w), 256, /*arriveOnly=*/true);
     return g + steps;
+  }
+
+  // TN with TMA, K step kt of tile p in `slot`: where it is the group's last and partial, the K rows past the group
+  // (the next group's tokens, or zero fill) become zeros before any MMA reads them. Warpgroup w clears its own A
+  // box and its half of B's boxes; both then meet on kTailBarrier (after a proxy fence: wgmma reads through the
+  // async proxy), so that neither multiplies the slot before the other's zeros are in.
+  void zeroTail(const TilePlace& p, const dsl::I32& kt, const dsl::I32& slot, int64_t w) const {
+    using namespace dsl;
+    dsl::Kernel& k = pipe.k;
+    const auto& c = pipe.c;
+    I32 valid = p.groupEnd - p.groupStart - kt * c.k;  // > 0: kt is one of the group's steps
+    k.ifThen(valid < k.i32(c.k), [&] {
+      I32 lane = k.threadIdx() % 128;
+      auto clear = [&](const SharedTile& ring, int64_t at) {
+        SharedTile box = ring.stage(slot).rowSlice(boxRows(ring) * at, boxRows(ring));
+        const int64_t rowBytes = box.cols() * 2;
+        // 16-byte chunks of K rows valid .. 63 (128 bytes each: the swizzle only permutes chunks within a row).
+        k.forRange(lane, (k.i32(c.k) - valid) * 8, k.i32(128), [&](I32 q) {
+          I32 at8 = (valid + q / 8) * 128 + (q % 8) * 16;
+          box.store(at8 / rowBytes, at8 % rowBytes / 2, k.zeros(8, Elem::bf16));
+        });
+      };
+      clear(pipe.ringA, w);
+      const int64_t bBoxes = c.n / 64, share = bBoxes / warpgroups();
+      for (int64_t at = w * share; at < (w + 1) * share; ++at) clear(pipe.ringB, at);
+      k.proxyFence();
+      k.namedBarrier(kTailBarrier, int(pipe.c.mmaThreads()), /*arriveOnly=*/false);
+    });
   }
 
   // Static persistent loop (block b runs tiles b, b + grid, ...), split between producer and MMA warpgroups.

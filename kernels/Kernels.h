@@ -99,7 +99,9 @@ struct GroupedGemmSpec {
     return l == kNT ? "grouped_gemm_nt" : l == kNN ? "grouped_gemm_nn" : "grouped_gemm_tn";
   }
   // The TMA variants (NT, NN): warp-specialised, loading through two tensor-map arguments (see buildGroupedGemm).
-  static const char* tmaName(Layout l) { return l == kNT ? "grouped_gemm_nt_tma" : "grouped_gemm_nn_tma"; }
+  static const char* tmaName(Layout l) {
+    return l == kNT ? "grouped_gemm_nt_tma" : l == kNN ? "grouped_gemm_nn_tma" : "grouped_gemm_tn_tma";
+  }
   KernelSpec spec() const {
     return {name(layout), {{"E", experts}, {"N", n}, {layout == kTN ? "M" : "K", kOrM}}};
   }
@@ -108,14 +110,17 @@ struct GroupedGemmSpec {
 // The grouped GEMM kernel of spec s. warpSpecialized (sm_90a; ignored for gfx950) builds the producer / MMA
 // warpgroup split (GroupedGemmPipeline.h: WarpSpecialized) instead of the single-role loop: correct on the H200,
 // measured slower with cp.async as the producer's copy (docs/decisions/gemm-tiles.md).
-// tensorMaps (NT, NN) builds grouped_gemm_{nt,nn}_tma: args A, B, C, offsets, grid, mapA, mapB, where on sm_90a the
-// maps are CUtensorMaps (bf16, 128-byte swizzle, zero fill; Device::encodeTensorMapBf16) and the kernel is
+// tensorMaps builds grouped_gemm_{nt,nn,tn}_tma: args A, B, C, offsets, grid, mapA, mapB, where on sm_90a the maps
+// are CUtensorMaps (bf16, 128-byte swizzle, zero fill; Device::encodeTensorMapBf16) and the kernel is
 // warp-specialised with TMA loads. gfx950 builds the single-role kernel and ignores the maps (any pointer):
-//   mapA: A [rows, K]: dims {K, rows}, row stride K * 2 bytes, box {64, 128};
+//   mapA, NT / NN: A [rows, K]: dims {K, rows}, row stride K * 2 bytes, box {64, 128};
 //   mapB, NT: B [E * N, K]: dims {K, E * N}, row stride K * 2, box {64, 128};
-//   mapB, NN: B [E * K, N]: dims {N, E * K}, row stride N * 2, box {64, 64}.
-// pairs (tensorMaps, N a multiple of 256; the spec constant "pairs"): clusters of two blocks running m-tile pairs
-// that load B's tile once for both (multicast); the grid must then be even.
+//   mapB, NN: B [E * K, N]: dims {N, E * K}, row stride N * 2, box {64, 64};
+//   TN: mapA A [tokens, M]: dims {M, tokens}, row stride M * 2, box {64, 64}; mapB B [tokens, N]: dims {N, tokens},
+//   row stride N * 2, box {64, 64}. A group's last K step reads rows of the next group (or the map's zero fill):
+//   the MMA warpgroups zero them in shared memory before multiplying.
+// pairs (tensorMaps NT / NN, N a multiple of 256; the spec constant "pairs"): clusters of two blocks running
+// m-tile pairs that load B's tile once for both (multicast); the grid must then be even.
 mlir::OwningOpRef<mlir::ModuleOp> buildGroupedGemm(mlir::MLIRContext& ctx, const GroupedGemmSpec& s, Arch arch,
                                                    bool warpSpecialized = false, bool tensorMaps = false,
                                                    bool pairs = false);

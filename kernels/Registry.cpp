@@ -72,6 +72,8 @@ KernelInfo groupedGemmInfo(GroupedGemmSpec::Layout layout, bool tensorMaps = fal
               e = "K=" + std::to_string(s.get("K")) + " must be >= 128 (the 3-stage copy pipeline's prologue)";
             if (e.empty() && tensorMaps && (s.get("pairs") < 0 || s.get("pairs") > 1))
               e = "pairs must be 0 or 1 (cluster pairs sharing B's tile by multicast)";
+            if (e.empty() && tensorMaps && s.get("pairs") && layout == S::kTN)
+              e = "pairs must be 0 for TN (each block's tiles read their own group's rows)";
             if (e.empty() && tensorMaps && s.get("pairs") && s.get("N") % 256 != 0)
               e = "pairs=1 needs N a multiple of 256 (each block of a pair loads one 128-row half of B's tile)";
             return e;
@@ -110,6 +112,7 @@ const std::vector<KernelInfo>& registry() {
       groupedGemmInfo(GroupedGemmSpec::kTN),
       groupedGemmInfo(GroupedGemmSpec::kNT, /*tensorMaps=*/true),
       groupedGemmInfo(GroupedGemmSpec::kNN, /*tensorMaps=*/true),
+      groupedGemmInfo(GroupedGemmSpec::kTN, /*tensorMaps=*/true),
       {DispatchPrologueSpec::kName,
        "routing tables on the device: per-expert counts all-gathered, pool offsets, each pick's pool row",
        {"E", "topk", "ranks"},

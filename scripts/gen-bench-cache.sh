@@ -6,10 +6,13 @@ dir=${1:?usage: scripts/gen-bench-cache.sh CACHE_DIR}
 gen() {
   build/bin/megamoe-cache generate --targets sm_90a --cache-dir "$dir" --quiet --kernel "$1" ${2:+--spec "$2"} >/dev/null
   # NT / NN cases also run their TMA variant (pairs=1: GEMM_TMA_PAIRS=1 in megamoe-bench gemm).
-  case $1 in grouped_gemm_nt|grouped_gemm_nn)
-    for pairs in 0 1; do
-      build/bin/megamoe-cache generate --targets sm_90a --cache-dir "$dir" --quiet --kernel "$1_tma" --spec "$2,pairs=$pairs" >/dev/null
-    done ;;
+  case $1 in
+    grouped_gemm_nt|grouped_gemm_nn)
+      for pairs in 0 1; do
+        build/bin/megamoe-cache generate --targets sm_90a --cache-dir "$dir" --quiet --kernel "$1_tma" --spec "$2,pairs=$pairs" >/dev/null
+      done ;;
+    grouped_gemm_tn)  # TN cases also run their TMA variant (no pairs)
+      build/bin/megamoe-cache generate --targets sm_90a --cache-dir "$dir" --quiet --kernel "$1_tma" --spec "$2,pairs=0" >/dev/null ;;
   esac
 }
 gen grouped_gemm_nt E=128,N=4096,K=7168

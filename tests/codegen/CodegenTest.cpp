@@ -179,6 +179,32 @@ TEST(Codegen, TmaGroupedGemmLoadsBoxesOnBarriers) {
   }
 }
 
+// TN with TMA (grouped_gemm_tn_tma): the tokens' rows arrive as 64 x 64 boxes, and a group's last partial K step is
+// zeroed past the group by both MMA warpgroups, which then meet on the tail barrier (id 7, 256 threads) before
+// multiplying it. Pairs are refused (each block's tiles read their own group's rows).
+TEST(Codegen, TmaGroupedGemmTnZeroesTheTailStep) {
+  using G = kernels::GroupedGemmSpec;
+  for (const char* targetName : {"sm_90a", "gfx950"}) {
+    kernels::KernelSpec spec = G{G::kTN, 128, 4096, 7168}.spec();
+    spec.kernel = G::tmaName(G::kTN);
+    spec.constants.push_back({"pairs", 0});
+    SCOPED_TRACE(spec.describe() + "@" + targetName);
+    CompiledKernel k = compile(spec, targetName);
+    EXPECT_TRUE(k.facts.ok()) << k.facts.json();
+    EXPECT_EQ(k.facts.spillBytes, 0);
+    if (std::string(targetName) != "sm_90a") continue;
+    EXPECT_LE(k.facts.registers, 168);
+    EXPECT_NE(k.assembly.find("cp.async.bulk.tensor.2d.shared::cluster.global"), std::string::npos);
+    EXPECT_EQ(k.assembly.find("cp.async.cg"), std::string::npos);
+    EXPECT_NE(k.assembly.find("bar.sync \t7, 256"), std::string::npos);
+    EXPECT_NE(k.assembly.find("fence.proxy.async"), std::string::npos);
+  }
+  kernels::KernelSpec paired = G{G::kTN, 128, 4096, 7168}.spec();
+  paired.kernel = G::tmaName(G::kTN);
+  paired.constants.push_back({"pairs", 1});
+  EXPECT_NE(kernels::find(paired.kernel)->validate(paired).find("pairs must be 0 for TN"), std::string::npos);
+}
+
 TEST(Codegen, BadSpecNamesTheConstraint) {
   auto* gemm = kernels::find("gemm_nt");
   ASSERT_NE(gemm, nullptr);

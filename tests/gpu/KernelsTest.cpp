@@ -304,30 +304,39 @@ TEST(GpuKernels, GemmNtDeepSeekV3L2) {
   runGemm(gpu, {7168, 2048, 1000, 48, true});
 }
 
-// ------------------------------------------------------------------------------------ grouped_gemm_{nt,nn}_tma
+// ------------------------------------------------------------------------------------ grouped_gemm_{nt,nn,tn}_tma
 
-// The TMA variants (kernels/Kernels.h buildGroupedGemm): C [rows, N] = A [rows, K] . B[e] (NT: B [E, N, K]; NN: B
-// [E, K, N]) over groups of random sizes (1..400 rows, two empty); the tensor maps
-// are encoded here as the kernel documents them. A guard row past the last group must stay at the sentinel.
-// N >= 48 x 256 takes the scheduler's banded tile order (TileScheduler::banded; groups of up to 1400 rows, i.e.
-// a full band of 8 m-tiles and a partial one).
-void runTmaGroupedGemm(Gpu& gpu, bool nn, int64_t E = 8, int64_t N = 512, int64_t K = 256, int32_t maxRows = 400) {
+enum class Layout { kNT, kNN, kTN };
+
+// The TMA variants (kernels/Kernels.h buildGroupedGemm) over groups of random sizes (1..maxRows rows, two empty);
+// the tensor maps are encoded here as the kernel documents them:
+//   NT / NN: C [rows, N] = A [rows, K] . B[e] (NT: B [E, N, K]; NN: B [E, K, N]); a guard row past the last group;
+//   TN: C[e] [M, N] = A_e^T B_e with A [rows, M], B [rows, N] (K = the group's size: most groups end inside a
+//   64-row step, whose rows past the group the kernel must zero; empty groups give C[e] = 0); a guard expert.
+// The guard must stay at the sentinel. N >= 48 x 256 takes the scheduler's banded tile order (TileScheduler::banded;
+// groups of up to 1400 rows, i.e. a full band of 8 m-tiles and a partial one).
+void runTmaGroupedGemm(Gpu& gpu, Layout layout, int64_t E = 8, int64_t N = 512, int64_t K = 256,
+                       int32_t maxRows = 400) {
   std::mt19937 rng = testRng();
+  const bool nn = layout == Layout::kNN, tn = layout == Layout::kTN;  // TN: K is M, C's rows per expert
   std::vector<int32_t> offsets{0};
   std::uniform_int_distribution<int32_t> size(1, maxRows);
   for (int64_t e = 0; e < E; ++e) offsets.push_back(offsets.back() + (e == 2 || e == 5 ? 0 : size(rng)));
   const int64_t rows = offsets.back();
-  auto kernel = loadKernel(*gpu.runtime, nn ? "grouped_gemm_nn_tma" : "grouped_gemm_nt_tma",
-                           {{"E", E}, {"N", N}, {"K", K}, {"pairs", 0}});
-  const std::vector<uint16_t> a = randomBf16(rng, size_t(rows * K)), b = randomBf16(rng, size_t(E * N * K));
+  const char* name = tn ? "grouped_gemm_tn_tma" : nn ? "grouped_gemm_nn_tma" : "grouped_gemm_nt_tma";
+  auto kernel = loadKernel(*gpu.runtime, name, {{"E", E}, {"N", N}, {tn ? "M" : "K", K}, {"pairs", 0}});
+  const std::vector<uint16_t> a = randomBf16(rng, size_t(rows * K)),
+                              b = randomBf16(rng, size_t(tn ? rows * N : E * N * K));
   Buffer aDev(gpu.device(), a.size() * 2), bDev(gpu.device(), b.size() * 2), offDev(gpu.device(), offsets.size() * 4);
   aDev.upload(a);
   bDev.upload(b);
   offDev.upload(offsets);
-  Buffer out(gpu.device(), size_t((rows + 1) * N) * 2);  // one guard row
+  const int64_t outRows = tn ? E * K : rows, guardRows = tn ? K : 1;  // TN: one guard expert of M rows
+  Buffer out(gpu.device(), size_t((outRows + guardRows) * N) * 2);
   const uint64_t aDims[2] = {uint64_t(K), uint64_t(rows)}, aStride[1] = {uint64_t(K) * 2};
-  const uint64_t bDims[2] = {uint64_t(nn ? N : K), uint64_t(nn ? E * K : E * N)}, bStride[1] = {bDims[0] * 2};
-  const uint32_t aBox[2] = {64, 128}, bBox[2] = {64, nn ? 64u : 128u};
+  const uint64_t bDims[2] = {uint64_t(nn || tn ? N : K), uint64_t(tn ? rows : nn ? E * K : E * N)},
+                 bStride[1] = {bDims[0] * 2};
+  const uint32_t aBox[2] = {64, tn ? 64u : 128u}, bBox[2] = {64, nn || tn ? 64u : 128u};
   auto mapA = gpu.device().encodeTensorMapBf16(aDev.ptr(), 2, aDims, aStride, aBox);
   auto mapB = gpu.device().encodeTensorMapBf16(bDev.ptr(), 2, bDims, bStride, bBox);
 
@@ -339,10 +348,23 @@ void runTmaGroupedGemm(Gpu& gpu, bool nn, int64_t E = 8, int64_t N = 512, int64_
   dims.block.x = uint32_t(kernel->metadata().blockThreads);
   auto launchOnce = [&] { return launchPoisoned(gpu, *kernel, dims, params, out); };
   const std::vector<uint16_t> first = launchOnce();
-  const Written written = checkWritten(first, rows * N, (rows + 1) * N, "the last group");
+  const Written written = checkWritten(first, outRows * N, (outRows + guardRows) * N, tn ? "the last expert" : "the last group");
   ErrorNorm err;
-  for (int64_t e = 0; e < E; ++e)
-    for (int64_t r = offsets[size_t(e)]; r < offsets[size_t(e + 1)]; ++r)
+  size_t nonzeroEmpty = 0;
+  for (int64_t e = 0; e < E; ++e) {
+    const int64_t lo = offsets[size_t(e)], hi = offsets[size_t(e + 1)];
+    if (tn) {
+      for (int64_t m = 0; m < K; ++m)
+        for (int64_t n = 0; n < N; ++n) {
+          double ref = 0;
+          for (int64_t r = lo; r < hi; ++r) ref += double(fromBf16(a[size_t(r * K + m)])) * fromBf16(b[size_t(r * N + n)]);
+          const uint16_t got = first[size_t((e * K + m) * N + n)];
+          if (lo == hi) nonzeroEmpty += fromBf16(got) != 0.f;
+          err.add(fromBf16(got), ref);
+        }
+      continue;
+    }
+    for (int64_t r = lo; r < hi; ++r)
       for (int64_t n = 0; n < N; ++n) {
         double ref = 0;
         for (int64_t k = 0; k < K; ++k) {
@@ -351,28 +373,36 @@ void runTmaGroupedGemm(Gpu& gpu, bool nn, int64_t E = 8, int64_t N = 512, int64_
         }
         err.add(fromBf16(first[size_t(r * N + n)]), ref);
       }
+  }
   EXPECT_LE(err.relative(), 1e-2);
+  EXPECT_EQ(nonzeroEmpty, 0u) << "an expert without rows got a non-zero C[e]";
   const bool identical = first == launchOnce();
   EXPECT_TRUE(identical) << "the second launch differs bitwise from the first";
-  std::printf("SUMMARY %s E=%lld N=%lld K=%lld rows=%lld: rel_err=%.3e unwritten=%zu guard_touched=%zu rerun=%s\n",
-              nn ? "grouped_gemm_nn_tma" : "grouped_gemm_nt_tma", (long long)E, (long long)N, (long long)K,
-              (long long)rows, err.relative(), written.unwritten, written.guardTouched,
-              identical ? "identical" : "DIFFERENT");
+  std::printf("SUMMARY %s E=%lld N=%lld %s=%lld rows=%lld: rel_err=%.3e unwritten=%zu guard_touched=%zu "
+              "nonzero_empty=%zu rerun=%s\n",
+              name, (long long)E, (long long)N, tn ? "M" : "K", (long long)K, (long long)rows, err.relative(),
+              written.unwritten, written.guardTouched, nonzeroEmpty, identical ? "identical" : "DIFFERENT");
 }
 
 TEST(GpuKernels, TmaGroupedGemmNtRaggedGroups) {
   MEGAMOE_REQUIRE_SM90A(gpu);
-  runTmaGroupedGemm(gpu, /*nn=*/false);
+  runTmaGroupedGemm(gpu, Layout::kNT);
 }
 
 TEST(GpuKernels, TmaGroupedGemmNnRaggedGroups) {
   MEGAMOE_REQUIRE_SM90A(gpu);
-  runTmaGroupedGemm(gpu, /*nn=*/true);
+  runTmaGroupedGemm(gpu, Layout::kNN);
 }
 
 TEST(GpuKernels, TmaGroupedGemmNtBandedOrder) {
   MEGAMOE_REQUIRE_SM90A(gpu);
-  runTmaGroupedGemm(gpu, /*nn=*/false, /*E=*/6, /*N=*/12288, /*K=*/128, /*maxRows=*/1400);
+  runTmaGroupedGemm(gpu, Layout::kNT, /*E=*/6, /*N=*/12288, /*K=*/128, /*maxRows=*/1400);
+}
+
+// TN: C[e] [256, 512] over groups of 1..300 rows (two empty): tails inside a 64-row step in almost every group.
+TEST(GpuKernels, TmaGroupedGemmTnRaggedGroups) {
+  MEGAMOE_REQUIRE_SM90A(gpu);
+  runTmaGroupedGemm(gpu, Layout::kTN, /*E=*/8, /*N=*/512, /*M=*/256, /*maxRows=*/300);
 }
 
 }  // namespace
