@@ -105,6 +105,12 @@ struct GroupedGemmSpec {
   KernelSpec spec() const {
     return {name(layout), {{"E", experts}, {"N", n}, {layout == kTN ? "M" : "K", kOrM}}};
   }
+  KernelSpec tmaSpec(int64_t pairs = 0) const {
+    KernelSpec s = spec();
+    s.kernel = tmaName(layout);
+    s.constants.push_back({"pairs", pairs});
+    return s;
+  }
 };
 
 // The grouped GEMM kernel of spec s. warpSpecialized (sm_90a; ignored for gfx950) builds the producer / MMA

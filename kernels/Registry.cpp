@@ -268,7 +268,7 @@ std::vector<KernelSpec> layerKernels(const ModelShape& s, int64_t ranks) {
       StageBeginSpec{e, ranks}.spec(),
       D{e, ranks, k, h, i, 0, G::kNN, 0}.spec(),  // re-dispatched dy, g = dy . w2[e]
       SwigluBwdSpec{i}.spec(),
-      G{G::kTN, local, i, h}.spec(),               // dW2[e] [H, I] = dy_e^T [H, rows] . (w act)_e [rows, I]
+      G{G::kTN, local, i, h}.tmaSpec(),            // dW2[e] [H, I] = dy_e^T [H, rows] . (w act)_e [rows, I]
       D{e, ranks, k, h, i, 0, G::kTN, 0}.spec(),  // re-dispatched x, dW1[e] [2I, H] = dh_e^T x_e
       C{e, ranks, k, h, i, G::kNN}.spec(),         // dx rows dh . w1[e], summed at home
   };

@@ -35,7 +35,7 @@ kernels=(
   "grouped_gemm_combine E=16,ranks=2,topk=4,H=512,I=256,layout=0"
   "grouped_gemm_combine E=16,ranks=2,topk=4,H=512,I=256,layout=1"
   "stage_begin E=16,ranks=2"
-  "grouped_gemm_tn E=8,N=256,M=512"
+  "grouped_gemm_tn_tma E=8,N=256,M=512,pairs=0"   # the layer's dW2
   "dispatch_grouped_gemm E=16,ranks=2,topk=4,H=512,I=256,clamp_milli=0,layout=0,save_h=0,dedup=0"
   "dispatch_grouped_gemm E=16,ranks=2,topk=4,H=512,I=256,clamp_milli=0,layout=0,save_h=1,dedup=0"
   "dispatch_grouped_gemm E=16,ranks=2,topk=4,H=512,I=256,clamp_milli=0,layout=1,save_h=0,dedup=0"

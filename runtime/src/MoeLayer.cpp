@@ -116,7 +116,8 @@ std::vector<std::pair<std::string, std::vector<std::pair<std::string, int64_t>>>
     out.push_back({"stage_begin", {{"E", E}, {"ranks", R}}});
     out.push_back(dispatch(kLayoutNN, 0));
     out.push_back({"swiglu_bwd", {{"I", I}, {"clamp_milli", c.swigluClampMilli}}});
-    out.push_back({"grouped_gemm_tn", {{"E", E / R}, {"N", I}, {"M", H}}});
+    // dW2 on the TMA engine (sm_90a; gfx950 builds the single-role kernel and ignores the two map arguments)
+    out.push_back({"grouped_gemm_tn_tma", {{"E", E / R}, {"N", I}, {"M", H}, {"pairs", 0}}});
     out.push_back(dispatch(kLayoutTN, 0));
     out.push_back(combine(kLayoutNN));
   }
@@ -138,6 +139,17 @@ struct MoeLayer::Impl {
   uint32_t grid = 0;
   int32_t pushBlocks = 0;
   int64_t lastForwardTokens = -1;  // what backward() must match; -1 before the first forward
+  // grouped_gemm_tn_tma's tensor maps for dW2 (kernels/Kernels.h): the pool's dy rows and act, fixed for the
+  // layer; zeros (read as unused pointers) where the backend has no TMA.
+  using TensorMap = std::array<uint8_t, 128>;
+  TensorMap dyMap{}, actMap{};
+  // A bf16 [rows, cols] matrix in 64 x 64 boxes.
+  TensorMap boxes64(DevicePtr base, int64_t rows, int64_t cols) {
+    if (device.kind() != BackendKind::kCuda) return TensorMap{};
+    const uint64_t dims[2] = {uint64_t(cols), uint64_t(rows)}, strides[1] = {uint64_t(cols) * 2};
+    const uint32_t box[2] = {64, 64};
+    return device.encodeTensorMapBf16(base, 2, dims, strides, box);
+  }
 
   Impl(Runtime& rt) : runtime(rt), device(*rt.device()) {}
   ~Impl() {
@@ -204,6 +216,10 @@ MoeLayer::MoeLayer(Runtime& runtime, const MoeLayerConfig& config, std::unique_p
   // One block per SM, all resident: the combine's blocks wait for each other (see docs/decisions/fused-dispatch.md).
   m.grid = uint32_t(m.device.multiprocessors());
   m.pushBlocks = std::min<int32_t>(runtime.env().pushBlocks, int32_t(m.grid));
+  if (config.training) {
+    m.dyMap = m.boxes64(m.regions.pool, poolRows(config, ranks), config.hidden);
+    m.actMap = m.boxes64(m.act, poolRows(config, ranks), config.intermediate);
+  }
   for (EventHandle& e : m.events) e = m.device.createEvent();
   for (EventHandle& e : m.backwardEvents) e = m.device.createEvent();
 }
@@ -315,7 +331,8 @@ void MoeLayer::backward(const BackwardArgs& a, StreamHandle stream) {
            {&r.ctx, &m.act, &m.h, &r.poolW, &r.poolSrc, &rowsAt, &r.dw, &rowGrid}, *heap_);
   end(BackwardStage::kSwigluBackward);
   start(BackwardStage::kWgradW2);
-  m.launch(kWgradTN, m.grid, stream, {&r.pool, &m.act, &dW2, &m.poolOffsets, &grid}, *heap_);
+  m.launch(kWgradTN, m.grid, stream,
+           {&r.pool, &m.act, &dW2, &m.poolOffsets, &grid, m.dyMap.data(), m.actMap.data()}, *heap_);
   end(BackwardStage::kWgradW2);
   begin();
   start(BackwardStage::kWgradW1Dispatch);
