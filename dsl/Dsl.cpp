@@ -560,7 +560,10 @@ void Kernel::mbarrierWait(const SharedTile& bars, const I32& i, const I32& parit
   MbarrierWaitOp::create(b_, loc_, mbarrierAt(bars, i), parity.value());
 }
 void Kernel::asyncArrive(const SharedTile& bars, const I32& i) { AsyncArriveOp::create(b_, loc_, mbarrierAt(bars, i)); }
-void Kernel::proxyFence() { ProxyFenceOp::create(b_, loc_); }
+void Kernel::proxyFence(bool global) {
+  auto op = ProxyFenceOp::create(b_, loc_);
+  if (global) op.setGlobal(true);
+}
 void Kernel::mbarrierArriveExpectTx(const SharedTile& bars, const I32& i, int64_t bytes) {
   MbarrierExpectTxOp::create(b_, loc_, mbarrierAt(bars, i), i32(bytes).value());
 }

@@ -264,7 +264,9 @@ class Kernel {
   void clusterSync();
   // Orders shared data written by ordinary stores or async copies (seen through a barrier) before this thread's
   // next MMA tile reads it.
-  void proxyFence();
+  // With `global`: global data (e.g. rows peers stored, seen through an acquire) before this thread's next
+  // tmaLoad reads it.
+  void proxyFence(bool global = false);
   // The calling warpgroup's register budget (whole warpgroups; count a multiple of 8 in [24, 256]).
   void setMaxRegisters(int64_t count, bool increase);
 

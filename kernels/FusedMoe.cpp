@@ -49,8 +49,12 @@ mlir::OwningOpRef<mlir::ModuleOp> buildDispatchGemm(mlir::MLIRContext& mctx, con
   using S = DispatchGemmSpec;
   using G = GroupedGemmSpec;
   const G g = s.gemm();
-  const G::Tiles c = g.tiles(arch);
+  // The weight gradient (TN) runs the warp-specialised TMA engine on sm_90a (DispatchGemmSpec); the other layouts
+  // the single-role loop (docs/decisions/fused-dispatch.md).
+  const bool ws = s.layout == G::kTN && arch == Arch::sm_90a;
+  G::Tiles c = g.tiles(arch, ws);
   const int64_t E = s.experts, R = s.ranks, local = E / R, H = s.hidden, I = s.intermediate;
+  if (ws) c.stages = WarpSpecialized::stagesFor(c, {local + 1, 1, 1});  // the unit table lives in the staging tile
   Kernel k(mctx, S::kName, c.threads);
   Context ctx = k.argContext();
   GlobalPtr src = k.argPtr(Elem::bf16);
@@ -74,13 +78,26 @@ mlir::OwningOpRef<mlir::ModuleOp> buildDispatchGemm(mlir::MLIRContext& mctx, con
   Legs legs = decodeLegs(k.argI32());
   GlobalPtr topkIdx = k.argPtr(Elem::i32);
   I32 recvStride = k.argI32();
+  // Two tensor maps (TN on sm_90a: dh's and the pool's rows); elsewhere two unused pointers.
+  std::optional<TensorMap> mapA, mapB;
+  if (ws) {
+    mapA = k.argTensorMap();
+    mapB = k.argTensorMap();
+  } else {
+    k.argPtr(Elem::bf16);
+    k.argPtr(Elem::bf16);
+  }
   const bool dedup = s.dedup != 0;
 
   // A failed prologue (an expert index out of range) leaves nothing to do here; the peers' waits time out.
   k.returnIf(!k.errorClear(ctx));
-  Rings rings = allocateRings(k, g, c);
+  Rings rings = allocateRings(k, g, c, ws ? 64 : 0);
   SharedTile tileFirst = sharedTable(k, local + 1);
-  SharedTile unitFirst = sharedTable(k, E + 1);
+  // The push's unit table is dead once the block's GEMM starts: with the warp-specialised engine it lives in the
+  // staging tile (first written by an epilogue, after the engine's block-wide start), which leaves room for a
+  // fourth ring stage.
+  SharedTile unitFirst = ws ? SharedTile(&k, rings.staging.value(), Elem::i32, 1, (E + 1 + 3) / 4 * 4)
+                            : sharedTable(k, E + 1);
   SharedTile slots = sharedTable(k, 1);
   SharedTile confirmed = sharedTable(k, 1);  // the last local expert whose rows this block saw complete
   std::optional<SharedTile> gatherRows;  // dedup: the receive row of each row of the running tile
@@ -166,6 +183,22 @@ mlir::OwningOpRef<mlir::ModuleOp> buildDispatchGemm(mlir::MLIRContext& mctx, con
   GlobalPtr a = s.layout == G::kTN ? extra : pool;
   GlobalPtr b = s.layout == G::kTN ? pool : weights;
   Pipeline pipe{k, g, c, a, b, out, rings.a, rings.b, rings.staging};
+  if (ws) {
+    // The producer leader waits for an expert's rows once per block (as beforeLoads below), then orders the
+    // rows the pushes stored (generic proxy, seen through the counters' acquire) before its TMA reads of them.
+    WarpSpecialized engine = WarpSpecialized::allocate(pipe, mapA, mapB);
+    engine.leaderBeforeLoads = [&](const TilePlace& p) {
+      k.ifThen(!(confirmed.loadI32(k.i32(0)) == p.expert), [&] {
+        k.ifThen(legs.comm, [&] {
+          k.forRange(k.i32(0), ctx.nranks(), k.i32(1), [&](I32 from) { waitArrivals(from, p.expert); });
+        });
+        k.proxyFence(/*global=*/true);
+        confirmed.storeI32(k.i32(0), p.expert);
+      });
+    };
+    engine.runDynamic(sched, tileFirst, tickets, total, grid);
+    return k.finish();
+  }
   // A tile waits for its expert's rows from every source, once per block and expert: tickets come in expert order,
   // so a block's next tiles are mostly the same expert, and each wait is a few system-scope loads (measured: with
   // one wait per tile the TN stage, ~870 tiles per block, lost ~2 ms to them).

@@ -367,6 +367,9 @@ struct WarpSpecialized {
   // Pairs (with tensor maps, BN = 256): blocks 2c and 2c + 1 form a cluster running the scheduler's m-tile pairs;
   // each loads its own A and one half of B, multicast into both, so B's traffic from L2 halves.
   std::optional<dsl::I32> rank = std::nullopt;
+  // Fused operators (with tensor maps; Pipeline's beforeLoads stays unset): called by the producer leader alone
+  // before a tile's loads, e.g. to wait for the tile's rows to arrive.
+  std::function<void(const TilePlace&)> leaderBeforeLoads;
 
   // Ring stages: 4 when they fit the 227 KB beside the 64-row staging tile, the engine's barriers (1024-byte
   // aligned, as every mbarriers() tile) and hand-over table and the kernel's own shared i32 tables (entries each;
@@ -599,6 +602,7 @@ struct WarpSpecialized {
                                             TilePlace p = sched.place(t, first);
                                             if (boxes) {
                                               handOver(v[1], &p);
+                                              if (leaderBeforeLoads) leaderBeforeLoads(p);
                                               return std::vector<I32>{loadBoxes(p, v[0]), v[1] + 1};
                                             }
                                             k.ifThen(leader, [&] { handOver(v[1], &p); });
@@ -641,6 +645,40 @@ struct WarpSpecialized {
         if (w == 0) k.ifThen(k.i32(0) < end[1], [&] { k.namedBarrier(turn(0), 256, /*arriveOnly=*/false); });
       });
     }
+  }
+
+  // Dynamic loop with tensor maps (Pipeline::runDynamic's protocol): the producer leader draws tickets from
+  // tickets[0] (global i32, zero at launch) and hands each tile over; the last of `grid` blocks to run out resets
+  // tickets[0..1]. Every thread of the block calls it, after the kernel's own block-wide work.
+  void runDynamic(const TileScheduler& sched, const dsl::SharedTile& first, const dsl::GlobalPtr& tickets,
+                  const dsl::I32& total, const dsl::I32& grid) const {
+    using namespace dsl;
+    dsl::Kernel& k = pipe.k;
+    const auto& c = pipe.c;
+    if (!tma() || rank) throw std::logic_error("runDynamic: tensor maps, no pairs");
+    init();
+    k.group(c.mmaThreads(), k.blockThreads() - c.mmaThreads(), /*barrier=*/2, [&] {
+      k.setMaxRegisters(kProducerRegisters, /*increase=*/false);
+      k.ifThen(k.threadIdx() == k.i32(c.mmaThreads()), [&] {
+        auto draw = [&] { return tickets.atomicAddI32(k.i32(1)); };
+        std::vector<I32> end = k.whileLoop(
+            {draw(), k.i32(0), k.i32(0)}, [&](const std::vector<I32>& v) { return v[0] < total; },
+            [&](const std::vector<I32>& v) {
+              TilePlace p = sched.place(v[0], first);
+              handOver(v[1], &p);
+              if (leaderBeforeLoads) leaderBeforeLoads(p);
+              I32 g = loadBoxes(p, v[2]);
+              return std::vector<I32>{draw(), v[1] + 1, g};
+            });
+        handOver(end[1], nullptr);
+        I32 done = (tickets + k.i64(1)).atomicAddI32(k.i32(1));
+        k.ifThen(done == grid - 1, [&] {
+          tickets.storeI32(k.i32(0));
+          (tickets + k.i64(1)).storeI32(k.i32(0));
+        });
+      });
+    });
+    multiply();
   }
 };
 

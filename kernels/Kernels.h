@@ -178,7 +178,9 @@ enum LegBits : int64_t { kLegComm = 1, kLegGemm = 2 };
 // (heap), arrivals (heap), route_epoch (i64), pool (heap bf16 [cap, H]), pool_src (heap i32 [cap]), pool_w (heap
 // f32 [cap]), pool_offsets (i32 [E/R + 1]), weights (w1 for NT and TN's shape, w2 for NN), extra (NT: h out when
 // save_h; TN: dh), out, tickets (i32 [2], zero), push_blocks, grid, legs (i32), topk_idx (i32 [T, topk]; read with
-// dedup), recv_stride (i32: max tokens per rank; with dedup).
+// dedup), recv_stride (i32: max tokens per rank; with dedup), map_a, map_b: TN on sm_90a runs the warp-specialised
+// TMA engine and takes CUtensorMaps of dh [cap, 2I] and of the pool [cap, H] (64 x 64 boxes, as
+// grouped_gemm_tn_tma); every other kernel two unused pointers.
 struct DispatchGemmSpec {
   static constexpr const char* kName = "dispatch_grouped_gemm";
   static constexpr int64_t kPushRows = 32;  // rows per push unit (warps take rows in turn); one signal per unit

@@ -139,10 +139,11 @@ struct MoeLayer::Impl {
   uint32_t grid = 0;
   int32_t pushBlocks = 0;
   int64_t lastForwardTokens = -1;  // what backward() must match; -1 before the first forward
-  // grouped_gemm_tn_tma's tensor maps for dW2 (kernels/Kernels.h): the pool's dy rows and act, fixed for the
-  // layer; zeros (read as unused pointers) where the backend has no TMA.
+  // The backward's TN tensor maps (kernels/Kernels.h: grouped_gemm_tn_tma for dW2, dispatch_grouped_gemm TN for
+  // dW1): the pool (dy rows, then x rows), act and dh, fixed for the layer; zeros (read as unused pointers) where
+  // the backend has no TMA.
   using TensorMap = std::array<uint8_t, 128>;
-  TensorMap dyMap{}, actMap{};
+  TensorMap poolMap{}, actMap{}, dhMap{}, noMap{};
   // A bf16 [rows, cols] matrix in 64 x 64 boxes.
   TensorMap boxes64(DevicePtr base, int64_t rows, int64_t cols) {
     if (device.kind() != BackendKind::kCuda) return TensorMap{};
@@ -217,8 +218,9 @@ MoeLayer::MoeLayer(Runtime& runtime, const MoeLayerConfig& config, std::unique_p
   m.grid = uint32_t(m.device.multiprocessors());
   m.pushBlocks = std::min<int32_t>(runtime.env().pushBlocks, int32_t(m.grid));
   if (config.training) {
-    m.dyMap = m.boxes64(m.regions.pool, poolRows(config, ranks), config.hidden);
+    m.poolMap = m.boxes64(m.regions.pool, poolRows(config, ranks), config.hidden);
     m.actMap = m.boxes64(m.act, poolRows(config, ranks), config.intermediate);
+    m.dhMap = m.boxes64(m.h, poolRows(config, ranks), 2 * config.intermediate);
   }
   for (EventHandle& e : m.events) e = m.device.createEvent();
   for (EventHandle& e : m.backwardEvents) e = m.device.createEvent();
@@ -277,7 +279,7 @@ void MoeLayer::forward(const ForwardArgs& a, StreamHandle stream) {
   m.launch(kDispatchNT, m.grid, stream,
            {&r.ctx, &x, &weights, &m.sendList, &m.sendOff, &m.sendBase, &r.counts, &r.arrivals, &m.routeEpoch,
             &r.pool, &r.poolSrc, &r.poolW, &m.poolOffsets, &w1, c.training ? &m.h : &none, &m.act, &tickets0, &push,
-            &grid, &dispatchLegs, &idx, &recvStride},
+            &grid, &dispatchLegs, &idx, &recvStride, m.noMap.data(), m.noMap.data()},
            *heap_);
   m.mark(m.events, size_t(Stage::kGemmCombine), stream);
   m.launch(kCombineNT, m.grid, stream,
@@ -322,7 +324,7 @@ void MoeLayer::backward(const BackwardArgs& a, StreamHandle stream) {
   m.launch(kDispatchNN, m.grid, stream,
            {&r.ctx, &dy, &weights, &m.sendList, &m.sendOff, &m.sendBase, &r.counts, &r.arrivals, &m.routeEpoch,
             &r.pool, &r.poolSrc, &r.poolW, &m.poolOffsets, &w2, &none, &m.act, &tickets0, &push, &grid, &dispatchLegs,
-            &idx, &recvStride},
+            &idx, &recvStride, m.noMap.data(), m.noMap.data()},
            *heap_);
   end(BackwardStage::kDgradDispatch);
   advance();
@@ -332,14 +334,14 @@ void MoeLayer::backward(const BackwardArgs& a, StreamHandle stream) {
   end(BackwardStage::kSwigluBackward);
   start(BackwardStage::kWgradW2);
   m.launch(kWgradTN, m.grid, stream,
-           {&r.pool, &m.act, &dW2, &m.poolOffsets, &grid, m.dyMap.data(), m.actMap.data()}, *heap_);
+           {&r.pool, &m.act, &dW2, &m.poolOffsets, &grid, m.poolMap.data(), m.actMap.data()}, *heap_);
   end(BackwardStage::kWgradW2);
   begin();
   start(BackwardStage::kWgradW1Dispatch);
   m.launch(kDispatchTN, m.grid, stream,
            {&r.ctx, &x, &weights, &m.sendList, &m.sendOff, &m.sendBase, &r.counts, &r.arrivals, &m.routeEpoch,
             &r.pool, &r.poolSrc, &r.poolW, &m.poolOffsets, &w1, &m.h, &dW1, &tickets0, &push, &grid, &dispatchLegs,
-            &idx, &recvStride},
+            &idx, &recvStride, m.dhMap.data(), m.poolMap.data()},
            *heap_);
   end(BackwardStage::kWgradW1Dispatch);
   advance();

@@ -280,8 +280,11 @@ void addWarpSpecialisationPatterns(RewritePatternSet& patterns) {
     NVVM::CpAsyncMBarrierArriveOp::create(b, op.getLoc(), op.getBar(), /*noinc=*/true);
   });
   addEmitter<ProxyFenceOp>(patterns, [](PatternRewriter& b, ProxyFenceOp op) {
-    NVVM::FenceProxyOp::create(b, op.getLoc(), NVVM::ProxyKind::async_shared,
-                               NVVM::SharedSpaceAttr::get(b.getContext(), NVVM::SharedSpace::shared_cta));
+    if (op.getGlobal())
+      NVVM::FenceProxyOp::create(b, op.getLoc(), NVVM::ProxyKind::async_global, NVVM::SharedSpaceAttr());
+    else
+      NVVM::FenceProxyOp::create(b, op.getLoc(), NVVM::ProxyKind::async_shared,
+                                 NVVM::SharedSpaceAttr::get(b.getContext(), NVVM::SharedSpace::shared_cta));
   });
   addEmitter<MbarrierExpectTxOp>(patterns, [](PatternRewriter& b, MbarrierExpectTxOp op) {
     NVVM::MBarrierArriveExpectTxOp::create(b, op.getLoc(), Type(), op.getBar(), op.getBytes(), NVVM::MemScopeKind::CTA,

@@ -933,6 +933,7 @@ gpu.module @k {
 // CHECK: nvvm.mbarrier.arrive %{{.*}}
 // CHECK: nvvm.mbarrier.try_wait.parity %{{.*}}, %{{.*}}, %{{.*}}
 // CHECK: nvvm.fence.proxy {kind = #nvvm.proxy_kind<async.shared>, space = #nvvm.shared_space<cta>}
+// CHECK: nvvm.fence.proxy {kind = #nvvm.proxy_kind<async.global>}
 // CHECK: nvvm.barrier id = %{{.*}} number_of_threads = %{{.*}}
 // CHECK: nvvm.setmaxregister decrease 56
 // CHECK: nvvm.setmaxregister increase 216
@@ -944,6 +945,7 @@ gpu.module @k {
     megamoe.mbarrier_arrive %bar : !llvm.ptr<3>
     megamoe.mbarrier_wait %bar, %n : !llvm.ptr<3>
     megamoe.proxy_fence
+    megamoe.proxy_fence {global}
     megamoe.group_barrier {id = 1 : i64, threads = 256 : i64}
     megamoe.set_max_registers {count = 56 : i64}
     megamoe.set_max_registers {count = 216 : i64, increase}

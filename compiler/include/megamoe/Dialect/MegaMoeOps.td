@@ -249,11 +249,13 @@ def MegaMoe_ClusterSyncOp : MegaMoe_Op<"cluster_sync", [MemoryEffects<[MemRead, 
 }
 
 def MegaMoe_ProxyFenceOp : MegaMoe_Op<"proxy_fence", [MemoryEffects<[MemRead, MemWrite]>]> {
-  let summary = "order this thread's view of shared memory written by ordinary stores before later MMA reads";
+  let summary = "order memory written by ordinary stores before this thread's later async-proxy reads (MMA, TMA)";
   let description = [{
     sm_90a: fence.proxy.async.shared::cta (cp.async and st.shared write through the generic proxy, wgmma reads
-    through the async proxy). The calling thread alone.
+    through the async proxy); with `global`, fence.proxy.async.global (rows other GPUs or threads stored, seen
+    through an acquire, before TMA loads them). The calling thread alone.
   }];
+  let arguments = (ins UnitAttr:$global);
   let assemblyFormat = "attr-dict";
 }
 
