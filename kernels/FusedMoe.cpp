@@ -263,9 +263,14 @@ mlir::OwningOpRef<mlir::ModuleOp> buildGemmCombine(mlir::MLIRContext& mctx, cons
   using S = GemmCombineSpec;
   using G = GroupedGemmSpec;
   const G g = s.gemm();
-  const G::Tiles c = g.tiles(arch);
-  const int64_t E = s.experts, R = s.ranks, local = E / R, H = s.hidden;
   const bool forward = s.layout == G::kNT;
+  // The dx combine (NN) runs the warp-specialised TMA engine on sm_90a (measured: dgrad combine 8.5 -> 7.95 ms,
+  // EP2 uniform); the forward combine keeps the single-role loop (its leg gained 2-4% there, within the layer's
+  // run-to-run spread; docs/decisions/fused-dispatch.md).
+  const bool ws = !forward && arch == Arch::sm_90a;
+  G::Tiles c = g.tiles(arch, ws);
+  const int64_t E = s.experts, R = s.ranks, local = E / R, H = s.hidden;
+  if (ws) c.stages = WarpSpecialized::stagesFor(c, {local + 1, 1});
   Kernel k(mctx, S::kName, c.threads);
   Context ctx = k.argContext();
   GlobalPtr a = k.argPtr(Elem::bf16);
@@ -283,9 +288,17 @@ mlir::OwningOpRef<mlir::ModuleOp> buildGemmCombine(mlir::MLIRContext& mctx, cons
   GlobalPtr tickets = k.argPtr(Elem::i32);
   I32 grid = k.argI32();
   Legs legs = decodeLegs(k.argI32());
+  std::optional<TensorMap> mapA, mapB;
+  if (ws) {
+    mapA = k.argTensorMap();
+    mapB = k.argTensorMap();
+  } else {
+    k.argPtr(Elem::bf16);
+    k.argPtr(Elem::bf16);
+  }
 
   k.returnIf(!k.errorClear(ctx));
-  Rings rings = allocateRings(k, g, c);
+  Rings rings = allocateRings(k, g, c, ws ? 64 : 0);
   SharedTile tileFirst = sharedTable(k, local + 1);
   SharedTile slots = sharedTable(k, 1);
   I32 tid = k.threadIdx(), me = ctx.rank();
@@ -295,27 +308,43 @@ mlir::OwningOpRef<mlir::ModuleOp> buildGemmCombine(mlir::MLIRContext& mctx, cons
   TileScheduler sched{k, g, poolOffsets, c.m, c.n};
   I32 total = sched.buildTable(tileFirst);
   Pipeline pipe{k, g, c, a, b, comb, rings.a, rings.b, rings.staging};
+  // Row r of tile p from firstRow, column col: its destination at its home rank (gemm-only: here).
+  auto homeOf = [&](const TilePlace& p, const I32& firstRow, const I32& r, const I32& col) {
+    I32 from = (poolSrc + k.widen(firstRow + r)).loadI32();
+    I32 home = k.select(legs.comm, from / kSourceShift, me);
+    return k.peer(ctx, comb + (k.widen(from % kSourceShift) * H + k.widen(p.n0 + col)), home);
+  };
+  if (ws) {
+    // Each MMA warpgroup sends its 64 staged rows home, one bulk copy per row; the comm-only leg skips the K loops.
+    pipe.mmaOn = [&] { return k.select(legs.gemm, k.i32(1), k.i32(0)); };
+    WarpSpecialized engine = WarpSpecialized::allocate(pipe, mapA, mapB);
+    engine.bulkEpilogue = true;
+    engine.epilogue = [&](const TilePlace& p, const I32& firstRow, int64_t w) {
+      I32 rowsValid = k.select(firstRow < p.groupEnd, p.groupEnd - firstRow, k.i32(0));
+      I32 lt = tid - 128 * w;
+      k.ifThen(lt < k.i32(64) && lt < rowsValid, [&] {
+        k.bulkStore(rings.staging, lt, homeOf(p, firstRow, lt, k.i32(0)), c.n * 2);
+        k.bulkCommit();
+      });
+    };
+    engine.runDynamic(sched, tileFirst, tickets, total, grid);
+  }
   // One bulk copy per row, over NVLink where the home is a peer, draining while the next tile runs (measured, EP2
   // dgrad combine: fused 8.1 -> 7.95 ms uniform, 8.8 -> 8.55 hot; bench/results/2026-11-30-h200x2-bulk-stores).
   pipe.bulkEpilogue = c.bulkStores;
   pipe.epilogue = [&](const TilePlace& p, const I32& firstRow) {
     const int64_t perRow = c.n / 8;
     I32 rowsValid = p.groupEnd - firstRow;
-    auto homeOf = [&](const I32& r, const I32& col) {  // row r's destination at its home rank (gemm-only: here)
-      I32 from = (poolSrc + k.widen(firstRow + r)).loadI32();
-      I32 home = k.select(legs.comm, from / kSourceShift, me);
-      return k.peer(ctx, comb + (k.widen(from % kSourceShift) * H + k.widen(p.n0 + col)), home);
-    };
     if (pipe.bulkEpilogue) {
       k.ifThen(tid < k.i32(c.m) && tid < rowsValid, [&] {
-        k.bulkStore(rings.staging, tid, homeOf(tid, k.i32(0)), c.n * 2);
+        k.bulkStore(rings.staging, tid, homeOf(p, firstRow, tid, k.i32(0)), c.n * 2);
         k.bulkCommit();
       });
       return;
     }
     k.forRange(tid, k.i32(c.m * perRow), k.i32(c.threads), [&](I32 v) {
       I32 r = v / perRow, col = (v % perRow) * 8;
-      k.ifThen(r < rowsValid, [&] { homeOf(r, col).store(rings.staging.load(r, col, 8)); });
+      k.ifThen(r < rowsValid, [&] { homeOf(p, firstRow, r, col).store(rings.staging.load(r, col, 8)); });
     });
   };
   // The comm-only leg leaves the accumulators zero. The NT combine runs a copy of the tile loop without K loop for
@@ -329,7 +358,7 @@ mlir::OwningOpRef<mlir::ModuleOp> buildGemmCombine(mlir::MLIRContext& mctx, cons
       commOnly.mmaOn = [&] { return k.i32(0); };
       commOnly.runDynamic(sched, tileFirst, tickets, slots, total, grid);
     });
-  } else {
+  } else if (!ws) {
     pipe.mmaOn = [&] { return k.select(legs.gemm, k.i32(1), k.i32(0)); };
     pipe.runDynamic(sched, tileFirst, tickets, slots, total, grid);
   }

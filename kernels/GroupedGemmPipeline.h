@@ -370,6 +370,12 @@ struct WarpSpecialized {
   // Fused operators (with tensor maps; Pipeline's beforeLoads stays unset): called by the producer leader alone
   // before a tile's loads, e.g. to wait for the tile's rows to arrive.
   std::function<void(const TilePlace&)> leaderBeforeLoads;
+  // Replaces the default row stores: called by the 128 threads of MMA warpgroup w (its own group: blockSync is its
+  // barrier) once its 64 rows of the tile, from firstRow on, are in the staging tile.
+  std::function<void(const TilePlace&, const dsl::I32& firstRow, int64_t w)> epilogue;
+  // The epilogue sends staging rows out as bulk copies (committed): they have read the staging tile before the
+  // other warpgroup takes its turn, and are written before the MMA warpgroups leave the engine.
+  bool bulkEpilogue = false;
 
   // Ring stages: 4 when they fit the 227 KB beside the 64-row staging tile, the engine's barriers (1024-byte
   // aligned, as every mbarriers() tile) and hand-over table and the kernel's own shared i32 tables (entries each;
@@ -550,7 +556,14 @@ struct WarpSpecialized {
       k.namedBarrier(turn(1), 256, /*arriveOnly=*/false);
     k.storeAcc(acc, pipe.staging.asRowsOf(64 * w));
     k.blockSync();
-    pipe.storeStaged(p, pipe.m0(p) + 64 * w);
+    if (epilogue)
+      epilogue(p, pipe.m0(p) + 64 * w, w);
+    else
+      pipe.storeStaged(p, pipe.m0(p) + 64 * w);
+    if (bulkEpilogue) {
+      k.bulkWait(/*readOnly=*/true);  // this thread's copies have read their staging rows ...
+      k.blockSync();                  // ... and every thread's, before the other warpgroup may overwrite them
+    }
     k.namedBarrier(turn(1 - w), 256, /*arriveOnly=*/true);
     return g + steps;
   }
@@ -643,6 +656,7 @@ struct WarpSpecialized {
             });
         // Warpgroup 1's last hand-back of the staging tile still waits at turn(0): take it.
         if (w == 0) k.ifThen(k.i32(0) < end[1], [&] { k.namedBarrier(turn(0), 256, /*arriveOnly=*/false); });
+        if (bulkEpilogue) k.bulkWait(/*readOnly=*/false);  // written before what follows the engine (e.g. a signal)
       });
     }
   }

@@ -144,13 +144,16 @@ struct MoeLayer::Impl {
   // the backend has no TMA.
   using TensorMap = std::array<uint8_t, 128>;
   TensorMap poolMap{}, actMap{}, dhMap{}, noMap{};
-  // A bf16 [rows, cols] matrix in 64 x 64 boxes.
-  TensorMap boxes64(DevicePtr base, int64_t rows, int64_t cols) {
+  // The dx combine's A (dh) in 64-column x 128-row boxes (grouped_gemm_nn_tma's A).
+  TensorMap dhRowsMap{};
+  // A bf16 [rows, cols] matrix in boxes of 64 columns x boxRows rows.
+  TensorMap boxes(DevicePtr base, int64_t rows, int64_t cols, uint32_t boxRows) {
     if (device.kind() != BackendKind::kCuda) return TensorMap{};
     const uint64_t dims[2] = {uint64_t(cols), uint64_t(rows)}, strides[1] = {uint64_t(cols) * 2};
-    const uint32_t box[2] = {64, 64};
+    const uint32_t box[2] = {64, boxRows};
     return device.encodeTensorMapBf16(base, 2, dims, strides, box);
   }
+  TensorMap boxes64(DevicePtr base, int64_t rows, int64_t cols) { return boxes(base, rows, cols, 64); }
 
   Impl(Runtime& rt) : runtime(rt), device(*rt.device()) {}
   ~Impl() {
@@ -218,6 +221,7 @@ MoeLayer::MoeLayer(Runtime& runtime, const MoeLayerConfig& config, std::unique_p
   m.grid = uint32_t(m.device.multiprocessors());
   m.pushBlocks = std::min<int32_t>(runtime.env().pushBlocks, int32_t(m.grid));
   if (config.training) {
+    m.dhRowsMap = m.boxes(m.h, poolRows(config, ranks), 2 * config.intermediate, 128);
     m.poolMap = m.boxes64(m.regions.pool, poolRows(config, ranks), config.hidden);
     m.actMap = m.boxes64(m.act, poolRows(config, ranks), config.intermediate);
     m.dhMap = m.boxes64(m.h, poolRows(config, ranks), 2 * config.intermediate);
@@ -284,7 +288,7 @@ void MoeLayer::forward(const ForwardArgs& a, StreamHandle stream) {
   m.mark(m.events, size_t(Stage::kGemmCombine), stream);
   m.launch(kCombineNT, m.grid, stream,
            {&r.ctx, &m.act, &w2, &m.poolOffsets, &r.poolSrc, &r.comb, &r.done, &idx, &weights, &tokens, &y, &r.dw,
-            &none, &tickets1, &grid, &combineLegs},
+            &none, &tickets1, &grid, &combineLegs, m.noMap.data(), m.noMap.data()},
            *heap_);
   m.mark(m.events, size_t(Stage::kCount), stream);
   m.launch(kEpochAdvance, 1, stream, {&r.ctx}, *heap_);
@@ -312,6 +316,9 @@ void MoeLayer::backward(const BackwardArgs& a, StreamHandle stream) {
   int32_t tokens = int32_t(a.tokens), grid = int32_t(m.grid), push = m.pushBlocks, recvStride = int32_t(c.maxTokens);
   int32_t rowGrid = int32_t(m.grid) * 8, dispatchLegs = legBits(m.dispatchLeg), combineLegs = legBits(m.combineLeg);
   uint64_t tickets0 = m.tickets, tickets1 = m.tickets + 8;
+  // The dx combine's B (kernels/Kernels.h GemmCombineSpec): w1 [E/R * 2I, H] as K x N slabs, encoded per call (a
+  // CUDA graph captures it by value).
+  Impl::TensorMap w1Map = m.boxes64(w1, local * 2 * c.intermediate, c.hidden);
   auto begin = [&] { m.launch(kStageBegin, 1, stream, {&r.ctx, &r.arrivals, &r.done, &r.barrier}, *heap_); };
   auto advance = [&] { m.launch(kEpochAdvance, 1, stream, {&r.ctx}, *heap_); };
   // Stage times cover the stage's own kernels: not stage_begin's barrier, i.e. not how late a peer finished the
@@ -349,7 +356,7 @@ void MoeLayer::backward(const BackwardArgs& a, StreamHandle stream) {
   start(BackwardStage::kDgradCombine);
   m.launch(kCombineNN, m.grid, stream,
            {&r.ctx, &m.h, &w1, &m.poolOffsets, &r.poolSrc, &r.comb, &r.done, &idx, &weights, &tokens, &dx, &r.dw,
-            &dTopk, &tickets1, &grid, &combineLegs},
+            &dTopk, &tickets1, &grid, &combineLegs, m.dhRowsMap.data(), w1Map.data()},
            *heap_);
   end(BackwardStage::kDgradCombine);
   advance();
