@@ -78,15 +78,7 @@ mlir::OwningOpRef<mlir::ModuleOp> buildDispatchGemm(mlir::MLIRContext& mctx, con
   Legs legs = decodeLegs(k.argI32());
   GlobalPtr topkIdx = k.argPtr(Elem::i32);
   I32 recvStride = k.argI32();
-  // Two tensor maps (TN on sm_90a: dh's and the pool's rows); elsewhere two unused pointers.
-  std::optional<TensorMap> mapA, mapB;
-  if (ws) {
-    mapA = k.argTensorMap();
-    mapB = k.argTensorMap();
-  } else {
-    k.argPtr(Elem::bf16);
-    k.argPtr(Elem::bf16);
-  }
+  const TensorMapArgs maps = tensorMapArgs(k, ws);  // TN on sm_90a: dh's and the pool's rows
   const bool dedup = s.dedup != 0;
 
   // A failed prologue (an expert index out of range) leaves nothing to do here; the peers' waits time out.
@@ -186,7 +178,7 @@ mlir::OwningOpRef<mlir::ModuleOp> buildDispatchGemm(mlir::MLIRContext& mctx, con
   if (ws) {
     // The producer leader waits for an expert's rows once per block (as beforeLoads below), then orders the
     // rows the pushes stored (generic proxy, seen through the counters' acquire) before its TMA reads of them.
-    WarpSpecialized engine = WarpSpecialized::allocate(pipe, mapA, mapB);
+    WarpSpecialized engine = WarpSpecialized::allocate(pipe, maps.a, maps.b);
     engine.leaderBeforeLoads = [&](const TilePlace& p) {
       k.ifThen(!(confirmed.loadI32(k.i32(0)) == p.expert), [&] {
         k.ifThen(legs.comm, [&] {
@@ -288,14 +280,7 @@ mlir::OwningOpRef<mlir::ModuleOp> buildGemmCombine(mlir::MLIRContext& mctx, cons
   GlobalPtr tickets = k.argPtr(Elem::i32);
   I32 grid = k.argI32();
   Legs legs = decodeLegs(k.argI32());
-  std::optional<TensorMap> mapA, mapB;
-  if (ws) {
-    mapA = k.argTensorMap();
-    mapB = k.argTensorMap();
-  } else {
-    k.argPtr(Elem::bf16);
-    k.argPtr(Elem::bf16);
-  }
+  const TensorMapArgs maps = tensorMapArgs(k, ws);  // NN on sm_90a: dh's rows and w1
 
   k.returnIf(!k.errorClear(ctx));
   Rings rings = allocateRings(k, g, c, ws ? 64 : 0);
@@ -317,7 +302,7 @@ mlir::OwningOpRef<mlir::ModuleOp> buildGemmCombine(mlir::MLIRContext& mctx, cons
   if (ws) {
     // Each MMA warpgroup sends its 64 staged rows home, one bulk copy per row; the comm-only leg skips the K loops.
     pipe.mmaOn = [&] { return k.select(legs.gemm, k.i32(1), k.i32(0)); };
-    WarpSpecialized engine = WarpSpecialized::allocate(pipe, mapA, mapB);
+    WarpSpecialized engine = WarpSpecialized::allocate(pipe, maps.a, maps.b);
     engine.bulkEpilogue = true;
     engine.epilogue = [&](const TilePlace& p, const I32& firstRow, int64_t w) {
       I32 rowsValid = k.select(firstRow < p.groupEnd, p.groupEnd - firstRow, k.i32(0));

@@ -20,14 +20,8 @@ mlir::OwningOpRef<mlir::ModuleOp> buildGroupedGemm(mlir::MLIRContext& ctx, const
   GlobalPtr out = k.argPtr(Elem::bf16);
   GlobalPtr offsets = k.argPtr(Elem::i32);
   I32 grid = k.argI32();
-  std::optional<TensorMap> mapA, mapB;
-  if (tma) {
-    mapA = k.argTensorMap();
-    mapB = k.argTensorMap();
-  } else if (tensorMaps) {  // gfx950: the same argument list, the maps unused
-    k.argPtr(Elem::bf16);
-    k.argPtr(Elem::bf16);
-  }
+  TensorMapArgs maps;
+  if (tensorMaps) maps = tensorMapArgs(k, tma);  // gfx950: the same argument list, the maps unused
   // Pairs: blocks run in clusters of two sharing B's tile (multicast); the grid must then be even.
   std::optional<I32> rank;
   if (tma && pairs) {
@@ -40,7 +34,7 @@ mlir::OwningOpRef<mlir::ModuleOp> buildGroupedGemm(mlir::MLIRContext& ctx, const
   Pipeline pipe{k, s, c, a, b, out, rings.a, rings.b, rings.staging};
   SharedTile first = sharedTable(k, s.experts + 1);
   if (c.warpSpecialized)
-    WarpSpecialized::allocate(pipe, mapA, mapB, rank).runStatic(sched, first, grid);
+    WarpSpecialized::allocate(pipe, maps.a, maps.b, rank).runStatic(sched, first, grid);
   else
     pipe.runStatic(sched, first, grid);
   return k.finish();

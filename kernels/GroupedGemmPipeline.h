@@ -109,6 +109,21 @@ struct TileScheduler {
   }
 };
 
+// The two trailing tensor-map arguments of a kernel that may run the warp-specialised TMA engine: CUtensorMaps where
+// it does (`tma`), otherwise two unused pointers, so that the argument list is the same on every target.
+struct TensorMapArgs {
+  std::optional<dsl::TensorMap> a, b;
+};
+inline TensorMapArgs tensorMapArgs(dsl::Kernel& k, bool tma) {
+  if (!tma) {
+    k.argPtr(dsl::Elem::bf16);
+    k.argPtr(dsl::Elem::bf16);
+    return {};
+  }
+  dsl::TensorMap a = k.argTensorMap();
+  return {a, k.argTensorMap()};
+}
+
 // The shared-memory buffers of the main loop and the epilogue, in every kernel that runs the engine.
 struct Rings {
   dsl::SharedTile a, b, staging;

@@ -153,24 +153,30 @@ TEST(Codegen, WarpSpecializedGroupedGemmFitsItsRegisterSplit) {
 // The TMA variants (grouped_gemm_{nt,nn}_tma): on sm_90a one producer thread loads boxes through the two
 // by-value tensor-map parameters (grid-constant, so TMA reads them where they are) and no thread issues cp.async;
 // gfx950 builds the single-role kernel with the same argument list.
+// A `_tma` kernel for the target: built within the static budgets, no spills; on sm_90a within the 384-thread
+// register budget, loading through TMA boxes and never cp.async. Returns whether it is the sm_90a one.
+bool compileTmaVariant(const kernels::KernelSpec& spec, const char* targetName, CompiledKernel& k) {
+  k = compile(spec, targetName);
+  EXPECT_TRUE(k.facts.ok()) << k.facts.json();
+  EXPECT_EQ(k.facts.spillBytes, 0);
+  if (std::string(targetName) != "sm_90a") return false;
+  EXPECT_LE(k.facts.registers, 168);
+  EXPECT_NE(k.assembly.find("cp.async.bulk.tensor.2d.shared::cluster.global"), std::string::npos);
+  EXPECT_EQ(k.assembly.find("cp.async.cg"), std::string::npos);
+  return true;
+}
+
 TEST(Codegen, TmaGroupedGemmLoadsBoxesOnBarriers) {
   using G = kernels::GroupedGemmSpec;
   for (const G& g : {G{G::kNT, 128, 4096, 7168}, G{G::kNT, 128, 7168, 2048}, G{G::kNN, 128, 2048, 7168},
                      G{G::kNN, 16, 512, 1024}}) {
     for (const char* targetName : {"sm_90a", "gfx950"}) {
-      kernels::KernelSpec spec = g.spec();
-      spec.kernel = G::tmaName(g.layout);
-      spec.constants.push_back({"pairs", g.n % 256 == 0 ? 1 : 0});
+      kernels::KernelSpec spec = g.tmaSpec(g.n % 256 == 0 ? 1 : 0);
       SCOPED_TRACE(spec.describe() + "@" + targetName);
-      CompiledKernel k = compile(spec, targetName);
-      EXPECT_TRUE(k.facts.ok()) << k.facts.json();
-      EXPECT_EQ(k.facts.spillBytes, 0);
-      if (std::string(targetName) != "sm_90a") continue;
-      EXPECT_LE(k.facts.registers, 168);
+      CompiledKernel k;
+      if (!compileTmaVariant(spec, targetName, k)) continue;
       EXPECT_NE(k.assembly.find(".param .align 64 .b8 " + k.name + "_param_5[128]"), std::string::npos);
-      EXPECT_NE(k.assembly.find("cp.async.bulk.tensor.2d.shared::cluster.global"), std::string::npos);
       EXPECT_NE(k.assembly.find("mbarrier.arrive.expect_tx"), std::string::npos);
-      EXPECT_EQ(k.assembly.find("cp.async.cg"), std::string::npos);
       // Pairs: a cluster of two, B's boxes multicast, slots released to the peer too.
       EXPECT_NE(k.assembly.find(".reqnctapercluster 2, 1, 1"), std::string::npos);
       EXPECT_NE(k.assembly.find(".multicast::cluster"), std::string::npos);
@@ -185,23 +191,14 @@ TEST(Codegen, TmaGroupedGemmLoadsBoxesOnBarriers) {
 TEST(Codegen, TmaGroupedGemmTnZeroesTheTailStep) {
   using G = kernels::GroupedGemmSpec;
   for (const char* targetName : {"sm_90a", "gfx950"}) {
-    kernels::KernelSpec spec = G{G::kTN, 128, 4096, 7168}.spec();
-    spec.kernel = G::tmaName(G::kTN);
-    spec.constants.push_back({"pairs", 0});
+    kernels::KernelSpec spec = G{G::kTN, 128, 4096, 7168}.tmaSpec();
     SCOPED_TRACE(spec.describe() + "@" + targetName);
-    CompiledKernel k = compile(spec, targetName);
-    EXPECT_TRUE(k.facts.ok()) << k.facts.json();
-    EXPECT_EQ(k.facts.spillBytes, 0);
-    if (std::string(targetName) != "sm_90a") continue;
-    EXPECT_LE(k.facts.registers, 168);
-    EXPECT_NE(k.assembly.find("cp.async.bulk.tensor.2d.shared::cluster.global"), std::string::npos);
-    EXPECT_EQ(k.assembly.find("cp.async.cg"), std::string::npos);
+    CompiledKernel k;
+    if (!compileTmaVariant(spec, targetName, k)) continue;
     EXPECT_NE(k.assembly.find("bar.sync \t7, 256"), std::string::npos);
     EXPECT_NE(k.assembly.find("fence.proxy.async"), std::string::npos);
   }
-  kernels::KernelSpec paired = G{G::kTN, 128, 4096, 7168}.spec();
-  paired.kernel = G::tmaName(G::kTN);
-  paired.constants.push_back({"pairs", 1});
+  kernels::KernelSpec paired = G{G::kTN, 128, 4096, 7168}.tmaSpec(/*pairs=*/1);
   EXPECT_NE(kernels::find(paired.kernel)->validate(paired).find("pairs must be 0 for TN"), std::string::npos);
 }
 
