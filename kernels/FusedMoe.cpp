@@ -299,21 +299,6 @@ mlir::OwningOpRef<mlir::ModuleOp> buildGemmCombine(mlir::MLIRContext& mctx, cons
     I32 home = k.select(legs.comm, from / kSourceShift, me);
     return k.peer(ctx, comb + (k.widen(from % kSourceShift) * H + k.widen(p.n0 + col)), home);
   };
-  if (ws) {
-    // Each MMA warpgroup sends its 64 staged rows home, one bulk copy per row; the comm-only leg skips the K loops.
-    pipe.mmaOn = [&] { return k.select(legs.gemm, k.i32(1), k.i32(0)); };
-    WarpSpecialized engine = WarpSpecialized::allocate(pipe, maps.a, maps.b);
-    engine.bulkEpilogue = true;
-    engine.epilogue = [&](const TilePlace& p, const I32& firstRow, int64_t w) {
-      I32 rowsValid = k.select(firstRow < p.groupEnd, p.groupEnd - firstRow, k.i32(0));
-      I32 lt = tid - 128 * w;
-      k.ifThen(lt < k.i32(64) && lt < rowsValid, [&] {
-        k.bulkStore(rings.staging, lt, homeOf(p, firstRow, lt, k.i32(0)), c.n * 2);
-        k.bulkCommit();
-      });
-    };
-    engine.runDynamic(sched, tileFirst, tickets, total, grid);
-  }
   // One bulk copy per row, over NVLink where the home is a peer, draining while the next tile runs (measured, EP2
   // dgrad combine: fused 8.1 -> 7.95 ms uniform, 8.8 -> 8.55 hot; bench/results/2026-11-30-h200x2-bulk-stores).
   pipe.bulkEpilogue = c.bulkStores;
@@ -336,14 +321,31 @@ mlir::OwningOpRef<mlir::ModuleOp> buildGemmCombine(mlir::MLIRContext& mctx, cons
   // it: one loop with a run-time trip count (zero for that leg) took ptxas to 255 registers and spills there with
   // the bulk epilogue. The NN combine keeps the one loop: with two, its GEMM measured 11% slower (7.6 vs 6.9 ms
   // GEMM-only leg, EP2 uniform; bench/results/2026-11-30-h200x2-comm-leg-loop).
-  if (forward) {
+  if (ws) {
+    // Each MMA warpgroup sends its 64 staged rows home, one bulk copy per row; the comm-only leg skips the K loops.
+    Pipeline tma = pipe;
+    tma.epilogue = nullptr;  // the engine's own, per warpgroup
+    tma.bulkEpilogue = false;
+    tma.mmaOn = [&] { return k.select(legs.gemm, k.i32(1), k.i32(0)); };
+    WarpSpecialized engine = WarpSpecialized::allocate(tma, maps.a, maps.b);
+    engine.bulkEpilogue = true;
+    engine.epilogue = [&](const TilePlace& p, const I32& firstRow, int64_t w) {
+      I32 rowsValid = k.select(firstRow < p.groupEnd, p.groupEnd - firstRow, k.i32(0));
+      I32 lt = tid - 128 * w;
+      k.ifThen(lt < k.i32(64) && lt < rowsValid, [&] {
+        k.bulkStore(rings.staging, lt, homeOf(p, firstRow, lt, k.i32(0)), c.n * 2);
+        k.bulkCommit();
+      });
+    };
+    engine.runDynamic(sched, tileFirst, tickets, total, grid);
+  } else if (forward) {
     k.ifThen(legs.gemm, [&] { pipe.runDynamic(sched, tileFirst, tickets, slots, total, grid); });
     k.ifThen(!legs.gemm, [&] {
       Pipeline commOnly = pipe;
       commOnly.mmaOn = [&] { return k.i32(0); };
       commOnly.runDynamic(sched, tileFirst, tickets, slots, total, grid);
     });
-  } else if (!ws) {
+  } else {
     pipe.mmaOn = [&] { return k.select(legs.gemm, k.i32(1), k.i32(0)); };
     pipe.runDynamic(sched, tileFirst, tickets, slots, total, grid);
   }
