@@ -175,15 +175,31 @@ mlir::OwningOpRef<mlir::ModuleOp> buildDispatchGemm(mlir::MLIRContext& mctx, con
   GlobalPtr a = s.layout == G::kTN ? extra : pool;
   GlobalPtr b = s.layout == G::kTN ? pool : weights;
   Pipeline pipe{k, g, c, a, b, out, rings.a, rings.b, rings.staging};
+  // A tile waits for its expert's rows from every source, once per block and expert: tickets come in expert order,
+  // so a block's next tiles are mostly the same expert, and each wait is a few system-scope loads (measured: with
+  // one wait per tile the TN stage, ~870 tiles per block, lost ~2 ms to them).
+  // With dedup a tile also needs the rows its tokens' carriers brought with the units of lower experts: it waits
+  // for every expert from the last one confirmed up to its own (tickets come in expert order, so each expert is
+  // waited for once per block), then looks up its rows' receive rows.
+  // One thread: waits for the rows of expert `el` (with dedup: of every expert after `confirmed` up to it); the
+  // caller then confirms it.
+  auto awaitRows = [&](const I32& el) {
+    k.ifThen(legs.comm, [&] {
+      k.forRange(k.i32(0), ctx.nranks(), k.i32(1), [&](I32 from) {
+        if (dedup)
+          k.forRange(confirmed.loadI32(k.i32(0)) + 1, el + 1, k.i32(1), [&](I32 e) { waitArrivals(from, e); });
+        else
+          waitArrivals(from, el);
+      });
+    });
+  };
   if (ws) {
-    // The producer leader waits for an expert's rows once per block (as beforeLoads below), then orders the
-    // rows the pushes stored (generic proxy, seen through the counters' acquire) before its TMA reads of them.
+    // The producer leader waits (as beforeLoads below), then orders the rows the pushes stored (generic proxy,
+    // seen through the counters' acquire) before its TMA reads of them.
     WarpSpecialized engine = WarpSpecialized::allocate(pipe, maps.a, maps.b);
     engine.leaderBeforeLoads = [&](const TilePlace& p) {
       k.ifThen(!(confirmed.loadI32(k.i32(0)) == p.expert), [&] {
-        k.ifThen(legs.comm, [&] {
-          k.forRange(k.i32(0), ctx.nranks(), k.i32(1), [&](I32 from) { waitArrivals(from, p.expert); });
-        });
+        awaitRows(p.expert);
         k.proxyFence(/*global=*/true);
         confirmed.storeI32(k.i32(0), p.expert);
       });
@@ -191,24 +207,11 @@ mlir::OwningOpRef<mlir::ModuleOp> buildDispatchGemm(mlir::MLIRContext& mctx, con
     engine.runDynamic(sched, tileFirst, tickets, total, grid);
     return k.finish();
   }
-  // A tile waits for its expert's rows from every source, once per block and expert: tickets come in expert order,
-  // so a block's next tiles are mostly the same expert, and each wait is a few system-scope loads (measured: with
-  // one wait per tile the TN stage, ~870 tiles per block, lost ~2 ms to them).
-  // With dedup a tile also needs the rows its tokens' carriers brought with the units of lower experts: it waits
-  // for every expert from the last one confirmed up to its own (tickets come in expert order, so each expert is
-  // waited for once per block), then looks up its rows' receive rows.
   pipe.beforeLoads = [&](const TilePlace& p) {
     k.ifThen(!(confirmed.loadI32(k.i32(0)) == p.expert), [&] {
       k.blockSync();  // every thread has read `confirmed` before thread 0 moves it
       k.ifThen(tid == 0, [&] {
-        k.ifThen(legs.comm, [&] {
-          k.forRange(k.i32(0), ctx.nranks(), k.i32(1), [&](I32 from) {
-            if (dedup)
-              k.forRange(confirmed.loadI32(k.i32(0)) + 1, p.expert + 1, k.i32(1), [&](I32 el) { waitArrivals(from, el); });
-            else
-              waitArrivals(from, p.expert);
-          });
-        });
+        awaitRows(p.expert);
         confirmed.storeI32(k.i32(0), p.expert);
       });
       k.blockSync();

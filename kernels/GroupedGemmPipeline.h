@@ -124,6 +124,16 @@ inline TensorMapArgs tensorMapArgs(dsl::Kernel& k, bool tma) {
   return {a, k.argTensorMap()};
 }
 
+// The end of a dynamic tile loop (tickets drawn from tickets[0], global i32 [2] zero at launch): the calling thread,
+// one per block, counts its block done in tickets[1]; the last of `grid` blocks resets both for the next launch.
+inline void resetTicketsIfLast(dsl::Kernel& k, const dsl::GlobalPtr& tickets, const dsl::I32& grid) {
+  dsl::I32 done = (tickets + k.i64(1)).atomicAddI32(k.i32(1));
+  k.ifThen(done == grid - 1, [&] {
+    tickets.storeI32(k.i32(0));
+    (tickets + k.i64(1)).storeI32(k.i32(0));
+  });
+}
+
 // The shared-memory buffers of the main loop and the epilogue, in every kernel that runs the engine.
 struct Rings {
   dsl::SharedTile a, b, staging;
@@ -350,13 +360,7 @@ struct Pipeline {
                   return std::vector<I32>{t2, next.second};
                 });
     finish();
-    k.ifThen(k.threadIdx() == 0, [&] {
-      I32 done = (tickets + k.i64(1)).atomicAddI32(k.i32(1));
-      k.ifThen(done == grid - 1, [&] {
-        tickets.storeI32(k.i32(0));
-        (tickets + k.i64(1)).storeI32(k.i32(0));
-      });
-    });
+    k.ifThen(k.threadIdx() == 0, [&] { resetTicketsIfLast(k, tickets, grid); });
   }
 };
 
@@ -370,10 +374,11 @@ struct Pipeline {
 // to the MMA warpgroups (setmaxnreg): at 384 threads a block starts at 168 each; the producer gives 112 of them
 // back and the MMA warpgroups take them (56 + 2 x 216 fits the 168 x 3 launched; at 48 the producer spilled).
 //
-// With tensor maps (NT and NN; sm_90a TMA) one producer thread loads each stage as boxes completing on full[s]
-// (expected bytes), so the producer's copies cost a few instructions instead of 24 cp.async with their addresses
-// per thread: A [rows, K] in boxes of 128 rows x 64 K, NT's B [E * N, K] in boxes of 128 rows x 64 K, NN's B
-// [E * K, N] in boxes of 64 K x 64 N (MN atoms outermost: mma_tile's mn_atoms_outer).
+// With tensor maps (sm_90a TMA) one producer thread loads each stage as boxes completing on full[s] (expected
+// bytes), so the producer's copies cost a few instructions instead of 24 cp.async with their addresses per thread:
+// NT / NN's A [rows, K] in boxes of 128 rows x 64 K, NT's B [E * N, K] in boxes of 128 rows x 64 K, NN's B
+// [E * K, N] and TN's A [tokens, M] and B [tokens, N] in boxes of 64 K x 64 MN (MN atoms outermost: mma_tile's
+// mn_atoms_outer; TN zeroes a group's partial last step in shared memory, zeroTail).
 struct WarpSpecialized {
   static constexpr int64_t kHandover = 2, kFields = 8, kProducerRegisters = 56, kMmaRegisters = 216;
   const Pipeline& pipe;
@@ -488,6 +493,14 @@ struct WarpSpecialized {
       k.asyncArrive(bars, full(slot));
     });
     return g + steps;
+  }
+
+  // Producer leader with tensor maps: hands tile p over as tile number j, then (after leaderBeforeLoads) loads its
+  // boxes from stage counter g on; returns the counter after them.
+  dsl::I32 produceBoxes(const TilePlace& p, const dsl::I32& j, const dsl::I32& g) const {
+    handOver(j, &p);
+    if (leaderBeforeLoads) leaderBeforeLoads(p);
+    return loadBoxes(p, g);
   }
 
   // Producer leader with tensor maps: tile p's boxes from stage counter g on; returns the counter after them.
@@ -628,11 +641,7 @@ struct WarpSpecialized {
         std::vector<I32> end = k.forRange(firstTile, total, stride, {k.i32(0), k.i32(0)},
                                           [&](I32 t, const std::vector<I32>& v) {
                                             TilePlace p = sched.place(t, first);
-                                            if (boxes) {
-                                              handOver(v[1], &p);
-                                              if (leaderBeforeLoads) leaderBeforeLoads(p);
-                                              return std::vector<I32>{loadBoxes(p, v[0]), v[1] + 1};
-                                            }
+                                            if (boxes) return std::vector<I32>{produceBoxes(p, v[1], v[0]), v[1] + 1};
                                             k.ifThen(leader, [&] { handOver(v[1], &p); });
                                             return std::vector<I32>{load(p, v[0]), v[1] + 1};
                                           });
@@ -693,18 +702,11 @@ struct WarpSpecialized {
         std::vector<I32> end = k.whileLoop(
             {draw(), k.i32(0), k.i32(0)}, [&](const std::vector<I32>& v) { return v[0] < total; },
             [&](const std::vector<I32>& v) {
-              TilePlace p = sched.place(v[0], first);
-              handOver(v[1], &p);
-              if (leaderBeforeLoads) leaderBeforeLoads(p);
-              I32 g = loadBoxes(p, v[2]);
+              I32 g = produceBoxes(sched.place(v[0], first), v[1], v[2]);
               return std::vector<I32>{draw(), v[1] + 1, g};
             });
         handOver(end[1], nullptr);
-        I32 done = (tickets + k.i64(1)).atomicAddI32(k.i32(1));
-        k.ifThen(done == grid - 1, [&] {
-          tickets.storeI32(k.i32(0));
-          (tickets + k.i64(1)).storeI32(k.i32(0));
-        });
+        resetTicketsIfLast(k, tickets, grid);
       });
     });
     multiply();
