@@ -241,7 +241,9 @@ struct SwigluBwdSpec {
 
 // stage_begin: starts a backward stage that reuses the forward's routing: zeroes this rank's arrival and done
 // counters of the other epoch parity (as the prologue does for a forward), then all ranks meet (rank barrier on
-// `barrier`, value epoch + 1), so no rank pushes into counters a late rank has not zeroed yet.
+// `barrier`, value epoch + 1), so no rank pushes into counters a late rank has not zeroed yet. A profiled forward
+// also launches it before the combine (once per epoch, as the barrier's value requires), so that the combine's
+// stage time does not include waiting for a peer's later dispatch.
 // Args: ctx, arrivals (heap), done (heap), barrier (heap u64 [R]).
 struct StageBeginSpec {
   static constexpr const char* kName = "stage_begin";

@@ -260,12 +260,12 @@ std::vector<KernelSpec> layerKernels(const ModelShape& s, int64_t ranks) {
       D{e, ranks, k, h, i, 0, G::kNT, 0}.spec(),
       C{e, ranks, k, h, i, G::kNT}.spec(),
       EpochAdvanceSpec{}.spec(),
+      StageBeginSpec{e, ranks}.spec(),  // profiling: the ranks meet before the combine; every backward stage
       // the forward with token deduplication (MoeLayerConfig::dedupTokens), inference and training
       D{e, ranks, k, h, i, 0, G::kNT, 0, 1}.spec(),
       D{e, ranks, k, h, i, 0, G::kNT, 1, 1}.spec(),
       // training: the forward that keeps h, and the backward
       D{e, ranks, k, h, i, 0, G::kNT, 1}.spec(),
-      StageBeginSpec{e, ranks}.spec(),
       D{e, ranks, k, h, i, 0, G::kNN, 0}.spec(),  // re-dispatched dy, g = dy . w2[e]
       SwigluBwdSpec{i}.spec(),
       G{G::kTN, local, i, h}.tmaSpec(),            // dW2[e] [H, I] = dy_e^T [H, rows] . (w act)_e [rows, I]

@@ -33,8 +33,8 @@ std::string multipleOf(const char* what, int64_t value, int64_t of, const char* 
 constexpr int64_t kLayoutNT = 0, kLayoutNN = 1, kLayoutTN = 2;
 // Indices into MoeLayer::kernelSpecs() (and Impl::kernels).
 enum KernelIndex : size_t {
-  kPrologue, kDispatchNT, kCombineNT, kEpochAdvance,  // forward
-  kStageBegin, kDispatchNN, kSwigluBwd, kWgradTN, kDispatchTN, kCombineNN,  // backward (training)
+  kPrologue, kDispatchNT, kCombineNT, kEpochAdvance, kStageBegin,  // forward (stage_begin: profiling, backward)
+  kDispatchNN, kSwigluBwd, kWgradTN, kDispatchTN, kCombineNN,        // backward (training)
 };
 
 // Rows of the receive pool: every rank may send every pick to one owner.
@@ -111,9 +111,9 @@ std::vector<std::pair<std::string, std::vector<std::pair<std::string, int64_t>>>
       dispatch(kLayoutNT, c.training ? 1 : 0, c.dedupTokens ? 1 : 0),
       combine(kLayoutNT),
       {"epoch_advance", {}},
+      {"stage_begin", {{"E", E}, {"ranks", R}}},
   };
   if (c.training) {
-    out.push_back({"stage_begin", {{"E", E}, {"ranks", R}}});
     out.push_back(dispatch(kLayoutNN, 0));
     out.push_back({"swiglu_bwd", {{"I", I}, {"clamp_milli", c.swigluClampMilli}}});
     // dW2 on the TMA engine (sm_90a; gfx950 builds the single-role kernel and ignores the two map arguments)
@@ -285,6 +285,9 @@ void MoeLayer::forward(const ForwardArgs& a, StreamHandle stream) {
             &r.pool, &r.poolSrc, &r.poolW, &m.poolOffsets, &w1, c.training ? &m.h : &none, &m.act, &tickets0, &push,
             &grid, &dispatchLegs, &idx, &recvStride, m.noMap.data(), m.noMap.data()},
            *heap_);
+  // Profiling: the combine's stage time is its own, not how much later the peer finished its dispatch (the rank
+  // barrier of stage_begin; its counter zeroing repeats the prologue's: the other parity is idle in this call).
+  if (m.profiling) m.launch(kStageBegin, 1, stream, {&r.ctx, &r.arrivals, &r.done, &r.barrier}, *heap_);
   m.mark(m.events, size_t(Stage::kGemmCombine), stream);
   m.launch(kCombineNT, m.grid, stream,
            {&r.ctx, &m.act, &w2, &m.poolOffsets, &r.poolSrc, &r.comb, &r.done, &idx, &weights, &tokens, &y, &r.dw,

@@ -119,7 +119,9 @@ class MoeLayer {
 
   // Legs of the fused operators, forward and backward (the backward's dispatches take `dispatch`).
   void setLegs(Leg dispatch, Leg combine);
-  // When on, forward() records events around each stage; stageMilliseconds() synchronises and returns them.
+  // When on, forward() records events around each stage; stageMilliseconds() synchronises and returns them. The
+  // ranks then meet before the combine, so its time is its own (as every backward stage's), not the wait for a peer
+  // that finished its dispatch later.
   void setProfiling(bool on);
   std::array<float, size_t(Stage::kCount)> stageMilliseconds();
   std::array<float, size_t(BackwardStage::kCount)> backwardStageMilliseconds();

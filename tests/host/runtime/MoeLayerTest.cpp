@@ -70,11 +70,12 @@ TEST(MoeLayer, LoadsTheForwardKernelsAndForTrainingTheBackwardOnes) {
   EXPECT_EQ(backward[1].second[7], (std::pair<std::string, int64_t>{"save_h", 1}));  // the forward keeps h
   EXPECT_EQ(backward[7].first, "grouped_gemm_tn_tma");  // dW2 on the TMA engine
   const auto specs = MoeLayer::kernelSpecs(deepseek(), 2);
-  ASSERT_EQ(specs.size(), 4u);
+  ASSERT_EQ(specs.size(), 5u);
   EXPECT_EQ(specs[0].first, "dispatch_prologue");
   EXPECT_EQ(specs[1].first, "dispatch_grouped_gemm");
   EXPECT_EQ(specs[2].first, "grouped_gemm_combine");
   EXPECT_EQ(specs[3].first, "epoch_advance");
+  EXPECT_EQ(specs[4].first, "stage_begin");  // profiling: the ranks meet before the combine
   const std::vector<std::pair<std::string, int64_t>> expected = {
       {"E", 256}, {"ranks", 2}, {"topk", 8}, {"H", 7168}, {"I", 2048}, {"clamp_milli", 0}, {"layout", 0}, {"save_h", 0},
       {"dedup", 0}};
