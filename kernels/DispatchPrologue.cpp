@@ -24,6 +24,11 @@ mlir::OwningOpRef<mlir::ModuleOp> buildDispatchPrologue(mlir::MLIRContext& mctx,
   GlobalPtr arrivals = k.argPtr(Elem::i64);  // heap [2][R][E/R]
   GlobalPtr done = k.argPtr(Elem::i64);      // heap [2][R]
   GlobalPtr routeEpoch = k.argPtr(Elem::i64);
+  GlobalPtr scratch = k.argPtr(Elem::i32);   // [kScratchHeader + blocks * E], zero between launches
+  I32 blocks = k.argI32();                   // the launch's blocks
+  GlobalPtr arrived = scratch.as(Elem::i64);  // the blocks' meeting counter (i64 [0])
+  GlobalPtr left = scratch + k.i64(2);        // blocks past the meeting (i32 [2]); the last resets both
+  GlobalPtr partial = scratch + k.i64(S::kScratchHeader);  // [block][expert]: the block's picks of the expert
 
   // Counting a chunk of T picks: the block's threads form W groups of G (W x E counts fit in 24 KB of shared memory;
   // a group is at least a warp). A pick's order among the chunk's picks of its expert is its order within its group
@@ -33,15 +38,15 @@ mlir::OwningOpRef<mlir::ModuleOp> buildDispatchPrologue(mlir::MLIRContext& mctx,
   while (W > 1 && W * E > 6144) W /= 2;
   const int64_t G = T / W;
   const int64_t padE = (E + 3) / 4 * 4;
-  // Shared tables: my counts per expert, then the first pool row of (me, e) at e's owner.
+  // Shared tables: this block's counts per expert (then every block's), the picks of the earlier blocks, the first
+  // pool row of (me, e) at e's owner, and my picks' start in send_list.
   SharedTile mine = k.sharedTile(Elem::i32, 1, padE);
+  SharedTile before = k.sharedTile(Elem::i32, 1, padE);
   SharedTile base = k.sharedTile(Elem::i32, 1, padE);
   SharedTile off = k.sharedTile(Elem::i32, 1, (E + 1 + 3) / 4 * 4);
   SharedTile chunk = k.sharedTile(Elem::i32, 1, T);  // the experts of the picks being counted
   SharedTile perGroup = k.sharedTile(Elem::i32, W, padE);  // [group][expert]: the group's picks of the expert
-  SharedTile totals = k.sharedTile(Elem::i32, 1, padE);   // every rank's picks of the expert (pool layout)
-  SharedTile below = k.sharedTile(Elem::i32, 1, padE);    // ranks before me: their picks of the expert
-  I32 tid = k.threadIdx(), me = ctx.rank();
+  I32 tid = k.threadIdx(), me = ctx.rank(), block = k.blockIdx();
   I64 epoch = ctx.epoch();
   I64 parity = epoch % 2;
   auto countAt = [&](const I64& slab, const I32& src, const I32& e) {
@@ -50,33 +55,39 @@ mlir::OwningOpRef<mlir::ModuleOp> buildDispatchPrologue(mlir::MLIRContext& mctx,
 
   // The kernel was specialised for R ranks: a heap of another size is a launch bug, reported, not run.
   Bool wrongRanks = !(ctx.nranks() == k.i32(R));
-  k.ifThen(wrongRanks && tid == 0, [&] {
+  k.ifThen(wrongRanks && tid == 0 && block == 0, [&] {
     k.reportError(ctx, uint64_t(abi::ErrorCode::kBadIndex), k.i64(-1), k.widen(ctx.nranks()), k.i64(R));
   });
-  k.returnIf(wrongRanks);
+  k.returnIf(wrongRanks || !(block < blocks));
   k.forRange(tid, k.i32(E), k.i32(T), [&](I32 e) { mine.storeI32(e, k.i32(0)); });
   k.forRange(tid, k.i32(W * padE), k.i32(T), [&](I32 i) { perGroup.storeI32(i, k.i32(0)); });
   // The arrival counters the previous call used (other parity) start again from zero: every increment of that call
   // was waited for before this call could begin (docs/decisions/fused-dispatch.md).
-  I64 stale = k.i64(1) - parity;
-  k.forRange(tid, k.i32(R * local), k.i32(T), [&](I32 i) { (arrivals + (stale * (R * local) + k.widen(i))).storeI64(k.i64(0)); });
-  k.ifThen(tid < k.i32(R), [&] { (done + (stale * R + k.widen(tid))).storeI64(k.i64(0)); });
-  k.ifThen(tid == 0, [&] { routeEpoch.storeI64(epoch); });
+  k.ifThen(block == 0, [&] {
+    I64 stale = k.i64(1) - parity;
+    k.forRange(tid, k.i32(R * local), k.i32(T), [&](I32 i) { (arrivals + (stale * (R * local) + k.widen(i))).storeI64(k.i64(0)); });
+    k.ifThen(tid < k.i32(R), [&] { (done + (stale * R + k.widen(tid))).storeI64(k.i64(0)); });
+    k.ifThen(tid == 0, [&] { routeEpoch.storeI64(epoch); });
+  });
   k.blockSync();
-  // 1. Count, and give each pick its order among my picks of its expert, in pick order (temporarily in
-  // send_slot): chunks of T picks; within a chunk a pick's order is the number of earlier picks of the chunk with
-  // the same expert, so pool rows (and every sum over them, e.g. a weight gradient) are the same in every run.
+  // 1. Block b counts the picks of chunks [b * per, (b + 1) * per) and gives each its order among the block's
+  // picks of its expert, in pick order (temporarily in send_slot): within a chunk a pick's order is the number of
+  // earlier picks of the chunk with the same expert, so pool rows (and every sum over them, e.g. a weight gradient)
+  // are the same in every run.
   I32 picks = tokens * s.topk;
-  k.forRange(k.i32(0), picks, k.i32(T), [&](I32 c0) {
+  I32 per = (picks + (blocks * T - 1)) / (blocks * T) * T;  // picks per block, whole chunks
+  I32 first = block * per;
+  I32 last = k.select(first + per < picks, first + per, picks);
+  k.forRange(first, last, k.i32(T), [&](I32 c0) {
     I32 i = c0 + tid;
-    Bool inRange = i < picks;
+    Bool inRange = i < last;
     I32 e = k.select(inRange, (topkIdx + k.widen(k.select(inRange, i, k.i32(0)))).loadI32(), k.i32(-1));
     chunk.storeI32(tid, e);
     k.blockSync();
     Bool valid = e < k.i32(E);  // unsigned: -1 and every negative value are out of range here
-    I32 group = tid / G, first = group * G;
+    I32 group = tid / G, g0 = group * G;
     // Within my group: the picks of my expert before mine, and all of them.
-    std::vector<I32> inGroup = k.forRange(first, first + G, k.i32(1), {k.i32(0), k.i32(0)},
+    std::vector<I32> inGroup = k.forRange(g0, g0 + G, k.i32(1), {k.i32(0), k.i32(0)},
                                           [&](I32 j, const std::vector<I32>& n) {
                                             I32 same = k.select(chunk.loadI32(j) == e, k.i32(1), k.i32(0));
                                             return std::vector<I32>{n[0] + k.select(j < tid, same, k.i32(0)), n[1] + same};
@@ -104,16 +115,45 @@ mlir::OwningOpRef<mlir::ModuleOp> buildDispatchPrologue(mlir::MLIRContext& mctx,
     });
     k.blockSync();
   });
-  // 2. All-gather the count matrix: my row into every rank's slab [parity], then one flag per source rank.
+  // 2. The blocks meet: then every block knows every block's counts, the earlier blocks' ones (its picks' offset
+  // within each expert) and the sums (my picks per expert). The last block past the meeting zeroes the counters
+  // for the next launch (a kernel boundary separates it from the next one).
+  k.forRange(tid, k.i32(E), k.i32(T), [&](I32 e) { (partial + k.widen(block * E + e)).storeI32(mine.loadI32(e)); });
+  k.blockSync();
+  // A bad index claimed the error record already: the counts (bad picks skipped) still go to the peers below, so
+  // that their tables are right; this rank stops after the exchange.
+  k.gridBarrier(ctx, arrived, k.widen(blocks));
   k.forRange(tid, k.i32(E), k.i32(T), [&](I32 e) {
-    k.forRange(k.i32(0), ctx.nranks(), k.i32(1),
-               [&](I32 p) { k.peer(ctx, countAt(parity, me, e), p).storeI32(mine.loadI32(e)); });
+    auto sums = k.forRange(k.i32(0), blocks, k.i32(1), {k.i32(0), k.i32(0)}, [&](I32 b, const std::vector<I32>& v) {
+      I32 c = (partial + k.widen(b * E + e)).loadI32();
+      return std::vector<I32>{v[0] + c, v[1] + k.select(b < block, c, k.i32(0))};
+    });
+    mine.storeI32(e, sums[0]);
+    before.storeI32(e, sums[1]);
   });
   k.blockSync();
-  I64 expected = epoch + 1;
   k.ifThen(tid == 0, [&] {
-    k.forRange(k.i32(0), ctx.nranks(), k.i32(1),
-               [&](I32 p) { k.signal(k.peer(ctx, flags + k.widen(me), p), expected, Scope::system); });
+    I32 past = left.atomicAddI32(k.i32(1));
+    k.ifThen(past == blocks - 1, [&] {
+      arrived.storeI64(k.i64(0));
+      left.storeI32(k.i32(0));
+    });
+  });
+  // 3. All-gather the count matrix (block 0): my row into every rank's slab [parity], then one flag per source rank;
+  // every block waits for the flags.
+  I64 expected = epoch + 1;
+  k.ifThen(block == 0, [&] {
+    k.forRange(tid, k.i32(E), k.i32(T), [&](I32 e) {
+      k.forRange(k.i32(0), ctx.nranks(), k.i32(1),
+                 [&](I32 p) { k.peer(ctx, countAt(parity, me, e), p).storeI32(mine.loadI32(e)); });
+    });
+    k.blockSync();
+    k.ifThen(tid == 0, [&] {
+      k.forRange(k.i32(0), ctx.nranks(), k.i32(1),
+                 [&](I32 p) { k.signal(k.peer(ctx, flags + k.widen(me), p), expected, Scope::system); });
+    });
+  });
+  k.ifThen(tid == 0, [&] {
     k.forRange(k.i32(0), ctx.nranks(), k.i32(1), [&](I32 p) {
       k.ifThen(k.errorClear(ctx), [&] {
         k.waitAtLeast(ctx, flags + k.widen(p), expected, userFlagId(k, p), Scope::system);
@@ -122,10 +162,13 @@ mlir::OwningOpRef<mlir::ModuleOp> buildDispatchPrologue(mlir::MLIRContext& mctx,
   });
   k.blockSync();
   k.returnIf(!k.errorClear(ctx));
-  // 3. Pool layout of every owner (expert e's rows start after the owner's earlier experts; within e, source ranks
-  // in order), so base[e] = first row of (me, e) at e's owner. The per-expert sums over source ranks in parallel
-  // (one thread per expert), then one thread walks the experts in shared memory: E <= 1024 steps.
+  // 4. Pool layout of every owner (expert e's rows start after the owner's earlier experts; within e, source ranks
+  // in order), so base[e] = first row of (me, e) at e's owner: the per-expert sums over source ranks in parallel
+  // (one thread per expert, into two rows of the group counts, free now), then one thread walks the experts in
+  // shared memory. Every block computes them; block 0 writes them out.
   I32 nranks = ctx.nranks();  // == R, checked above
+  SharedTile totals = W >= 2 ? perGroup.rowSlice(0, 1) : k.sharedTile(Elem::i32, 1, padE);
+  SharedTile below = W >= 2 ? perGroup.rowSlice(1, 1) : k.sharedTile(Elem::i32, 1, padE);
   k.forRange(tid, k.i32(E), k.i32(T), [&](I32 e) {
     auto sums = k.forRange(k.i32(0), nranks, k.i32(1), {k.i32(0), k.i32(0)}, [&](I32 src, const std::vector<I32>& v) {
       I32 c = countAt(parity, src, e).loadI32();
@@ -140,15 +183,16 @@ mlir::OwningOpRef<mlir::ModuleOp> buildDispatchPrologue(mlir::MLIRContext& mctx,
       k.forRange(k.i32(0), k.i32(local), k.i32(1), {k.i32(0)}, [&](I32 el, const std::vector<I32>& run) {
         I32 e = owner * local + el;
         base.storeI32(e, run[0] + below.loadI32(e));
-        k.ifThen(owner == me, [&] { (poolOffsets + k.widen(el)).storeI32(run[0]); });
+        k.ifThen(owner == me && block == 0, [&] { (poolOffsets + k.widen(el)).storeI32(run[0]); });
         I32 next = run[0] + totals.loadI32(e);
-        k.ifThen(owner == me && el == k.i32(local - 1), [&] { (poolOffsets + k.i64(local)).storeI32(next); });
+        k.ifThen(owner == me && el == k.i32(local - 1) && block == 0,
+                 [&] { (poolOffsets + k.i64(local)).storeI32(next); });
         return std::vector<I32>{next};
       });
     });
   });
   // My picks grouped by expert: expert e's start in send_list (send_off[E] = my valid picks).
-  k.ifThen(tid == 0, [&] {
+  k.ifThen(tid == 1, [&] {  // beside thread 0's walk
     auto total = k.forRange(k.i32(0), k.i32(E), k.i32(1), {k.i32(0)}, [&](I32 e, const std::vector<I32>& run) {
       off.storeI32(e, run[0]);
       return std::vector<I32>{run[0] + mine.loadI32(e)};
@@ -156,16 +200,19 @@ mlir::OwningOpRef<mlir::ModuleOp> buildDispatchPrologue(mlir::MLIRContext& mctx,
     off.storeI32(k.i32(E), total[0]);
   });
   k.blockSync();
-  k.forRange(tid, k.i32(E + 1), k.i32(T), [&](I32 e) {
-    (sendOff + k.widen(e)).storeI32(off.loadI32(e));
-    k.ifThen(e < k.i32(E), [&] { (sendBase + k.widen(e)).storeI32(base.loadI32(e)); });
+  k.ifThen(block == 0, [&] {
+    k.forRange(tid, k.i32(E + 1), k.i32(T), [&](I32 e) {
+      (sendOff + k.widen(e)).storeI32(off.loadI32(e));
+      k.ifThen(e < k.i32(E), [&] { (sendBase + k.widen(e)).storeI32(base.loadI32(e)); });
+    });
   });
-  // 4. Every pick's row at its owner, and the pick in send_list.
-  k.forRange(tid, picks, k.i32(T), [&](I32 i) {
+  // 5. Every pick of the block's range: its row at its owner, and the pick in send_list (its order among my picks of
+  // its expert: the earlier blocks' picks of it, then its order in this block).
+  k.forRange(first + tid, last, k.i32(T), [&](I32 i) {
     GlobalPtr slot = sendSlot + k.widen(i);
     I32 e = (topkIdx + k.widen(i)).loadI32();
     k.ifThen(e < k.i32(E), [&] {
-      I32 j = slot.loadI32();
+      I32 j = slot.loadI32() + before.loadI32(e);
       slot.storeI32(base.loadI32(e) + j);
       (sendList + k.widen(off.loadI32(e) + j)).storeI32(i);
     });

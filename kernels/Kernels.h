@@ -132,7 +132,7 @@ mlir::OwningOpRef<mlir::ModuleOp> buildGroupedGemm(mlir::MLIRContext& ctx, const
                                                    bool pairs = false);
 
 // dispatch_prologue: the routing tables of one layer call, on the device, from topk_idx (first step of the fused
-// dispatch). One block per rank. Counts the picks per expert (entries of -1 are skipped; an entry outside
+// dispatch). Several blocks per rank (they meet once on a grid barrier). Counts the picks per expert (entries of -1 are skipped; an entry outside
 // [-1, E) claims the error record with kBadIndex and is skipped), all-gathers the [R][E] count matrix through the
 // symmetric heap (double-buffered by epoch parity, one flag per source rank), then writes
 //   send_slot [T * topk]: the row of each pick in its owner rank's receive pool (-1 when skipped), and
@@ -144,11 +144,17 @@ mlir::OwningOpRef<mlir::ModuleOp> buildGroupedGemm(mlir::MLIRContext& ctx, const
 // zeroes the arrival counters of the other epoch parity (see DispatchGemmSpec).
 // Args: ctx, topk_idx (i32), tokens (i32), counts (heap i32 [2][R][E]), flags (heap u64 [R]), send_slot (i32),
 // pool_offsets (i32), send_list (i32), send_off (i32 [E + 1]), send_base (i32 [E]), arrivals (heap i64
-// [2][R][E/R]), done (heap i64 [2][R]), route_epoch (i64: the epoch whose counts slab later stages read).
+// [2][R][E/R]), done (heap i64 [2][R]), route_epoch (i64: the epoch whose counts slab later stages read), scratch
+// (scratchBytes(E, blocks), zero before the first launch; every launch leaves its counters zero), blocks (i32: the
+// launch's grid; blocks past it return at once).
 struct DispatchPrologueSpec {
   static constexpr const char* kName = "dispatch_prologue";
   static constexpr int64_t kBlockThreads = 1024;
+  // Any number of blocks (all resident: they meet once), each counting a contiguous range of the picks; scratch
+  // holds their meeting counters (i32 [kScratchHeader]) and per-block counts (i32 [blocks][E]).
+  static constexpr int64_t kScratchHeader = 4;
   int64_t experts, topk, ranks;
+  static int64_t scratchBytes(int64_t experts, int64_t blocks) { return (kScratchHeader + blocks * experts) * 4; }
   KernelSpec spec() const { return {kName, {{"E", experts}, {"topk", topk}, {"ranks", ranks}}}; }
 };
 

@@ -31,6 +31,10 @@ std::string multipleOf(const char* what, int64_t value, int64_t of, const char* 
 
 // GroupedGemmSpec::Layout values (kernels/Kernels.h).
 constexpr int64_t kLayoutNT = 0, kLayoutNN = 1, kLayoutTN = 2;
+// dispatch_prologue's blocks (each counts 1/16 of the picks; all resident, they meet once) and its scratch: meeting
+// counters (4 i32) and the blocks' counts per expert (kernels/Kernels.h DispatchPrologueSpec::scratchBytes).
+constexpr int32_t kPrologueBlocks = 16;
+int64_t prologueScratchBytes(int64_t experts) { return (4 + int64_t(kPrologueBlocks) * experts) * 4; }
 // Indices into MoeLayer::kernelSpecs() (and Impl::kernels).
 enum KernelIndex : size_t {
   kPrologue, kDispatchNT, kCombineNT, kEpochAdvance, kStageBegin,  // forward (stage_begin: profiling, backward)
@@ -130,6 +134,7 @@ struct MoeLayer::Impl {
   std::vector<std::shared_ptr<const Kernel>> kernels;  // in kernelSpecs() order (KernelIndex)
   Regions regions;
   // Local buffers. h (training) is kept by the forward and becomes dh in the backward; act holds g, then w * act.
+  DevicePtr prologueScratch = 0;
   DevicePtr sendSlot = 0, sendList = 0, sendOff = 0, sendBase = 0, poolOffsets = 0, act = 0, h = 0, tickets = 0,
             routeEpoch = 0;
   Leg dispatchLeg = Leg::kFused, combineLeg = Leg::kFused;
@@ -158,7 +163,8 @@ struct MoeLayer::Impl {
   Impl(Runtime& rt) : runtime(rt), device(*rt.device()) {}
   ~Impl() {
     try {
-      for (DevicePtr p : {sendSlot, sendList, sendOff, sendBase, poolOffsets, act, h, tickets, routeEpoch}) device.free(p);
+      for (DevicePtr p : {sendSlot, sendList, sendOff, sendBase, poolOffsets, act, h, tickets, routeEpoch, prologueScratch})
+        device.free(p);
       for (EventHandle e : events)
         if (e) device.destroyEvent(e);
       for (EventHandle e : backwardEvents)
@@ -216,6 +222,8 @@ MoeLayer::MoeLayer(Runtime& runtime, const MoeLayerConfig& config, std::unique_p
   m.regions = Regions::of(*heap_);
   m.tickets = alloc(16);  // [2] per fused kernel, zero between launches (the kernels reset them)
   m.device.memsetZero(m.tickets, 16, nullptr);
+  m.prologueScratch = alloc(prologueScratchBytes(E));  // zero between launches (the prologue resets its counters)
+  m.device.memsetZero(m.prologueScratch, size_t(prologueScratchBytes(E)), nullptr);
   m.device.synchronize(nullptr);
   // One block per SM, all resident: the combine's blocks wait for each other (see docs/decisions/fused-dispatch.md).
   m.grid = uint32_t(m.device.multiprocessors());
@@ -275,9 +283,10 @@ void MoeLayer::forward(const ForwardArgs& a, StreamHandle stream) {
   uint64_t tickets0 = m.tickets, tickets1 = m.tickets + 8;
 
   m.mark(m.events, size_t(Stage::kPrologue), stream);
-  m.launch(kPrologue, 1, stream,
+  int32_t prologueBlocks = kPrologueBlocks;
+  m.launch(kPrologue, uint32_t(prologueBlocks), stream,
            {&r.ctx, &idx, &tokens, &r.counts, &r.flags, &m.sendSlot, &m.poolOffsets, &m.sendList, &m.sendOff,
-            &m.sendBase, &r.arrivals, &r.done, &m.routeEpoch},
+            &m.sendBase, &r.arrivals, &r.done, &m.routeEpoch, &m.prologueScratch, &prologueBlocks},
            *heap_);
   m.mark(m.events, size_t(Stage::kDispatchGemm), stream);
   m.launch(kDispatchNT, m.grid, stream,

@@ -33,6 +33,9 @@ constexpr int kRanks = 2;
 constexpr int64_t kBlockThreads = 1024;
 constexpr int32_t kSentinel = 0x7fffffff;  // pre-filled into every output entry; no kernel result is this large
 constexpr size_t kGuard = 64;              // sentinel entries past the end of each output: must stay untouched
+// dispatch_prologue's blocks here: 7, so that the blocks' pick ranges split unevenly (the layer launches 16); the
+// routing tables must not depend on it.
+constexpr int32_t kPrologueBlocks = 7;
 constexpr int kMaxMessages = 8;            // differences spelled out per check; the rest are only counted
 
 struct Shape {
@@ -53,13 +56,14 @@ struct Rank {
   SymmetricHeap* heap = nullptr;  // owned by ModeA::heaps
   StreamHandle stream = nullptr;
   std::shared_ptr<const Kernel> prologue, epochAdvance;
-  DevicePtr topkIdx = 0, sendSlot = 0, poolOffsets = 0, sendList = 0, sendOff = 0, sendBase = 0, routeEpoch = 0;
+  DevicePtr topkIdx = 0, sendSlot = 0, poolOffsets = 0, sendList = 0, sendOff = 0, sendBase = 0, routeEpoch = 0,
+            scratch = 0;
   size_t maxPicks = 0;  // capacity of topk_idx and send_slot (send_slot has kGuard more)
 
   Device& device() const { return *runtime->device(); }
   ~Rank() {
     try {
-      for (DevicePtr p : {topkIdx, sendSlot, poolOffsets, sendList, sendOff, sendBase, routeEpoch})
+      for (DevicePtr p : {topkIdx, sendSlot, poolOffsets, sendList, sendOff, sendBase, routeEpoch, scratch})
         if (p) device().free(p);
       if (stream) device().destroyStream(stream);
     } catch (...) {
@@ -70,15 +74,16 @@ struct Rank {
     gputest::launch1d(*runtime, kernel, grid, stream, params, heap);
   }
   // dispatch_prologue(ctx, topk_idx, tokens, counts, flags, send_slot, pool_offsets, send_list, send_off, send_base,
-  // arrivals, done, route_epoch): one block.
+  // arrivals, done, route_epoch, scratch, blocks): kPrologueBlocks blocks.
   void launchPrologue(int32_t tokens) {
     uint64_t ctx = heap->contextAddress(), idx = topkIdx, counts = heap->regionAddress("counts"),
              flags = heap->regionAddress("flags"), slot = sendSlot, offsets = poolOffsets, list = sendList,
              off = sendOff, base = sendBase, arrivals = heap->regionAddress("arrivals"),
-             done = heap->regionAddress("done"), route = routeEpoch;
+             done = heap->regionAddress("done"), route = routeEpoch, work = scratch;
+    int32_t blocks = kPrologueBlocks;
     void* params[] = {&ctx, &idx, &tokens, &counts, &flags, &slot, &offsets, &list, &off, &base, &arrivals, &done,
-                      &route};
-    launch(*prologue, 1, params);
+                      &route, &work, &blocks};
+    launch(*prologue, uint32_t(blocks), params);
   }
   void launchEpochAdvance() {
     uint64_t ctx = heap->contextAddress();
@@ -131,6 +136,10 @@ void openModeA(ModeA& a, const Shape& s, int64_t maxTokens, const RuntimeEnv& en
     rank.sendOff = rank.device().allocate(size_t(s.experts + 1) * 4);
     rank.sendBase = rank.device().allocate(size_t(s.experts) * 4);
     rank.routeEpoch = rank.device().allocate(8);
+    const size_t scratchBytes = size_t(4 + kPrologueBlocks * s.experts) * 4;  // DispatchPrologueSpec::scratchBytes
+    rank.scratch = rank.device().allocate(scratchBytes);
+    rank.device().memsetZero(rank.scratch, scratchBytes, nullptr);
+    rank.device().synchronize(nullptr);
   }
 }
 
@@ -435,7 +444,7 @@ void runBadIndexCase(const std::vector<int32_t>& badValues, const char* label) {
   for (size_t k = 0; k < badValues.size(); ++k) {
     idx[0][positions[k]] = badValues[k];
     accepted.push_back("rank 0: index out of range at site " + std::to_string(positions[k]) + " (value " +
-                       std::to_string(badValues[k]) + ", bound " + std::to_string(s.experts) + ") in block 0");
+                       std::to_string(badValues[k]) + ", bound " + std::to_string(s.experts) + ") in block ");
   }
   for (int r = 0; r < kRanks; ++r) prepare(a.ranks[r], s, idx[r]);
   const Reference ref = reference(s, idx);  // the bad entries are skipped like -1
