@@ -145,8 +145,8 @@ mlir::OwningOpRef<mlir::ModuleOp> buildGroupedGemm(mlir::MLIRContext& ctx, const
 // Args: ctx, topk_idx (i32), tokens (i32), counts (heap i32 [2][R][E]), flags (heap u64 [R]), send_slot (i32),
 // pool_offsets (i32), send_list (i32), send_off (i32 [E + 1]), send_base (i32 [E]), arrivals (heap i64
 // [2][R][E/R]), done (heap i64 [2][R]), route_epoch (i64: the epoch whose counts slab later stages read), scratch
-// (scratchBytes(E, blocks), zero before the first launch; every launch leaves its counters zero), blocks (i32: the
-// launch's grid; blocks past it return at once).
+// (i32 [kScratchHeader + blocks * E], zero before the first launch; every launch leaves its counters zero), blocks
+// (i32: the launch's grid; blocks past it return at once).
 struct DispatchPrologueSpec {
   static constexpr const char* kName = "dispatch_prologue";
   static constexpr int64_t kBlockThreads = 1024;
@@ -154,7 +154,6 @@ struct DispatchPrologueSpec {
   // holds their meeting counters (i32 [kScratchHeader]) and per-block counts (i32 [blocks][E]).
   static constexpr int64_t kScratchHeader = 4;
   int64_t experts, topk, ranks;
-  static int64_t scratchBytes(int64_t experts, int64_t blocks) { return (kScratchHeader + blocks * experts) * 4; }
   KernelSpec spec() const { return {kName, {{"E", experts}, {"topk", topk}, {"ranks", ranks}}}; }
 };
 

@@ -32,7 +32,7 @@ std::string multipleOf(const char* what, int64_t value, int64_t of, const char* 
 // GroupedGemmSpec::Layout values (kernels/Kernels.h).
 constexpr int64_t kLayoutNT = 0, kLayoutNN = 1, kLayoutTN = 2;
 // dispatch_prologue's blocks (each counts 1/16 of the picks; all resident, they meet once) and its scratch: meeting
-// counters (4 i32) and the blocks' counts per expert (kernels/Kernels.h DispatchPrologueSpec::scratchBytes).
+// counters (4 i32: DispatchPrologueSpec::kScratchHeader in kernels/Kernels.h) and the blocks' counts per expert.
 constexpr int32_t kPrologueBlocks = 16;
 int64_t prologueScratchBytes(int64_t experts) { return (4 + int64_t(kPrologueBlocks) * experts) * 4; }
 // Indices into MoeLayer::kernelSpecs() (and Impl::kernels).
