@@ -65,7 +65,8 @@ mlir::OwningOpRef<mlir::ModuleOp> buildDispatchPrologue(mlir::MLIRContext& mctx,
   // was waited for before this call could begin (docs/decisions/fused-dispatch.md).
   k.ifThen(block == 0, [&] {
     I64 stale = k.i64(1) - parity;
-    k.forRange(tid, k.i32(R * local), k.i32(T), [&](I32 i) { (arrivals + (stale * (R * local) + k.widen(i))).storeI64(k.i64(0)); });
+    k.forRange(tid, k.i32(R * local), k.i32(T),
+               [&](I32 i) { (arrivals + (stale * (R * local) + k.widen(i))).storeI64(k.i64(0)); });
     k.ifThen(tid < k.i32(R), [&] { (done + (stale * R + k.widen(tid))).storeI64(k.i64(0)); });
     k.ifThen(tid == 0, [&] { routeEpoch.storeI64(epoch); });
   });

@@ -132,9 +132,10 @@ mlir::OwningOpRef<mlir::ModuleOp> buildGroupedGemm(mlir::MLIRContext& ctx, const
                                                    bool pairs = false);
 
 // dispatch_prologue: the routing tables of one layer call, on the device, from topk_idx (first step of the fused
-// dispatch). Several blocks per rank (they meet once on a grid barrier). Counts the picks per expert (entries of -1 are skipped; an entry outside
-// [-1, E) claims the error record with kBadIndex and is skipped), all-gathers the [R][E] count matrix through the
-// symmetric heap (double-buffered by epoch parity, one flag per source rank), then writes
+// dispatch). Several blocks per rank (they meet once on a grid barrier). Counts the picks per expert (entries of -1
+// are skipped; an entry outside [-1, E) claims the error record with kBadIndex and is skipped), all-gathers the
+// [R][E] count matrix through the symmetric heap (double-buffered by epoch parity, one flag per source rank), then
+// writes
 //   send_slot [T * topk]: the row of each pick in its owner rank's receive pool (-1 when skipped), and
 //   pool_offsets [E/R + 1]: this rank's receive pool layout by local expert (rows of expert e_l start at
 //   pool_offsets[e_l]; the pool is grouped by local expert, then by source rank; pool_offsets[E/R] = rows received).

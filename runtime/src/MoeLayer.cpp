@@ -163,7 +163,8 @@ struct MoeLayer::Impl {
   Impl(Runtime& rt) : runtime(rt), device(*rt.device()) {}
   ~Impl() {
     try {
-      for (DevicePtr p : {sendSlot, sendList, sendOff, sendBase, poolOffsets, act, h, tickets, routeEpoch, prologueScratch})
+      for (DevicePtr p :
+           {sendSlot, sendList, sendOff, sendBase, poolOffsets, act, h, tickets, routeEpoch, prologueScratch})
         device.free(p);
       for (EventHandle e : events)
         if (e) device.destroyEvent(e);
