@@ -60,7 +60,11 @@ struct TilePlace {
 // against it on every DeepSeek-V3 case (at most 28 n-tiles: the tiles in flight cover a few m-tiles of B already).
 // Wide problems (N / bn >= kBandFrom, e.g. Mixtral's L1 with 112 n-tiles) go in bands of kBandM m-tiles, m fastest
 // within a band: n-fastest, the ~132 tiles in flight span about one m-tile, so all of B[e] (235 MB there, far past
-// the 50 MB L2) streams from HBM once per m-tile; in bands it streams once per band.
+// the 50 MB L2) streams from HBM once per m-tile; in bands it streams once per band. NN (B [K, N], an n-tile's
+// slab 512-byte pieces of K rows) bands from kBandFromNN n-tiles: DeepSeek-V3's L1 dgrad (28 n-tiles) went from
+// 0.91-0.93 to 1.00-1.13 of torch._grouped_mm on both engines, the layer's dx combine from 8.3 to 7.5 ms; the NT
+// L2 (also 28) gained alone but lost 0.5 ms inside the forward combine, TN lost 2-5%, NT L1 (16) lost 15-20%
+// (bench/results/2026-11-30-h200-band-order).
 //
 // Pairs (pairRank set; NT / NN): the tiles are pairs of m-tiles (2i, 2i + 1) of one expert and n-tile, run by the
 // two blocks of a cluster (rank 0 and 1), which share B's tile; the second m-tile of an expert with an odd count
@@ -73,9 +77,11 @@ struct TileScheduler {
   std::optional<dsl::I32> pairRank = std::nullopt;
 
   dsl::I32 offset(const dsl::I32& e) const { return (offsets + k.widen(e)).loadI32(); }
-  static constexpr int64_t kBandFrom = 48, kBandM = 8;
+  static constexpr int64_t kBandFrom = 48, kBandFromNN = 28, kBandM = 8;
   int64_t nTiles() const { return s.n / bn; }
-  bool banded() const { return !pairRank && nTiles() >= kBandFrom; }
+  bool banded() const {
+    return !pairRank && nTiles() >= (s.layout == GroupedGemmSpec::kNN ? kBandFromNN : kBandFrom);
+  }
   dsl::I32 mTiles(const dsl::I32& start, const dsl::I32& end) const {
     if (s.layout == GroupedGemmSpec::kTN) return k.i32(s.kOrM / bm);
     return (end - start + (bm - 1)) / bm;

@@ -23,6 +23,7 @@ kernels=(
   "grouped_gemm_nt_tma E=8,N=512,K=256,pairs=0"   # the TMA variants on ragged groups
   "grouped_gemm_nn_tma E=8,N=512,K=256,pairs=0"
   "grouped_gemm_nt_tma E=6,N=12288,K=128,pairs=0"   # the banded tile order (N / 256 >= 48)
+  "grouped_gemm_nn_tma E=6,N=7168,K=128,pairs=0"    # NN bands from 28 n-tiles
   "grouped_gemm_tn_tma E=8,N=512,M=256,pairs=0"
   "epoch_advance -"
   "ping_pong rounds=64"

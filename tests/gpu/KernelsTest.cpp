@@ -399,6 +399,12 @@ TEST(GpuKernels, TmaGroupedGemmNtBandedOrder) {
   runTmaGroupedGemm(gpu, Layout::kNT, /*E=*/6, /*N=*/12288, /*K=*/128, /*maxRows=*/1400);
 }
 
+// NN at 28 n-tiles: the banded order NN takes from kBandFromNN (TileScheduler).
+TEST(GpuKernels, TmaGroupedGemmNnBandedOrder) {
+  MEGAMOE_REQUIRE_SM90A(gpu);
+  runTmaGroupedGemm(gpu, Layout::kNN, /*E=*/6, /*N=*/7168, /*K=*/128, /*maxRows=*/1400);
+}
+
 // TN: C[e] [256, 512] over groups of 1..300 rows (two empty): tails inside a 64-row step in almost every group.
 TEST(GpuKernels, TmaGroupedGemmTnRaggedGroups) {
   MEGAMOE_REQUIRE_SM90A(gpu);
