@@ -56,8 +56,9 @@ struct TilePlace {
 
 // Tile t -> place. Expert e owns mTiles(e) x (N / bn) consecutive tiles: ceil(size_e / bm) m-tiles for NT/NN (an
 // empty expert none), M / bm for TN (every expert, so that an expert without tokens gets its dW = 0 written).
-// Within an expert, n-fastest order: measured on the H200 (bench/results v4 vs v5), bands of 8 m-tiles lost 10-20%
-// against it on every DeepSeek-V3 case (at most 28 n-tiles: the tiles in flight cover a few m-tiles of B already).
+// Within an expert, n-fastest order: measured on the H200 with an earlier engine (bench/results v4 vs v5), bands of 8
+// m-tiles lost 10-20% against it on the DeepSeek-V3 cases (at most 28 n-tiles: the tiles in flight cover a few
+// m-tiles of B already); NN since measured otherwise (below).
 // Wide problems (N / bn >= kBandFrom, e.g. Mixtral's L1 with 112 n-tiles) go in bands of kBandM m-tiles, m fastest
 // within a band: n-fastest, the ~132 tiles in flight span about one m-tile, so all of B[e] (235 MB there, far past
 // the 50 MB L2) streams from HBM once per m-tile; in bands it streams once per band. NN (B [K, N], an n-tile's
