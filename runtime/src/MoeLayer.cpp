@@ -182,6 +182,10 @@ struct MoeLayer::Impl {
     dims.sharedBytes = uint32_t(kernel.metadata().sharedBytes);
     runtime.launch(kernel, dims, stream, params.data(), &heap);
   }
+  // stage_begin: the other parity's counters zeroed, then all ranks meet.
+  void stageBegin(StreamHandle stream, const SymmetricHeap& heap) {
+    launch(kStageBegin, 1, stream, {&regions.ctx, &regions.arrivals, &regions.done, &regions.barrier}, heap);
+  }
   template <size_t N>
   void mark(std::array<EventHandle, N>& at, size_t index, StreamHandle stream) {
     if (profiling) device.recordEvent(at[index], stream);
@@ -223,8 +227,9 @@ MoeLayer::MoeLayer(Runtime& runtime, const MoeLayerConfig& config, std::unique_p
   m.regions = Regions::of(*heap_);
   m.tickets = alloc(16);  // [2] per fused kernel, zero between launches (the kernels reset them)
   m.device.memsetZero(m.tickets, 16, nullptr);
-  m.prologueScratch = alloc(prologueScratchBytes(E));  // zero between launches (the prologue resets its counters)
-  m.device.memsetZero(m.prologueScratch, size_t(prologueScratchBytes(E)), nullptr);
+  const int64_t scratchBytes = prologueScratchBytes(E);
+  m.prologueScratch = alloc(scratchBytes);  // zero between launches (the prologue resets its counters)
+  m.device.memsetZero(m.prologueScratch, size_t(scratchBytes), nullptr);
   m.device.synchronize(nullptr);
   // One block per SM, all resident: the combine's blocks wait for each other (see docs/decisions/fused-dispatch.md).
   m.grid = uint32_t(m.device.multiprocessors());
@@ -297,7 +302,7 @@ void MoeLayer::forward(const ForwardArgs& a, StreamHandle stream) {
            *heap_);
   // Profiling: the combine's stage time is its own, not how much later the peer finished its dispatch (the rank
   // barrier of stage_begin; its counter zeroing repeats the prologue's: the other parity is idle in this call).
-  if (m.profiling) m.launch(kStageBegin, 1, stream, {&r.ctx, &r.arrivals, &r.done, &r.barrier}, *heap_);
+  if (m.profiling) m.stageBegin(stream, *heap_);
   m.mark(m.events, size_t(Stage::kGemmCombine), stream);
   m.launch(kCombineNT, m.grid, stream,
            {&r.ctx, &m.act, &w2, &m.poolOffsets, &r.poolSrc, &r.comb, &r.done, &idx, &weights, &tokens, &y, &r.dw,
@@ -332,7 +337,7 @@ void MoeLayer::backward(const BackwardArgs& a, StreamHandle stream) {
   // The dx combine's B (kernels/Kernels.h GemmCombineSpec): w1 [E/R * 2I, H] as K x N slabs, encoded per call (a
   // CUDA graph captures it by value).
   Impl::TensorMap w1Map = m.boxes64(w1, local * 2 * c.intermediate, c.hidden);
-  auto begin = [&] { m.launch(kStageBegin, 1, stream, {&r.ctx, &r.arrivals, &r.done, &r.barrier}, *heap_); };
+  auto begin = [&] { m.stageBegin(stream, *heap_); };
   auto advance = [&] { m.launch(kEpochAdvance, 1, stream, {&r.ctx}, *heap_); };
   // Stage times cover the stage's own kernels: not stage_begin's barrier, i.e. not how late a peer finished the
   // previous stage.
