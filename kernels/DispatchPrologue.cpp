@@ -168,8 +168,7 @@ mlir::OwningOpRef<mlir::ModuleOp> buildDispatchPrologue(mlir::MLIRContext& mctx,
   // (one thread per expert, into two rows of the group counts, free now), then one thread walks the experts in
   // shared memory. Every block computes them; block 0 writes them out.
   I32 nranks = ctx.nranks();  // == R, checked above
-  SharedTile totals = W >= 2 ? perGroup.rowSlice(0, 1) : k.sharedTile(Elem::i32, 1, padE);
-  SharedTile below = W >= 2 ? perGroup.rowSlice(1, 1) : k.sharedTile(Elem::i32, 1, padE);
+  SharedTile totals = perGroup.rowSlice(0, 1), below = perGroup.rowSlice(1, 1);  // W >= 4: E <= 1024
   k.forRange(tid, k.i32(E), k.i32(T), [&](I32 e) {
     auto sums = k.forRange(k.i32(0), nranks, k.i32(1), {k.i32(0), k.i32(0)}, [&](I32 src, const std::vector<I32>& v) {
       I32 c = countAt(parity, src, e).loadI32();
