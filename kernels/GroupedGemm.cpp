@@ -1,5 +1,6 @@
 // grouped_gemm_{nt,nn,tn}: persistent grouped GEMMs over experts (see GroupedGemmSpec and
-// docs/decisions/gemm-tiles.md). Each CTA walks the tile list t = blockIdx, blockIdx + grid, ...; a tile's expert
+// docs/decisions/gemm-tiles.md). Each CTA walks the tile list t = blockIdx, blockIdx + grid, ... (the `_tma`
+// variants: tiles in the order of tickets drawn by the blocks); a tile's expert
 // comes from a per-CTA table built from the device-side group offsets, so group sizes never reach the host.
 #include "dsl/Dsl.h"
 #include "kernels/GroupedGemmPipeline.h"
@@ -19,6 +20,11 @@ mlir::OwningOpRef<mlir::ModuleOp> buildGroupedGemm(mlir::MLIRContext& ctx, const
   GlobalPtr b = k.argPtr(Elem::bf16);
   GlobalPtr out = k.argPtr(Elem::bf16);
   GlobalPtr offsets = k.argPtr(Elem::i32);
+  // The `_tma` kernels draw their tiles from tickets (i32 [2], zero before the first launch; the kernel leaves it
+  // zero): blocks sharing an operand then run close together in time, where the static order let them drift apart
+  // and re-read B from HBM (bench/results/2026-11-30-h200-dynamic-tiles). Pairs keep the static order.
+  std::optional<GlobalPtr> tickets;
+  if (tensorMaps) tickets = k.argPtr(Elem::i32);
   I32 grid = k.argI32();
   TensorMapArgs maps;
   if (tensorMaps) maps = tensorMapArgs(k, tma);  // gfx950: the same argument list, the maps unused
@@ -33,10 +39,20 @@ mlir::OwningOpRef<mlir::ModuleOp> buildGroupedGemm(mlir::MLIRContext& ctx, const
   Rings rings = allocateRings(k, s, c, c.warpSpecialized ? 64 : 0);
   Pipeline pipe{k, s, c, a, b, out, rings.a, rings.b, rings.staging};
   SharedTile first = sharedTable(k, s.experts + 1);
-  if (c.warpSpecialized)
+  if (tickets && !rank) {
+    if (c.warpSpecialized) {
+      I32 total = sched.buildTable(first);
+      WarpSpecialized::allocate(pipe, maps.a, maps.b).runDynamic(sched, first, *tickets, total, grid);
+    } else {
+      SharedTile slots = sharedTable(k, 1);
+      I32 total = sched.buildTable(first);
+      pipe.runDynamic(sched, first, *tickets, slots, total, grid);
+    }
+  } else if (c.warpSpecialized) {
     WarpSpecialized::allocate(pipe, maps.a, maps.b, rank).runStatic(sched, first, grid);
-  else
+  } else {
     pipe.runStatic(sched, first, grid);
+  }
   return k.finish();
 }
 

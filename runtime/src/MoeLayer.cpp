@@ -225,8 +225,10 @@ MoeLayer::MoeLayer(Runtime& runtime, const MoeLayerConfig& config, std::unique_p
   if (config.training) m.h = alloc(poolRows(config, ranks) * 2 * config.intermediate * kBf16);
   m.routeEpoch = alloc(8);
   m.regions = Regions::of(*heap_);
-  m.tickets = alloc(16);  // [2] per fused kernel, zero between launches (the kernels reset them)
-  m.device.memsetZero(m.tickets, 16, nullptr);
+  // Tile tickets, i32 [2] each: the dispatch, the combine, the dW2 GEMM; zero between launches (the kernels reset
+  // them).
+  m.tickets = alloc(24);
+  m.device.memsetZero(m.tickets, 24, nullptr);
   const int64_t scratchBytes = prologueScratchBytes(E);
   m.prologueScratch = alloc(scratchBytes);  // zero between launches (the prologue resets its counters)
   m.device.memsetZero(m.prologueScratch, size_t(scratchBytes), nullptr);
@@ -333,7 +335,7 @@ void MoeLayer::backward(const BackwardArgs& a, StreamHandle stream) {
            dTopk = a.dTopkWeights, dW1 = a.dW1, dW2 = a.dW2, none = 0, rowsAt = m.poolOffsets + uint64_t(local) * 4;
   int32_t tokens = int32_t(a.tokens), grid = int32_t(m.grid), push = m.pushBlocks, recvStride = int32_t(c.maxTokens);
   int32_t rowGrid = int32_t(m.grid) * 8, dispatchLegs = legBits(m.dispatchLeg), combineLegs = legBits(m.combineLeg);
-  uint64_t tickets0 = m.tickets, tickets1 = m.tickets + 8;
+  uint64_t tickets0 = m.tickets, tickets1 = m.tickets + 8, tickets2 = m.tickets + 16;
   // The dx combine's B (kernels/Kernels.h GemmCombineSpec): w1 [E/R * 2I, H] as K x N slabs, encoded per call (a
   // CUDA graph captures it by value).
   Impl::TensorMap w1Map = m.boxes64(w1, local * 2 * c.intermediate, c.hidden);
@@ -359,7 +361,7 @@ void MoeLayer::backward(const BackwardArgs& a, StreamHandle stream) {
   end(BackwardStage::kSwigluBackward);
   start(BackwardStage::kWgradW2);
   m.launch(kWgradTN, m.grid, stream,
-           {&r.pool, &m.act, &dW2, &m.poolOffsets, &grid, m.poolMap.data(), m.actMap.data()}, *heap_);
+           {&r.pool, &m.act, &dW2, &m.poolOffsets, &tickets2, &grid, m.poolMap.data(), m.actMap.data()}, *heap_);
   end(BackwardStage::kWgradW2);
   begin();
   start(BackwardStage::kWgradW1Dispatch);

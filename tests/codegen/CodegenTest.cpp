@@ -175,13 +175,26 @@ TEST(Codegen, TmaGroupedGemmLoadsBoxesOnBarriers) {
       SCOPED_TRACE(spec.describe() + "@" + targetName);
       CompiledKernel k;
       if (!compileTmaVariant(spec, targetName, k)) continue;
-      EXPECT_NE(k.assembly.find(".param .align 64 .b8 " + k.name + "_param_5[128]"), std::string::npos);
+      EXPECT_NE(k.assembly.find(".param .align 64 .b8 " + k.name + "_param_6[128]"), std::string::npos);
       EXPECT_NE(k.assembly.find("mbarrier.arrive.expect_tx"), std::string::npos);
       // Pairs: a cluster of two, B's boxes multicast, slots released to the peer too.
       EXPECT_NE(k.assembly.find(".reqnctapercluster 2, 1, 1"), std::string::npos);
       EXPECT_NE(k.assembly.find(".multicast::cluster"), std::string::npos);
       EXPECT_NE(k.assembly.find("mapa.shared::cluster"), std::string::npos);
     }
+  }
+}
+
+// Without pairs the `_tma` kernels draw their tiles from the tickets argument (one atomic add per tile, by the
+// producer's leader) and the last block leaves them zero; with pairs they keep the static order.
+TEST(Codegen, TmaGroupedGemmDrawsTickets) {
+  using G = kernels::GroupedGemmSpec;
+  for (int64_t pairs : {0, 1}) {
+    kernels::KernelSpec spec = G{G::kNT, 16, 512, 1024}.tmaSpec(pairs);
+    SCOPED_TRACE(spec.describe());
+    CompiledKernel k;
+    ASSERT_TRUE(compileTmaVariant(spec, "sm_90a", k));
+    EXPECT_EQ(k.assembly.find("atom.global.add") != std::string::npos, pairs == 0);
   }
 }
 

@@ -340,9 +340,13 @@ void runTmaGroupedGemm(Gpu& gpu, Layout layout, int64_t E = 8, int64_t N = 512, 
   auto mapA = gpu.device().encodeTensorMapBf16(aDev.ptr(), 2, aDims, aStride, aBox);
   auto mapB = gpu.device().encodeTensorMapBf16(bDev.ptr(), 2, bDims, bStride, bBox);
 
-  uint64_t aArg = aDev.ptr(), bArg = bDev.ptr(), outArg = out.ptr(), offArg = offDev.ptr();
+  // Tile tickets, zero before the first launch; every launch must leave them zero for the next one (the rerun
+  // below is bitwise identical only if it runs every tile).
+  Buffer tickets(gpu.device(), 8);
+  tickets.upload(std::vector<int32_t>{0, 0});
+  uint64_t aArg = aDev.ptr(), bArg = bDev.ptr(), outArg = out.ptr(), offArg = offDev.ptr(), ticketArg = tickets.ptr();
   int32_t grid = gpu.device().multiprocessors();
-  void* params[] = {&aArg, &bArg, &outArg, &offArg, &grid, mapA.data(), mapB.data()};
+  void* params[] = {&aArg, &bArg, &outArg, &offArg, &ticketArg, &grid, mapA.data(), mapB.data()};
   LaunchDims dims;
   dims.grid.x = uint32_t(grid);
   dims.block.x = uint32_t(kernel->metadata().blockThreads);
@@ -378,6 +382,7 @@ void runTmaGroupedGemm(Gpu& gpu, Layout layout, int64_t E = 8, int64_t N = 512, 
   EXPECT_EQ(nonzeroEmpty, 0u) << "an expert without rows got a non-zero C[e]";
   const bool identical = first == launchOnce();
   EXPECT_TRUE(identical) << "the second launch differs bitwise from the first";
+  EXPECT_EQ(tickets.download<int32_t>(), (std::vector<int32_t>{0, 0})) << "the launch left its tile tickets set";
   std::printf("SUMMARY %s E=%lld N=%lld %s=%lld rows=%lld: rel_err=%.3e unwritten=%zu guard_touched=%zu "
               "nonzero_empty=%zu rerun=%s\n",
               name, (long long)E, (long long)N, tn ? "M" : "K", (long long)K, (long long)rows, err.relative(),
