@@ -228,7 +228,7 @@ def MegaMoe_TmaLoadOp : MegaMoe_Op<"tma_load", [MemoryEffects<[MemRead, MemWrite
 }
 
 def MegaMoe_MbarrierArrivePeerOp : MegaMoe_Op<"mbarrier_arrive_peer", [MemoryEffects<[MemRead, MemWrite]>]> {
-  let summary = "one arrival on the barrier at the same shared offset in CTA `cta` of the cluster (release, cluster)";
+  let summary = "one arrival on the barrier at the same shared offset in CTA `cta` of the cluster (release, CTA scope)";
   let description = [{
     The calling thread alone. With TMA multicast a producer refills a ring slot in both CTAs of a pair, so each
     CTA's MMA warpgroups release the slot to both producers.
