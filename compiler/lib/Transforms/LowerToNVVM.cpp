@@ -305,7 +305,7 @@ void addWarpSpecialisationPatterns(RewritePatternSet& patterns) {
   // mapa turns this CTA's shared offset into the peer's address in the cluster window. The arrival keeps the
   // default (release, CTA) semantics: the slot's readers are this warpgroup's wgmmas, already complete (wait_group)
   // when it arrives, so the peer's producer needs no cluster-scope release to overwrite it; that release fenced the
-  // MMA warps every K step (bench/results/2026-11-30-h200-pairs-arrive: pairs 0.71-0.81 -> 0.96-1.06 of torch).
+  // MMA warps every K step (bench/results/2026-11-30-h200-pairs-arrive: pairs 0.71-0.81 -> 0.94-1.06 of torch).
   addEmitter<MbarrierArrivePeerOp>(patterns, [](PatternRewriter& b, MbarrierArrivePeerOp op) {
     Value addr = LLVM::PtrToIntOp::create(b, op.getLoc(), b.getI32Type(), op.getBar());
     inlinePtx(b, op.getLoc(), ValueRange{addr, op.getCta()},

@@ -957,7 +957,7 @@ gpu.module @k {
 
 // A slot given back to the peer CTA's producer: mapa into the cluster window, then an arrival at the default
 // (CTA) scope. A cluster-scope release here fenced every K step of the MMA warps (ncu: membar and gmma stalls;
-// cluster pairs ran at 0.71-0.81 of torch._grouped_mm, 0.96-1.06 without it).
+// cluster pairs ran at 0.71-0.81 of torch._grouped_mm, 0.94-1.06 without it).
 // CHECK-LABEL: llvm.func @arrive_peer
 // CHECK: llvm.inline_asm
 // CHECK-SAME: mapa.shared::cluster.u32 peer, $0, $1;
