@@ -134,8 +134,7 @@ mlir::OwningOpRef<mlir::ModuleOp> buildDispatchPrologue(mlir::MLIRContext& mctx,
   });
   k.blockSync();
   k.ifThen(tid == 0, [&] {
-    I32 past = left.atomicAddI32(k.i32(1));
-    k.ifThen(past == blocks - 1, [&] {
+    resetIfLastBlock(k, left, blocks, [&] {
       arrived.storeI64(k.i64(0));
       left.storeI32(k.i32(0));
     });

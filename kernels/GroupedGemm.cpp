@@ -40,14 +40,11 @@ mlir::OwningOpRef<mlir::ModuleOp> buildGroupedGemm(mlir::MLIRContext& ctx, const
   Pipeline pipe{k, s, c, a, b, out, rings.a, rings.b, rings.staging};
   SharedTile first = sharedTable(k, s.experts + 1);
   if (tickets && !rank) {
-    if (c.warpSpecialized) {
-      I32 total = sched.buildTable(first);
+    I32 total = sched.buildTable(first);
+    if (c.warpSpecialized)
       WarpSpecialized::allocate(pipe, maps.a, maps.b).runDynamic(sched, first, *tickets, total, grid);
-    } else {
-      SharedTile slots = sharedTable(k, 1);
-      I32 total = sched.buildTable(first);
-      pipe.runDynamic(sched, first, *tickets, slots, total, grid);
-    }
+    else
+      pipe.runDynamic(sched, first, *tickets, sharedTable(k, 1), total, grid);
   } else if (c.warpSpecialized) {
     WarpSpecialized::allocate(pipe, maps.a, maps.b, rank).runStatic(sched, first, grid);
   } else {

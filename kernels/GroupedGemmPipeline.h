@@ -10,6 +10,7 @@
 #include <stdexcept>
 
 #include "dsl/Dsl.h"
+#include "kernels/Flags.h"
 #include "kernels/Kernels.h"
 
 namespace megamoe::kernels {
@@ -134,8 +135,7 @@ inline TensorMapArgs tensorMapArgs(dsl::Kernel& k, bool tma) {
 // The end of a dynamic tile loop (tickets drawn from tickets[0], global i32 [2] zero at launch): the calling thread,
 // one per block, counts its block done in tickets[1]; the last of `grid` blocks resets both for the next launch.
 inline void resetTicketsIfLast(dsl::Kernel& k, const dsl::GlobalPtr& tickets, const dsl::I32& grid) {
-  dsl::I32 done = (tickets + k.i64(1)).atomicAddI32(k.i32(1));
-  k.ifThen(done == grid - 1, [&] {
+  resetIfLastBlock(k, tickets + k.i64(1), grid, [&] {
     tickets.storeI32(k.i32(0));
     (tickets + k.i64(1)).storeI32(k.i32(0));
   });
