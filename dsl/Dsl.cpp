@@ -576,6 +576,10 @@ void Kernel::tmaLoad(const TensorMap& map, const std::vector<I32>& coords, const
 void Kernel::mbarrierArrivePeer(const SharedTile& bars, const I32& i, const I32& cta) {
   MbarrierArrivePeerOp::create(b_, loc_, mbarrierAt(bars, i), cta.value());
 }
+void Kernel::sharedCopyPeer(const SharedTile& src, const SharedTile& bars, const I32& i, const I32& cta) {
+  const int64_t bytes = src.rows() * src.pitch() * elemBytes(src.elem());
+  SharedCopyPeerOp::create(b_, loc_, src.value(), mbarrierAt(bars, i), cta.value(), bytes);
+}
 void Kernel::setClusterX(int64_t x) {
   if (x < 1 || x > 8) throw std::invalid_argument("cluster: 1..8 blocks");
   func_->setAttr("megamoe.cluster_x", b_.getI64IntegerAttr(x));

@@ -258,6 +258,10 @@ class Kernel {
                const I32& i, int64_t multicast = 0);
   // The calling thread: one arrival on barrier i of CTA `cta` of this block's cluster.
   void mbarrierArrivePeer(const SharedTile& bars, const I32& i, const I32& cta);
+  // The calling thread: copies `src` (this CTA's shared tile, 16-byte multiple) to the same offset in CTA `cta` of
+  // the cluster, completing on that CTA's barrier i, which expects the bytes (mbarrierArriveExpectTx there). Shared
+  // data this thread wrote into `src` needs a proxyFence first.
+  void sharedCopyPeer(const SharedTile& src, const SharedTile& bars, const I32& i, const I32& cta);
   // Thread-block clusters of `x` blocks along x (sm_90a; the grid must be a multiple of x), and their meeting
   // point: every thread of every block of the cluster (barriers initialised before it are visible cluster-wide).
   void setClusterX(int64_t x);

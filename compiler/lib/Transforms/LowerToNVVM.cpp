@@ -313,6 +313,17 @@ void addWarpSpecialisationPatterns(RewritePatternSet& patterns) {
               "mbarrier.arrive.shared::cluster.b64 _, [peer];\n}",
               "r,r,~{memory}");
   });
+  // Both shared offsets mapped into CTA `cta`'s window; the bytes complete on its barrier.
+  addEmitter<SharedCopyPeerOp>(patterns, [](PatternRewriter& b, SharedCopyPeerOp op) {
+    Location loc = op.getLoc();
+    Value src = LLVM::PtrToIntOp::create(b, loc, b.getI32Type(), op.getSrc());
+    Value bar = LLVM::PtrToIntOp::create(b, loc, b.getI32Type(), op.getBar());
+    inlinePtx(b, loc, ValueRange{src, bar, op.getCta()},
+              "{\n.reg .b32 dst, bar;\nmapa.shared::cluster.u32 dst, $0, $2;\nmapa.shared::cluster.u32 bar, $1, $2;\n"
+              "cp.async.bulk.shared::cluster.shared::cta.mbarrier::complete_tx::bytes [dst], [$0], " +
+                  std::to_string(op.getBytes()) + ", [bar];\n}",
+              "r,r,r,~{memory}");
+  });
   addEmitter<ClusterSyncOp>(patterns, [](PatternRewriter& b, ClusterSyncOp op) {
     inlinePtx(b, op.getLoc(), ValueRange{},
               "fence.mbarrier_init.release.cluster;\nbarrier.cluster.arrive.release.aligned;\n"

@@ -238,6 +238,23 @@ def MegaMoe_MbarrierArrivePeerOp : MegaMoe_Op<"mbarrier_arrive_peer", [MemoryEff
   let hasVerifier = 1;
 }
 
+def MegaMoe_SharedCopyPeerOp : MegaMoe_Op<"shared_copy_peer", [MemoryEffects<[MemRead, MemWrite]>]> {
+  let summary = "copy `bytes` of this CTA's shared memory to the same offset in CTA `cta` of the cluster";
+  let description = [{
+    The calling thread alone (sm_90a: cp.async.bulk.shared::cluster.shared::cta). The copy completes on the
+    barrier at `bar`'s offset in CTA `cta` (complete_tx of `bytes`: that CTA expects them with
+    mbarrier_expect_tx), which is also when the data is there for its waiters. Shared data this thread wrote
+    reaches the copy through a proxy_fence. Source and destination 16-byte aligned, `bytes` a positive multiple
+    of 16. The source may be rewritten once the receiver has said so (the copy's completion is only seen there).
+    ```mlir
+    megamoe.shared_copy_peer %src, %bar, %cta {bytes = 16 : i64} : !llvm.ptr<3>, !llvm.ptr<3>
+    ```
+  }];
+  let arguments = (ins AnyLLVMPtr:$src, AnyLLVMPtr:$bar, I32:$cta, I64Attr:$bytes);
+  let assemblyFormat = "$src `,` $bar `,` $cta attr-dict `:` type($src) `,` type($bar)";
+  let hasVerifier = 1;
+}
+
 def MegaMoe_ClusterSyncOp : MegaMoe_Op<"cluster_sync", [MemoryEffects<[MemRead, MemWrite]>]> {
   let summary = "every thread of every CTA of the cluster meets (barriers initialised before are visible to all)";
   let description = [{
