@@ -573,8 +573,9 @@ void Kernel::tmaLoad(const TensorMap& map, const std::vector<I32>& coords, const
   for (const I32& v : coords) c.push_back(v.value());
   TmaLoadOp::create(b_, loc_, map.value(), dst.value(), mbarrierAt(bars, i), c, multicast);
 }
-void Kernel::mbarrierArrivePeer(const SharedTile& bars, const I32& i, const I32& cta) {
-  MbarrierArrivePeerOp::create(b_, loc_, mbarrierAt(bars, i), cta.value());
+void Kernel::mbarrierArrivePeer(const SharedTile& bars, const I32& i, const I32& cta, bool clusterRelease) {
+  auto op = MbarrierArrivePeerOp::create(b_, loc_, mbarrierAt(bars, i), cta.value());
+  if (clusterRelease) op.setCluster(true);
 }
 void Kernel::sharedCopyPeer(const SharedTile& src, const SharedTile& bars, const I32& i, const I32& cta) {
   const int64_t bytes = src.rows() * src.pitch() * elemBytes(src.elem());

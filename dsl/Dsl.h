@@ -257,7 +257,8 @@ class Kernel {
   void tmaLoad(const TensorMap& map, const std::vector<I32>& coords, const SharedTile& dst, const SharedTile& bars,
                const I32& i, int64_t multicast = 0);
   // The calling thread: one arrival on barrier i of CTA `cta` of this block's cluster.
-  void mbarrierArrivePeer(const SharedTile& bars, const I32& i, const I32& cta);
+  // clusterRelease: this thread's earlier accesses are ordered before the arrival for the other CTA too (a fence).
+  void mbarrierArrivePeer(const SharedTile& bars, const I32& i, const I32& cta, bool clusterRelease = false);
   // The calling thread: copies `src` (this CTA's shared tile, 16-byte multiple) to the same offset in CTA `cta` of
   // the cluster, completing on that CTA's barrier i, which expects the bytes (mbarrierArriveExpectTx there). Shared
   // data this thread wrote into `src` needs a proxyFence first.

@@ -736,7 +736,8 @@ struct WarpSpecialized {
             k.mbarrierArriveExpectTx(bars, mailFull(q), 16);
             k.mbarrierWait(bars, mailFull(q), (j / 2) % 2);
             I32 t = mail->stage(q).loadI32(k.i32(0));
-            k.mbarrierArrivePeer(bars, mailEmpty(q), k.i32(0));
+            // Cluster scope: the slot's read above is ordered before block 0 overwrites it.
+            k.mbarrierArrivePeer(bars, mailEmpty(q), k.i32(0), /*clusterRelease=*/true);
             return t;
           }, k.i32(0));
           return drawn + received;

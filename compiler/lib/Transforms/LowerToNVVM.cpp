@@ -302,15 +302,16 @@ void addWarpSpecialisationPatterns(RewritePatternSet& patterns) {
                                                           ValueRange{}, mask, Value(), NVVM::TMALoadMode::TILE,
                                                           false, NVVM::CTAGroupKindAttr(), Value());
   });
-  // mapa turns this CTA's shared offset into the peer's address in the cluster window. The arrival keeps the
-  // default (release, CTA) semantics: the slot's readers are this warpgroup's wgmmas, already complete (wait_group)
-  // when it arrives, so the peer's producer needs no cluster-scope release to overwrite it; that release fenced the
-  // MMA warps every K step (bench/results/2026-11-30-h200-pairs-arrive: pairs 0.71-0.81 -> 0.94-1.06 of torch).
+  // mapa turns this CTA's shared offset into the peer's address in the cluster window. A ring slot's arrival keeps
+  // the default (release, CTA) semantics: the slot's readers are this warpgroup's wgmmas, already complete
+  // (wait_group) when it arrives, so the peer's producer needs no cluster-scope release to overwrite it; that release
+  // fenced the MMA warps every K step (bench/results/2026-11-30-h200-pairs-arrive: pairs 0.71-0.81 -> 0.94-1.06 of
+  // torch). `cluster` asks for it where this thread's own accesses must be ordered for the peer.
   addEmitter<MbarrierArrivePeerOp>(patterns, [](PatternRewriter& b, MbarrierArrivePeerOp op) {
     Value addr = LLVM::PtrToIntOp::create(b, op.getLoc(), b.getI32Type(), op.getBar());
     inlinePtx(b, op.getLoc(), ValueRange{addr, op.getCta()},
-              "{\n.reg .b32 peer;\nmapa.shared::cluster.u32 peer, $0, $1;\n"
-              "mbarrier.arrive.shared::cluster.b64 _, [peer];\n}",
+              std::string("{\n.reg .b32 peer;\nmapa.shared::cluster.u32 peer, $0, $1;\nmbarrier.arrive") +
+                  (op.getCluster() ? ".release.cluster" : "") + ".shared::cluster.b64 _, [peer];\n}",
               "r,r,~{memory}");
   });
   // Both shared offsets mapped into CTA `cta`'s window; the bytes complete on its barrier.

@@ -969,3 +969,17 @@ gpu.module @k {
     llvm.return
   }
 }
+
+// -----
+
+// With `cluster` the arrival releases at cluster scope (the pairs' ticket mailbox: the slot's read is ordered
+// before the other CTA overwrites it).
+// CHECK-LABEL: llvm.func @arrive_peer_cluster
+// CHECK: llvm.inline_asm
+// CHECK-SAME: mbarrier.arrive.release.cluster.shared::cluster.b64 _, [peer];
+gpu.module @k {
+  llvm.func @arrive_peer_cluster(%bar: !llvm.ptr<3>, %cta: i32) attributes {megamoe.kernel, megamoe.block_threads = 384 : i64} {
+    megamoe.mbarrier_arrive_peer %bar, %cta {cluster} : !llvm.ptr<3>
+    llvm.return
+  }
+}

@@ -228,12 +228,14 @@ def MegaMoe_TmaLoadOp : MegaMoe_Op<"tma_load", [MemoryEffects<[MemRead, MemWrite
 }
 
 def MegaMoe_MbarrierArrivePeerOp : MegaMoe_Op<"mbarrier_arrive_peer", [MemoryEffects<[MemRead, MemWrite]>]> {
-  let summary = "one arrival on the barrier at the same shared offset in CTA `cta` of the cluster (release, CTA scope)";
+  let summary = "one arrival on the barrier at the same shared offset in CTA `cta` of the cluster (release)";
   let description = [{
     The calling thread alone. With TMA multicast a producer refills a ring slot in both CTAs of a pair, so each
-    CTA's MMA warpgroups release the slot to both producers.
+    CTA's MMA warpgroups release the slot to both producers: CTA scope, as the slot's readers are wgmmas already
+    complete. `cluster` releases at cluster scope, for memory accesses of this thread the other CTA must see
+    ordered before the arrival (a fence: keep it out of the MMA warps' K loop).
   }];
-  let arguments = (ins AnyLLVMPtr:$bar, I32:$cta);
+  let arguments = (ins AnyLLVMPtr:$bar, I32:$cta, UnitAttr:$cluster);
   let assemblyFormat = "$bar `,` $cta attr-dict `:` type($bar)";
   let hasVerifier = 1;
 }
