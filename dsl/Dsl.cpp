@@ -556,8 +556,9 @@ void Kernel::mbarrierInit(const SharedTile& bars, const I32& i, int64_t count) {
   MbarrierInitOp::create(b_, loc_, mbarrierAt(bars, i), i32(count).value());
 }
 void Kernel::mbarrierArrive(const SharedTile& bars, const I32& i) { MbarrierArriveOp::create(b_, loc_, mbarrierAt(bars, i)); }
-void Kernel::mbarrierWait(const SharedTile& bars, const I32& i, const I32& parity) {
-  MbarrierWaitOp::create(b_, loc_, mbarrierAt(bars, i), parity.value());
+void Kernel::mbarrierWait(const SharedTile& bars, const I32& i, const I32& parity, bool clusterAcquire) {
+  auto op = MbarrierWaitOp::create(b_, loc_, mbarrierAt(bars, i), parity.value());
+  if (clusterAcquire) op.setCluster(true);
 }
 void Kernel::asyncArrive(const SharedTile& bars, const I32& i) { AsyncArriveOp::create(b_, loc_, mbarrierAt(bars, i)); }
 void Kernel::proxyFence(bool global) {

@@ -246,7 +246,8 @@ class Kernel {
   void mbarrierInit(const SharedTile& bars, const I32& i, int64_t count);
   void mbarrierArrive(const SharedTile& bars, const I32& i);  // the calling thread: one arrival (release)
   // The calling thread waits until barrier i's phase of parity `parity` (0 / 1) has completed (acquire).
-  void mbarrierWait(const SharedTile& bars, const I32& i, const I32& parity);
+  // clusterAcquire: the phase was completed by another CTA's cluster-scope release (mbarrierArrivePeer).
+  void mbarrierWait(const SharedTile& bars, const I32& i, const I32& parity, bool clusterAcquire = false);
   // The calling thread: one arrival on barrier i once its async copies issued so far have landed.
   void asyncArrive(const SharedTile& bars, const I32& i);
   // The calling thread: one arrival on barrier i that also expects `bytes` from tmaLoads completing on it.

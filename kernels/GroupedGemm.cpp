@@ -14,7 +14,7 @@ mlir::OwningOpRef<mlir::ModuleOp> buildGroupedGemm(mlir::MLIRContext& ctx, const
   using S = GroupedGemmSpec;
   const bool tma = tensorMaps && arch == Arch::sm_90a;
   S::Tiles c = s.tiles(arch, warpSpecialized || tma);
-  if (c.warpSpecialized) c.stages = WarpSpecialized::stagesFor(c, {s.experts + 1});
+  if (c.warpSpecialized) c.stages = WarpSpecialized::stagesFor(c, {s.experts + 1}, tma && pairs);
   Kernel k(ctx, tensorMaps ? S::tmaName(s.layout) : S::name(s.layout), c.threads);
   GlobalPtr a = k.argPtr(Elem::bf16);
   GlobalPtr b = k.argPtr(Elem::bf16);

@@ -411,8 +411,10 @@ struct WarpSpecialized {
   // Ring stages: 4 when they fit the 227 KB beside the 64-row staging tile, the engine's barriers (1024-byte
   // aligned, as every mbarriers() tile) and hand-over table and the kernel's own shared i32 tables (entries each;
   // sharedTable rounds to 16 bytes), else 3.
-  static int64_t stagesFor(const GroupedGemmSpec::Tiles& c, std::initializer_list<int64_t> tables) {
-    int64_t bytes = 1024 + 20 * 8 + kHandover * kFields * 4 + 2 * 16 + 64 * (c.n + 8) * 2;
+  static constexpr int64_t kMailBytes = 16;  // a pair's ticket mailbox slot (cp.async.bulk: a multiple of 16)
+  static int64_t stagesFor(const GroupedGemmSpec::Tiles& c, std::initializer_list<int64_t> tables, bool pairs = false) {
+    int64_t bytes = 1024 + 16 * 8 + kHandover * kFields * 4 + 64 * (c.n + 8) * 2;
+    if (pairs) bytes += 4 * 8 + 2 * kMailBytes;  // the mailbox's barriers and slots
     for (int64_t n : tables) bytes += (n + 3) / 4 * 16;
     return bytes + 4 * (c.m + c.n) * c.k * 2 <= 227 * 1024 ? 4 : 3;
   }
@@ -430,7 +432,7 @@ struct WarpSpecialized {
     WarpSpecialized ws{pipe, pipe.k.mbarriers(2 * pipe.c.stages + 2 * kHandover + (rank ? 4 : 0)),
                        pipe.k.dynamicSharedTile(dsl::Elem::i32, 1, kHandover * kFields, 1, 0, /*align=*/16), mapA,
                        mapB, rank};
-    if (rank) ws.mail = pipe.k.dynamicSharedTile(dsl::Elem::i32, 1, 4, 2, 0, /*align=*/16);
+    if (rank) ws.mail = pipe.k.dynamicSharedTile(dsl::Elem::i32, 1, kMailBytes / 4, 2, 0, /*align=*/16);
     return ws;
   }
   int64_t warpgroups() const { return pipe.c.mmaThreads() / 128; }
@@ -725,7 +727,8 @@ struct WarpSpecialized {
           I32 q = j % 2;
           I32 drawn = k.ifElse(*rank == 0, [&] {
             // Slot q is free once block 1 has read ticket j - 2 from it.
-            k.ifThen(k.i32(1) < j, [&] { k.mbarrierWait(bars, mailEmpty(q), (j / 2 + 1) % 2); });
+            k.ifThen(k.i32(1) < j,
+                     [&] { k.mbarrierWait(bars, mailEmpty(q), (j / 2 + 1) % 2, /*clusterAcquire=*/true); });
             I32 t = tickets.atomicAddI32(k.i32(1));
             mail->stage(q).storeI32(k.i32(0), t);
             k.proxyFence();  // the generic store before the async-proxy copy reads it
@@ -733,7 +736,7 @@ struct WarpSpecialized {
             return t;
           }, k.i32(0));
           I32 received = k.ifElse(*rank == 1, [&] {
-            k.mbarrierArriveExpectTx(bars, mailFull(q), 16);
+            k.mbarrierArriveExpectTx(bars, mailFull(q), kMailBytes);
             k.mbarrierWait(bars, mailFull(q), (j / 2) % 2);
             I32 t = mail->stage(q).loadI32(k.i32(0));
             // Cluster scope: the slot's read above is ordered before block 0 overwrites it.

@@ -315,8 +315,9 @@ enum class Layout { kNT, kNN, kTN };
 //   64-row step, whose rows past the group the kernel must zero; empty groups give C[e] = 0); a guard expert.
 // The guard must stay at the sentinel. N >= 48 x 256 takes the scheduler's banded tile order (TileScheduler::banded;
 // groups of up to 1400 rows, i.e. a full band of 8 m-tiles and a partial one).
+// grid 0: the SM count (pairs: rounded down to whole clusters of two).
 void runTmaGroupedGemm(Gpu& gpu, Layout layout, int64_t E = 8, int64_t N = 512, int64_t K = 256,
-                       int32_t maxRows = 400, int64_t pairs = 0) {
+                       int32_t maxRows = 400, int64_t pairs = 0, int32_t grid = 0) {
   std::mt19937 rng = testRng();
   const bool nn = layout == Layout::kNN, tn = layout == Layout::kTN;  // TN: K is M, C's rows per expert
   std::vector<int32_t> offsets{0};
@@ -345,7 +346,7 @@ void runTmaGroupedGemm(Gpu& gpu, Layout layout, int64_t E = 8, int64_t N = 512, 
   Buffer tickets(gpu.device(), 8);
   tickets.upload(std::vector<int32_t>{0, 0});
   uint64_t aArg = aDev.ptr(), bArg = bDev.ptr(), outArg = out.ptr(), offArg = offDev.ptr(), ticketArg = tickets.ptr();
-  int32_t grid = gpu.device().multiprocessors() / (pairs ? 2 : 1) * (pairs ? 2 : 1);  // pairs: whole clusters
+  if (grid == 0) grid = gpu.device().multiprocessors() / (pairs ? 2 : 1) * (pairs ? 2 : 1);
   void* params[] = {&aArg, &bArg, &outArg, &offArg, &ticketArg, &grid, mapA.data(), mapB.data()};
   LaunchDims dims;
   dims.grid.x = uint32_t(grid);
@@ -401,15 +402,22 @@ TEST(GpuKernels, TmaGroupedGemmNnRaggedGroups) {
 }
 
 // Cluster pairs (B multicast into both blocks of a pair; the pair's first block draws the tickets and copies each
-// into the second's shared mailbox): odd m-tile counts, empty groups, and tickets left zero across launches.
+// into the second's shared mailbox, two slots in turn): odd m-tile counts, empty groups, and tickets left zero
+// across launches. One cluster (grid 2) draws every ticket, so both mailbox slots are reused many times over.
 TEST(GpuKernels, TmaGroupedGemmNtPairsRaggedGroups) {
   MEGAMOE_REQUIRE_SM90A(gpu);
-  runTmaGroupedGemm(gpu, Layout::kNT, 8, 512, 256, 400, /*pairs=*/1);
+  runTmaGroupedGemm(gpu, Layout::kNT, 8, 512, 256, 400, /*pairs=*/1, /*grid=*/2);
 }
 
 TEST(GpuKernels, TmaGroupedGemmNnPairsRaggedGroups) {
   MEGAMOE_REQUIRE_SM90A(gpu);
-  runTmaGroupedGemm(gpu, Layout::kNN, 8, 512, 256, 400, /*pairs=*/1);
+  runTmaGroupedGemm(gpu, Layout::kNN, 8, 512, 256, 400, /*pairs=*/1, /*grid=*/2);
+}
+
+// Pairs over every SM with several tiles per cluster (~290 pair tiles).
+TEST(GpuKernels, TmaGroupedGemmNtPairsFullGrid) {
+  MEGAMOE_REQUIRE_SM90A(gpu);
+  runTmaGroupedGemm(gpu, Layout::kNT, 8, 2048, 256, 1400, /*pairs=*/1);
 }
 
 TEST(GpuKernels, TmaGroupedGemmNtBandedOrder) {

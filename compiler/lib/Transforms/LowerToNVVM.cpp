@@ -273,8 +273,18 @@ void addWarpSpecialisationPatterns(RewritePatternSet& patterns) {
   });
   // try_wait.parity in a loop until the phase has completed (the hint asks the hardware to suspend up to ~1 ms
   // per try rather than spin).
+  // With `cluster`: the same loop, acquiring at cluster scope (inline: the op has no scope here).
   addEmitter<MbarrierWaitOp>(patterns, [](PatternRewriter& b, MbarrierWaitOp op) {
-    NVVM::MBarrierTryWaitParityOp::create(b, op.getLoc(), op.getBar(), op.getParity(), i32(b, op.getLoc(), 1000000));
+    if (!op.getCluster()) {
+      NVVM::MBarrierTryWaitParityOp::create(b, op.getLoc(), op.getBar(), op.getParity(), i32(b, op.getLoc(), 1000000));
+      return;
+    }
+    Value addr = LLVM::PtrToIntOp::create(b, op.getLoc(), b.getI32Type(), op.getBar());
+    inlinePtx(b, op.getLoc(), ValueRange{addr, op.getParity()},
+              "{\n.reg .pred P1;\nLAB_WAIT:\n"
+              "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 P1, [$0], $1, 1000000;\n"
+              "@P1 bra.uni DONE;\nbra.uni LAB_WAIT;\nDONE:\n}",
+              "r,r,~{memory}");
   });
   addEmitter<AsyncArriveOp>(patterns, [](PatternRewriter& b, AsyncArriveOp op) {
     NVVM::CpAsyncMBarrierArriveOp::create(b, op.getLoc(), op.getBar(), /*noinc=*/true);

@@ -179,12 +179,14 @@ def MegaMoe_MbarrierArriveOp : MegaMoe_Op<"mbarrier_arrive", [MemoryEffects<[Mem
 }
 
 def MegaMoe_MbarrierWaitOp : MegaMoe_Op<"mbarrier_wait", [MemoryEffects<[MemRead, MemWrite]>]> {
-  let summary = "wait until the barrier's phase with parity `parity` (0 or 1) has completed; acquire at CTA scope";
+  let summary = "wait until the barrier's phase with parity `parity` (0 or 1) has completed; acquire";
   let description = [{
     The calling thread alone. Waits on barriers of its own block only, which the block's other threads complete
-    (the pipeline's producer and consumers); waits on other ranks go through `wait`, which is bounded.
+    (the pipeline's producer and consumers), or with `cluster` also another CTA of the cluster (its arrivals
+    released at cluster scope; the acquire is then at cluster scope too); waits on other ranks go through `wait`,
+    which is bounded.
   }];
-  let arguments = (ins AnyLLVMPtr:$bar, I32:$parity);
+  let arguments = (ins AnyLLVMPtr:$bar, I32:$parity, UnitAttr:$cluster);
   let assemblyFormat = "$bar `,` $parity attr-dict `:` type($bar)";
   let hasVerifier = 1;
 }
