@@ -556,8 +556,9 @@ void Kernel::mbarrierInit(const SharedTile& bars, const I32& i, int64_t count) {
   MbarrierInitOp::create(b_, loc_, mbarrierAt(bars, i), i32(count).value());
 }
 void Kernel::mbarrierArrive(const SharedTile& bars, const I32& i) { MbarrierArriveOp::create(b_, loc_, mbarrierAt(bars, i)); }
-void Kernel::mbarrierWait(const SharedTile& bars, const I32& i, const I32& parity) {
-  MbarrierWaitOp::create(b_, loc_, mbarrierAt(bars, i), parity.value());
+void Kernel::mbarrierWait(const SharedTile& bars, const I32& i, const I32& parity, bool clusterAcquire) {
+  auto op = MbarrierWaitOp::create(b_, loc_, mbarrierAt(bars, i), parity.value());
+  if (clusterAcquire) op.setCluster(true);
 }
 void Kernel::asyncArrive(const SharedTile& bars, const I32& i) { AsyncArriveOp::create(b_, loc_, mbarrierAt(bars, i)); }
 void Kernel::proxyFence(bool global) {
@@ -573,8 +574,13 @@ void Kernel::tmaLoad(const TensorMap& map, const std::vector<I32>& coords, const
   for (const I32& v : coords) c.push_back(v.value());
   TmaLoadOp::create(b_, loc_, map.value(), dst.value(), mbarrierAt(bars, i), c, multicast);
 }
-void Kernel::mbarrierArrivePeer(const SharedTile& bars, const I32& i, const I32& cta) {
-  MbarrierArrivePeerOp::create(b_, loc_, mbarrierAt(bars, i), cta.value());
+void Kernel::mbarrierArrivePeer(const SharedTile& bars, const I32& i, const I32& cta, bool clusterRelease) {
+  auto op = MbarrierArrivePeerOp::create(b_, loc_, mbarrierAt(bars, i), cta.value());
+  if (clusterRelease) op.setCluster(true);
+}
+void Kernel::sharedCopyPeer(const SharedTile& src, const SharedTile& bars, const I32& i, const I32& cta) {
+  const int64_t bytes = src.rows() * src.pitch() * elemBytes(src.elem());
+  SharedCopyPeerOp::create(b_, loc_, src.value(), mbarrierAt(bars, i), cta.value(), bytes);
 }
 void Kernel::setClusterX(int64_t x) {
   if (x < 1 || x > 8) throw std::invalid_argument("cluster: 1..8 blocks");

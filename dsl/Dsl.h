@@ -246,7 +246,8 @@ class Kernel {
   void mbarrierInit(const SharedTile& bars, const I32& i, int64_t count);
   void mbarrierArrive(const SharedTile& bars, const I32& i);  // the calling thread: one arrival (release)
   // The calling thread waits until barrier i's phase of parity `parity` (0 / 1) has completed (acquire).
-  void mbarrierWait(const SharedTile& bars, const I32& i, const I32& parity);
+  // clusterAcquire: the phase was completed by another CTA's cluster-scope release (mbarrierArrivePeer).
+  void mbarrierWait(const SharedTile& bars, const I32& i, const I32& parity, bool clusterAcquire = false);
   // The calling thread: one arrival on barrier i once its async copies issued so far have landed.
   void asyncArrive(const SharedTile& bars, const I32& i);
   // The calling thread: one arrival on barrier i that also expects `bytes` from tmaLoads completing on it.
@@ -257,7 +258,12 @@ class Kernel {
   void tmaLoad(const TensorMap& map, const std::vector<I32>& coords, const SharedTile& dst, const SharedTile& bars,
                const I32& i, int64_t multicast = 0);
   // The calling thread: one arrival on barrier i of CTA `cta` of this block's cluster.
-  void mbarrierArrivePeer(const SharedTile& bars, const I32& i, const I32& cta);
+  // clusterRelease: this thread's earlier accesses are ordered before the arrival for the other CTA too (a fence).
+  void mbarrierArrivePeer(const SharedTile& bars, const I32& i, const I32& cta, bool clusterRelease = false);
+  // The calling thread: copies `src` (this CTA's shared tile, 16-byte multiple) to the same offset in CTA `cta` of
+  // the cluster, completing on that CTA's barrier i, which expects the bytes (mbarrierArriveExpectTx there). Shared
+  // data this thread wrote into `src` needs a proxyFence first.
+  void sharedCopyPeer(const SharedTile& src, const SharedTile& bars, const I32& i, const I32& cta);
   // Thread-block clusters of `x` blocks along x (sm_90a; the grid must be a multiple of x), and their meeting
   // point: every thread of every block of the cluster (barriers initialised before it are visible cluster-wide).
   void setClusterX(int64_t x);

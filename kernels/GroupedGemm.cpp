@@ -14,7 +14,7 @@ mlir::OwningOpRef<mlir::ModuleOp> buildGroupedGemm(mlir::MLIRContext& ctx, const
   using S = GroupedGemmSpec;
   const bool tma = tensorMaps && arch == Arch::sm_90a;
   S::Tiles c = s.tiles(arch, warpSpecialized || tma);
-  if (c.warpSpecialized) c.stages = WarpSpecialized::stagesFor(c, {s.experts + 1});
+  if (c.warpSpecialized) c.stages = WarpSpecialized::stagesFor(c, {s.experts + 1}, tma && pairs);
   Kernel k(ctx, tensorMaps ? S::tmaName(s.layout) : S::name(s.layout), c.threads);
   GlobalPtr a = k.argPtr(Elem::bf16);
   GlobalPtr b = k.argPtr(Elem::bf16);
@@ -22,7 +22,7 @@ mlir::OwningOpRef<mlir::ModuleOp> buildGroupedGemm(mlir::MLIRContext& ctx, const
   GlobalPtr offsets = k.argPtr(Elem::i32);
   // The `_tma` kernels draw their tiles from tickets (i32 [2], zero before the first launch; the kernel leaves it
   // zero): blocks sharing an operand then run close together in time, where the static order let them drift apart
-  // and re-read B from HBM (bench/results/2026-11-30-h200-dynamic-tiles). Pairs keep the static order.
+  // and re-read B from HBM (bench/results/2026-11-30-h200-dynamic-tiles). Pairs draw them per pair.
   std::optional<GlobalPtr> tickets;
   if (tensorMaps) tickets = k.argPtr(Elem::i32);
   I32 grid = k.argI32();
@@ -39,10 +39,10 @@ mlir::OwningOpRef<mlir::ModuleOp> buildGroupedGemm(mlir::MLIRContext& ctx, const
   Rings rings = allocateRings(k, s, c, c.warpSpecialized ? 64 : 0);
   Pipeline pipe{k, s, c, a, b, out, rings.a, rings.b, rings.staging};
   SharedTile first = sharedTable(k, s.experts + 1);
-  if (tickets && !rank) {
+  if (tickets) {
     I32 total = sched.buildTable(first);
     if (c.warpSpecialized)
-      WarpSpecialized::allocate(pipe, maps.a, maps.b).runDynamic(sched, first, *tickets, total, grid);
+      WarpSpecialized::allocate(pipe, maps.a, maps.b, rank).runDynamic(sched, first, *tickets, total, grid);
     else
       pipe.runDynamic(sched, first, *tickets, sharedTable(k, 1), total, grid);
   } else if (c.warpSpecialized) {

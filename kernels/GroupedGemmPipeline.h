@@ -389,11 +389,15 @@ struct Pipeline {
 struct WarpSpecialized {
   static constexpr int64_t kHandover = 2, kFields = 8, kProducerRegisters = 56, kMmaRegisters = 216;
   const Pipeline& pipe;
-  dsl::SharedTile bars, info;  // mbarriers: full[S], empty[S], tileFull[2], tileEmpty[2]; info: i32 [2][8]
+  // mbarriers: full[S], empty[S], tileFull[2], tileEmpty[2], with pairs mailFull[2], mailEmpty[2]; info: i32 [2][8]
+  dsl::SharedTile bars, info;
   std::optional<dsl::TensorMap> mapA, mapB;
   // Pairs (with tensor maps, BN = 256): blocks 2c and 2c + 1 form a cluster running the scheduler's m-tile pairs;
   // each loads its own A and one half of B, multicast into both, so B's traffic from L2 halves.
   std::optional<dsl::I32> rank = std::nullopt;
+  // Pairs drawing tickets: block 0 of the pair draws, and sends each ticket into block 1's mailbox (i32 [2][4]: two
+  // 16-byte slots, the same offsets in both blocks) as a shared-memory copy completing on block 1's mailFull.
+  std::optional<dsl::SharedTile> mail = std::nullopt;
   // Fused operators (with tensor maps; Pipeline's beforeLoads stays unset): called by the producer leader alone
   // before a tile's loads, e.g. to wait for the tile's rows to arrive.
   std::function<void(const TilePlace&)> leaderBeforeLoads;
@@ -407,8 +411,10 @@ struct WarpSpecialized {
   // Ring stages: 4 when they fit the 227 KB beside the 64-row staging tile, the engine's barriers (1024-byte
   // aligned, as every mbarriers() tile) and hand-over table and the kernel's own shared i32 tables (entries each;
   // sharedTable rounds to 16 bytes), else 3.
-  static int64_t stagesFor(const GroupedGemmSpec::Tiles& c, std::initializer_list<int64_t> tables) {
+  static constexpr int64_t kMailBytes = 16;  // a pair's ticket mailbox slot (cp.async.bulk: a multiple of 16)
+  static int64_t stagesFor(const GroupedGemmSpec::Tiles& c, std::initializer_list<int64_t> tables, bool pairs = false) {
     int64_t bytes = 1024 + 16 * 8 + kHandover * kFields * 4 + 64 * (c.n + 8) * 2;
+    if (pairs) bytes += 4 * 8 + 2 * kMailBytes;  // the mailbox's barriers and slots
     for (int64_t n : tables) bytes += (n + 3) / 4 * 16;
     return bytes + 4 * (c.m + c.n) * c.k * 2 <= 227 * 1024 ? 4 : 3;
   }
@@ -423,8 +429,11 @@ struct WarpSpecialized {
     if (rank && (!mapA || pipe.c.n != 256 || pipe.tn())) throw std::logic_error("pairs: tensor maps, NT / NN, BN = 256");
     if (pipe.staging.rows() != 64 || pipe.epilogue || pipe.bulkEpilogue)
       throw std::logic_error("warp-specialised: a 64-row staging tile and the default epilogue");
-    return {pipe, pipe.k.mbarriers(2 * pipe.c.stages + 2 * kHandover),
-            pipe.k.dynamicSharedTile(dsl::Elem::i32, 1, kHandover * kFields, 1, 0, /*align=*/16), mapA, mapB, rank};
+    WarpSpecialized ws{pipe, pipe.k.mbarriers(2 * pipe.c.stages + 2 * kHandover + (rank ? 4 : 0)),
+                       pipe.k.dynamicSharedTile(dsl::Elem::i32, 1, kHandover * kFields, 1, 0, /*align=*/16), mapA,
+                       mapB, rank};
+    if (rank) ws.mail = pipe.k.dynamicSharedTile(dsl::Elem::i32, 1, kMailBytes / 4, 2, 0, /*align=*/16);
+    return ws;
   }
   int64_t warpgroups() const { return pipe.c.mmaThreads() / 128; }
   // The staging tile passes between the MMA warpgroups on named barrier turn(w) (warpgroup w's turn: the other one
@@ -440,6 +449,8 @@ struct WarpSpecialized {
   dsl::I32 empty(const dsl::I32& slot) const { return slot + stages(); }
   dsl::I32 tileFull(const dsl::I32& q) const { return q + 2 * stages(); }
   dsl::I32 tileEmpty(const dsl::I32& q) const { return q + (2 * stages() + kHandover); }
+  dsl::I32 mailFull(const dsl::I32& q) const { return q + (2 * stages() + 2 * kHandover); }
+  dsl::I32 mailEmpty(const dsl::I32& q) const { return q + (2 * stages() + 2 * kHandover + 2); }
 
   // Thread 0 sets up the barriers; every thread of the block calls it.
   void init() const {
@@ -454,6 +465,11 @@ struct WarpSpecialized {
         k.mbarrierInit(bars, tileFull(k.i32(q)), 1);
         k.mbarrierInit(bars, tileEmpty(k.i32(q)), warpgroups());
       }
+      if (rank)
+        for (int64_t q = 0; q < 2; ++q) {
+          k.mbarrierInit(bars, mailFull(k.i32(q)), 1);   // block 1: its own expect_tx, then the copy's bytes
+          k.mbarrierInit(bars, mailEmpty(k.i32(q)), 1);  // block 0: block 1 has read the slot
+        }
     });
     if (rank)
       k.clusterSync();  // both blocks' barriers exist before either multicasts or arrives on the other's
@@ -700,23 +716,50 @@ struct WarpSpecialized {
     using namespace dsl;
     dsl::Kernel& k = pipe.k;
     const auto& c = pipe.c;
-    if (!tma() || rank) throw std::logic_error("runDynamic: tensor maps, no pairs");
+    if (!tma()) throw std::logic_error("runDynamic: tensor maps");
     init();
     k.group(c.mmaThreads(), k.blockThreads() - c.mmaThreads(), /*barrier=*/2, [&] {
       k.setMaxRegisters(kProducerRegisters, /*increase=*/false);
       k.ifThen(k.threadIdx() == k.i32(c.mmaThreads()), [&] {
-        auto draw = [&] { return tickets.atomicAddI32(k.i32(1)); };
+        // Ticket number j of this block (pairs: of the pair; both blocks get the same).
+        auto draw = [&](const I32& j) {
+          if (!rank) return tickets.atomicAddI32(k.i32(1));
+          I32 q = j % 2;
+          I32 drawn = k.ifElse(*rank == 0, [&] {
+            // Slot q is free once block 1 has read ticket j - 2 from it.
+            k.ifThen(k.i32(1) < j,
+                     [&] { k.mbarrierWait(bars, mailEmpty(q), (j / 2 + 1) % 2, /*clusterAcquire=*/true); });
+            I32 t = tickets.atomicAddI32(k.i32(1));
+            mail->stage(q).storeI32(k.i32(0), t);
+            k.proxyFence();  // the generic store before the async-proxy copy reads it
+            k.sharedCopyPeer(mail->stage(q), bars, mailFull(q), k.i32(1));
+            return t;
+          }, k.i32(0));
+          I32 received = k.ifElse(*rank == 1, [&] {
+            k.mbarrierArriveExpectTx(bars, mailFull(q), kMailBytes);
+            k.mbarrierWait(bars, mailFull(q), (j / 2) % 2);
+            I32 t = mail->stage(q).loadI32(k.i32(0));
+            // Cluster scope: the slot's read above is ordered before block 0 overwrites it.
+            k.mbarrierArrivePeer(bars, mailEmpty(q), k.i32(0), /*clusterRelease=*/true);
+            return t;
+          }, k.i32(0));
+          return drawn + received;
+        };
         std::vector<I32> end = k.whileLoop(
-            {draw(), k.i32(0), k.i32(0)}, [&](const std::vector<I32>& v) { return v[0] < total; },
+            {draw(k.i32(0)), k.i32(0), k.i32(0)}, [&](const std::vector<I32>& v) { return v[0] < total; },
             [&](const std::vector<I32>& v) {
               I32 g = produceBoxes(sched.place(v[0], first), v[1], v[2]);
-              return std::vector<I32>{draw(), v[1] + 1, g};
+              return std::vector<I32>{draw(v[1] + 1), v[1] + 1, g};
             });
         handOver(end[1], nullptr);
-        resetTicketsIfLast(k, tickets, grid);
+        if (rank)
+          k.ifThen(*rank == 0, [&] { resetTicketsIfLast(k, tickets, grid / 2); });  // block 0s draw
+        else
+          resetTicketsIfLast(k, tickets, grid);
       });
     });
     multiply();
+    if (rank) k.clusterSync();  // no block leaves while its peer may still copy, multicast or arrive into it
   }
 };
 

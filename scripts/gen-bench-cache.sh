@@ -5,7 +5,7 @@ cd "$(dirname "$0")/.."
 dir=${1:?usage: scripts/gen-bench-cache.sh CACHE_DIR}
 gen() {
   build/bin/megamoe-cache generate --targets sm_90a --cache-dir "$dir" --quiet --kernel "$1" ${2:+--spec "$2"} >/dev/null
-  # NT / NN cases also run their TMA variant (pairs=1: GEMM_TMA_PAIRS=1 in megamoe-bench gemm).
+  # NT / NN cases also run their TMA variant and its cluster-pair build (pairs=1).
   case $1 in
     grouped_gemm_nt|grouped_gemm_nn)
       for pairs in 0 1; do

@@ -22,6 +22,9 @@ kernels=(
   "gemm_nt N=7168,K=2048"   # L2: [M, I] x [H, I]^T
   "grouped_gemm_nt_tma E=8,N=512,K=256,pairs=0"   # the TMA variants on ragged groups
   "grouped_gemm_nn_tma E=8,N=512,K=256,pairs=0"
+  "grouped_gemm_nt_tma E=8,N=512,K=256,pairs=1"   # cluster pairs drawing tickets per pair
+  "grouped_gemm_nn_tma E=8,N=512,K=256,pairs=1"
+  "grouped_gemm_nt_tma E=8,N=2048,K=256,pairs=1"
   "grouped_gemm_nt_tma E=6,N=12288,K=128,pairs=0"   # the banded tile order (N / 256 >= 48)
   "grouped_gemm_nn_tma E=6,N=7168,K=128,pairs=0"    # NN bands from 28 n-tiles
   "grouped_gemm_tn_tma E=8,N=512,M=256,pairs=0"

@@ -185,8 +185,9 @@ TEST(Codegen, TmaGroupedGemmLoadsBoxesOnBarriers) {
   }
 }
 
-// Without pairs the `_tma` kernels draw their tiles from the tickets argument (one atomic add per tile, by the
-// producer's leader) and the last block leaves them zero; with pairs they keep the static order.
+// The `_tma` kernels draw their tiles from the tickets argument (one atomic add per tile, by the producer's
+// leader; the last block leaves them zero). With pairs the first block of a pair draws and copies each ticket into
+// the second block's shared mailbox, completing on its barrier.
 TEST(Codegen, TmaGroupedGemmDrawsTickets) {
   using G = kernels::GroupedGemmSpec;
   for (int64_t pairs : {0, 1}) {
@@ -194,7 +195,10 @@ TEST(Codegen, TmaGroupedGemmDrawsTickets) {
     SCOPED_TRACE(spec.describe());
     CompiledKernel k;
     ASSERT_TRUE(compileTmaVariant(spec, "sm_90a", k));
-    EXPECT_EQ(k.assembly.find("atom.global.add") != std::string::npos, pairs == 0);
+    EXPECT_NE(k.assembly.find("atom.global.add"), std::string::npos);
+    EXPECT_EQ(k.assembly.find("cp.async.bulk.shared::cluster.shared::cta.mbarrier::complete_tx::bytes") !=
+                  std::string::npos,
+              pairs == 1);
   }
 }
 

@@ -315,8 +315,9 @@ enum class Layout { kNT, kNN, kTN };
 //   64-row step, whose rows past the group the kernel must zero; empty groups give C[e] = 0); a guard expert.
 // The guard must stay at the sentinel. N >= 48 x 256 takes the scheduler's banded tile order (TileScheduler::banded;
 // groups of up to 1400 rows, i.e. a full band of 8 m-tiles and a partial one).
+// grid 0: the SM count (pairs: rounded down to whole clusters of two).
 void runTmaGroupedGemm(Gpu& gpu, Layout layout, int64_t E = 8, int64_t N = 512, int64_t K = 256,
-                       int32_t maxRows = 400) {
+                       int32_t maxRows = 400, int64_t pairs = 0, int32_t grid = 0) {
   std::mt19937 rng = testRng();
   const bool nn = layout == Layout::kNN, tn = layout == Layout::kTN;  // TN: K is M, C's rows per expert
   std::vector<int32_t> offsets{0};
@@ -324,7 +325,7 @@ void runTmaGroupedGemm(Gpu& gpu, Layout layout, int64_t E = 8, int64_t N = 512, 
   for (int64_t e = 0; e < E; ++e) offsets.push_back(offsets.back() + (e == 2 || e == 5 ? 0 : size(rng)));
   const int64_t rows = offsets.back();
   const char* name = tn ? "grouped_gemm_tn_tma" : nn ? "grouped_gemm_nn_tma" : "grouped_gemm_nt_tma";
-  auto kernel = loadKernel(*gpu.runtime, name, {{"E", E}, {"N", N}, {tn ? "M" : "K", K}, {"pairs", 0}});
+  auto kernel = loadKernel(*gpu.runtime, name, {{"E", E}, {"N", N}, {tn ? "M" : "K", K}, {"pairs", pairs}});
   const std::vector<uint16_t> a = randomBf16(rng, size_t(rows * K)),
                               b = randomBf16(rng, size_t(tn ? rows * N : E * N * K));
   Buffer aDev(gpu.device(), a.size() * 2), bDev(gpu.device(), b.size() * 2), offDev(gpu.device(), offsets.size() * 4);
@@ -345,7 +346,7 @@ void runTmaGroupedGemm(Gpu& gpu, Layout layout, int64_t E = 8, int64_t N = 512, 
   Buffer tickets(gpu.device(), 8);
   tickets.upload(std::vector<int32_t>{0, 0});
   uint64_t aArg = aDev.ptr(), bArg = bDev.ptr(), outArg = out.ptr(), offArg = offDev.ptr(), ticketArg = tickets.ptr();
-  int32_t grid = gpu.device().multiprocessors();
+  if (grid == 0) grid = gpu.device().multiprocessors() / (pairs ? 2 : 1) * (pairs ? 2 : 1);
   void* params[] = {&aArg, &bArg, &outArg, &offArg, &ticketArg, &grid, mapA.data(), mapB.data()};
   LaunchDims dims;
   dims.grid.x = uint32_t(grid);
@@ -383,9 +384,10 @@ void runTmaGroupedGemm(Gpu& gpu, Layout layout, int64_t E = 8, int64_t N = 512, 
   const bool identical = first == launchOnce();
   EXPECT_TRUE(identical) << "the second launch differs bitwise from the first";
   EXPECT_EQ(tickets.download<int32_t>(), (std::vector<int32_t>{0, 0})) << "the launch left its tile tickets set";
-  std::printf("SUMMARY %s E=%lld N=%lld %s=%lld rows=%lld: rel_err=%.3e unwritten=%zu guard_touched=%zu "
+  std::printf("SUMMARY %s E=%lld N=%lld %s=%lld pairs=%lld rows=%lld: rel_err=%.3e unwritten=%zu guard_touched=%zu "
               "nonzero_empty=%zu rerun=%s\n",
-              name, (long long)E, (long long)N, tn ? "M" : "K", (long long)K, (long long)rows, err.relative(),
+              name, (long long)E, (long long)N, tn ? "M" : "K", (long long)K, (long long)pairs, (long long)rows,
+              err.relative(),
               written.unwritten, written.guardTouched, nonzeroEmpty, identical ? "identical" : "DIFFERENT");
 }
 
@@ -397,6 +399,25 @@ TEST(GpuKernels, TmaGroupedGemmNtRaggedGroups) {
 TEST(GpuKernels, TmaGroupedGemmNnRaggedGroups) {
   MEGAMOE_REQUIRE_SM90A(gpu);
   runTmaGroupedGemm(gpu, Layout::kNN);
+}
+
+// Cluster pairs (B multicast into both blocks of a pair; the pair's first block draws the tickets and copies each
+// into the second's shared mailbox, two slots in turn): odd m-tile counts, empty groups, and tickets left zero
+// across launches. One cluster (grid 2) draws every ticket, so both mailbox slots are reused many times over.
+TEST(GpuKernels, TmaGroupedGemmNtPairsRaggedGroups) {
+  MEGAMOE_REQUIRE_SM90A(gpu);
+  runTmaGroupedGemm(gpu, Layout::kNT, 8, 512, 256, 400, /*pairs=*/1, /*grid=*/2);
+}
+
+TEST(GpuKernels, TmaGroupedGemmNnPairsRaggedGroups) {
+  MEGAMOE_REQUIRE_SM90A(gpu);
+  runTmaGroupedGemm(gpu, Layout::kNN, 8, 512, 256, 400, /*pairs=*/1, /*grid=*/2);
+}
+
+// Pairs over every SM with several tiles per cluster (~290 pair tiles).
+TEST(GpuKernels, TmaGroupedGemmNtPairsFullGrid) {
+  MEGAMOE_REQUIRE_SM90A(gpu);
+  runTmaGroupedGemm(gpu, Layout::kNT, 8, 2048, 256, 1400, /*pairs=*/1);
 }
 
 TEST(GpuKernels, TmaGroupedGemmNtBandedOrder) {

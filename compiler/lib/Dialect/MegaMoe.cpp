@@ -214,6 +214,13 @@ LogicalResult MbarrierWaitOp::verify() { return verifyBarrierPtr(*this, getBar()
 LogicalResult AsyncArriveOp::verify() { return verifyBarrierPtr(*this, getBar().getType()); }
 LogicalResult MbarrierExpectTxOp::verify() { return verifyBarrierPtr(*this, getBar().getType()); }
 LogicalResult MbarrierArrivePeerOp::verify() { return verifyBarrierPtr(*this, getBar().getType()); }
+LogicalResult SharedCopyPeerOp::verify() {
+  if (failed(verifyBarrierPtr(*this, getBar().getType()))) return failure();
+  if (!isShared(getSrc().getType())) return emitOpError("the source is shared memory (address space 3)");
+  if (getBytes() <= 0 || getBytes() % 16 != 0)
+    return emitOpError("bytes must be a positive multiple of 16, got ") << getBytes();
+  return success();
+}
 LogicalResult TmaLoadOp::verify() {
   if (failed(verifyBarrierPtr(*this, getBar().getType()))) return failure();
   if (!isShared(getDst().getType())) return emitOpError("the box lands in shared memory (address space 3)");

@@ -273,8 +273,18 @@ void addWarpSpecialisationPatterns(RewritePatternSet& patterns) {
   });
   // try_wait.parity in a loop until the phase has completed (the hint asks the hardware to suspend up to ~1 ms
   // per try rather than spin).
+  // With `cluster`: the same loop, acquiring at cluster scope (inline: the op has no scope here).
   addEmitter<MbarrierWaitOp>(patterns, [](PatternRewriter& b, MbarrierWaitOp op) {
-    NVVM::MBarrierTryWaitParityOp::create(b, op.getLoc(), op.getBar(), op.getParity(), i32(b, op.getLoc(), 1000000));
+    if (!op.getCluster()) {
+      NVVM::MBarrierTryWaitParityOp::create(b, op.getLoc(), op.getBar(), op.getParity(), i32(b, op.getLoc(), 1000000));
+      return;
+    }
+    Value addr = LLVM::PtrToIntOp::create(b, op.getLoc(), b.getI32Type(), op.getBar());
+    inlinePtx(b, op.getLoc(), ValueRange{addr, op.getParity()},
+              "{\n.reg .pred P1;\nLAB_WAIT:\n"
+              "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 P1, [$0], $1, 1000000;\n"
+              "@P1 bra.uni DONE;\nbra.uni LAB_WAIT;\nDONE:\n}",
+              "r,r,~{memory}");
   });
   addEmitter<AsyncArriveOp>(patterns, [](PatternRewriter& b, AsyncArriveOp op) {
     NVVM::CpAsyncMBarrierArriveOp::create(b, op.getLoc(), op.getBar(), /*noinc=*/true);
@@ -302,16 +312,28 @@ void addWarpSpecialisationPatterns(RewritePatternSet& patterns) {
                                                           ValueRange{}, mask, Value(), NVVM::TMALoadMode::TILE,
                                                           false, NVVM::CTAGroupKindAttr(), Value());
   });
-  // mapa turns this CTA's shared offset into the peer's address in the cluster window. The arrival keeps the
-  // default (release, CTA) semantics: the slot's readers are this warpgroup's wgmmas, already complete (wait_group)
-  // when it arrives, so the peer's producer needs no cluster-scope release to overwrite it; that release fenced the
-  // MMA warps every K step (bench/results/2026-11-30-h200-pairs-arrive: pairs 0.71-0.81 -> 0.94-1.06 of torch).
+  // mapa turns this CTA's shared offset into the peer's address in the cluster window. A ring slot's arrival keeps
+  // the default (release, CTA) semantics: the slot's readers are this warpgroup's wgmmas, already complete
+  // (wait_group) when it arrives, so the peer's producer needs no cluster-scope release to overwrite it; that release
+  // fenced the MMA warps every K step (bench/results/2026-11-30-h200-pairs-arrive: pairs 0.71-0.81 -> 0.94-1.06 of
+  // torch). `cluster` asks for it where this thread's own accesses must be ordered for the peer.
   addEmitter<MbarrierArrivePeerOp>(patterns, [](PatternRewriter& b, MbarrierArrivePeerOp op) {
     Value addr = LLVM::PtrToIntOp::create(b, op.getLoc(), b.getI32Type(), op.getBar());
     inlinePtx(b, op.getLoc(), ValueRange{addr, op.getCta()},
-              "{\n.reg .b32 peer;\nmapa.shared::cluster.u32 peer, $0, $1;\n"
-              "mbarrier.arrive.shared::cluster.b64 _, [peer];\n}",
+              std::string("{\n.reg .b32 peer;\nmapa.shared::cluster.u32 peer, $0, $1;\nmbarrier.arrive") +
+                  (op.getCluster() ? ".release.cluster" : "") + ".shared::cluster.b64 _, [peer];\n}",
               "r,r,~{memory}");
+  });
+  // Both shared offsets mapped into CTA `cta`'s window; the bytes complete on its barrier.
+  addEmitter<SharedCopyPeerOp>(patterns, [](PatternRewriter& b, SharedCopyPeerOp op) {
+    Location loc = op.getLoc();
+    Value src = LLVM::PtrToIntOp::create(b, loc, b.getI32Type(), op.getSrc());
+    Value bar = LLVM::PtrToIntOp::create(b, loc, b.getI32Type(), op.getBar());
+    inlinePtx(b, loc, ValueRange{src, bar, op.getCta()},
+              "{\n.reg .b32 dst, bar;\nmapa.shared::cluster.u32 dst, $0, $2;\nmapa.shared::cluster.u32 bar, $1, $2;\n"
+              "cp.async.bulk.shared::cluster.shared::cta.mbarrier::complete_tx::bytes [dst], [$0], " +
+                  std::to_string(op.getBytes()) + ", [bar];\n}",
+              "r,r,r,~{memory}");
   });
   addEmitter<ClusterSyncOp>(patterns, [](PatternRewriter& b, ClusterSyncOp op) {
     inlinePtx(b, op.getLoc(), ValueRange{},

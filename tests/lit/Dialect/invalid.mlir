@@ -580,3 +580,23 @@ llvm.func @set_max_registers_not_multiple_of_8() {
   megamoe.set_max_registers {count = 100 : i64}
   llvm.return
 }
+
+//===----------------------------------------------------------------------===//
+// shared_copy_peer
+//===----------------------------------------------------------------------===//
+
+// -----
+
+llvm.func @shared_copy_peer_odd_bytes(%src: !llvm.ptr<3>, %bar: !llvm.ptr<3>, %cta: i32) {
+  // expected-error @+1 {{bytes must be a positive multiple of 16, got 12}}
+  megamoe.shared_copy_peer %src, %bar, %cta {bytes = 12 : i64} : !llvm.ptr<3>, !llvm.ptr<3>
+  llvm.return
+}
+
+// -----
+
+llvm.func @shared_copy_peer_from_global(%src: !llvm.ptr<1>, %bar: !llvm.ptr<3>, %cta: i32) {
+  // expected-error @+1 {{the source is shared memory (address space 3)}}
+  megamoe.shared_copy_peer %src, %bar, %cta {bytes = 16 : i64} : !llvm.ptr<1>, !llvm.ptr<3>
+  llvm.return
+}

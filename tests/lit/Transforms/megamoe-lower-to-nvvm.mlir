@@ -969,3 +969,36 @@ gpu.module @k {
     llvm.return
   }
 }
+
+// -----
+
+// With `cluster` the arrival releases at cluster scope (the pairs' ticket mailbox: the slot's read is ordered
+// before the other CTA overwrites it).
+// CHECK-LABEL: llvm.func @arrive_peer_cluster
+// CHECK: llvm.inline_asm
+// CHECK-SAME: mbarrier.arrive.release.cluster.shared::cluster.b64 _, [peer];
+gpu.module @k {
+  llvm.func @arrive_peer_cluster(%bar: !llvm.ptr<3>, %cta: i32) attributes {megamoe.kernel, megamoe.block_threads = 384 : i64} {
+    megamoe.mbarrier_arrive_peer %bar, %cta {cluster} : !llvm.ptr<3>
+    llvm.return
+  }
+}
+
+// -----
+
+// A pair's ticket: both shared offsets mapped into the peer's window, 16 bytes completing on its barrier; the
+// mailbox's wait acquires at cluster scope.
+// CHECK-LABEL: llvm.func @shared_copy_peer
+// CHECK: llvm.inline_asm
+// CHECK-SAME: mapa.shared::cluster.u32 dst, $0, $2;
+// CHECK-SAME: mapa.shared::cluster.u32 bar, $1, $2;
+// CHECK-SAME: cp.async.bulk.shared::cluster.shared::cta.mbarrier::complete_tx::bytes [dst], [$0], 16, [bar];
+// CHECK: llvm.inline_asm
+// CHECK-SAME: mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 P1, [$0], $1, 1000000;
+gpu.module @k {
+  llvm.func @shared_copy_peer(%src: !llvm.ptr<3>, %bar: !llvm.ptr<3>, %cta: i32) attributes {megamoe.kernel, megamoe.block_threads = 384 : i64} {
+    megamoe.shared_copy_peer %src, %bar, %cta {bytes = 16 : i64} : !llvm.ptr<3>, !llvm.ptr<3>
+    megamoe.mbarrier_wait %bar, %cta {cluster} : !llvm.ptr<3>
+    llvm.return
+  }
+}

@@ -179,12 +179,14 @@ def MegaMoe_MbarrierArriveOp : MegaMoe_Op<"mbarrier_arrive", [MemoryEffects<[Mem
 }
 
 def MegaMoe_MbarrierWaitOp : MegaMoe_Op<"mbarrier_wait", [MemoryEffects<[MemRead, MemWrite]>]> {
-  let summary = "wait until the barrier's phase with parity `parity` (0 or 1) has completed; acquire at CTA scope";
+  let summary = "wait until the barrier's phase with parity `parity` (0 or 1) has completed; acquire";
   let description = [{
     The calling thread alone. Waits on barriers of its own block only, which the block's other threads complete
-    (the pipeline's producer and consumers); waits on other ranks go through `wait`, which is bounded.
+    (the pipeline's producer and consumers), or with `cluster` also another CTA of the cluster (its arrivals
+    released at cluster scope; the acquire is then at cluster scope too); waits on other ranks go through `wait`,
+    which is bounded.
   }];
-  let arguments = (ins AnyLLVMPtr:$bar, I32:$parity);
+  let arguments = (ins AnyLLVMPtr:$bar, I32:$parity, UnitAttr:$cluster);
   let assemblyFormat = "$bar `,` $parity attr-dict `:` type($bar)";
   let hasVerifier = 1;
 }
@@ -228,13 +230,32 @@ def MegaMoe_TmaLoadOp : MegaMoe_Op<"tma_load", [MemoryEffects<[MemRead, MemWrite
 }
 
 def MegaMoe_MbarrierArrivePeerOp : MegaMoe_Op<"mbarrier_arrive_peer", [MemoryEffects<[MemRead, MemWrite]>]> {
-  let summary = "one arrival on the barrier at the same shared offset in CTA `cta` of the cluster (release, CTA scope)";
+  let summary = "one arrival on the barrier at the same shared offset in CTA `cta` of the cluster (release)";
   let description = [{
     The calling thread alone. With TMA multicast a producer refills a ring slot in both CTAs of a pair, so each
-    CTA's MMA warpgroups release the slot to both producers.
+    CTA's MMA warpgroups release the slot to both producers: CTA scope, as the slot's readers are wgmmas already
+    complete. `cluster` releases at cluster scope, for memory accesses of this thread the other CTA must see
+    ordered before the arrival (a fence: keep it out of the MMA warps' K loop).
   }];
-  let arguments = (ins AnyLLVMPtr:$bar, I32:$cta);
+  let arguments = (ins AnyLLVMPtr:$bar, I32:$cta, UnitAttr:$cluster);
   let assemblyFormat = "$bar `,` $cta attr-dict `:` type($bar)";
+  let hasVerifier = 1;
+}
+
+def MegaMoe_SharedCopyPeerOp : MegaMoe_Op<"shared_copy_peer", [MemoryEffects<[MemRead, MemWrite]>]> {
+  let summary = "copy `bytes` of this CTA's shared memory to the same offset in CTA `cta` of the cluster";
+  let description = [{
+    The calling thread alone (sm_90a: cp.async.bulk.shared::cluster.shared::cta). The copy completes on the
+    barrier at `bar`'s offset in CTA `cta` (complete_tx of `bytes`: that CTA expects them with
+    mbarrier_expect_tx), which is also when the data is there for its waiters. Shared data this thread wrote
+    reaches the copy through a proxy_fence. Source and destination 16-byte aligned, `bytes` a positive multiple
+    of 16. The source may be rewritten once the receiver has said so (the copy's completion is only seen there).
+    ```mlir
+    megamoe.shared_copy_peer %src, %bar, %cta {bytes = 16 : i64} : !llvm.ptr<3>, !llvm.ptr<3>
+    ```
+  }];
+  let arguments = (ins AnyLLVMPtr:$src, AnyLLVMPtr:$bar, I32:$cta, I64Attr:$bytes);
+  let assemblyFormat = "$src `,` $bar `,` $cta attr-dict `:` type($src) `,` type($bar)";
   let hasVerifier = 1;
 }
 
