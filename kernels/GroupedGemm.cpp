@@ -35,7 +35,7 @@ mlir::OwningOpRef<mlir::ModuleOp> buildGroupedGemm(mlir::MLIRContext& ctx, const
     k.setClusterX(2);
     rank = k.blockIdx() % 2;
   }
-  TileScheduler sched{k, s, offsets, c.m, c.n, rank};
+  TileScheduler sched{k, s, offsets, c.m, c.n, rank, /*ticketed=*/tickets.has_value()};
   Rings rings = allocateRings(k, s, c, c.warpSpecialized ? 64 : 0);
   Pipeline pipe{k, s, c, a, b, out, rings.a, rings.b, rings.staging};
   SharedTile first = sharedTable(k, s.experts + 1);

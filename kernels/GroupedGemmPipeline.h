@@ -68,6 +68,15 @@ struct TilePlace {
 // L2 (also 28) gained alone but lost 0.5 ms inside the forward combine, TN lost 2-5%, NT L1 (16) lost 15-20%
 // (bench/results/2026-11-30-h200-band-order).
 //
+// Drawn from tickets (`ticketed`: the `_tma` kernels), NT and NN tiles go in bands of kBandTicketsM m-tiles below
+// those widths too: tickets start consecutive tiles within microseconds, so the m-tiles sharing an n-tile's B slice
+// read it from L2 together, where n-fastest started them ~16 tickets apart and part of B came from HBM twice.
+// DeepSeek-V3 L1 on the TMA engine: HBM reads 13-16 -> 9 GB (A + B hold 8.4), L2 bytes 59-62 -> 41-44 GB, the same
+// time at base clock; at the power limit +2-3% L1, +2% EP8 L1, +1.5% Qwen3 L1, +4.5% L2, +0-3% L2 dgrad (NN), +2%
+// random L1 (bench/results/2026-12-01-h200-tickets-bands, band-ab.txt). The 15-20% loss measured above was on the
+// static order, whose blocks drift apart. The fused operators keep their order: the same bands there changed
+// neither leg beyond noise (bench/results/2026-12-01-h200x2-bands-layer).
+//
 // Pairs (pairRank set; NT / NN): the tiles are pairs of m-tiles (2i, 2i + 1) of one expert and n-tile, run by the
 // two blocks of a cluster (rank 0 and 1), which share B's tile; the second m-tile of an expert with an odd count
 // lies past the group (its block computes it and stores nothing).
@@ -77,13 +86,14 @@ struct TileScheduler {
   dsl::GlobalPtr offsets;
   int64_t bm, bn;
   std::optional<dsl::I32> pairRank = std::nullopt;
+  bool ticketed = false;
 
   dsl::I32 offset(const dsl::I32& e) const { return (offsets + k.widen(e)).loadI32(); }
-  static constexpr int64_t kBandFrom = 48, kBandFromNN = 28, kBandM = 8;
+  static constexpr int64_t kBandFrom = 48, kBandFromNN = 28, kBandM = 8, kBandTicketsM = 4;
   int64_t nTiles() const { return s.n / bn; }
-  bool banded() const {
-    return !pairRank && nTiles() >= (s.layout == GroupedGemmSpec::kNN ? kBandFromNN : kBandFrom);
-  }
+  bool wide() const { return nTiles() >= (s.layout == GroupedGemmSpec::kNN ? kBandFromNN : kBandFrom); }
+  bool banded() const { return !pairRank && (wide() || (ticketed && s.layout != GroupedGemmSpec::kTN)); }
+  int64_t bandM() const { return wide() ? kBandM : kBandTicketsM; }
   dsl::I32 mTiles(const dsl::I32& start, const dsl::I32& end) const {
     if (s.layout == GroupedGemmSpec::kTN) return k.i32(s.kOrM / bm);
     return (end - start + (bm - 1)) / bm;
@@ -104,12 +114,12 @@ struct TileScheduler {
     dsl::I32 local = t - tab.at(e);
     dsl::I32 start = offset(e), end = offset(e + 1);
     if (banded()) {
-      dsl::I32 band = local / (kBandM * nTiles()), m0 = band * kBandM;
+      dsl::I32 band = local / (bandM() * nTiles()), m0 = band * bandM();
       dsl::I32 left = mTiles(start, end) - m0;
-      dsl::I32 rows = k.select(left < k.i32(kBandM), left, k.i32(kBandM));
+      dsl::I32 rows = k.select(left < k.i32(bandM()), left, k.i32(bandM()));
       // Past the last tile (t clamped above) rows can be 0: divide by 1 there (the place is unused).
       rows = k.select(k.i32(0) < rows, rows, k.i32(1));
-      dsl::I32 r = local - band * (kBandM * nTiles());
+      dsl::I32 r = local - band * (bandM() * nTiles());
       return {e, start, end, m0 + r % rows, r / rows * bn};
     }
     dsl::I32 mTile = pairRank ? local / nTiles() * 2 + *pairRank : local / nTiles();
