@@ -79,7 +79,7 @@ struct TilePlace {
 //
 // Pairs (pairRank set; NT / NN): the tiles are pairs of m-tiles (2i, 2i + 1) of one expert and n-tile, run by the
 // two blocks of a cluster (rank 0 and 1), which share B's tile; the second m-tile of an expert with an odd count
-// lies past the group (its block computes it and stores nothing).
+// lies past the group (its block computes it and stores nothing). Bands count pairs (half as many per band).
 struct TileScheduler {
   dsl::Kernel& k;
   const GroupedGemmSpec& s;
@@ -92,8 +92,10 @@ struct TileScheduler {
   static constexpr int64_t kBandFrom = 48, kBandFromNN = 28, kBandM = 8, kBandTicketsM = 4;
   int64_t nTiles() const { return s.n / bn; }
   bool wide() const { return nTiles() >= (s.layout == GroupedGemmSpec::kNN ? kBandFromNN : kBandFrom); }
-  bool banded() const { return !pairRank && (wide() || (ticketed && s.layout != GroupedGemmSpec::kTN)); }
-  int64_t bandM() const { return wide() ? kBandM : kBandTicketsM; }
+  bool banded() const { return wide() || (ticketed && s.layout != GroupedGemmSpec::kTN); }
+  // The scheduler's rows: m-tiles, or with pairs pairs of m-tiles (a band then holds half as many).
+  dsl::I32 units(const dsl::I32& mTiles) const { return pairRank ? (mTiles + 1) / 2 : mTiles; }
+  int64_t bandUnits() const { return (wide() ? kBandM : kBandTicketsM) / (pairRank ? 2 : 1); }
   dsl::I32 mTiles(const dsl::I32& start, const dsl::I32& end) const {
     if (s.layout == GroupedGemmSpec::kTN) return k.i32(s.kOrM / bm);
     return (end - start + (bm - 1)) / bm;
@@ -102,8 +104,7 @@ struct TileScheduler {
   // Once per block: the first tile of every expert. Returns the total.
   dsl::I32 buildTable(const dsl::SharedTile& first) const {
     return table(first).build([&](dsl::I32 e) {
-      dsl::I32 m = mTiles(offset(e), offset(e + 1));
-      return (pairRank ? (m + 1) / 2 : m) * nTiles();
+      return units(mTiles(offset(e), offset(e + 1))) * nTiles();
     });
   }
   TilePlace place(const dsl::I32& t, const dsl::SharedTile& first) const {
@@ -113,17 +114,19 @@ struct TileScheduler {
     dsl::I32 e = k.select(found < k.i32(s.experts), found, k.i32(s.experts - 1));
     dsl::I32 local = t - tab.at(e);
     dsl::I32 start = offset(e), end = offset(e + 1);
+    dsl::I32 unit = local / nTiles(), nTile = local % nTiles();
     if (banded()) {
-      dsl::I32 band = local / (bandM() * nTiles()), m0 = band * bandM();
-      dsl::I32 left = mTiles(start, end) - m0;
-      dsl::I32 rows = k.select(left < k.i32(bandM()), left, k.i32(bandM()));
+      const int64_t b = bandUnits();
+      dsl::I32 band = local / (b * nTiles()), u0 = band * b;
+      dsl::I32 left = units(mTiles(start, end)) - u0;
+      dsl::I32 rows = k.select(left < k.i32(b), left, k.i32(b));
       // Past the last tile (t clamped above) rows can be 0: divide by 1 there (the place is unused).
       rows = k.select(k.i32(0) < rows, rows, k.i32(1));
-      dsl::I32 r = local - band * (bandM() * nTiles());
-      return {e, start, end, m0 + r % rows, r / rows * bn};
+      dsl::I32 r = local - band * (b * nTiles());
+      unit = u0 + r % rows;
+      nTile = r / rows;
     }
-    dsl::I32 mTile = pairRank ? local / nTiles() * 2 + *pairRank : local / nTiles();
-    return {e, start, end, mTile, (local % nTiles()) * bn};
+    return {e, start, end, pairRank ? unit * 2 + *pairRank : unit, nTile * bn};
   }
 };
 
