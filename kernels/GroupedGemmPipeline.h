@@ -79,7 +79,9 @@ struct TilePlace {
 //
 // Pairs (pairRank set; NT / NN): the tiles are pairs of m-tiles (2i, 2i + 1) of one expert and n-tile, run by the
 // two blocks of a cluster (rank 0 and 1), which share B's tile; the second m-tile of an expert with an odd count
-// lies past the group (its block computes it and stores nothing). Bands count pairs (half as many per band).
+// lies past the group (its block computes it and stores nothing), unless the expert's n-tiles come in pairs
+// (loneSplit): then the odd last m-tile runs as "lone" tiles, its n-tiles 2q and 2q + 1 on the two blocks, each
+// loading its own A and B without multicast. Bands count pairs of m-tiles (half as many per band).
 struct TileScheduler {
   dsl::Kernel& k;
   const GroupedGemmSpec& s;
@@ -93,8 +95,17 @@ struct TileScheduler {
   int64_t nTiles() const { return s.n / bn; }
   bool wide() const { return nTiles() >= (s.layout == GroupedGemmSpec::kNN ? kBandFromNN : kBandFrom); }
   bool banded() const { return wide() || (ticketed && s.layout != GroupedGemmSpec::kTN); }
+  // Pairs with an even number of n-tiles split an expert's odd last m-tile by n-tiles ("lone" tiles, below).
+  bool loneSplit() const { return pairRank && nTiles() % 2 == 0; }
   // The scheduler's rows: m-tiles, or with pairs pairs of m-tiles (a band then holds half as many).
-  dsl::I32 units(const dsl::I32& mTiles) const { return pairRank ? (mTiles + 1) / 2 : mTiles; }
+  dsl::I32 units(const dsl::I32& mTiles) const {
+    return pairRank ? (loneSplit() ? mTiles / 2 : (mTiles + 1) / 2) : mTiles;
+  }
+  // Tiles of an expert with m m-tiles: its rows' tiles, then with loneSplit the odd last m-tile's n-tile pairs.
+  dsl::I32 expertTiles(const dsl::I32& m) const {
+    dsl::I32 n = units(m) * nTiles();
+    return loneSplit() ? n + m % 2 * (nTiles() / 2) : n;
+  }
   int64_t bandUnits() const { return (wide() ? kBandM : kBandTicketsM) / (pairRank ? 2 : 1); }
   dsl::I32 mTiles(const dsl::I32& start, const dsl::I32& end) const {
     if (s.layout == GroupedGemmSpec::kTN) return k.i32(s.kOrM / bm);
@@ -104,10 +115,12 @@ struct TileScheduler {
   // Once per block: the first tile of every expert. Returns the total.
   dsl::I32 buildTable(const dsl::SharedTile& first) const {
     return table(first).build([&](dsl::I32 e) {
-      return units(mTiles(offset(e), offset(e + 1))) * nTiles();
+      return expertTiles(mTiles(offset(e), offset(e + 1)));
     });
   }
-  TilePlace place(const dsl::I32& t, const dsl::SharedTile& first) const {
+  // Tile t's place for this block; with loneSplit, *lone (if given) tells whether the pair's two blocks share
+  // the tile's rows (a lone tile: n-tiles 2q and 2q + 1 of the expert's last m-tile) instead of its B slice.
+  TilePlace place(const dsl::I32& t, const dsl::SharedTile& first, std::optional<dsl::Bool>* lone = nullptr) const {
     PrefixTable tab = table(first);
     // t past the last tile finds index n; clamped so that no offset past the table is read (the place is unused).
     dsl::I32 found = tab.find(t);
@@ -118,7 +131,7 @@ struct TileScheduler {
     if (banded()) {
       const int64_t b = bandUnits();
       dsl::I32 band = local / (b * nTiles()), u0 = band * b;
-      dsl::I32 left = units(mTiles(start, end)) - u0;
+      dsl::I32 left = units(mTiles(start, end)) - u0;  // lone tiles: garbage, replaced below
       dsl::I32 rows = k.select(left < k.i32(b), left, k.i32(b));
       // Past the last tile (t clamped above) rows can be 0: divide by 1 there (the place is unused).
       rows = k.select(k.i32(0) < rows, rows, k.i32(1));
@@ -126,7 +139,13 @@ struct TileScheduler {
       unit = u0 + r % rows;
       nTile = r / rows;
     }
-    return {e, start, end, pairRank ? unit * 2 + *pairRank : unit, nTile * bn};
+    if (!loneSplit()) return {e, start, end, pairRank ? unit * 2 + *pairRank : unit, nTile * bn};
+    dsl::I32 m = mTiles(start, end), rowTiles = units(m) * nTiles();
+    dsl::Bool isLone = local >= rowTiles;
+    if (lone) *lone = isLone;
+    dsl::I32 q = local - rowTiles;
+    return {e, start, end, k.select(isLone, m - 1, unit * 2 + *pairRank),
+            k.select(isLone, q * 2 + *pairRank, nTile) * bn};
   }
 };
 
@@ -533,14 +552,16 @@ struct WarpSpecialized {
 
   // Producer leader with tensor maps: hands tile p over as tile number j, then (after leaderBeforeLoads) loads its
   // boxes from stage counter g on; returns the counter after them.
-  dsl::I32 produceBoxes(const TilePlace& p, const dsl::I32& j, const dsl::I32& g) const {
+  dsl::I32 produceBoxes(const TilePlace& p, const dsl::I32& j, const dsl::I32& g,
+                        const std::optional<dsl::Bool>& lone = std::nullopt) const {
     handOver(j, &p);
     if (leaderBeforeLoads) leaderBeforeLoads(p);
-    return loadBoxes(p, g);
+    return loadBoxes(p, g, lone);
   }
 
-  // Producer leader with tensor maps: tile p's boxes from stage counter g on; returns the counter after them.
-  dsl::I32 loadBoxes(const TilePlace& p, const dsl::I32& g) const {
+  // Producer leader with tensor maps: tile p's boxes from stage counter g on; returns the counter after them. Pairs:
+  // each block loads its A and half of B multicast into both, or all of its own B where the tile is lone.
+  dsl::I32 loadBoxes(const TilePlace& p, const dsl::I32& g, const std::optional<dsl::Bool>& lone = std::nullopt) const {
     using namespace dsl;
     dsl::Kernel& k = pipe.k;
     const auto& c = pipe.c;
@@ -574,8 +595,14 @@ struct WarpSpecialized {
         }
       };
       if (rank) {
-        k.ifThen(*rank == 0, [&] { loadB(0, 2, 0b11); });
-        k.ifThen(*rank == 1, [&] { loadB(1, 2, 0b11); });
+        if (lone) {
+          k.ifThen(!*lone && *rank == 0, [&] { loadB(0, 2, 0b11); });
+          k.ifThen(!*lone && *rank == 1, [&] { loadB(1, 2, 0b11); });
+          k.ifThen(*lone, [&] { loadB(0, 1, 0); });
+        } else {
+          k.ifThen(*rank == 0, [&] { loadB(0, 2, 0b11); });
+          k.ifThen(*rank == 1, [&] { loadB(1, 2, 0b11); });
+        }
       } else {
         loadB(0, 1, 0);
       }
@@ -665,16 +692,15 @@ struct WarpSpecialized {
     using namespace dsl;
     dsl::Kernel& k = pipe.k;
     const auto& c = pipe.c;
+    if (rank) throw std::logic_error("pairs draw tickets (runDynamic)");
     I32 total = sched.buildTable(first);
     init();
     k.group(c.mmaThreads(), k.blockThreads() - c.mmaThreads(), /*barrier=*/2, [&] {
       k.setMaxRegisters(kProducerRegisters, /*increase=*/false);
       Bool leader = k.threadIdx() == k.i32(c.mmaThreads());
       // cp.async: every producer thread copies, the leader hands tiles over; TMA: the leader alone.
-      // Pairs: cluster c (blocks 2c, 2c + 1) runs pairs c, c + grid / 2, ...
-      I32 firstTile = rank ? k.blockIdx() / 2 : k.blockIdx(), stride = rank ? grid / 2 : grid;
       auto produce = [&](bool boxes) {
-        std::vector<I32> end = k.forRange(firstTile, total, stride, {k.i32(0), k.i32(0)},
+        std::vector<I32> end = k.forRange(k.blockIdx(), total, grid, {k.i32(0), k.i32(0)},
                                           [&](I32 t, const std::vector<I32>& v) {
                                             TilePlace p = sched.place(t, first);
                                             if (boxes) return std::vector<I32>{produceBoxes(p, v[1], v[0]), v[1] + 1};
@@ -695,7 +721,6 @@ struct WarpSpecialized {
         produce(false);
     });
     multiply();
-    if (rank) k.clusterSync();  // no block leaves while its peer may still multicast into it or arrive on it
   }
 
   // The MMA warpgroups, each in its own group: tiles as handed over until the end mark.
@@ -761,7 +786,9 @@ struct WarpSpecialized {
         std::vector<I32> end = k.whileLoop(
             {draw(k.i32(0)), k.i32(0), k.i32(0)}, [&](const std::vector<I32>& v) { return v[0] < total; },
             [&](const std::vector<I32>& v) {
-              I32 g = produceBoxes(sched.place(v[0], first), v[1], v[2]);
+              std::optional<Bool> lone;
+              TilePlace p = sched.place(v[0], first, &lone);
+              I32 g = produceBoxes(p, v[1], v[2], lone);
               return std::vector<I32>{draw(v[1] + 1), v[1] + 1, g};
             });
         handOver(end[1], nullptr);
