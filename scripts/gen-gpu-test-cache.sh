@@ -25,6 +25,8 @@ kernels=(
   "grouped_gemm_nt_tma E=8,N=512,K=256,pairs=1"   # cluster pairs drawing tickets per pair
   "grouped_gemm_nn_tma E=8,N=512,K=256,pairs=1"
   "grouped_gemm_nt_tma E=8,N=2048,K=256,pairs=1"
+  "grouped_gemm_nt_tma E=8,N=768,K=256,pairs=1"     # pairs with an odd n-tile count (no lone tiles)
+  "grouped_gemm_nt_tma E=6,N=12288,K=128,pairs=1"   # pairs in wide bands
   "grouped_gemm_nt_tma E=6,N=12288,K=128,pairs=0"   # the banded tile order (N / 256 >= 48)
   "grouped_gemm_nn_tma E=6,N=7168,K=128,pairs=0"    # NN bands from 28 n-tiles
   "grouped_gemm_tn_tma E=8,N=512,M=256,pairs=0"

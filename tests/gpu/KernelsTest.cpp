@@ -402,8 +402,9 @@ TEST(GpuKernels, TmaGroupedGemmNnRaggedGroups) {
 }
 
 // Cluster pairs (B multicast into both blocks of a pair; the pair's first block draws the tickets and copies each
-// into the second's shared mailbox, two slots in turn): odd m-tile counts, empty groups, and tickets left zero
-// across launches. One cluster (grid 2) draws every ticket, so both mailbox slots are reused many times over.
+// into the second's shared mailbox, two slots in turn): odd m-tile counts (2 n-tiles: the odd last m-tile runs as
+// lone tiles, one n-tile per block), empty groups, and tickets left zero across launches. One cluster (grid 2)
+// draws every ticket, so both mailbox slots are reused many times over.
 TEST(GpuKernels, TmaGroupedGemmNtPairsRaggedGroups) {
   MEGAMOE_REQUIRE_SM90A(gpu);
   runTmaGroupedGemm(gpu, Layout::kNT, 8, 512, 256, 400, /*pairs=*/1, /*grid=*/2);
@@ -418,6 +419,19 @@ TEST(GpuKernels, TmaGroupedGemmNnPairsRaggedGroups) {
 TEST(GpuKernels, TmaGroupedGemmNtPairsFullGrid) {
   MEGAMOE_REQUIRE_SM90A(gpu);
   runTmaGroupedGemm(gpu, Layout::kNT, 8, 2048, 256, 1400, /*pairs=*/1);
+}
+
+// Pairs with an odd number of n-tiles (3): no lone tiles, an odd expert's second block computes a tile past the
+// group and must store nothing.
+TEST(GpuKernels, TmaGroupedGemmNtPairsOddNTiles) {
+  MEGAMOE_REQUIRE_SM90A(gpu);
+  runTmaGroupedGemm(gpu, Layout::kNT, 8, 768, 256, 700, /*pairs=*/1);
+}
+
+// Pairs on a wide problem (48 n-tiles): bands of 4 pairs of m-tiles, lone tiles after them.
+TEST(GpuKernels, TmaGroupedGemmNtPairsBandedWide) {
+  MEGAMOE_REQUIRE_SM90A(gpu);
+  runTmaGroupedGemm(gpu, Layout::kNT, /*E=*/6, /*N=*/12288, /*K=*/128, /*maxRows=*/1400, /*pairs=*/1);
 }
 
 TEST(GpuKernels, TmaGroupedGemmNtBandedOrder) {
