@@ -127,7 +127,8 @@ struct GroupedGemmSpec {
 //   row stride N * 2, box {64, 64}. A group's last K step reads rows of the next group (or the map's zero fill):
 //   the MMA warpgroups zero them in shared memory before multiplying.
 // pairs (tensorMaps NT / NN, N a multiple of 256; the spec constant "pairs"): clusters of two blocks running
-// m-tile pairs that load B's tile once for both (multicast); the grid must then be even.
+// m-tile pairs that load B's tile once for both (multicast), an expert's odd last m-tile split by n-tiles when N is
+// a multiple of 512; the grid must then be even. The fastest build on sm_90a (docs/decisions/gemm-tiles.md).
 mlir::OwningOpRef<mlir::ModuleOp> buildGroupedGemm(mlir::MLIRContext& ctx, const GroupedGemmSpec& s, Arch arch,
                                                    bool warpSpecialized = false, bool tensorMaps = false,
                                                    bool pairs = false);
