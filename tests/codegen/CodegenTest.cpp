@@ -5,6 +5,7 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <sstream>
 #include <string>
 
 #include "dsl/Dsl.h"
@@ -200,6 +201,27 @@ TEST(Codegen, TmaGroupedGemmDrawsTickets) {
                   std::string::npos,
               pairs == 1);
   }
+}
+
+// Pairs whose experts have an even number of n-tiles (N 512: 2) run an odd expert's last m-tile as lone tiles, one
+// n-tile per block, loading their own B without multicast; with an odd number (N 768: 3) every B box is multicast
+// and only A's loads are not.
+TEST(Codegen, TmaPairsLoneTilesLoadTheirOwnB) {
+  using G = kernels::GroupedGemmSpec;
+  auto tensorLoads = [](int64_t n, bool multicast) {
+    CompiledKernel k;
+    EXPECT_TRUE(compileTmaVariant(G{G::kNT, 16, n, 1024}.tmaSpec(/*pairs=*/1), "sm_90a", k));
+    int64_t count = 0;
+    std::istringstream lines(k.assembly);
+    for (std::string line; std::getline(lines, line);)
+      if (line.find("cp.async.bulk.tensor") != std::string::npos &&
+          (line.find(".multicast::cluster") != std::string::npos) == multicast)
+        ++count;
+    return count;
+  };
+  EXPECT_GT(tensorLoads(512, true), 0);
+  EXPECT_GT(tensorLoads(768, true), 0);
+  EXPECT_GT(tensorLoads(512, false), tensorLoads(768, false));
 }
 
 // TN with TMA (grouped_gemm_tn_tma): the tokens' rows arrive as 64 x 64 boxes, and a group's last partial K step is
