@@ -45,8 +45,8 @@ mlir::OwningOpRef<mlir::ModuleOp> buildGroupedGemm(mlir::MLIRContext& ctx, const
       WarpSpecialized::allocate(pipe, maps.a, maps.b, rank).runDynamic(sched, first, *tickets, total, grid);
     else
       pipe.runDynamic(sched, first, *tickets, sharedTable(k, 1), total, grid);
-  } else if (c.warpSpecialized) {
-    WarpSpecialized::allocate(pipe, maps.a, maps.b, rank).runStatic(sched, first, grid);
+  } else if (c.warpSpecialized) {  // no pairs here: they come with tensor maps, hence tickets
+    WarpSpecialized::allocate(pipe, maps.a, maps.b).runStatic(sched, first, grid);
   } else {
     pipe.runStatic(sched, first, grid);
   }

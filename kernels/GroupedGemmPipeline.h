@@ -126,12 +126,12 @@ struct TileScheduler {
     dsl::I32 found = tab.find(t);
     dsl::I32 e = k.select(found < k.i32(s.experts), found, k.i32(s.experts - 1));
     dsl::I32 local = t - tab.at(e);
-    dsl::I32 start = offset(e), end = offset(e + 1);
+    dsl::I32 start = offset(e), end = offset(e + 1), m = mTiles(start, end);
     dsl::I32 unit = local / nTiles(), nTile = local % nTiles();
     if (banded()) {
       const int64_t b = bandUnits();
       dsl::I32 band = local / (b * nTiles()), u0 = band * b;
-      dsl::I32 left = units(mTiles(start, end)) - u0;  // lone tiles: garbage, replaced below
+      dsl::I32 left = units(m) - u0;  // lone tiles: garbage, replaced below
       dsl::I32 rows = k.select(left < k.i32(b), left, k.i32(b));
       // Past the last tile (t clamped above) rows can be 0: divide by 1 there (the place is unused).
       rows = k.select(k.i32(0) < rows, rows, k.i32(1));
@@ -140,7 +140,7 @@ struct TileScheduler {
       nTile = r / rows;
     }
     if (!loneSplit()) return {e, start, end, pairRank ? unit * 2 + *pairRank : unit, nTile * bn};
-    dsl::I32 m = mTiles(start, end), rowTiles = units(m) * nTiles();
+    dsl::I32 rowTiles = units(m) * nTiles();
     dsl::Bool isLone = local >= rowTiles;
     if (lone) *lone = isLone;
     dsl::I32 q = local - rowTiles;
