@@ -126,6 +126,18 @@ Vec Vec::sum() const {
   Value s = vector::ReductionOp::create(k_->builder(), k_->loc(), vector::CombiningKind::ADD, v_);
   return {k_, vector::BroadcastOp::create(k_->builder(), k_->loc(), VectorType::get({1}, vt.getElementType()), s)};
 }
+// vector.shuffle (a plain shufflevector on both targets).
+Vec Vec::slice(int first, int n) const {
+  SmallVector<int64_t> mask;
+  for (int i = 0; i < n; ++i) mask.push_back(first + i);
+  return {k_, vector::ShuffleOp::create(k_->builder(), k_->loc(), v_, v_, mask)};
+}
+Vec Vec::with(int first, const Vec& part) const {
+  int64_t n = cast<VectorType>(v_.getType()).getNumElements(), m = cast<VectorType>(part.v_.getType()).getNumElements();
+  SmallVector<int64_t> mask;
+  for (int64_t i = 0; i < n; ++i) mask.push_back(i >= first && i < first + m ? n + (i - first) : i);
+  return {k_, vector::ShuffleOp::create(k_->builder(), k_->loc(), v_, part.v_, mask)};
+}
 // Compare + select: arith.minnumf/maxnumf would become libdevice calls (__nv_fminf) on sm_90a.
 static Value selectBound(Kernel* k, Value v, Value bound, arith::CmpFPredicate keepIf) {
   Value keep = arith::CmpFOp::create(k->builder(), k->loc(), keepIf, v, bound);
@@ -160,9 +172,10 @@ Vec GlobalPtr::loadSplat(int n) const {
   auto vt = VectorType::get({n}, k_->type(elem_));
   return {k_, vector::BroadcastOp::create(k_->builder(), k_->loc(), vt, one)};
 }
-I32 GlobalPtr::atomicAddI32(const I32& v) const {
+I32 GlobalPtr::atomicAddI32(const I32& v, bool acqRel) const {
   return {k_, LLVM::AtomicRMWOp::create(k_->builder(), k_->loc(), LLVM::AtomicBinOp::add, v_, v.value(),
-                                        LLVM::AtomicOrdering::monotonic, /*syncscope=*/"", 4)};
+                                        acqRel ? LLVM::AtomicOrdering::acq_rel : LLVM::AtomicOrdering::monotonic,
+                                        /*syncscope=*/"", 4)};
 }
 I64 GlobalPtr::loadI64() const {
   return {k_, LLVM::LoadOp::create(k_->builder(), k_->loc(), k_->builder().getI64Type(), v_, 8)};
@@ -304,6 +317,14 @@ Acc Kernel::forRange(const I32& lo, const I32& hi, const I32& step, const Acc& i
     scf::YieldOp::create(b_, loc_, ValueRange{next.value});
   }
   return {loop.getResult(0), init.m, init.n};
+}
+
+Vec Kernel::forRange(const I32& lo, const I32& hi, const I32& step, const Vec& init,
+                     const std::function<Vec(I32, Vec)>& body) {
+  Acc carried = forRange(lo, hi, step, Acc{init.value(), 0, 0}, [&](I32 i, Acc a) {
+    return Acc{body(i, Vec(this, a.value)).value(), 0, 0};
+  });
+  return {this, carried.value};
 }
 
 std::vector<I32> Kernel::forRange(const I32& lo, const I32& hi, const I32& step, const std::vector<I32>& init,
@@ -565,6 +586,7 @@ void Kernel::proxyFence(bool global) {
   auto op = ProxyFenceOp::create(b_, loc_);
   if (global) op.setGlobal(true);
 }
+void Kernel::fence() { LLVM::FenceOp::create(b_, loc_, LLVM::AtomicOrdering::acq_rel, /*syncscope=*/""); }
 void Kernel::mbarrierArriveExpectTx(const SharedTile& bars, const I32& i, int64_t bytes) {
   MbarrierExpectTxOp::create(b_, loc_, mbarrierAt(bars, i), i32(bytes).value());
 }

@@ -81,6 +81,8 @@ class Vec {
   Vec splat(float c) const;  // a vector like this one filled with c
   Vec stepLE(float c) const;  // 1 where the element is <= c, else 0 (masks, e.g. the gradient of a clamp)
   Vec sum() const;            // the elements added in order, as a 1-element vector
+  Vec slice(int first, int n) const;             // elements [first, first + n)
+  Vec with(int first, const Vec& part) const;    // this vector with elements [first, ...) replaced by part's
  private:
   Kernel* k_;
   mlir::Value v_;
@@ -102,8 +104,9 @@ class GlobalPtr {
   void storeI64(const I64& v) const;
   // One element loaded and repeated n times (e.g. a per-row weight for a vector of that row's values).
   Vec loadSplat(int n) const;
-  // Atomic fetch-and-add on an i32 at device scope (relaxed); returns the previous value.
-  I32 atomicAddI32(const I32& v) const;
+  // Atomic fetch-and-add on an i32 (relaxed; with acqRel an acquire-release at system scope); returns the
+  // previous value.
+  I32 atomicAddI32(const I32& v, bool acqRel = false) const;
  private:
   Kernel* k_;
   mlir::Value v_;
@@ -209,6 +212,8 @@ class Kernel {
   void forRange(const I32& lo, const I32& hi, const I32& step, const std::function<void(I32)>& body);
   // A loop that carries an MMA accumulator from one iteration to the next.
   Acc forRange(const I32& lo, const I32& hi, const I32& step, const Acc& init, const std::function<Acc(I32, Acc)>& body);
+  // A loop that carries a register vector (e.g. running sums) from one iteration to the next.
+  Vec forRange(const I32& lo, const I32& hi, const I32& step, const Vec& init, const std::function<Vec(I32, Vec)>& body);
   // A loop carrying 32-bit scalars (counters, running sums) from one iteration to the next.
   std::vector<I32> forRange(const I32& lo, const I32& hi, const I32& step, const std::vector<I32>& init,
                             const std::function<std::vector<I32>(I32, const std::vector<I32>&)>& body);
@@ -273,6 +278,9 @@ class Kernel {
   // With `global`: global data (e.g. rows peers stored, seen through an acquire) before this thread's next
   // tmaLoad reads it.
   void proxyFence(bool global = false);
+  // The calling thread's earlier memory accesses are ordered before its later ones for every observer (an
+  // acquire-release fence at system scope), e.g. stores before a barrier that a counter update follows.
+  void fence();
   // The calling warpgroup's register budget (whole warpgroups; count a multiple of 8 in [24, 256]).
   void setMaxRegisters(int64_t count, bool increase);
 

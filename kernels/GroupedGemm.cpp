@@ -14,7 +14,11 @@ mlir::OwningOpRef<mlir::ModuleOp> buildGroupedGemm(mlir::MLIRContext& ctx, const
   using S = GroupedGemmSpec;
   const bool tma = tensorMaps && arch == Arch::sm_90a;
   S::Tiles c = s.tiles(arch, warpSpecialized || tma);
-  if (c.warpSpecialized) c.stages = WarpSpecialized::stagesFor(c, {s.experts + 1}, tma && pairs);
+  // The split-K tail (WarpSpecialized::SplitTail): standalone NT / NN on the TMA engine.
+  const bool splitTail = tma && c.warpSpecialized && s.layout != S::kTN;
+  if (c.warpSpecialized)
+    c.stages = splitTail ? WarpSpecialized::stagesFor(c, {s.experts + 1, 2}, pairs)
+                         : WarpSpecialized::stagesFor(c, {s.experts + 1}, tma && pairs);
   Kernel k(ctx, tensorMaps ? S::tmaName(s.layout) : S::name(s.layout), c.threads);
   GlobalPtr a = k.argPtr(Elem::bf16);
   GlobalPtr b = k.argPtr(Elem::bf16);
@@ -23,8 +27,13 @@ mlir::OwningOpRef<mlir::ModuleOp> buildGroupedGemm(mlir::MLIRContext& ctx, const
   // The `_tma` kernels draw their tiles from tickets (i32 [2], zero before the first launch; the kernel leaves it
   // zero): blocks sharing an operand then run close together in time, where the static order let them drift apart
   // and re-read B from HBM (bench/results/2026-11-30-h200-dynamic-tiles). Pairs draw them per pair.
-  std::optional<GlobalPtr> tickets;
-  if (tensorMaps) tickets = k.argPtr(Elem::i32);
+  std::optional<GlobalPtr> tickets, splitScratch;
+  std::optional<I32> maxSplit;
+  if (tensorMaps) {
+    tickets = k.argPtr(Elem::i32);
+    splitScratch = k.argPtr(Elem::i32);  // every `_tma` kernel takes them; only splitTail ones use them
+    maxSplit = k.argI32();
+  }
   I32 grid = k.argI32();
   TensorMapArgs maps;
   if (tensorMaps) maps = tensorMapArgs(k, tma);  // gfx950: the same argument list, the maps unused
@@ -41,9 +50,11 @@ mlir::OwningOpRef<mlir::ModuleOp> buildGroupedGemm(mlir::MLIRContext& ctx, const
   SharedTile first = sharedTable(k, s.experts + 1);
   if (tickets) {
     I32 total = sched.buildTable(first);
-    if (c.warpSpecialized)
-      WarpSpecialized::allocate(pipe, maps.a, maps.b, rank).runDynamic(sched, first, *tickets, total, grid);
-    else
+    if (c.warpSpecialized) {
+      WarpSpecialized ws = WarpSpecialized::allocate(pipe, maps.a, maps.b, rank);
+      if (splitTail) ws.enableSplit(*splitScratch, *maxSplit, grid);
+      ws.runDynamic(sched, first, *tickets, total, grid);
+    } else
       pipe.runDynamic(sched, first, *tickets, sharedTable(k, 1), total, grid);
   } else if (c.warpSpecialized) {  // no pairs here: they come with tensor maps, hence tickets
     WarpSpecialized::allocate(pipe, maps.a, maps.b).runStatic(sched, first, grid);

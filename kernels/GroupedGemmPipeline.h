@@ -420,6 +420,8 @@ struct Pipeline {
 // mn_atoms_outer; TN zeroes a group's partial last step in shared memory, zeroTail).
 struct WarpSpecialized {
   static constexpr int64_t kHandover = 2, kFields = 8, kProducerRegisters = 56, kMmaRegisters = 216;
+  // Split-K tail: 16-byte chunks per thread and pass of the sum.
+  static constexpr int64_t kSumChunks = 16;
   const Pipeline& pipe;
   // mbarriers: full[S], empty[S], tileFull[2], tileEmpty[2], with pairs mailFull[2], mailEmpty[2]; info: i32 [2][8]
   dsl::SharedTile bars, info;
@@ -430,6 +432,26 @@ struct WarpSpecialized {
   // Pairs drawing tickets: block 0 of the pair draws, and sends each ticket into block 1's mailbox (i32 [2][4]: two
   // 16-byte slots, the same offsets in both blocks) as a shared-memory copy completing on block 1's mailFull.
   std::optional<dsl::SharedTile> mail = std::nullopt;
+  // Split-K tail (standalone NT / NN with tensor maps; enableSplit). The tickets run out unevenly: U units (tiles,
+  // or pairs' units) over D drawers (blocks, or pairs) leave r = U mod D units for a last round in which D - r
+  // drawers idle, e.g. DeepSeek-V3's L1 as pairs 4 units of 66 (1.5% of the kernel), its L2 dgrad 2 of 66 (3%).
+  // There the last r units run as `ways` = min(D / r, maxSplit, K steps) tickets each, split over K: split s
+  // multiplies K steps [s K / ways, (s + 1) K / ways), each MMA warpgroup stores its fp32 rows into its own partial
+  // tile of the scratch and counts itself in the tile's counter; the last of the `ways` to arrive sums the partials
+  // in split order (so a rerun is bitwise identical whoever arrives last), stores the tile as usual and resets the
+  // counter. No split waits for another (a block's producer may already hold the next ticket of the same unit, so
+  // waiting could deadlock).
+  struct SplitTail {
+    dsl::GlobalPtr counters;  // i32, one per (tail unit, pair rank, MMA warpgroup): zero at launch, left zero
+    dsl::GlobalPtr partials;  // f32 [tail tickets x pair ranks][kSplitTileFloats]
+    dsl::I32 maxSplit;        // 0 or 1: no split
+    dsl::SharedTile last;     // shared i32 [2]: per MMA warpgroup, whether it is the tile's last split
+  };
+  std::optional<SplitTail> split = std::nullopt;
+  // A ticket's share of its unit's K steps; code = 0 (whole unit) or (tail unit + 1) | split << 16 | ways << 24.
+  struct Slice {
+    dsl::I32 k0, steps, code;
+  };
   // Fused operators (with tensor maps; Pipeline's beforeLoads stays unset): called by the producer leader alone
   // before a tile's loads, e.g. to wait for the tile's rows to arrive.
   std::function<void(const TilePlace&)> leaderBeforeLoads;
@@ -466,6 +488,14 @@ struct WarpSpecialized {
                        mapB, rank};
     if (rank) ws.mail = pipe.k.dynamicSharedTile(dsl::Elem::i32, 1, kMailBytes / 4, 2, 0, /*align=*/16);
     return ws;
+  }
+  // The split-K tail over `scratch` (abi::splitScratchBytes(grid)); the kernel's tables must count the shared
+  // i32 [2] it allocates (stagesFor(c, {..., 2})).
+  void enableSplit(const dsl::GlobalPtr& scratch, const dsl::I32& maxSplit, const dsl::I32& grid) {
+    dsl::Kernel& k = pipe.k;
+    if (!tma() || pipe.tn() || pipe.epilogue || pipe.mmaOn) throw std::logic_error("split-K tail: plain NT / NN with TMA");
+    dsl::I64 counterInts = k.widen((grid * 2 + 63) / 64 * 64);  // abi::splitCounterBytes(grid) / 4
+    split = SplitTail{scratch, scratch.as(dsl::Elem::f32) + counterInts, maxSplit, sharedTable(k, 2)};
   }
   int64_t warpgroups() const { return pipe.c.mmaThreads() / 128; }
   // The staging tile passes between the MMA warpgroups on named barrier turn(w) (warpgroup w's turn: the other one
@@ -510,7 +540,7 @@ struct WarpSpecialized {
   }
 
   // Producer leader: hands tile number j (its place, or the end mark) to the MMA warpgroups.
-  void handOver(const dsl::I32& j, const TilePlace* p) const {
+  void handOver(const dsl::I32& j, const TilePlace* p, const std::optional<Slice>& slice = std::nullopt) const {
     using namespace dsl;
     dsl::Kernel& k = pipe.k;
     I32 q = j % kHandover;
@@ -520,6 +550,10 @@ struct WarpSpecialized {
     if (p) {
       std::vector<I32> v = Pipeline::pack(*p);
       for (size_t f = 0; f < v.size(); ++f) info.storeI32(at + int64_t(f + 1), v[f]);
+      if (slice) {  // fields 6 and 7 (K steps below 2^16)
+        info.storeI32(at + 6, slice->k0 + slice->steps * 65536);
+        info.storeI32(at + 7, slice->code);
+      }
     }
     k.mbarrierArrive(bars, tileFull(q));
   }
@@ -532,6 +566,10 @@ struct WarpSpecialized {
     std::vector<dsl::I32> v;
     for (int64_t f = 1; f <= 5; ++f) v.push_back(info.loadI32(q * kFields + f));
     return Pipeline::unpack(v);
+  }
+  Slice sliceOf(const dsl::I32& q) const {
+    dsl::I32 ks = info.loadI32(q * kFields + 6);
+    return {ks % 65536, ks / 65536, info.loadI32(q * kFields + 7)};
   }
 
   // Producer: the copies of tile p's K steps from stage counter g on; returns the counter after them.
@@ -553,22 +591,24 @@ struct WarpSpecialized {
   // Producer leader with tensor maps: hands tile p over as tile number j, then (after leaderBeforeLoads) loads its
   // boxes from stage counter g on; returns the counter after them.
   dsl::I32 produceBoxes(const TilePlace& p, const dsl::I32& j, const dsl::I32& g,
-                        const std::optional<dsl::Bool>& lone = std::nullopt) const {
-    handOver(j, &p);
+                        const std::optional<dsl::Bool>& lone = std::nullopt,
+                        const std::optional<Slice>& slice = std::nullopt) const {
+    handOver(j, &p, slice);
     if (leaderBeforeLoads) leaderBeforeLoads(p);
-    return loadBoxes(p, g, lone);
+    return loadBoxes(p, g, lone, slice);
   }
 
   // Producer leader with tensor maps: tile p's boxes from stage counter g on; returns the counter after them. Pairs:
   // each block loads its A and half of B multicast into both, or all of its own B where the tile is lone.
-  dsl::I32 loadBoxes(const TilePlace& p, const dsl::I32& g, const std::optional<dsl::Bool>& lone = std::nullopt) const {
+  dsl::I32 loadBoxes(const TilePlace& p, const dsl::I32& g, const std::optional<dsl::Bool>& lone = std::nullopt,
+                     const std::optional<Slice>& slice = std::nullopt) const {
     using namespace dsl;
     dsl::Kernel& k = pipe.k;
     const auto& c = pipe.c;
     const auto& s = pipe.s;
-    I32 steps = pipe.kTiles(p);
+    I32 steps = slice ? slice->steps : pipe.kTiles(p);
     k.forRange(k.i32(0), steps, k.i32(1), [&](I32 kt) {
-      I32 gi = g + kt, slot = gi % stages(), kk = kt * c.k;
+      I32 gi = g + kt, slot = gi % stages(), kk = (slice ? slice->k0 + kt : kt) * c.k;
       k.ifThen(k.i32(stages() - 1) < gi, [&] { k.mbarrierWait(bars, empty(slot), (gi / stages() + 1) % 2); });
       k.mbarrierArriveExpectTx(bars, full(slot), (c.m + c.n) * c.k * 2);
       if (pipe.tn()) {  // K x MN slabs of the group's rows: A's M atoms and B's N atoms, one 64 x 64 box each
@@ -619,12 +659,13 @@ struct WarpSpecialized {
 
   // MMA warpgroup w (its own thread group): tile number j, at p, its K loop from stage counter g on (rows 64w ..
   // of the tile), then its rows' epilogue; returns the counter after it.
-  dsl::I32 compute(const TilePlace& p, const dsl::I32& g, int64_t w, const dsl::I32& j) const {
+  dsl::I32 compute(const TilePlace& p, const dsl::I32& g, int64_t w, const dsl::I32& j,
+                   const std::optional<Slice>& slice = std::nullopt) const {
     using namespace dsl;
     dsl::Kernel& k = pipe.k;
     const auto& c = pipe.c;
     Bool wgLeader = k.threadIdx() % 128 == 0;
-    I32 steps = pipe.kTiles(p);
+    I32 steps = slice ? slice->steps : pipe.kTiles(p);
     // Both warpgroups multiply every tile, even where one's 64 rows lie past the group: letting that one only pass
     // the ring slots on measured 20-30% slower on groups of random sizes (bench/results/2026-11-30-h200x2-tma).
     Acc acc = k.forRange(k.i32(0), steps, k.i32(1), k.zeroAcc(64, c.n), [&](I32 kt, Acc acc) {
@@ -640,23 +681,101 @@ struct WarpSpecialized {
     });
     acc = k.drain(acc);
     k.ifThen(k.i32(0) < steps && wgLeader, [&] { release(empty((g + steps + (stages() - 1)) % stages())); });
+    // A split of the tail: its partial out, and whether this warpgroup is its tile's last split (then it stores).
+    std::optional<Bool> isSplit, reduce;
+    if (split && slice) {
+      isSplit = !(slice->code == 0);
+      reduce = *isSplit && splitArrive(acc, *slice, w);
+    }
     // Warpgroup 0 stores tile j after warpgroup 1 has stored tile j - 1; warpgroup 1 after warpgroup 0 tile j.
     if (w == 0)
       k.ifThen(k.i32(0) < j, [&] { k.namedBarrier(turn(0), 256, /*arriveOnly=*/false); });
     else
       k.namedBarrier(turn(1), 256, /*arriveOnly=*/false);
-    k.storeAcc(acc, pipe.staging.asRowsOf(64 * w));
-    k.blockSync();
-    if (epilogue)
-      epilogue(p, pipe.m0(p) + 64 * w, w);
-    else
-      pipe.storeStaged(p, pipe.m0(p) + 64 * w);
+    auto store = [&] {
+      if (epilogue)
+        epilogue(p, pipe.m0(p) + 64 * w, w);
+      else
+        pipe.storeStaged(p, pipe.m0(p) + 64 * w);
+    };
+    if (isSplit) {
+      k.ifThen(!*isSplit, [&] {
+        k.storeAcc(acc, pipe.staging.asRowsOf(64 * w));
+        k.blockSync();
+        store();
+      });
+      k.ifThen(*reduce, [&] {
+        splitSum(*slice, w);
+        k.blockSync();
+        store();
+      });
+    } else {
+      k.storeAcc(acc, pipe.staging.asRowsOf(64 * w));
+      k.blockSync();
+      store();
+    }
     if (bulkEpilogue) {
       k.bulkWait(/*readOnly=*/true);  // this thread's copies have read their staging rows ...
       k.blockSync();                  // ... and every thread's, before the other warpgroup may overwrite them
     }
     k.namedBarrier(turn(1 - w), 256, /*arriveOnly=*/true);
     return g + steps;
+  }
+
+  // Split-K tail, MMA warpgroup w: fields of a split's code, and its partial tile (rows 64w .. are this warpgroup's).
+  struct SplitPart {
+    dsl::I32 unit, index, ways;
+  };
+  SplitPart splitPart(const Slice& sl) const { return {sl.code % 65536 - 1, sl.code / 65536 % 256, sl.code / 16777216}; }
+  dsl::I32 pairRank() const { return rank ? *rank : pipe.k.i32(0); }
+  dsl::GlobalPtr partial(const SplitPart& sp, const dsl::I32& index) const {
+    dsl::Kernel& k = pipe.k;
+    return split->partials + k.widen(((sp.unit * sp.ways + index) * (rank ? 2 : 1) + pairRank())) * abi::kSplitTileFloats;
+  }
+  // Stores the warpgroup's partial and counts it in; true (every thread of the warpgroup) where it was the last.
+  dsl::Bool splitArrive(const dsl::Acc& acc, const Slice& sl, int64_t w) const {
+    using namespace dsl;
+    dsl::Kernel& k = pipe.k;
+    SplitPart sp = splitPart(sl);
+    k.ifThen(!(sl.code == 0), [&] {
+      k.storeAcc(acc, partial(sp, sp.index), k.i32(pipe.c.n), k.i32(INT32_MAX));
+      k.fence();       // this thread's partial before the count ...
+      k.blockSync();   // ... and every thread's, before the leader counts the warpgroup in
+      k.ifThen(k.threadIdx() % 128 == 0, [&] {
+        GlobalPtr counter = split->counters + k.widen((sp.unit * (rank ? 2 : 1) + pairRank()) * 2 + int64_t(w));
+        Bool lastOne = counter.atomicAddI32(k.i32(1), /*acqRel=*/true) == sp.ways - 1;
+        k.ifThen(lastOne, [&] { counter.storeI32(k.i32(0)); });  // every split has counted: reset for the next launch
+        split->last.storeI32(k.i32(w), k.select(lastOne, k.i32(1), k.i32(0)));
+      });
+      k.blockSync();
+    });
+    return split->last.loadI32(k.i32(w)) == 1;
+  }
+  // The last split of warpgroup w: the sum of every split's partial rows, in split order, into the staging tile.
+  void splitSum(const Slice& sl, int64_t w) const {
+    using namespace dsl;
+    dsl::Kernel& k = pipe.k;
+    const int64_t n = pipe.c.n, chunksPerRow = n / 4, chunks = 64 * chunksPerRow / 128;
+    SplitPart sp = splitPart(sl);
+    k.fence();  // the other splits' partials, seen through the counter, before these loads
+    I32 lane = k.threadIdx() % 128;
+    // Passes of kSumChunks 16-byte chunks per thread (chunk i of the pass: rows of 64 chunks, a warp's 32 adjacent).
+    for (int64_t first = 0; first < chunks; first += kSumChunks) {
+      auto at = [&](int64_t i) { return (k.i32(first + i) * 128 + lane); };
+      Vec sums = k.forRange(k.i32(0), sp.ways, k.i32(1), k.zeros(int(4 * kSumChunks), Elem::f32), [&](I32 idx, Vec acc) {
+        GlobalPtr rows = partial(sp, idx) + k.i64(64 * w * n);
+        for (int64_t i = 0; i < kSumChunks; ++i) {
+          I32 q = at(i);
+          Vec part = (rows + k.widen(q / chunksPerRow * n + q % chunksPerRow * 4)).load(4);
+          acc = acc.with(int(4 * i), acc.slice(int(4 * i), 4) + part);
+        }
+        return acc;
+      });
+      for (int64_t i = 0; i < kSumChunks; ++i) {
+        I32 q = at(i);
+        pipe.staging.store(q / chunksPerRow, q % chunksPerRow * 4, sums.slice(int(4 * i), 4).to(Elem::bf16));
+      }
+    }
   }
 
   // TN with TMA, K step kt of tile p in `slot`: where it is the group's last and partial, the K rows past the group
@@ -734,7 +853,9 @@ struct WarpSpecialized {
             {receive(k.i32(0)), k.i32(0), k.i32(0)}, [&](const std::vector<I32>& v) { return !(v[0] == 0); },
             [&](const std::vector<I32>& v) {
               I32 j = v[1];
-              I32 g = compute(placeOf(j % kHandover), v[2], w, j);
+              std::optional<Slice> slice;
+              if (split) slice = sliceOf(j % kHandover);
+              I32 g = compute(placeOf(j % kHandover), v[2], w, j, slice);
               // Every thread of the warpgroup passed compute's barrier after its K loop: entry j has been read.
               k.ifThen(k.threadIdx() % 128 == 0, [&] { k.mbarrierArrive(bars, tileEmpty(j % kHandover)); });
               return std::vector<I32>{receive(j + 1), j + 1, g};
@@ -783,12 +904,36 @@ struct WarpSpecialized {
           }, k.i32(0));
           return drawn + received;
         };
+        // Split-K tail: units below `main` are whole tickets, then `ways` tickets per unit (tickets in all).
+        I32 main = total, ways = k.i32(1), all = total;
+        const int64_t kSteps = pipe.s.kOrM / c.k;
+        if (split) {
+          I32 drawers = rank ? grid / 2 : grid;
+          I32 r = total % drawers;
+          I32 most = drawers / k.select(r == 0, k.i32(1), r);
+          most = k.select(most < split->maxSplit, most, split->maxSplit);
+          most = k.select(most < k.i32(kSteps), most, k.i32(kSteps));
+          Bool on = !(r == 0) && k.i32(1) < most;
+          ways = k.select(on, most, k.i32(1));
+          main = total - k.select(on, r, k.i32(0));
+          all = main + k.select(on, r, k.i32(0)) * ways;
+        }
         std::vector<I32> end = k.whileLoop(
-            {draw(k.i32(0)), k.i32(0), k.i32(0)}, [&](const std::vector<I32>& v) { return v[0] < total; },
+            {draw(k.i32(0)), k.i32(0), k.i32(0)}, [&](const std::vector<I32>& v) { return v[0] < all; },
             [&](const std::vector<I32>& v) {
               std::optional<Bool> lone;
-              TilePlace p = sched.place(v[0], first, &lone);
-              I32 g = produceBoxes(p, v[1], v[2], lone);
+              std::optional<Slice> slice;
+              I32 unit = v[0];
+              if (split) {
+                Bool tail = v[0] >= main;
+                I32 at = k.select(tail, v[0] - main, k.i32(0)), u = at / ways, part = at % ways;
+                unit = k.select(tail, main + u, v[0]);
+                I32 k0 = part * kSteps / ways;
+                slice = Slice{k.select(tail, k0, k.i32(0)), k.select(tail, (part + 1) * kSteps / ways - k0, k.i32(kSteps)),
+                              k.select(tail, u + 1 + part * 65536 + ways * 16777216, k.i32(0))};
+              }
+              TilePlace p = sched.place(unit, first, &lone);
+              I32 g = produceBoxes(p, v[1], v[2], lone, slice);
               return std::vector<I32>{draw(v[1] + 1), v[1] + 1, g};
             });
         handOver(end[1], nullptr);

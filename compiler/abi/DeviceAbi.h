@@ -52,4 +52,11 @@ struct DeviceContext {
   uint64_t epoch;                     // device-advanced call counter (see docs/decisions/epochs.md)
 };
 
+// The split scratch of the grouped_gemm_{nt,nn,tn}_tma kernels (kernels/Kernels.h) for a grid: i32 counters, 2 per
+// block in whole 256-byte lines (zero before the first launch; every launch leaves them zero), then one fp32
+// 128 x 256 partial tile per block (any contents).
+inline constexpr int64_t kSplitTileFloats = 128 * 256;
+inline constexpr int64_t splitCounterBytes(int64_t grid) { return (grid * 2 + 63) / 64 * 256; }
+inline constexpr int64_t splitScratchBytes(int64_t grid) { return splitCounterBytes(grid) + grid * kSplitTileFloats * 4; }
+
 }  // namespace megamoe::abi

@@ -360,8 +360,12 @@ void MoeLayer::backward(const BackwardArgs& a, StreamHandle stream) {
            {&r.ctx, &m.act, &m.h, &r.poolW, &r.poolSrc, &rowsAt, &r.dw, &rowGrid}, *heap_);
   end(BackwardStage::kSwigluBackward);
   start(BackwardStage::kWgradW2);
+  uint64_t noSplit = 0;  // TN takes no split-K tail (kernels/Kernels.h): no scratch, max_split 0
+  int32_t maxSplit = 0;
   m.launch(kWgradTN, m.grid, stream,
-           {&r.pool, &m.act, &dW2, &m.poolOffsets, &tickets2, &grid, m.poolMap.data(), m.actMap.data()}, *heap_);
+           {&r.pool, &m.act, &dW2, &m.poolOffsets, &tickets2, &noSplit, &maxSplit, &grid, m.poolMap.data(),
+            m.actMap.data()},
+           *heap_);
   end(BackwardStage::kWgradW2);
   begin();
   start(BackwardStage::kWgradW1Dispatch);

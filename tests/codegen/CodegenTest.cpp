@@ -176,7 +176,7 @@ TEST(Codegen, TmaGroupedGemmLoadsBoxesOnBarriers) {
       SCOPED_TRACE(spec.describe() + "@" + targetName);
       CompiledKernel k;
       if (!compileTmaVariant(spec, targetName, k)) continue;
-      EXPECT_NE(k.assembly.find(".param .align 64 .b8 " + k.name + "_param_6[128]"), std::string::npos);
+      EXPECT_NE(k.assembly.find(".param .align 64 .b8 " + k.name + "_param_8[128]"), std::string::npos);
       EXPECT_NE(k.assembly.find("mbarrier.arrive.expect_tx"), std::string::npos);
       // Pairs: a cluster of two, B's boxes multicast, slots released to the peer too.
       EXPECT_NE(k.assembly.find(".reqnctapercluster 2, 1, 1"), std::string::npos);
@@ -201,6 +201,23 @@ TEST(Codegen, TmaGroupedGemmDrawsTickets) {
                   std::string::npos,
               pairs == 1);
   }
+}
+
+// The NT / NN `_tma` kernels on sm_90a carry the split-K tail (WarpSpecialized::SplitTail): a split's warpgroup
+// fences its partial's stores before its leader counts it in, and the last split sums the partials with 16-byte
+// loads. TN takes the same arguments and ignores them.
+TEST(Codegen, TmaGroupedGemmSplitTail) {
+  using G = kernels::GroupedGemmSpec;
+  for (G spec : {G{G::kNT, 16, 512, 1024}, G{G::kNN, 16, 512, 1024}, G{G::kTN, 16, 512, 1024}})
+    for (int64_t pairs : {0, 1}) {
+      if (spec.layout == G::kTN && pairs) continue;
+      SCOPED_TRACE(spec.tmaSpec(pairs).describe());
+      CompiledKernel k;
+      ASSERT_TRUE(compileTmaVariant(spec.tmaSpec(pairs), "sm_90a", k));
+      const bool split = spec.layout != G::kTN;
+      EXPECT_EQ(k.assembly.find("fence.acq_rel.sys") != std::string::npos, split);
+      EXPECT_EQ(k.assembly.find("ld.global.v4.b32") != std::string::npos, split);
+    }
 }
 
 // Pairs whose experts have an even number of n-tiles (N 512: 2) run an odd expert's last m-tile as lone tiles, one

@@ -316,8 +316,11 @@ enum class Layout { kNT, kNN, kTN };
 // The guard must stay at the sentinel. N >= 48 x 256 takes the scheduler's banded tile order (TileScheduler::banded;
 // groups of up to 1400 rows, i.e. a full band of 8 m-tiles and a partial one).
 // grid 0: the SM count (pairs: rounded down to whole clusters of two).
+// maxSplit: the split-K tail's limit (0: none); the partial tiles of the split scratch start as NaN, so that a
+// finite one afterwards shows a tail split ran (expectSplit 1 requires it, 0 forbids it, -1 either).
 void runTmaGroupedGemm(Gpu& gpu, Layout layout, int64_t E = 8, int64_t N = 512, int64_t K = 256,
-                       int32_t maxRows = 400, int64_t pairs = 0, int32_t grid = 0) {
+                       int32_t maxRows = 400, int64_t pairs = 0, int32_t grid = 0, int32_t maxSplit = 8,
+                       int expectSplit = -1) {
   std::mt19937 rng = testRng();
   const bool nn = layout == Layout::kNN, tn = layout == Layout::kTN;  // TN: K is M, C's rows per expert
   std::vector<int32_t> offsets{0};
@@ -345,9 +348,18 @@ void runTmaGroupedGemm(Gpu& gpu, Layout layout, int64_t E = 8, int64_t N = 512, 
   // below is bitwise identical only if it runs every tile).
   Buffer tickets(gpu.device(), 8);
   tickets.upload(std::vector<int32_t>{0, 0});
-  uint64_t aArg = aDev.ptr(), bArg = bDev.ptr(), outArg = out.ptr(), offArg = offDev.ptr(), ticketArg = tickets.ptr();
   if (grid == 0) grid = gpu.device().multiprocessors() / (pairs ? 2 : 1) * (pairs ? 2 : 1);
-  void* params[] = {&aArg, &bArg, &outArg, &offArg, &ticketArg, &grid, mapA.data(), mapB.data()};
+  // Split scratch: counters zero, partial tiles NaN (0xffffffff).
+  const size_t counterInts = size_t(abi::splitCounterBytes(grid) / 4),
+               scratchInts = size_t(abi::splitScratchBytes(grid) / 4);
+  std::vector<uint32_t> scratchInit(scratchInts, 0xffffffffu);
+  std::fill(scratchInit.begin(), scratchInit.begin() + ptrdiff_t(counterInts), 0u);
+  Buffer scratch(gpu.device(), scratchInts * 4);
+  scratch.upload(scratchInit);
+  uint64_t aArg = aDev.ptr(), bArg = bDev.ptr(), outArg = out.ptr(), offArg = offDev.ptr(), ticketArg = tickets.ptr(),
+           scratchArg = scratch.ptr();
+  void* params[] = {&aArg, &bArg, &outArg, &offArg, &ticketArg, &scratchArg, &maxSplit, &grid, mapA.data(),
+                    mapB.data()};
   LaunchDims dims;
   dims.grid.x = uint32_t(grid);
   dims.block.x = uint32_t(kernel->metadata().blockThreads);
@@ -384,21 +396,49 @@ void runTmaGroupedGemm(Gpu& gpu, Layout layout, int64_t E = 8, int64_t N = 512, 
   const bool identical = first == launchOnce();
   EXPECT_TRUE(identical) << "the second launch differs bitwise from the first";
   EXPECT_EQ(tickets.download<int32_t>(), (std::vector<int32_t>{0, 0})) << "the launch left its tile tickets set";
-  std::printf("SUMMARY %s E=%lld N=%lld %s=%lld pairs=%lld rows=%lld: rel_err=%.3e unwritten=%zu guard_touched=%zu "
-              "nonzero_empty=%zu rerun=%s\n",
-              name, (long long)E, (long long)N, tn ? "M" : "K", (long long)K, (long long)pairs, (long long)rows,
-              err.relative(),
-              written.unwritten, written.guardTouched, nonzeroEmpty, identical ? "identical" : "DIFFERENT");
+  const std::vector<uint32_t> after = scratch.download<uint32_t>();
+  const size_t countersSet = size_t(std::count_if(after.begin(), after.begin() + ptrdiff_t(counterInts),
+                                                  [](uint32_t v) { return v != 0; }));
+  EXPECT_EQ(countersSet, 0u) << "the launch left split counters set";
+  const size_t partialsWritten = size_t(std::count_if(after.begin() + ptrdiff_t(counterInts), after.end(),
+                                                      [](uint32_t v) { return v != 0xffffffffu; }));
+  if (expectSplit == 1) EXPECT_GT(partialsWritten, 0u) << "no split of the tail ran";
+  if (expectSplit == 0) EXPECT_EQ(partialsWritten, 0u) << "a split ran (max_split " << maxSplit << ")";
+  std::printf("SUMMARY %s E=%lld N=%lld %s=%lld pairs=%lld rows=%lld grid=%d max_split=%d: rel_err=%.3e unwritten=%zu "
+              "guard_touched=%zu nonzero_empty=%zu rerun=%s partial_floats=%zu\n",
+              name, (long long)E, (long long)N, tn ? "M" : "K", (long long)K, (long long)pairs, (long long)rows, grid,
+              maxSplit, err.relative(), written.unwritten, written.guardTouched, nonzeroEmpty,
+              identical ? "identical" : "DIFFERENT", partialsWritten);
 }
 
+// Fewer tiles than blocks: every tile is the tail, split over the K steps (4 here: up to 4 ways).
 TEST(GpuKernels, TmaGroupedGemmNtRaggedGroups) {
   MEGAMOE_REQUIRE_SM90A(gpu);
-  runTmaGroupedGemm(gpu, Layout::kNT);
+  runTmaGroupedGemm(gpu, Layout::kNT, 8, 512, 256, 400, 0, 0, /*maxSplit=*/8, /*expectSplit=*/1);
 }
 
 TEST(GpuKernels, TmaGroupedGemmNnRaggedGroups) {
   MEGAMOE_REQUIRE_SM90A(gpu);
-  runTmaGroupedGemm(gpu, Layout::kNN);
+  runTmaGroupedGemm(gpu, Layout::kNN, 8, 512, 256, 400, 0, 0, /*maxSplit=*/8, /*expectSplit=*/1);
+}
+
+// The same without the split (max_split 0): the scratch's partial tiles stay untouched.
+TEST(GpuKernels, TmaGroupedGemmNtNoSplit) {
+  MEGAMOE_REQUIRE_SM90A(gpu);
+  runTmaGroupedGemm(gpu, Layout::kNT, 8, 512, 256, 400, 0, 0, /*maxSplit=*/0, /*expectSplit=*/0);
+}
+
+// A tail after whole rounds: 9 blocks over ~45 tiles of 16 K steps leave a last round of a few tiles, split 2-4
+// ways, while the earlier tiles run whole (tickets below the tail, split tickets after them).
+TEST(GpuKernels, TmaGroupedGemmNtSplitTailAfterRounds) {
+  MEGAMOE_REQUIRE_SM90A(gpu);
+  runTmaGroupedGemm(gpu, Layout::kNT, 8, 512, 1024, 700, 0, /*grid=*/9, /*maxSplit=*/8, /*expectSplit=*/-1);
+}
+
+// Pairs with a split tail, lone tiles among the split units: at most 24 units over 66 clusters (132 SMs).
+TEST(GpuKernels, TmaGroupedGemmNnPairsSplitTail) {
+  MEGAMOE_REQUIRE_SM90A(gpu);
+  runTmaGroupedGemm(gpu, Layout::kNN, 8, 512, 256, 400, /*pairs=*/1, /*grid=*/0, /*maxSplit=*/8, /*expectSplit=*/1);
 }
 
 // Cluster pairs (B multicast into both blocks of a pair; the pair's first block draws the tickets and copies each
