@@ -2,6 +2,7 @@
 // grouped_gemm_combine, swiglu_bwd and stage_begin (see their specs in Kernels.h, and
 // docs/decisions/fused-dispatch.md for the protocol).
 #include <algorithm>
+#include <cstdlib>
 #include <optional>
 #include <vector>
 
@@ -49,12 +50,15 @@ mlir::OwningOpRef<mlir::ModuleOp> buildDispatchGemm(mlir::MLIRContext& mctx, con
   using S = DispatchGemmSpec;
   using G = GroupedGemmSpec;
   const G g = s.gemm();
-  // The weight gradient (TN) runs the warp-specialised TMA engine on sm_90a (DispatchGemmSpec); the other layouts
+  // On sm_90a the weight gradient (TN) runs the warp-specialised TMA engine (DispatchGemmSpec), and so does the
+  // forward (NT) as cluster pairs where its tiles are 256 wide and its rows the pool's own (no dedup gather); NN
   // the single-role loop (docs/decisions/fused-dispatch.md).
-  const bool ws = s.layout == G::kTN && arch == Arch::sm_90a;
+  const bool pairs = s.layout == G::kNT && !s.dedup && g.n % 256 == 0 && arch == Arch::sm_90a &&
+                     !std::getenv("MEGAMOE_EXP_NTSINGLE");  // EXPERIMENT switch
+  const bool ws = (s.layout == G::kTN && arch == Arch::sm_90a) || pairs;
   G::Tiles c = g.tiles(arch, ws);
   const int64_t E = s.experts, R = s.ranks, local = E / R, H = s.hidden, I = s.intermediate;
-  if (ws) c.stages = WarpSpecialized::stagesFor(c, {local + 1, 1, 1});  // the unit table lives in the staging tile
+  if (ws) c.stages = WarpSpecialized::stagesFor(c, {local + 1, 1, 1}, pairs);  // the unit table: in the staging tile
   Kernel k(mctx, S::kName, c.threads);
   Context ctx = k.argContext();
   GlobalPtr src = k.argPtr(Elem::bf16);
@@ -78,7 +82,7 @@ mlir::OwningOpRef<mlir::ModuleOp> buildDispatchGemm(mlir::MLIRContext& mctx, con
   Legs legs = decodeLegs(k.argI32());
   GlobalPtr topkIdx = k.argPtr(Elem::i32);
   I32 recvStride = k.argI32();
-  const TensorMapArgs maps = tensorMapArgs(k, ws);  // TN on sm_90a: dh's and the pool's rows
+  const TensorMapArgs maps = tensorMapArgs(k, ws);  // sm_90a TN: dh's and the pool's rows; NT: the pool's and w1's
   const bool dedup = s.dedup != 0;
 
   // A failed prologue (an expert index out of range) leaves nothing to do here; the peers' waits time out.
@@ -168,8 +172,14 @@ mlir::OwningOpRef<mlir::ModuleOp> buildDispatchGemm(mlir::MLIRContext& mctx, con
     });
   });
 
-  // 2. GEMM tiles (see DispatchGemmSpec for what each layout computes).
-  TileScheduler sched{k, g, poolOffsets, c.m, c.n};
+  // 2. GEMM tiles (see DispatchGemmSpec for what each layout computes). Pairs: blocks 2c and 2c + 1 form cluster c
+  // (MoeLayer launches whole pairs, pushing blocks included).
+  std::optional<I32> rank;
+  if (pairs) {
+    k.setClusterX(2);
+    rank = k.blockIdx() % 2;
+  }
+  TileScheduler sched{k, g, poolOffsets, c.m, c.n, rank};
   I32 tiles = sched.buildTable(tileFirst);
   I32 total = k.select(legs.gemm, tiles, k.i32(0));
   GlobalPtr a = s.layout == G::kTN ? extra : pool;
@@ -193,10 +203,33 @@ mlir::OwningOpRef<mlir::ModuleOp> buildDispatchGemm(mlir::MLIRContext& mctx, con
       });
     });
   };
+  // The forward's epilogue: SwiGLU of `rows` staged rows (h kept too, for the backward) by threads t .. of `threads`.
+  auto swigluRows = [&](const TilePlace& p, const I32& firstRow, const I32& t, int64_t threads, int64_t rows) {
+    const int64_t half = c.n / 2, perRow = half / 8;
+    I32 rowsValid = k.select(firstRow < p.groupEnd, p.groupEnd - firstRow, k.i32(0));
+    if (s.saveH) {  // h kept for the backward: the gate half and the up half of the tile
+      GlobalPtr hRow = extra + (k.widen(firstRow) * (2 * I) + k.widen(p.n0 / 2));
+      k.copyTile(rings.staging.colSlice(0, half), hRow, k.i32(2 * I), rowsValid, /*swizzle=*/false);
+      k.copyTile(rings.staging.colSlice(half, half), hRow + k.i64(I), k.i32(2 * I), rowsValid, /*swizzle=*/false);
+    }
+    k.forRange(t, k.i32(rows * perRow), k.i32(threads), [&](I32 v) {
+      I32 r = v / perRow, col = (v % perRow) * 8;
+      k.ifThen(r < rowsValid, [&] {
+        Vec gate = rings.staging.load(r, col, 8).toF32();
+        Vec up = rings.staging.load(r, col + half, 8).toF32();
+        (out + (k.widen(firstRow + r) * I + k.widen(p.n0 / 2 + col))).store(swiglu(gate, up, s.clampMilli).to(Elem::bf16));
+      });
+    });
+  };
+  if (s.layout == G::kNT) pipe.gateUpRows = I;
   if (ws) {
     // The producer leader waits (as beforeLoads below), then orders the rows the pushes stored (generic proxy,
     // seen through the counters' acquire) before its TMA reads of them.
-    WarpSpecialized engine = WarpSpecialized::allocate(pipe, maps.a, maps.b);
+    WarpSpecialized engine = WarpSpecialized::allocate(pipe, maps.a, maps.b, rank);
+    if (s.layout == G::kNT)
+      engine.epilogue = [&](const TilePlace& p, const I32& firstRow, int64_t w) {
+        swigluRows(p, firstRow, tid - 128 * w, 128, 64);
+      };
     engine.leaderBeforeLoads = [&](const TilePlace& p) {
       k.ifThen(!(confirmed.loadI32(k.i32(0)) == p.expert), [&] {
         awaitRows(p.expert);
@@ -230,26 +263,8 @@ mlir::OwningOpRef<mlir::ModuleOp> buildDispatchGemm(mlir::MLIRContext& mctx, con
     }
   };
   pipe.gatherA = gatherRows;
-  if (s.layout == G::kNT) {
-    pipe.gateUpRows = I;
-    pipe.epilogue = [&](const TilePlace& p, const I32& firstRow) {
-      const int64_t half = c.n / 2, perRow = half / 8;
-      I32 rowsValid = p.groupEnd - firstRow;
-      if (s.saveH) {  // h kept for the backward: the gate half and the up half of the tile
-        GlobalPtr hRow = extra + (k.widen(firstRow) * (2 * I) + k.widen(p.n0 / 2));
-        k.copyTile(rings.staging.colSlice(0, half), hRow, k.i32(2 * I), rowsValid, /*swizzle=*/false);
-        k.copyTile(rings.staging.colSlice(half, half), hRow + k.i64(I), k.i32(2 * I), rowsValid, /*swizzle=*/false);
-      }
-      k.forRange(tid, k.i32(c.m * perRow), k.i32(c.threads), [&](I32 v) {
-        I32 r = v / perRow, col = (v % perRow) * 8;
-        k.ifThen(r < rowsValid, [&] {
-          Vec gate = rings.staging.load(r, col, 8).toF32();
-          Vec up = rings.staging.load(r, col + half, 8).toF32();
-          (out + (k.widen(firstRow + r) * I + k.widen(p.n0 / 2 + col))).store(swiglu(gate, up, s.clampMilli).to(Elem::bf16));
-        });
-      });
-    };
-  }
+  if (s.layout == G::kNT)
+    pipe.epilogue = [&](const TilePlace& p, const I32& firstRow) { swigluRows(p, firstRow, tid, c.threads, c.m); };
   pipe.runDynamic(sched, tileFirst, tickets, slots, total, grid);
   return k.finish();
 }

@@ -478,8 +478,9 @@ struct WarpSpecialized {
   static WarpSpecialized allocate(const Pipeline& pipe, std::optional<dsl::TensorMap> mapA = std::nullopt,
                                   std::optional<dsl::TensorMap> mapB = std::nullopt,
                                   std::optional<dsl::I32> rank = std::nullopt) {
-    if (mapA.has_value() != mapB.has_value() || (mapA && (pipe.gateUpRows || pipe.beforeLoads)))
-      throw std::logic_error("tensor maps: both operands, plain tiles");
+    if (mapA.has_value() != mapB.has_value() || (mapA && pipe.beforeLoads) ||
+        (mapA && pipe.gateUpRows && (pipe.s.layout != GroupedGemmSpec::kNT || pipe.c.n != 256)))
+      throw std::logic_error("tensor maps: both operands; gate | up halves only as NT's two 128-row boxes");
     if (rank && (!mapA || pipe.c.n != 256 || pipe.tn())) throw std::logic_error("pairs: tensor maps, NT / NN, BN = 256");
     if (pipe.staging.rows() != 64 || pipe.epilogue || pipe.bulkEpilogue)
       throw std::logic_error("warp-specialised: a 64-row staging tile and the default epilogue");
@@ -625,9 +626,11 @@ struct WarpSpecialized {
       // B's boxes: all of them, or with pairs this block's half, multicast into both blocks of the cluster.
       auto loadB = [&](int64_t half, int64_t halves, int64_t multicast) {
         if (s.layout == GroupedGemmSpec::kNT) {
-          for (int64_t h = half * 2 / halves; h < (half + 1) * 2 / halves; ++h)
-            k.tmaLoad(*mapB, {kk, p.expert * s.n + p.n0 + 128 * h}, stage.rowSlice(128 * h, 128), bars, full(slot),
-                      multicast);
+          for (int64_t h = half * 2 / halves; h < (half + 1) * 2 / halves; ++h) {
+            // Rows of B[e]: the tile's, or with gate | up halves n0 / 2 .. of the gate rows, then of the up rows.
+            I32 row = pipe.gateUpRows ? p.n0 / 2 + h * pipe.gateUpRows : p.n0 + 128 * h;
+            k.tmaLoad(*mapB, {kk, p.expert * s.n + row}, stage.rowSlice(128 * h, 128), bars, full(slot), multicast);
+          }
         } else {  // K x 64 boxes: 64 rows of 128 bytes, MN atom a at a * 8 KB
           for (int64_t a = half * (c.n / 64) / halves; a < (half + 1) * (c.n / 64) / halves; ++a)
             k.tmaLoad(*mapB, {p.n0 + 64 * a, p.expert * s.kOrM + kk}, stage.rowSlice(c.k / 4 * a, c.k / 4), bars,

@@ -149,8 +149,9 @@ struct MoeLayer::Impl {
   // the backend has no TMA.
   using TensorMap = std::array<uint8_t, 128>;
   TensorMap poolMap{}, actMap{}, dhMap{}, noMap{};
-  // The dx combine's A (dh) in 64-column x 128-row boxes (grouped_gemm_nn_tma's A).
-  TensorMap dhRowsMap{};
+  // The dx combine's A (dh) and the forward dispatch's A (the pool's rows) in 64-column x 128-row boxes
+  // (grouped_gemm_{nn,nt}_tma's A).
+  TensorMap dhRowsMap{}, poolRowsMap{};
   // A bf16 [rows, cols] matrix in boxes of 64 columns x boxRows rows.
   TensorMap boxes(DevicePtr base, int64_t rows, int64_t cols, uint32_t boxRows) {
     if (device.kind() != BackendKind::kCuda) return TensorMap{};
@@ -236,6 +237,7 @@ MoeLayer::MoeLayer(Runtime& runtime, const MoeLayerConfig& config, std::unique_p
   // One block per SM, all resident: the combine's blocks wait for each other (see docs/decisions/fused-dispatch.md).
   m.grid = uint32_t(m.device.multiprocessors());
   m.pushBlocks = std::min<int32_t>(runtime.env().pushBlocks, int32_t(m.grid));
+  m.poolRowsMap = m.boxes(m.regions.pool, poolRows(config, ranks), config.hidden, 128);
   if (config.training) {
     m.dhRowsMap = m.boxes(m.h, poolRows(config, ranks), 2 * config.intermediate, 128);
     m.poolMap = m.boxes64(m.regions.pool, poolRows(config, ranks), config.hidden);
@@ -296,11 +298,17 @@ void MoeLayer::forward(const ForwardArgs& a, StreamHandle stream) {
            {&r.ctx, &idx, &tokens, &r.counts, &r.flags, &m.sendSlot, &m.poolOffsets, &m.sendList, &m.sendOff,
             &m.sendBase, &r.arrivals, &r.done, &m.routeEpoch, &m.prologueScratch, &prologueBlocks},
            *heap_);
+  // The dispatch (kernels/Kernels.h DispatchGemmSpec) runs as cluster pairs on sm_90a: whole pairs of blocks,
+  // the pushing ones included; w1 [E/R * 2I, H] in 64 x 128 boxes, encoded per call (a CUDA graph captures it by
+  // value).
+  const int64_t local = c.experts / ranks();
+  Impl::TensorMap w1Rows = m.boxes(w1, local * 2 * c.intermediate, c.hidden, 128);
+  int32_t pairGrid = grid & ~1, pairPush = std::min<int32_t>((push + 1) & ~1, pairGrid);
   m.mark(m.events, size_t(Stage::kDispatchGemm), stream);
-  m.launch(kDispatchNT, m.grid, stream,
+  m.launch(kDispatchNT, uint32_t(pairGrid), stream,
            {&r.ctx, &x, &weights, &m.sendList, &m.sendOff, &m.sendBase, &r.counts, &r.arrivals, &m.routeEpoch,
-            &r.pool, &r.poolSrc, &r.poolW, &m.poolOffsets, &w1, c.training ? &m.h : &none, &m.act, &tickets0, &push,
-            &grid, &dispatchLegs, &idx, &recvStride, m.noMap.data(), m.noMap.data()},
+            &r.pool, &r.poolSrc, &r.poolW, &m.poolOffsets, &w1, c.training ? &m.h : &none, &m.act, &tickets0,
+            &pairPush, &pairGrid, &dispatchLegs, &idx, &recvStride, m.poolRowsMap.data(), w1Rows.data()},
            *heap_);
   // Profiling: the combine's stage time is its own, not how much later the peer finished its dispatch (the rank
   // barrier of stage_begin; its counter zeroing repeats the prologue's: the other parity is idle in this call).
