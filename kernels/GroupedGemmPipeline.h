@@ -74,8 +74,9 @@ struct TilePlace {
 // DeepSeek-V3 L1 on the TMA engine: HBM reads 13-16 -> 9 GB (A + B hold 8.4), L2 bytes 59-62 -> 41-44 GB, the same
 // time at base clock; at the power limit +2-3% L1, +2% EP8 L1, +1.5% Qwen3 L1, +4.5% L2, +0-3% L2 dgrad (NN), +2%
 // random L1 (bench/results/2026-12-01-h200-tickets-bands, band-ab.txt). The 15-20% loss measured above was on the
-// static order, whose blocks drift apart. The fused operators keep their order: the same bands there changed
-// neither leg beyond noise (bench/results/2026-12-01-h200x2-bands-layer).
+// static order, whose blocks drift apart. The fused operators on the single-role loop keep their order: the same
+// bands there changed neither leg beyond noise (bench/results/2026-12-01-h200x2-bands-layer); the forward dispatch
+// as cluster pairs bands (its stage 7.13 -> 6.91 ms, bench/results/2026-12-01-h200-nt-dispatch-pairs).
 //
 // Pairs (pairRank set; NT / NN): the tiles are pairs of m-tiles (2i, 2i + 1) of one expert and n-tile, run by the
 // two blocks of a cluster (rank 0 and 1), which share B's tile; the second m-tile of an expert with an odd count

@@ -220,6 +220,22 @@ TEST(Codegen, TmaGroupedGemmSplitTail) {
     }
 }
 
+// The forward dispatch (NT) on sm_90a runs the TMA engine as cluster pairs, its B tile's gate and up halves loaded
+// as two boxes (one per block of a pair, multicast); with dedup its tiles gather rows and stay on the single-role
+// loop (cp.async).
+TEST(Codegen, ForwardDispatchRunsAsClusterPairs) {
+  for (int64_t dedup : {0, 1}) {
+    kernels::DispatchGemmSpec d{256, 2, 8, 7168, 2048};
+    d.dedup = dedup;
+    SCOPED_TRACE(d.spec().describe());
+    CompiledKernel k = compile(d.spec(), "sm_90a");
+    EXPECT_EQ(k.facts.spillBytes, 0);
+    EXPECT_EQ(k.assembly.find(".reqnctapercluster 2, 1, 1") != std::string::npos, dedup == 0);
+    EXPECT_EQ(k.assembly.find(".multicast::cluster") != std::string::npos, dedup == 0);
+    EXPECT_EQ(k.assembly.find("cp.async.cg") != std::string::npos, dedup == 1);
+  }
+}
+
 // Pairs whose experts have an even number of n-tiles (N 512: 2) run an odd expert's last m-tile as lone tiles, one
 // n-tile per block, loading their own B without multicast; with an odd number (N 768: 3) every B box is multicast
 // and only A's loads are not.
