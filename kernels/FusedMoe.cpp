@@ -2,6 +2,7 @@
 // grouped_gemm_combine, swiglu_bwd and stage_begin (see their specs in Kernels.h, and
 // docs/decisions/fused-dispatch.md for the protocol).
 #include <algorithm>
+#include <cstdlib>
 #include <optional>
 #include <vector>
 
@@ -274,12 +275,13 @@ mlir::OwningOpRef<mlir::ModuleOp> buildGemmCombine(mlir::MLIRContext& mctx, cons
   const G g = s.gemm();
   const bool forward = s.layout == G::kNT;
   // The dx combine (NN) runs the warp-specialised TMA engine on sm_90a (measured: dgrad combine 8.5 -> 7.95 ms,
-  // EP2 uniform); the forward combine keeps the single-role loop (its leg gained 2-4% there, within the layer's
-  // run-to-run spread; docs/decisions/fused-dispatch.md).
-  const bool ws = !forward && arch == Arch::sm_90a;
+  // EP2 uniform), the forward combine too, as cluster pairs, where H is a multiple of 256 (docs/decisions/
+  // fused-dispatch.md).
+  const bool pairs = forward && g.n % 256 == 0 && arch == Arch::sm_90a && !std::getenv("MEGAMOE_EXP_COMBSINGLE");
+  const bool ws = (!forward && arch == Arch::sm_90a) || pairs;
   G::Tiles c = g.tiles(arch, ws);
   const int64_t E = s.experts, R = s.ranks, local = E / R, H = s.hidden;
-  if (ws) c.stages = WarpSpecialized::stagesFor(c, {local + 1, 1});
+  if (ws) c.stages = WarpSpecialized::stagesFor(c, {local + 1, 1}, pairs);
   Kernel k(mctx, S::kName, c.threads);
   Context ctx = k.argContext();
   GlobalPtr a = k.argPtr(Elem::bf16);
@@ -297,7 +299,7 @@ mlir::OwningOpRef<mlir::ModuleOp> buildGemmCombine(mlir::MLIRContext& mctx, cons
   GlobalPtr tickets = k.argPtr(Elem::i32);
   I32 grid = k.argI32();
   Legs legs = decodeLegs(k.argI32());
-  const TensorMapArgs maps = tensorMapArgs(k, ws);  // NN on sm_90a: dh's rows and w1
+  const TensorMapArgs maps = tensorMapArgs(k, ws);  // sm_90a NN: dh's rows and w1; NT: act's rows and w2
 
   k.returnIf(!k.errorClear(ctx));
   Rings rings = allocateRings(k, g, c, ws ? 64 : 0);
@@ -306,8 +308,14 @@ mlir::OwningOpRef<mlir::ModuleOp> buildGemmCombine(mlir::MLIRContext& mctx, cons
   I32 tid = k.threadIdx(), me = ctx.rank();
   I64 parity = ctx.epoch() % 2;
 
-  // 1. GEMM tiles; the epilogue stores each row at its home rank (gemm-only: in my own buffer).
-  TileScheduler sched{k, g, poolOffsets, c.m, c.n};
+  // 1. GEMM tiles; the epilogue stores each row at its home rank (gemm-only: in my own buffer). Pairs: clusters of
+  // two blocks (an even grid), tiles in bands as the dispatch's.
+  std::optional<I32> rank;
+  if (pairs) {
+    k.setClusterX(2);
+    rank = k.blockIdx() % 2;
+  }
+  TileScheduler sched{k, g, poolOffsets, c.m, c.n, rank, /*ticketed=*/pairs};
   I32 total = sched.buildTable(tileFirst);
   Pipeline pipe{k, g, c, a, b, comb, rings.a, rings.b, rings.staging};
   // Row r of tile p from firstRow, column col: its destination at its home rank (gemm-only: here).
@@ -344,7 +352,7 @@ mlir::OwningOpRef<mlir::ModuleOp> buildGemmCombine(mlir::MLIRContext& mctx, cons
     tma.epilogue = nullptr;  // the engine's own, per warpgroup
     tma.bulkEpilogue = false;
     tma.mmaOn = [&] { return k.select(legs.gemm, k.i32(1), k.i32(0)); };
-    WarpSpecialized engine = WarpSpecialized::allocate(tma, maps.a, maps.b);
+    WarpSpecialized engine = WarpSpecialized::allocate(tma, maps.a, maps.b, rank);
     engine.bulkEpilogue = true;
     engine.epilogue = [&](const TilePlace& p, const I32& firstRow, int64_t w) {
       I32 rowsValid = k.select(firstRow < p.groupEnd, p.groupEnd - firstRow, k.i32(0));

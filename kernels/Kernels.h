@@ -224,8 +224,9 @@ struct DispatchGemmSpec {
 // Args: ctx, a (act / dh), b (w2 / w1), pool_offsets, pool_src (heap), comb (heap), done (heap i64 [2][R]),
 // topk_idx, topk_weights (f32), tokens (i32), y (y / dx), dw (heap f32), d_topk_weights (f32), tickets, grid, legs,
 // map_a, map_b: the NN combine on sm_90a runs the warp-specialised TMA engine and takes CUtensorMaps of dh
-// [cap, 2I] (64 x 128 boxes) and of w1 [E/R * 2I, H] (64 x 64 boxes), as grouped_gemm_nn_tma; otherwise two unused
-// pointers.
+// [cap, 2I] (64 x 128 boxes) and of w1 [E/R * 2I, H] (64 x 64 boxes), as grouped_gemm_nn_tma; the NT combine (H a
+// multiple of 256) runs it as cluster pairs (an even grid) and takes maps of act [cap, I] and of w2 [E/R * H, I]
+// (64 x 128 boxes, as grouped_gemm_nt_tma); otherwise two unused pointers.
 struct GemmCombineSpec {
   static constexpr const char* kName = "grouped_gemm_combine";
   int64_t experts, ranks, topk, hidden, intermediate;

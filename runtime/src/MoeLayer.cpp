@@ -149,9 +149,9 @@ struct MoeLayer::Impl {
   // the backend has no TMA.
   using TensorMap = std::array<uint8_t, 128>;
   TensorMap poolMap{}, actMap{}, dhMap{}, noMap{};
-  // The dx combine's A (dh) and the forward dispatch's A (the pool's rows) in 64-column x 128-row boxes
-  // (grouped_gemm_{nn,nt}_tma's A).
-  TensorMap dhRowsMap{}, poolRowsMap{};
+  // The dx combine's A (dh), the forward dispatch's (the pool's rows) and the forward combine's (act) in 64-column x
+  // 128-row boxes (grouped_gemm_{nn,nt}_tma's A).
+  TensorMap dhRowsMap{}, poolRowsMap{}, actRowsMap{};
   // A bf16 [rows, cols] matrix in boxes of 64 columns x boxRows rows.
   TensorMap boxes(DevicePtr base, int64_t rows, int64_t cols, uint32_t boxRows) {
     if (device.kind() != BackendKind::kCuda) return TensorMap{};
@@ -238,6 +238,7 @@ MoeLayer::MoeLayer(Runtime& runtime, const MoeLayerConfig& config, std::unique_p
   m.grid = uint32_t(m.device.multiprocessors());
   m.pushBlocks = std::min<int32_t>(runtime.env().pushBlocks, int32_t(m.grid));
   m.poolRowsMap = m.boxes(m.regions.pool, poolRows(config, ranks), config.hidden, 128);
+  m.actRowsMap = m.boxes(m.act, poolRows(config, ranks), config.intermediate, 128);
   if (config.training) {
     m.dhRowsMap = m.boxes(m.h, poolRows(config, ranks), 2 * config.intermediate, 128);
     m.poolMap = m.boxes64(m.regions.pool, poolRows(config, ranks), config.hidden);
@@ -298,11 +299,12 @@ void MoeLayer::forward(const ForwardArgs& a, StreamHandle stream) {
            {&r.ctx, &idx, &tokens, &r.counts, &r.flags, &m.sendSlot, &m.poolOffsets, &m.sendList, &m.sendOff,
             &m.sendBase, &r.arrivals, &r.done, &m.routeEpoch, &m.prologueScratch, &prologueBlocks},
            *heap_);
-  // The dispatch (kernels/Kernels.h DispatchGemmSpec) runs as cluster pairs on sm_90a: whole pairs of blocks,
-  // the pushing ones included; w1 [E/R * 2I, H] in 64 x 128 boxes, encoded per call (a CUDA graph captures it by
-  // value).
+  // The dispatch and the combine (kernels/Kernels.h DispatchGemmSpec, GemmCombineSpec) run as cluster pairs on
+  // sm_90a: whole pairs of blocks, the pushing ones included; w1 [E/R * 2I, H] and w2 [E/R * H, I] in 64 x 128
+  // boxes, encoded per call (a CUDA graph captures them by value).
   const int64_t local = c.experts / ranks();
   Impl::TensorMap w1Rows = m.boxes(w1, local * 2 * c.intermediate, c.hidden, 128);
+  Impl::TensorMap w2Rows = m.boxes(w2, local * c.hidden, c.intermediate, 128);
   int32_t pairGrid = grid & ~1, pairPush = std::min<int32_t>((push + 1) & ~1, pairGrid);
   m.mark(m.events, size_t(Stage::kDispatchGemm), stream);
   m.launch(kDispatchNT, uint32_t(pairGrid), stream,
@@ -314,9 +316,9 @@ void MoeLayer::forward(const ForwardArgs& a, StreamHandle stream) {
   // barrier of stage_begin; its counter zeroing repeats the prologue's: the other parity is idle in this call).
   if (m.profiling) m.stageBegin(stream, *heap_);
   m.mark(m.events, size_t(Stage::kGemmCombine), stream);
-  m.launch(kCombineNT, m.grid, stream,
+  m.launch(kCombineNT, uint32_t(pairGrid), stream,
            {&r.ctx, &m.act, &w2, &m.poolOffsets, &r.poolSrc, &r.comb, &r.done, &idx, &weights, &tokens, &y, &r.dw,
-            &none, &tickets1, &grid, &combineLegs, m.noMap.data(), m.noMap.data()},
+            &none, &tickets1, &pairGrid, &combineLegs, m.actRowsMap.data(), w2Rows.data()},
            *heap_);
   m.mark(m.events, size_t(Stage::kCount), stream);
   m.launch(kEpochAdvance, 1, stream, {&r.ctx}, *heap_);
