@@ -2,7 +2,6 @@
 // grouped_gemm_combine, swiglu_bwd and stage_begin (see their specs in Kernels.h, and
 // docs/decisions/fused-dispatch.md for the protocol).
 #include <algorithm>
-#include <cstdlib>
 #include <optional>
 #include <vector>
 
@@ -275,9 +274,9 @@ mlir::OwningOpRef<mlir::ModuleOp> buildGemmCombine(mlir::MLIRContext& mctx, cons
   const G g = s.gemm();
   const bool forward = s.layout == G::kNT;
   // The dx combine (NN) runs the warp-specialised TMA engine on sm_90a (measured: dgrad combine 8.5 -> 7.95 ms,
-  // EP2 uniform), the forward combine too, as cluster pairs, where H is a multiple of 256 (docs/decisions/
-  // fused-dispatch.md).
-  const bool pairs = forward && g.n % 256 == 0 && arch == Arch::sm_90a && !std::getenv("MEGAMOE_EXP_COMBSINGLE");
+  // EP2 uniform), the forward combine too, as cluster pairs, where H is a multiple of 256 (4.15 -> 3.92 ms against
+  // the single-role loop, one H200 with EP2's per-GPU work; docs/decisions/fused-dispatch.md).
+  const bool pairs = forward && g.n % 256 == 0 && arch == Arch::sm_90a;
   const bool ws = (!forward && arch == Arch::sm_90a) || pairs;
   G::Tiles c = g.tiles(arch, ws);
   const int64_t E = s.experts, R = s.ranks, local = E / R, H = s.hidden;
