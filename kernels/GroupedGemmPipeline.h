@@ -424,7 +424,8 @@ struct WarpSpecialized {
   // Split-K tail: 16-byte chunks per thread and pass of the sum.
   static constexpr int64_t kSumChunks = 16;
   const Pipeline& pipe;
-  // mbarriers: full[S], empty[S], tileFull[2], tileEmpty[2], with pairs mailFull[2], mailEmpty[2]; info: i32 [2][8]
+  // mbarriers: full[S], empty[S], tileFull[2], tileEmpty[2], with pairs mailFull[2], mailEmpty[2], then turn[2];
+  // info: i32 [2][8]
   dsl::SharedTile bars, info;
   std::optional<dsl::TensorMap> mapA, mapB;
   // Pairs (with tensor maps, BN = 256): blocks 2c and 2c + 1 form a cluster running the scheduler's m-tile pairs;
@@ -485,7 +486,7 @@ struct WarpSpecialized {
     if (rank && (!mapA || pipe.c.n != 256 || pipe.tn())) throw std::logic_error("pairs: tensor maps, NT / NN, BN = 256");
     if (pipe.staging.rows() != 64 || pipe.epilogue || pipe.bulkEpilogue)
       throw std::logic_error("warp-specialised: a 64-row staging tile and the default epilogue");
-    WarpSpecialized ws{pipe, pipe.k.mbarriers(2 * pipe.c.stages + 2 * kHandover + (rank ? 4 : 0)),
+    WarpSpecialized ws{pipe, pipe.k.mbarriers(2 * pipe.c.stages + 2 * kHandover + (rank ? 4 : 0) + 2),
                        pipe.k.dynamicSharedTile(dsl::Elem::i32, 1, kHandover * kFields, 1, 0, /*align=*/16), mapA,
                        mapB, rank};
     if (rank) ws.mail = pipe.k.dynamicSharedTile(dsl::Elem::i32, 1, kMailBytes / 4, 2, 0, /*align=*/16);
@@ -500,9 +501,11 @@ struct WarpSpecialized {
     split = SplitTail{scratch, scratch.as(dsl::Elem::f32) + counterInts, maxSplit, sharedTable(k, 2)};
   }
   int64_t warpgroups() const { return pipe.c.mmaThreads() / 128; }
-  // The staging tile passes between the MMA warpgroups on named barrier turn(w) (warpgroup w's turn: the other one
-  // arrives once done with it, w syncs before using it; bar.arrive / bar.sync order the shared accesses).
-  static int turn(int64_t w) { return 5 + int(w); }
+  // The staging tile passes between the MMA warpgroups on mbarrier turn(w) (warpgroup w's turn): the other
+  // warpgroup's 128 threads arrive once done with it (release), w waits before using it (acquire). Named barriers
+  // (bar.arrive / bar.sync) ordered the same accesses, but compute-sanitizer racecheck does not follow bar.arrive
+  // and reported every hand-over as a hazard; it follows mbarriers.
+  dsl::I32 turn(int64_t w) const { return pipe.k.i32(2 * stages() + 2 * kHandover + (rank ? 4 : 0) + w); }
   // TN with TMA: both MMA warpgroups meet here once they have zeroed their share of a group's last K step.
   static constexpr int kTailBarrier = 7;
   // Rows of one 64 MN x 64 K TMA box (8 KB: 64 K rows of 128 bytes) in a [K][MN] ring tile of `cols` elements.
@@ -527,8 +530,9 @@ struct WarpSpecialized {
       }
       for (int64_t q = 0; q < kHandover; ++q) {
         k.mbarrierInit(bars, tileFull(k.i32(q)), 1);
-        k.mbarrierInit(bars, tileEmpty(k.i32(q)), warpgroups());
+        k.mbarrierInit(bars, tileEmpty(k.i32(q)), pipe.c.mmaThreads());  // every reader of the entry
       }
+      for (int64_t w = 0; w < 2; ++w) k.mbarrierInit(bars, turn(w), 128);
       if (rank)
         for (int64_t q = 0; q < 2; ++q) {
           k.mbarrierInit(bars, mailFull(k.i32(q)), 1);   // block 1: its own expect_tx, then the copy's bytes
@@ -691,11 +695,12 @@ struct WarpSpecialized {
       isSplit = !(slice->code == 0);
       reduce = *isSplit && splitArrive(acc, *slice, w);
     }
-    // Warpgroup 0 stores tile j after warpgroup 1 has stored tile j - 1; warpgroup 1 after warpgroup 0 tile j.
+    // Warpgroup 0 stores tile j after warpgroup 1 has stored tile j - 1 (turn(0)'s phase j - 1); warpgroup 1 after
+    // warpgroup 0 tile j (turn(1)'s phase j).
     if (w == 0)
-      k.ifThen(k.i32(0) < j, [&] { k.namedBarrier(turn(0), 256, /*arriveOnly=*/false); });
+      k.ifThen(k.i32(0) < j, [&] { k.mbarrierWait(bars, turn(0), (j - 1) % 2); });
     else
-      k.namedBarrier(turn(1), 256, /*arriveOnly=*/false);
+      k.mbarrierWait(bars, turn(1), j % 2);
     auto store = [&] {
       if (epilogue)
         epilogue(p, pipe.m0(p) + 64 * w, w);
@@ -722,7 +727,7 @@ struct WarpSpecialized {
       k.bulkWait(/*readOnly=*/true);  // this thread's copies have read their staging rows ...
       k.blockSync();                  // ... and every thread's, before the other warpgroup may overwrite them
     }
-    k.namedBarrier(turn(1 - w), 256, /*arriveOnly=*/true);
+    k.mbarrierArrive(bars, turn(1 - w));
     return g + steps;
   }
 
@@ -853,19 +858,18 @@ struct WarpSpecialized {
     for (int64_t w = 0; w < warpgroups(); ++w) {
       k.group(128 * w, 128, /*barrier=*/3 + int(w), [&] {
         k.setMaxRegisters(kMmaRegisters, /*increase=*/true);
-        std::vector<I32> end = k.whileLoop(
+        k.whileLoop(
             {receive(k.i32(0)), k.i32(0), k.i32(0)}, [&](const std::vector<I32>& v) { return !(v[0] == 0); },
             [&](const std::vector<I32>& v) {
               I32 j = v[1];
               std::optional<Slice> slice;
               if (split) slice = sliceOf(j % kHandover);
               I32 g = compute(placeOf(j % kHandover), v[2], w, j, slice);
-              // Every thread of the warpgroup passed compute's barrier after its K loop: entry j has been read.
-              k.ifThen(k.threadIdx() % 128 == 0, [&] { k.mbarrierArrive(bars, tileEmpty(j % kHandover)); });
+              // Entry j has been read: each thread gives it back itself (racecheck does not follow a warpgroup
+              // leader's arrival after a barrier of its group, and flagged the producer's rewrite of the entry).
+              k.mbarrierArrive(bars, tileEmpty(j % kHandover));
               return std::vector<I32>{receive(j + 1), j + 1, g};
             });
-        // Warpgroup 1's last hand-back of the staging tile still waits at turn(0): take it.
-        if (w == 0) k.ifThen(k.i32(0) < end[1], [&] { k.namedBarrier(turn(0), 256, /*arriveOnly=*/false); });
         if (bulkEpilogue) k.bulkWait(/*readOnly=*/false);  // written before what follows the engine (e.g. a signal)
       });
     }
