@@ -40,4 +40,7 @@ gen swiglu_bwd I=2048,clamp_milli=0
 gen stage_begin E=256,ranks=2
 gen grouped_gemm_tn E=128,N=2048,M=7168
 gen epoch_advance
+# megamoe-bench layer --nproc 1 --experts 128: one GPU with EP2's per-GPU work (every kernel of that layer).
+build/bin/megamoe-cache generate --hidden 7168 --intermediate 2048 --experts 128 --topk 8 --ep 1 --targets sm_90a \
+  --cache-dir "$dir" --quiet >/dev/null
 echo "bench kernels in $dir"
