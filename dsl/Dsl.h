@@ -213,7 +213,8 @@ class Kernel {
   // A loop that carries an MMA accumulator from one iteration to the next.
   Acc forRange(const I32& lo, const I32& hi, const I32& step, const Acc& init, const std::function<Acc(I32, Acc)>& body);
   // A loop that carries a register vector (e.g. running sums) from one iteration to the next.
-  Vec forRange(const I32& lo, const I32& hi, const I32& step, const Vec& init, const std::function<Vec(I32, Vec)>& body);
+  Vec forRange(const I32& lo, const I32& hi, const I32& step, const Vec& init,
+               const std::function<Vec(I32, Vec)>& body);
   // A loop carrying 32-bit scalars (counters, running sums) from one iteration to the next.
   std::vector<I32> forRange(const I32& lo, const I32& hi, const I32& step, const std::vector<I32>& init,
                             const std::function<std::vector<I32>(I32, const std::vector<I32>&)>& body);

@@ -216,7 +216,8 @@ mlir::OwningOpRef<mlir::ModuleOp> buildDispatchGemm(mlir::MLIRContext& mctx, con
       k.ifThen(r < rowsValid, [&] {
         Vec gate = rings.staging.load(r, col, 8).toF32();
         Vec up = rings.staging.load(r, col + half, 8).toF32();
-        (out + (k.widen(firstRow + r) * I + k.widen(p.n0 / 2 + col))).store(swiglu(gate, up, s.clampMilli).to(Elem::bf16));
+        GlobalPtr act = out + (k.widen(firstRow + r) * I + k.widen(p.n0 / 2 + col));
+        act.store(swiglu(gate, up, s.clampMilli).to(Elem::bf16));
       });
     });
   };

@@ -421,8 +421,8 @@ struct Pipeline {
 // mn_atoms_outer; TN zeroes a group's partial last step in shared memory, zeroTail).
 struct WarpSpecialized {
   static constexpr int64_t kHandover = 2, kFields = 8, kProducerRegisters = 56, kMmaRegisters = 216;
-  // Split-K tail: 16-byte chunks per thread and pass of the sum.
-  static constexpr int64_t kSumChunks = 16;
+  // Split-K tail: 16-byte chunks per thread and pass of the sum; most splits of a unit (whatever max_split says).
+  static constexpr int64_t kSumChunks = 16, kMaxWays = 255;
   const Pipeline& pipe;
   // mbarriers: full[S], empty[S], tileFull[2], tileEmpty[2], with pairs mailFull[2], mailEmpty[2], then turn[2];
   // info: i32 [2][8]
@@ -496,7 +496,8 @@ struct WarpSpecialized {
   // i32 [2] it allocates (stagesFor(c, {..., 2})).
   void enableSplit(const dsl::GlobalPtr& scratch, const dsl::I32& maxSplit, const dsl::I32& grid) {
     dsl::Kernel& k = pipe.k;
-    if (!tma() || pipe.tn() || pipe.epilogue || pipe.mmaOn) throw std::logic_error("split-K tail: plain NT / NN with TMA");
+    if (!tma() || pipe.tn() || pipe.epilogue || pipe.mmaOn)
+      throw std::logic_error("split-K tail: plain NT / NN with TMA");
     dsl::I64 counterInts = k.widen((grid * 2 + 63) / 64 * 64);  // abi::splitCounterBytes(grid) / 4
     split = SplitTail{scratch, scratch.as(dsl::Elem::f32) + counterInts, maxSplit, sharedTable(k, 2)};
   }
@@ -735,11 +736,14 @@ struct WarpSpecialized {
   struct SplitPart {
     dsl::I32 unit, index, ways;
   };
-  SplitPart splitPart(const Slice& sl) const { return {sl.code % 65536 - 1, sl.code / 65536 % 256, sl.code / 16777216}; }
+  SplitPart splitPart(const Slice& sl) const {
+    return {sl.code % 65536 - 1, sl.code / 65536 % 256, sl.code / 16777216};
+  }
   dsl::I32 pairRank() const { return rank ? *rank : pipe.k.i32(0); }
   dsl::GlobalPtr partial(const SplitPart& sp, const dsl::I32& index) const {
     dsl::Kernel& k = pipe.k;
-    return split->partials + k.widen(((sp.unit * sp.ways + index) * (rank ? 2 : 1) + pairRank())) * abi::kSplitTileFloats;
+    dsl::I32 at = (sp.unit * sp.ways + index) * (rank ? 2 : 1) + pairRank();
+    return split->partials + k.widen(at) * abi::kSplitTileFloats;
   }
   // Stores the warpgroup's partial and counts it in; true (every thread of the warpgroup) where it was the last.
   dsl::Bool splitArrive(const dsl::Acc& acc, const Slice& sl, int64_t w) const {
@@ -771,7 +775,8 @@ struct WarpSpecialized {
     // Passes of kSumChunks 16-byte chunks per thread (chunk i of the pass: rows of 64 chunks, a warp's 32 adjacent).
     for (int64_t first = 0; first < chunks; first += kSumChunks) {
       auto at = [&](int64_t i) { return (k.i32(first + i) * 128 + lane); };
-      Vec sums = k.forRange(k.i32(0), sp.ways, k.i32(1), k.zeros(int(4 * kSumChunks), Elem::f32), [&](I32 idx, Vec acc) {
+      Vec zero = k.zeros(int(4 * kSumChunks), Elem::f32);
+      Vec sums = k.forRange(k.i32(0), sp.ways, k.i32(1), zero, [&](I32 idx, Vec acc) {
         GlobalPtr rows = partial(sp, idx) + k.i64(64 * w * n);
         for (int64_t i = 0; i < kSumChunks; ++i) {
           I32 q = at(i);
@@ -921,6 +926,7 @@ struct WarpSpecialized {
           I32 most = drawers / k.select(r == 0, k.i32(1), r);
           most = k.select(most < split->maxSplit, most, split->maxSplit);
           most = k.select(most < k.i32(kSteps), most, k.i32(kSteps));
+          most = k.select(most < k.i32(kMaxWays), most, k.i32(kMaxWays));  // the code's 8-bit split index
           Bool on = !(r == 0) && k.i32(1) < most;
           ways = k.select(on, most, k.i32(1));
           main = total - k.select(on, r, k.i32(0));
@@ -937,7 +943,8 @@ struct WarpSpecialized {
                 I32 at = k.select(tail, v[0] - main, k.i32(0)), u = at / ways, part = at % ways;
                 unit = k.select(tail, main + u, v[0]);
                 I32 k0 = part * kSteps / ways;
-                slice = Slice{k.select(tail, k0, k.i32(0)), k.select(tail, (part + 1) * kSteps / ways - k0, k.i32(kSteps)),
+                slice = Slice{k.select(tail, k0, k.i32(0)),
+                              k.select(tail, (part + 1) * kSteps / ways - k0, k.i32(kSteps)),
                               k.select(tail, u + 1 + part * 65536 + ways * 16777216, k.i32(0))};
               }
               TilePlace p = sched.place(unit, first, &lone);

@@ -117,13 +117,13 @@ struct GroupedGemmSpec {
 // warpgroup split (GroupedGemmPipeline.h: WarpSpecialized) instead of the single-role loop: correct on the H200,
 // measured slower with cp.async as the producer's copy (docs/decisions/gemm-tiles.md).
 // tensorMaps builds grouped_gemm_{nt,nn,tn}_tma: args A, B, C, offsets, tickets (i32 [2], zero before the first
-// launch, left zero by each launch), split (scratch of abi::splitScratchBytes(grid) bytes whose
-// first abi::splitCounterBytes(grid) are zero before the first launch and left zero by each), max_split (i32), grid, mapA,
-// mapB. On sm_90a NT / NN the last round's tiles, which would leave most blocks idle, run split over K in up to
-// max_split parts (0 or 1: never; GroupedGemmPipeline.h WarpSpecialized::SplitTail); TN and gfx950 ignore both
-// (split may then be 0). On sm_90a the maps
-// are CUtensorMaps (bf16, 128-byte swizzle, zero fill; Device::encodeTensorMapBf16) and the kernel is
-// warp-specialised with TMA loads. gfx950 builds the single-role kernel and ignores the maps (any pointer):
+// launch, left zero by each launch), split (scratch of abi::splitScratchBytes(grid) bytes whose first
+// abi::splitCounterBytes(grid) are zero before the first launch and left zero by each), max_split (i32), grid,
+// mapA, mapB. On sm_90a NT / NN the last round's tiles, which would leave most blocks idle, run split over K in up
+// to max_split parts (at most 255; 0 or 1: never; GroupedGemmPipeline.h WarpSpecialized::SplitTail); TN and gfx950
+// ignore both (split may then be 0). On sm_90a the maps are CUtensorMaps (bf16, 128-byte swizzle, zero fill;
+// Device::encodeTensorMapBf16) and the kernel is warp-specialised with TMA loads. gfx950 builds the single-role
+// kernel and ignores the maps (any pointer):
 //   mapA, NT / NN: A [rows, K]: dims {K, rows}, row stride K * 2 bytes, box {64, 128};
 //   mapB, NT: B [E * N, K]: dims {K, E * N}, row stride K * 2, box {64, 128};
 //   mapB, NN: B [E * K, N]: dims {N, E * K}, row stride N * 2, box {64, 64};

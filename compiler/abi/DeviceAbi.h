@@ -57,6 +57,8 @@ struct DeviceContext {
 // 128 x 256 partial tile per block (any contents).
 inline constexpr int64_t kSplitTileFloats = 128 * 256;
 inline constexpr int64_t splitCounterBytes(int64_t grid) { return (grid * 2 + 63) / 64 * 256; }
-inline constexpr int64_t splitScratchBytes(int64_t grid) { return splitCounterBytes(grid) + grid * kSplitTileFloats * 4; }
+inline constexpr int64_t splitScratchBytes(int64_t grid) {
+  return splitCounterBytes(grid) + grid * kSplitTileFloats * 4;
+}
 
 }  // namespace megamoe::abi
