@@ -349,6 +349,10 @@ void MoeLayer::backward(const BackwardArgs& a, StreamHandle stream) {
   // The dx combine's B (kernels/Kernels.h GemmCombineSpec): w1 [E/R * 2I, H] as K x N slabs, encoded per call (a
   // CUDA graph captures it by value).
   Impl::TensorMap w1Map = m.boxes64(w1, local * 2 * c.intermediate, c.hidden);
+  // The dgrad dispatch's B: w2 [E/R * H, I] as K x N slabs. It runs as cluster pairs on sm_90a (DispatchGemmSpec):
+  // the grid and the pushing blocks come in whole pairs.
+  Impl::TensorMap w2Map = m.boxes64(w2, local * c.hidden, c.intermediate);
+  int32_t pairGrid = grid & ~1, pairPush = std::min<int32_t>((push + 1) & ~1, pairGrid);
   auto begin = [&] { m.stageBegin(stream, *heap_); };
   auto advance = [&] { m.launch(kEpochAdvance, 1, stream, {&r.ctx}, *heap_); };
   // Stage times cover the stage's own kernels: not stage_begin's barrier, i.e. not how late a peer finished the
@@ -358,10 +362,10 @@ void MoeLayer::backward(const BackwardArgs& a, StreamHandle stream) {
 
   begin();
   start(BackwardStage::kDgradDispatch);
-  m.launch(kDispatchNN, m.grid, stream,
+  m.launch(kDispatchNN, uint32_t(pairGrid), stream,
            {&r.ctx, &dy, &weights, &m.sendList, &m.sendOff, &m.sendBase, &r.counts, &r.arrivals, &m.routeEpoch,
-            &r.pool, &r.poolSrc, &r.poolW, &m.poolOffsets, &w2, &none, &m.act, &tickets0, &push, &grid, &dispatchLegs,
-            &idx, &recvStride, m.noMap.data(), m.noMap.data()},
+            &r.pool, &r.poolSrc, &r.poolW, &m.poolOffsets, &w2, &none, &m.act, &tickets0, &pairPush, &pairGrid,
+            &dispatchLegs, &idx, &recvStride, m.poolRowsMap.data(), w2Map.data()},
            *heap_);
   end(BackwardStage::kDgradDispatch);
   advance();
