@@ -2,7 +2,6 @@
 // grouped_gemm_combine, swiglu_bwd and stage_begin (see their specs in Kernels.h, and
 // docs/decisions/fused-dispatch.md for the protocol).
 #include <algorithm>
-#include <cstdlib>
 #include <optional>
 #include <vector>
 
@@ -53,8 +52,7 @@ mlir::OwningOpRef<mlir::ModuleOp> buildDispatchGemm(mlir::MLIRContext& mctx, con
   // On sm_90a the weight gradient (TN) runs the warp-specialised TMA engine (DispatchGemmSpec), and so do the
   // forward (NT) and the dgrad (NN) as cluster pairs where their tiles are 256 wide and their rows the pool's own
   // (no dedup gather; docs/decisions/fused-dispatch.md).
-  const bool pairs = s.layout != G::kTN && !s.dedup && g.n % 256 == 0 && arch == Arch::sm_90a &&
-                     !(s.layout == G::kNN && std::getenv("MEGAMOE_EXP_NNSINGLE"));  // EXPERIMENT switch
+  const bool pairs = s.layout != G::kTN && !s.dedup && g.n % 256 == 0 && arch == Arch::sm_90a;
   const bool ws = (s.layout == G::kTN && arch == Arch::sm_90a) || pairs;
   G::Tiles c = g.tiles(arch, ws);
   const int64_t E = s.experts, R = s.ranks, local = E / R, H = s.hidden, I = s.intermediate;

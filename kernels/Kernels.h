@@ -194,7 +194,9 @@ enum LegBits : int64_t { kLegComm = 1, kLegGemm = 2 };
 // TMA engine and takes CUtensorMaps of dh [cap, 2I] and of the pool [cap, H] (64 x 64 boxes, as
 // grouped_gemm_tn_tma); NT without dedup (2I a multiple of 256) runs it as cluster pairs (an even grid and
 // push_blocks) and takes maps of the pool [cap, H] and of w1 [E/R * 2I, H] (64 x 128 boxes, as grouped_gemm_nt_tma;
-// the gate and up halves of a tile load as two boxes); every other kernel two unused pointers.
+// the gate and up halves of a tile load as two boxes); NN (I a multiple of 256) too, with maps of the pool [cap, H]
+// (64 x 128 boxes) and of w2 [E/R * H, I] (64 x 64 boxes, as grouped_gemm_nn_tma); every other kernel two unused
+// pointers.
 struct DispatchGemmSpec {
   static constexpr const char* kName = "dispatch_grouped_gemm";
   static constexpr int64_t kPushRows = 32;  // rows per push unit (warps take rows in turn); one signal per unit

@@ -220,12 +220,14 @@ TEST(Codegen, TmaGroupedGemmSplitTail) {
     }
 }
 
-// The forward dispatch (NT) on sm_90a runs the TMA engine as cluster pairs, its B tile's gate and up halves loaded
-// as two boxes (one per block of a pair, multicast); with dedup its tiles gather rows and stay on the single-role
-// loop (cp.async).
-TEST(Codegen, ForwardDispatchRunsAsClusterPairs) {
-  for (int64_t dedup : {0, 1}) {
+// The forward (NT) and dgrad (NN) dispatches on sm_90a run the TMA engine as cluster pairs (NT: its B tile's gate
+// and up halves loaded as two boxes, one per block of a pair, multicast); with dedup the NT tiles gather rows and
+// stay on the single-role loop (cp.async).
+TEST(Codegen, DispatchRunsAsClusterPairs) {
+  using G = kernels::GroupedGemmSpec;
+  for (auto [layout, dedup] : {std::pair{G::kNT, 0}, std::pair{G::kNT, 1}, std::pair{G::kNN, 0}}) {
     kernels::DispatchGemmSpec d{256, 2, 8, 7168, 2048};
+    d.layout = layout;
     d.dedup = dedup;
     SCOPED_TRACE(d.spec().describe());
     CompiledKernel k = compile(d.spec(), "sm_90a");
