@@ -469,6 +469,7 @@ struct WarpSpecialized {
   // sharedTable rounds to 16 bytes), else 3.
   static constexpr int64_t kMailBytes = 16;  // a pair's ticket mailbox slot (cp.async.bulk: a multiple of 16)
   static int64_t stagesFor(const GroupedGemmSpec::Tiles& c, std::initializer_list<int64_t> tables, bool pairs = false) {
+    // 16 barriers: full / empty at 4 stages, the tile hand-over's 4 and the staging turns' 2 (pairs: 4 more).
     int64_t bytes = 1024 + 16 * 8 + kHandover * kFields * 4 + 64 * (c.n + 8) * 2;
     if (pairs) bytes += 4 * 8 + 2 * kMailBytes;  // the mailbox's barriers and slots
     for (int64_t n : tables) bytes += (n + 3) / 4 * 16;
