@@ -16,9 +16,8 @@ mlir::OwningOpRef<mlir::ModuleOp> buildGroupedGemm(mlir::MLIRContext& ctx, const
   S::Tiles c = s.tiles(arch, warpSpecialized || tma);
   // The split-K tail (WarpSpecialized::SplitTail): standalone NT / NN on the TMA engine.
   const bool splitTail = tma && c.warpSpecialized && s.layout != S::kTN;
-  if (c.warpSpecialized)
-    c.stages = splitTail ? WarpSpecialized::stagesFor(c, {s.experts + 1, 2}, pairs)
-                         : WarpSpecialized::stagesFor(c, {s.experts + 1}, tma && pairs);
+  if (c.warpSpecialized)  // tables: the tile table, and the split tail's i32 [2] (an empty table adds nothing)
+    c.stages = WarpSpecialized::stagesFor(c, {s.experts + 1, splitTail ? 2 : 0}, tma && pairs);
   Kernel k(ctx, tensorMaps ? S::tmaName(s.layout) : S::name(s.layout), c.threads);
   GlobalPtr a = k.argPtr(Elem::bf16);
   GlobalPtr b = k.argPtr(Elem::bf16);

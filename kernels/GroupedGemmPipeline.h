@@ -703,27 +703,21 @@ struct WarpSpecialized {
       k.ifThen(k.i32(0) < j, [&] { k.mbarrierWait(bars, turn(0), (j - 1) % 2); });
     else
       k.mbarrierWait(bars, turn(1), j % 2);
-    auto store = [&] {
+    // The staging tile's rows out (once filled: by the accumulator, or by the split's sum), every thread.
+    auto stageAndStore = [&](const std::function<void()>& fill) {
+      fill();
+      k.blockSync();
       if (epilogue)
         epilogue(p, pipe.m0(p) + 64 * w, w);
       else
         pipe.storeStaged(p, pipe.m0(p) + 64 * w);
     };
+    auto fromAcc = [&] { k.storeAcc(acc, pipe.staging.asRowsOf(64 * w)); };
     if (isSplit) {
-      k.ifThen(!*isSplit, [&] {
-        k.storeAcc(acc, pipe.staging.asRowsOf(64 * w));
-        k.blockSync();
-        store();
-      });
-      k.ifThen(*reduce, [&] {
-        splitSum(*slice, w);
-        k.blockSync();
-        store();
-      });
+      k.ifThen(!*isSplit, [&] { stageAndStore(fromAcc); });
+      k.ifThen(*reduce, [&] { stageAndStore([&] { splitSum(*slice, w); }); });
     } else {
-      k.storeAcc(acc, pipe.staging.asRowsOf(64 * w));
-      k.blockSync();
-      store();
+      stageAndStore(fromAcc);
     }
     if (bulkEpilogue) {
       k.bulkWait(/*readOnly=*/true);  // this thread's copies have read their staging rows ...
@@ -929,9 +923,10 @@ struct WarpSpecialized {
           most = k.select(most < k.i32(kSteps), most, k.i32(kSteps));
           most = k.select(most < k.i32(kMaxWays), most, k.i32(kMaxWays));  // the code's 8-bit split index
           Bool on = !(r == 0) && k.i32(1) < most;
+          I32 tailUnits = k.select(on, r, k.i32(0));
           ways = k.select(on, most, k.i32(1));
-          main = total - k.select(on, r, k.i32(0));
-          all = main + k.select(on, r, k.i32(0)) * ways;
+          main = total - tailUnits;
+          all = main + tailUnits * ways;
         }
         std::vector<I32> end = k.whileLoop(
             {draw(k.i32(0)), k.i32(0), k.i32(0)}, [&](const std::vector<I32>& v) { return v[0] < all; },

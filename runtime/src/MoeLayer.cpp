@@ -143,6 +143,9 @@ struct MoeLayer::Impl {
   std::array<EventHandle, 2 * size_t(BackwardStage::kCount)> backwardEvents{};  // start and end of each stage
   uint32_t grid = 0;
   int32_t pushBlocks = 0;
+  // The cluster-pair kernels (the dispatches and the forward combine on sm_90a) launch whole pairs of blocks, the
+  // pushing ones included.
+  int32_t pairGrid = 0, pairPush = 0;
   int64_t lastForwardTokens = -1;  // what backward() must match; -1 before the first forward
   // The backward's TN tensor maps (kernels/Kernels.h: grouped_gemm_tn_tma for dW2, dispatch_grouped_gemm TN for
   // dW1): the pool (dy rows, then x rows), act and dh, fixed for the layer; zeros (read as unused pointers) where
@@ -237,6 +240,8 @@ MoeLayer::MoeLayer(Runtime& runtime, const MoeLayerConfig& config, std::unique_p
   // One block per SM, all resident: the combine's blocks wait for each other (see docs/decisions/fused-dispatch.md).
   m.grid = uint32_t(m.device.multiprocessors());
   m.pushBlocks = std::min<int32_t>(runtime.env().pushBlocks, int32_t(m.grid));
+  m.pairGrid = int32_t(m.grid) & ~1;
+  m.pairPush = std::min<int32_t>((m.pushBlocks + 1) & ~1, m.pairGrid);
   m.poolRowsMap = m.boxes(m.regions.pool, poolRows(config, ranks), config.hidden, 128);
   m.actRowsMap = m.boxes(m.act, poolRows(config, ranks), config.intermediate, 128);
   if (config.training) {
@@ -289,7 +294,7 @@ void MoeLayer::forward(const ForwardArgs& a, StreamHandle stream) {
   Impl& m = *impl_;
   Regions& r = m.regions;
   uint64_t x = a.x, idx = a.topkIdx, weights = a.topkWeights, w1 = a.w1, w2 = a.w2, y = a.y, none = 0;
-  int32_t tokens = int32_t(a.tokens), grid = int32_t(m.grid), push = m.pushBlocks, recvStride = int32_t(c.maxTokens);
+  int32_t tokens = int32_t(a.tokens), recvStride = int32_t(c.maxTokens);
   int32_t dispatchLegs = legBits(m.dispatchLeg), combineLegs = legBits(m.combineLeg);
   uint64_t tickets0 = m.tickets, tickets1 = m.tickets + 8;
 
@@ -300,25 +305,24 @@ void MoeLayer::forward(const ForwardArgs& a, StreamHandle stream) {
             &m.sendBase, &r.arrivals, &r.done, &m.routeEpoch, &m.prologueScratch, &prologueBlocks},
            *heap_);
   // The dispatch and the combine (kernels/Kernels.h DispatchGemmSpec, GemmCombineSpec) run as cluster pairs on
-  // sm_90a: whole pairs of blocks, the pushing ones included; w1 [E/R * 2I, H] and w2 [E/R * H, I] in 64 x 128
-  // boxes, encoded per call (a CUDA graph captures them by value).
+  // sm_90a (m.pairGrid, m.pairPush); w1 [E/R * 2I, H] and w2 [E/R * H, I] in 64 x 128 boxes, encoded per call (a
+  // CUDA graph captures them by value).
   const int64_t local = c.experts / ranks();
   Impl::TensorMap w1Rows = m.boxes(w1, local * 2 * c.intermediate, c.hidden, 128);
   Impl::TensorMap w2Rows = m.boxes(w2, local * c.hidden, c.intermediate, 128);
-  int32_t pairGrid = grid & ~1, pairPush = std::min<int32_t>((push + 1) & ~1, pairGrid);
   m.mark(m.events, size_t(Stage::kDispatchGemm), stream);
-  m.launch(kDispatchNT, uint32_t(pairGrid), stream,
+  m.launch(kDispatchNT, uint32_t(m.pairGrid), stream,
            {&r.ctx, &x, &weights, &m.sendList, &m.sendOff, &m.sendBase, &r.counts, &r.arrivals, &m.routeEpoch,
             &r.pool, &r.poolSrc, &r.poolW, &m.poolOffsets, &w1, c.training ? &m.h : &none, &m.act, &tickets0,
-            &pairPush, &pairGrid, &dispatchLegs, &idx, &recvStride, m.poolRowsMap.data(), w1Rows.data()},
+            &m.pairPush, &m.pairGrid, &dispatchLegs, &idx, &recvStride, m.poolRowsMap.data(), w1Rows.data()},
            *heap_);
   // Profiling: the combine's stage time is its own, not how much later the peer finished its dispatch (the rank
   // barrier of stage_begin; its counter zeroing repeats the prologue's: the other parity is idle in this call).
   if (m.profiling) m.stageBegin(stream, *heap_);
   m.mark(m.events, size_t(Stage::kGemmCombine), stream);
-  m.launch(kCombineNT, uint32_t(pairGrid), stream,
+  m.launch(kCombineNT, uint32_t(m.pairGrid), stream,
            {&r.ctx, &m.act, &w2, &m.poolOffsets, &r.poolSrc, &r.comb, &r.done, &idx, &weights, &tokens, &y, &r.dw,
-            &none, &tickets1, &pairGrid, &combineLegs, m.actRowsMap.data(), w2Rows.data()},
+            &none, &tickets1, &m.pairGrid, &combineLegs, m.actRowsMap.data(), w2Rows.data()},
            *heap_);
   m.mark(m.events, size_t(Stage::kCount), stream);
   m.launch(kEpochAdvance, 1, stream, {&r.ctx}, *heap_);
@@ -349,10 +353,8 @@ void MoeLayer::backward(const BackwardArgs& a, StreamHandle stream) {
   // The dx combine's B (kernels/Kernels.h GemmCombineSpec): w1 [E/R * 2I, H] as K x N slabs, encoded per call (a
   // CUDA graph captures it by value).
   Impl::TensorMap w1Map = m.boxes64(w1, local * 2 * c.intermediate, c.hidden);
-  // The dgrad dispatch's B: w2 [E/R * H, I] as K x N slabs. It runs as cluster pairs on sm_90a (DispatchGemmSpec):
-  // the grid and the pushing blocks come in whole pairs.
+  // The dgrad dispatch's B: w2 [E/R * H, I] as K x N slabs. It runs as cluster pairs on sm_90a (DispatchGemmSpec).
   Impl::TensorMap w2Map = m.boxes64(w2, local * c.hidden, c.intermediate);
-  int32_t pairGrid = grid & ~1, pairPush = std::min<int32_t>((push + 1) & ~1, pairGrid);
   auto begin = [&] { m.stageBegin(stream, *heap_); };
   auto advance = [&] { m.launch(kEpochAdvance, 1, stream, {&r.ctx}, *heap_); };
   // Stage times cover the stage's own kernels: not stage_begin's barrier, i.e. not how late a peer finished the
@@ -362,9 +364,9 @@ void MoeLayer::backward(const BackwardArgs& a, StreamHandle stream) {
 
   begin();
   start(BackwardStage::kDgradDispatch);
-  m.launch(kDispatchNN, uint32_t(pairGrid), stream,
+  m.launch(kDispatchNN, uint32_t(m.pairGrid), stream,
            {&r.ctx, &dy, &weights, &m.sendList, &m.sendOff, &m.sendBase, &r.counts, &r.arrivals, &m.routeEpoch,
-            &r.pool, &r.poolSrc, &r.poolW, &m.poolOffsets, &w2, &none, &m.act, &tickets0, &pairPush, &pairGrid,
+            &r.pool, &r.poolSrc, &r.poolW, &m.poolOffsets, &w2, &none, &m.act, &tickets0, &m.pairPush, &m.pairGrid,
             &dispatchLegs, &idx, &recvStride, m.poolRowsMap.data(), w2Map.data()},
            *heap_);
   end(BackwardStage::kDgradDispatch);
