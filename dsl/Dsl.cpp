@@ -307,16 +307,45 @@ void Kernel::forRange(const I32& lo, const I32& hi, const I32& step, const std::
   body(I32(this, loop.getInductionVar()));
 }
 
-Acc Kernel::forRange(const I32& lo, const I32& hi, const I32& step, const Acc& init,
-                     const std::function<Acc(I32, Acc)>& body) {
-  auto loop = scf::ForOp::create(b_, loc_, lo.value(), hi.value(), step.value(), ValueRange{init.value});
+std::vector<Value> Kernel::loop(const I32& lo, const I32& hi, const I32& step, const std::vector<Value>& init,
+                                const std::function<std::vector<Value>(I32, std::vector<Value>)>& body) {
+  auto loop = scf::ForOp::create(b_, loc_, lo.value(), hi.value(), step.value(), init);
   {
     OpBuilder::InsertionGuard guard(b_);
     b_.setInsertionPointToEnd(loop.getBody());
-    Acc next = body(I32(this, loop.getInductionVar()), Acc{loop.getRegionIterArg(0), init.m, init.n});
-    scf::YieldOp::create(b_, loc_, ValueRange{next.value});
+    auto args = loop.getRegionIterArgs();
+    std::vector<Value> next = body(I32(this, loop.getInductionVar()), std::vector<Value>(args.begin(), args.end()));
+    if (next.size() != init.size()) throw std::logic_error("forRange body must return one value per carried value");
+    scf::YieldOp::create(b_, loc_, next);
   }
-  return {loop.getResult(0), init.m, init.n};
+  auto results = loop.getResults();
+  return std::vector<Value>(results.begin(), results.end());
+}
+
+Acc Kernel::forRange(const I32& lo, const I32& hi, const I32& step, const Acc& init,
+                     const std::function<Acc(I32, Acc)>& body) {
+  return forRange(lo, hi, step, init, {}, [&](I32 i, Acc a, const std::vector<I32>&) {
+           return std::pair<Acc, std::vector<I32>>{body(i, a), {}};
+         }).first;
+}
+
+std::pair<Acc, std::vector<I32>> Kernel::forRange(
+    const I32& lo, const I32& hi, const I32& step, const Acc& init, const std::vector<I32>& scalars,
+    const std::function<std::pair<Acc, std::vector<I32>>(I32, Acc, const std::vector<I32>&)>& body) {
+  std::vector<Value> inits{init.value};
+  for (const I32& v : scalars) inits.push_back(v.value());
+  auto wrap = [&](const std::vector<Value>& vs) {
+    std::vector<I32> out;
+    for (size_t i = 1; i < vs.size(); ++i) out.emplace_back(this, vs[i]);
+    return out;
+  };
+  std::vector<Value> out = loop(lo, hi, step, inits, [&](I32 i, std::vector<Value> carried) {
+    auto [acc, next] = body(i, Acc{carried[0], init.m, init.n}, wrap(carried));
+    std::vector<Value> yields{acc.value};
+    for (const I32& v : next) yields.push_back(v.value());
+    return yields;
+  });
+  return {Acc{out[0], init.m, init.n}, wrap(out)};
 }
 
 Vec Kernel::forRange(const I32& lo, const I32& hi, const I32& step, const Vec& init,
@@ -329,23 +358,18 @@ Vec Kernel::forRange(const I32& lo, const I32& hi, const I32& step, const Vec& i
 
 std::vector<I32> Kernel::forRange(const I32& lo, const I32& hi, const I32& step, const std::vector<I32>& init,
                                   const std::function<std::vector<I32>(I32, const std::vector<I32>&)>& body) {
-  SmallVector<Value> inits;
+  auto scalars = [&](const std::vector<Value>& vs) {
+    std::vector<I32> out;
+    for (Value v : vs) out.emplace_back(this, v);
+    return out;
+  };
+  std::vector<Value> inits;
   for (const I32& v : init) inits.push_back(v.value());
-  auto loop = scf::ForOp::create(b_, loc_, lo.value(), hi.value(), step.value(), inits);
-  {
-    OpBuilder::InsertionGuard guard(b_);
-    b_.setInsertionPointToEnd(loop.getBody());
-    std::vector<I32> carried;
-    for (Value v : loop.getRegionIterArgs()) carried.emplace_back(this, v);
-    std::vector<I32> next = body(I32(this, loop.getInductionVar()), carried);
-    if (next.size() != init.size()) throw std::logic_error("forRange body must return one value per carried value");
-    SmallVector<Value> yields;
-    for (const I32& v : next) yields.push_back(v.value());
-    scf::YieldOp::create(b_, loc_, yields);
-  }
-  std::vector<I32> out;
-  for (Value v : loop.getResults()) out.emplace_back(this, v);
-  return out;
+  return scalars(loop(lo, hi, step, inits, [&](I32 i, std::vector<Value> carried) {
+    std::vector<Value> yields;
+    for (const I32& v : body(i, scalars(carried))) yields.push_back(v.value());
+    return yields;
+  }));
 }
 
 std::vector<I32> Kernel::whileLoop(const std::vector<I32>& init,

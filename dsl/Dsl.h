@@ -218,6 +218,10 @@ class Kernel {
   // A loop carrying 32-bit scalars (counters, running sums) from one iteration to the next.
   std::vector<I32> forRange(const I32& lo, const I32& hi, const I32& step, const std::vector<I32>& init,
                             const std::function<std::vector<I32>(I32, const std::vector<I32>&)>& body);
+  // An MMA accumulator and 32-bit scalars together (e.g. a ring slot computed one step ahead).
+  std::pair<Acc, std::vector<I32>> forRange(
+      const I32& lo, const I32& hi, const I32& step, const Acc& init, const std::vector<I32>& scalars,
+      const std::function<std::pair<Acc, std::vector<I32>>(I32, Acc, const std::vector<I32>&)>& body);
   // A loop that runs while cond(values) holds, carrying 32-bit scalars (e.g. a ticket drawn at run time).
   std::vector<I32> whileLoop(const std::vector<I32>& init, const std::function<Bool(const std::vector<I32>&)>& cond,
                              const std::function<std::vector<I32>(const std::vector<I32>&)>& body);
@@ -354,6 +358,9 @@ class Kernel {
     int barrier;  // 0: the block's own barrier
   } group_;
   mlir::Value mbarrierAt(const SharedTile& bars, const I32& i);
+  // scf.for over [lo, hi) carrying `init`; body gets the induction variable and the carried values.
+  std::vector<mlir::Value> loop(const I32& lo, const I32& hi, const I32& step, const std::vector<mlir::Value>& init,
+                                const std::function<std::vector<mlir::Value>(I32, std::vector<mlir::Value>)>& body);
 };
 
 }  // namespace megamoe::dsl

@@ -678,18 +678,25 @@ struct WarpSpecialized {
     I32 steps = slice ? slice->steps : pipe.kTiles(p);
     // Both warpgroups multiply every tile, even where one's 64 rows lie past the group: letting that one only pass
     // the ring slots on measured 20-30% slower on groups of random sizes (bench/results/2026-11-30-h200x2-tma).
-    Acc acc = k.forRange(k.i32(0), steps, k.i32(1), k.zeroAcc(64, c.n), [&](I32 kt, Acc acc) {
-      I32 gi = g + kt, slot = gi % stages();
-      k.mbarrierWait(bars, full(slot), (gi / stages()) % 2);
-      if (tma() && pipe.tn()) zeroTail(p, kt, slot, w);
-      if (!tma()) k.proxyFence();  // the producer's cp.async wrote through the generic proxy (TMA: the async one)
-      Acc next = k.mma(acc, pipe.ringA.stage(slot), pipe.ringB.stage(slot), /*pending=*/1, pipe.aMN(), pipe.bMN(),
-                       /*mnAtomsOuter=*/tma());
-      // The MMA of step kt - 1 has finished in this warpgroup: its slot goes back to the producer(s).
-      k.ifThen(k.i32(0) < kt && wgLeader, [&] { release(empty((gi + (stages() - 1)) % stages())); });
-      return next;
-    });
-    acc = k.drain(acc);
+    // The step's ring slot and phase are carried, computed one step ahead: the barrier and operand addresses then
+    // do not wait for arithmetic behind the previous step's MMA wait (bench/results/2026-12-01-h200-stall-sites).
+    auto looped = k.forRange(
+        k.i32(0), steps, k.i32(1), k.zeroAcc(64, c.n), {g % stages(), (g / stages()) % 2},
+        [&](I32 kt, Acc acc, const std::vector<I32>& at) {
+          I32 slot = at[0], phase = at[1];
+          Bool last = slot == stages() - 1;
+          I32 previous = k.select(slot == 0, k.i32(stages() - 1), slot - 1);
+          std::vector<I32> next{k.select(last, k.i32(0), slot + 1), k.select(last, k.i32(1) - phase, phase)};
+          k.mbarrierWait(bars, full(slot), phase);
+          if (tma() && pipe.tn()) zeroTail(p, kt, slot, w);
+          if (!tma()) k.proxyFence();  // the producer's cp.async wrote through the generic proxy (TMA: the async one)
+          Acc out = k.mma(acc, pipe.ringA.stage(slot), pipe.ringB.stage(slot), /*pending=*/1, pipe.aMN(),
+                          pipe.bMN(), /*mnAtomsOuter=*/tma());
+          // The MMA of step kt - 1 has finished in this warpgroup: its slot goes back to the producer(s).
+          k.ifThen(k.i32(0) < kt && wgLeader, [&] { release(empty(previous)); });
+          return std::pair<Acc, std::vector<I32>>{out, next};
+        });
+    Acc acc = k.drain(looped.first);
     k.ifThen(k.i32(0) < steps && wgLeader, [&] { release(empty((g + steps + (stages() - 1)) % stages())); });
     // A split of the tail: its partial out, and whether this warpgroup is its tile's last split (then it stores).
     std::optional<Bool> isSplit, reduce;

@@ -417,6 +417,44 @@ gpu.module @k {
 
 // -----
 
+// Ring stages (SharedTile::stage: a byte offset from the ring's base, as a GEP): the descriptors come from the
+// bases, outside any loop the stage index varies in; each stage adds only offset >> 4 to their low words (i32), and
+// k16 step kk adds 2 kk there; the high word is the bases' constant (1024 B stride, 128B swizzle).
+// CHECK-LABEL: llvm.func @mma_tile_ring_stage
+// CHECK-SAME: (%[[A:[^:]+]]: !llvm.ptr<3>, %[[B:[^:]+]]: !llvm.ptr<3>, %[[ACC:[^:]+]]: vector<64xf32>, %[[OFF_A:[^:]+]]: i64, %[[OFF_B:[^:]+]]: i32)
+// CHECK-DAG: %[[HI:.*]] = arith.constant -4294967296 : i64
+// CHECK-DAG: %[[C4:.*]] = arith.constant 4 : i32
+// CHECK-DAG: %[[C2:.*]] = arith.constant 2 : i32
+// CHECK: %[[OFF_A32:.*]] = arith.trunci %[[OFF_A]] : i64 to i32
+// CHECK: llvm.ptrtoint %[[A]] : !llvm.ptr<3> to i64
+// CHECK: %[[DESC_A:.*]] = arith.ori %{{.*}}, %{{.*}} : i64
+// CHECK-NEXT: llvm.ptrtoint %[[B]] : !llvm.ptr<3> to i64
+// CHECK: %[[DESC_B:.*]] = arith.ori %{{.*}}, %{{.*}} : i64
+// CHECK: %[[LO_A:.*]] = arith.trunci %[[DESC_A]] : i64 to i32
+// CHECK-NEXT: %[[HI_A:.*]] = arith.andi %[[DESC_A]], %[[HI]] : i64
+// CHECK-NEXT: %[[STAGE_A:.*]] = arith.shrui %[[OFF_A32]], %[[C4]] : i32
+// CHECK-NEXT: %[[LO_A0:.*]] = arith.addi %[[LO_A]], %[[STAGE_A]] : i32
+// CHECK: %[[STAGE_B:.*]] = arith.shrui %[[OFF_B]], %[[C4]] : i32
+// CHECK: %[[A0:.*]] = arith.extui %[[LO_A0]] : i32 to i64
+// CHECK-NEXT: %[[D_A0:.*]] = arith.ori %[[HI_A]], %[[A0]] : i64
+// CHECK: nvvm.wgmma.mma_async %[[D_A0]], %{{.*}}, %{{.*}}, <m = 64, n = 128, k = 16>
+// CHECK: %[[LO_A1:.*]] = arith.addi %[[LO_A0]], %[[C2]] : i32
+// CHECK-NEXT: %[[A1:.*]] = arith.extui %[[LO_A1]] : i32 to i64
+// CHECK-NEXT: %[[D_A1:.*]] = arith.ori %[[HI_A]], %[[A1]] : i64
+// CHECK: nvvm.wgmma.mma_async %[[D_A1]], %{{.*}}, %{{.*}}, <m = 64, n = 128, k = 16>
+// CHECK-COUNT-2: nvvm.wgmma.mma_async
+// CHECK-NOT: nvvm.wgmma.mma_async
+gpu.module @k {
+  llvm.func @mma_tile_ring_stage(%a: !llvm.ptr<3>, %b: !llvm.ptr<3>, %acc: vector<64xf32>, %offa: i64, %offb: i32) -> vector<64xf32> {
+    %sa = llvm.getelementptr %a[%offa] : (!llvm.ptr<3>, i64) -> !llvm.ptr<3>, i8
+    %sb = llvm.getelementptr %b[%offb] : (!llvm.ptr<3>, i32) -> !llvm.ptr<3>, i8
+    %r = megamoe.mma_tile %sa, %sb, %acc {m = 64, n = 128, k = 64, threads = 128} : !llvm.ptr<3>, !llvm.ptr<3>, vector<64xf32> -> vector<64xf32>
+    llvm.return %r : vector<64xf32>
+  }
+}
+
+// -----
+
 // Two warpgroups (m = 128): each takes its own 64 rows of A (8 KB further on), all of B; n = 32 is one m64n32k16
 // atom with 16 accumulators per thread.
 // CHECK-LABEL: llvm.func @mma_tile_two_warpgroups
