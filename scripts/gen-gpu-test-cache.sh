@@ -23,6 +23,8 @@ kernels=(
   "grouped_gemm_nt_tma E=8,N=512,K=256,pairs=0"   # the TMA variants on ragged groups
   "grouped_gemm_nn_tma E=8,N=512,K=256,pairs=0"
   "grouped_gemm_nt_tma E=8,N=512,K=1024,pairs=0"  # a split-K tail after whole rounds
+  "grouped_gemm_nt_tma E=8,N=512,K=192,pairs=1"   # three K steps a tile: K loops starting at every ring slot
+  "grouped_gemm_nn_tma E=8,N=512,K=192,pairs=0"
   "grouped_gemm_nt_tma E=8,N=512,K=256,pairs=1"   # cluster pairs drawing tickets per pair
   "grouped_gemm_nn_tma E=8,N=512,K=256,pairs=1"
   "grouped_gemm_nt_tma E=8,N=2048,K=256,pairs=1"

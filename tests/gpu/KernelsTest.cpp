@@ -435,6 +435,19 @@ TEST(GpuKernels, TmaGroupedGemmNtSplitTailAfterRounds) {
   runTmaGroupedGemm(gpu, Layout::kNT, 8, 512, 1024, 700, 0, /*grid=*/9, /*maxSplit=*/8, /*expectSplit=*/-1);
 }
 
+// Three K steps a tile: consecutive tiles start their K loops at ring slots 0, 3, 2, 1, ... in alternating
+// phases, which the MMA loop carries from one step to the next (kernels/GroupedGemmPipeline.h compute); one cluster
+// (grid 2) or three blocks run every tile.
+TEST(GpuKernels, TmaGroupedGemmNtPairsThreeStepTiles) {
+  MEGAMOE_REQUIRE_SM90A(gpu);
+  runTmaGroupedGemm(gpu, Layout::kNT, 8, 512, 192, 400, /*pairs=*/1, /*grid=*/2, /*maxSplit=*/0, /*expectSplit=*/0);
+}
+
+TEST(GpuKernels, TmaGroupedGemmNnThreeStepTiles) {
+  MEGAMOE_REQUIRE_SM90A(gpu);
+  runTmaGroupedGemm(gpu, Layout::kNN, 8, 512, 192, 400, /*pairs=*/0, /*grid=*/3, /*maxSplit=*/0, /*expectSplit=*/0);
+}
+
 // Pairs with a split tail, lone tiles among the split units: at most 24 units over 66 clusters (132 SMs).
 TEST(GpuKernels, TmaGroupedGemmNnPairsSplitTail) {
   MEGAMOE_REQUIRE_SM90A(gpu);
