@@ -220,6 +220,32 @@ TEST(Codegen, TmaGroupedGemmSplitTail) {
     }
 }
 
+// The MMA warpgroups' K loop (NT / NN, single blocks and pairs): from a step's full-barrier wait to its first
+// wgmma no 64-bit address arithmetic (mul.wide, 64-bit shifts): the slot is carried from the step before and the
+// descriptors are a loop-invariant base plus the stage's 32-bit offset. That arithmetic cost the K loop 5-6% at
+// equal clocks (bench/results/2026-12-01-h200-stall-sites).
+TEST(Codegen, TmaGroupedGemmKLoopKeepsAddressArithmeticOut) {
+  using G = kernels::GroupedGemmSpec;
+  for (G spec : {G{G::kNT, 128, 4096, 7168}, G{G::kNN, 16, 512, 1024}})
+    for (int64_t pairs : {0, 1}) {
+      SCOPED_TRACE(spec.tmaSpec(pairs).describe());
+      CompiledKernel k;
+      ASSERT_TRUE(compileTmaVariant(spec.tmaSpec(pairs), "sm_90a", k));
+      const std::string& ptx = k.assembly;
+      int steps = 0;
+      for (size_t fence = ptx.find("wgmma.fence.sync.aligned"); fence != std::string::npos;
+           fence = ptx.find("wgmma.fence.sync.aligned", fence + 1), ++steps) {
+        size_t wait = ptx.rfind("mbarrier.try_wait", fence), first = ptx.find("wgmma.mma_async", fence);
+        ASSERT_NE(wait, std::string::npos);
+        ASSERT_NE(first, std::string::npos);
+        const std::string step = ptx.substr(wait, first - wait);
+        for (const char* op : {"mul.wide", "shr.u64", "shr.b64"})
+          EXPECT_EQ(step.find(op), std::string::npos) << op << " in\n" << step;
+      }
+      EXPECT_EQ(steps, 2);  // one K loop per MMA warpgroup
+    }
+}
+
 // The forward (NT) and dgrad (NN) dispatches on sm_90a run the TMA engine as cluster pairs (NT: its B tile's gate
 // and up halves loaded as two boxes, one per block of a pair, multicast); with dedup the NT tiles gather rows and
 // stay on the single-role loop (cp.async).
