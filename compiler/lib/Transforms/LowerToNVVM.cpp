@@ -81,9 +81,9 @@ Value structToVector(OpBuilder& b, Location loc, Value s, VectorType vecTy) {
 
 // A stage of a shared ring (SharedTile::stage: a byte offset from the ring's base) as that base and the offset, so
 // that the descriptor's part from the base is loop-invariant and only offset / 16 is added in the K loop: with the
-// 64-bit address arithmetic per step (mask, shift, or), ptxas left ~30 dependent instructions between one step's
-// MMA wait and the next step's wgmma; descriptors kept loop-invariant in a probe ran DeepSeek-V3 L1 6.5% faster
-// at equal clocks (bench/results/2026-12-01-h200-stall-sites).
+// 64-bit address arithmetic per step (mask, shift, or), ptxas left ~30 instructions, a dependent chain of ~10,
+// between one step's MMA wait and the next step's wgmma; descriptors kept loop-invariant in a probe ran
+// DeepSeek-V3 L1 6.5% faster at equal clocks (bench/results/2026-12-01-h200-stall-sites).
 std::pair<Value, Value> stageOffset(OpBuilder& b, Location loc, Value ptr) {
   if (auto gep = ptr.getDefiningOp<LLVM::GEPOp>())
     if (gep.getElemType() == b.getI8Type() && gep.getDynamicIndices().size() == 1 &&
