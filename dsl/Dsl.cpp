@@ -307,6 +307,12 @@ void Kernel::forRange(const I32& lo, const I32& hi, const I32& step, const std::
   body(I32(this, loop.getInductionVar()));
 }
 
+std::vector<I32> Kernel::scalars(ValueRange values) {
+  std::vector<I32> out;
+  for (Value v : values) out.emplace_back(this, v);
+  return out;
+}
+
 std::vector<Value> Kernel::loop(const I32& lo, const I32& hi, const I32& step, const std::vector<Value>& init,
                                 const std::function<std::vector<Value>(I32, std::vector<Value>)>& body) {
   auto loop = scf::ForOp::create(b_, loc_, lo.value(), hi.value(), step.value(), init);
@@ -334,11 +340,7 @@ std::pair<Acc, std::vector<I32>> Kernel::forRange(
     const std::function<std::pair<Acc, std::vector<I32>>(I32, Acc, const std::vector<I32>&)>& body) {
   std::vector<Value> inits{init.value};
   for (const I32& v : scalars) inits.push_back(v.value());
-  auto wrap = [&](const std::vector<Value>& vs) {
-    std::vector<I32> out;
-    for (size_t i = 1; i < vs.size(); ++i) out.emplace_back(this, vs[i]);
-    return out;
-  };
+  auto wrap = [&](const std::vector<Value>& vs) { return Kernel::scalars(ValueRange(vs).drop_front()); };
   std::vector<Value> out = loop(lo, hi, step, inits, [&](I32 i, std::vector<Value> carried) {
     auto [acc, next] = body(i, Acc{carried[0], init.m, init.n}, wrap(carried));
     std::vector<Value> yields{acc.value};
@@ -358,11 +360,6 @@ Vec Kernel::forRange(const I32& lo, const I32& hi, const I32& step, const Vec& i
 
 std::vector<I32> Kernel::forRange(const I32& lo, const I32& hi, const I32& step, const std::vector<I32>& init,
                                   const std::function<std::vector<I32>(I32, const std::vector<I32>&)>& body) {
-  auto scalars = [&](const std::vector<Value>& vs) {
-    std::vector<I32> out;
-    for (Value v : vs) out.emplace_back(this, v);
-    return out;
-  };
   std::vector<Value> inits;
   for (const I32& v : init) inits.push_back(v.value());
   return scalars(loop(lo, hi, step, inits, [&](I32 i, std::vector<Value> carried) {
@@ -381,28 +378,23 @@ std::vector<I32> Kernel::whileLoop(const std::vector<I32>& init,
     inits.push_back(v.value());
     types.push_back(v.value().getType());
   }
-  auto wrap = [&](ValueRange values) {
-    std::vector<I32> out;
-    for (Value v : values) out.emplace_back(this, v);
-    return out;
-  };
   OpBuilder::InsertionGuard guard(b_);
   auto loop = scf::WhileOp::create(
       b_, loc_, types, inits,
       [&](OpBuilder& nested, Location, ValueRange args) {
         b_.setInsertionPointToEnd(nested.getInsertionBlock());
-        Bool go = cond(wrap(args));
+        Bool go = cond(scalars(args));
         scf::ConditionOp::create(b_, loc_, go.value(), args);
       },
       [&](OpBuilder& nested, Location, ValueRange args) {
         b_.setInsertionPointToEnd(nested.getInsertionBlock());
-        std::vector<I32> next = body(wrap(args));
+        std::vector<I32> next = body(scalars(args));
         if (next.size() != init.size()) throw std::logic_error("whileLoop body must return one value per carried value");
         SmallVector<Value> yields;
         for (const I32& v : next) yields.push_back(v.value());
         scf::YieldOp::create(b_, loc_, yields);
       });
-  return wrap(loop.getResults());
+  return scalars(loop.getResults());
 }
 
 I32 Kernel::select(const Bool& cond, const I32& a, const I32& b) {

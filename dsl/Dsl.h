@@ -358,6 +358,8 @@ class Kernel {
     int barrier;  // 0: the block's own barrier
   } group_;
   mlir::Value mbarrierAt(const SharedTile& bars, const I32& i);
+  // Loop-carried values as the DSL's 32-bit scalars.
+  std::vector<I32> scalars(mlir::ValueRange values);
   // scf.for over [lo, hi) carrying `init`; body gets the induction variable and the carried values.
   std::vector<mlir::Value> loop(const I32& lo, const I32& hi, const I32& step, const std::vector<mlir::Value>& init,
                                 const std::function<std::vector<mlir::Value>(I32, std::vector<mlir::Value>)>& body);
