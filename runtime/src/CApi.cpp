@@ -86,6 +86,7 @@ megamoe::MoeLayerConfig toConfig(const megamoe_layer_config* c) {
   out.swigluClampMilli = c->swiglu_clamp_milli;
   out.training = c->training != 0;
   out.dedupTokens = c->dedup_tokens != 0;
+  out.smBudget = c->sm_budget;
   if (c->dtype != MEGAMOE_DTYPE_BF16)
     throw megamoe::Error(megamoe::ErrorCode::kInvalidArgument,
                          "dtype=" + std::to_string(c->dtype) + " must be MEGAMOE_DTYPE_BF16: the kernels are bf16 only");
@@ -376,6 +377,14 @@ int megamoe_layer_activation_bytes(const megamoe_layer* layer, uint64_t* bytes) 
     requireArg(layer, "layer");
     requireArg(bytes, "bytes");
     *bytes = layer->layer->activationBytes();
+  });
+}
+
+int megamoe_layer_sm_budget(const megamoe_layer* layer, int* sms) {
+  return guarded([&] {
+    requireArg(layer, "layer");
+    requireArg(sms, "sms");
+    *sms = layer->layer->smBudget();
   });
 }
 

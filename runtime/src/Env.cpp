@@ -22,6 +22,9 @@ const std::vector<EnvVar>& envRegistry() {
        "bound of every cross-rank wait on the device, written into DeviceContext.timeout_ns (positive integer)"},
       {"MEGAMOE_PUSH_BLOCKS", "32",
        "blocks of dispatch_grouped_gemm that push token rows to the owners before taking GEMM tiles (1..1024)"},
+      {"MEGAMOE_SM_BUDGET", "",
+       "SMs a layer's kernels use when its config leaves sm_budget 0 (even, 2..1024); unset: every SM, shared by "
+       "the ranks of one process on a device"},
   };
   return registry;
 }
@@ -36,7 +39,8 @@ std::string defaultOf(const char* name) {
 
 [[noreturn]] void badValue(const char* name, const std::string& value, const std::string& expected) {
   throw Error(ErrorCode::kInvalidEnv, std::string(name) + "='" + value + "' is invalid: expected " + expected +
-                                          " (default " + defaultOf(name) + ")");
+                                          " (default " + (defaultOf(name).empty() ? "unset" : defaultOf(name)) +
+                                          ")");
 }
 
 std::string textOr(const std::function<const char*(const char*)>& lookup, const char* name) {
@@ -85,6 +89,14 @@ RuntimeEnv parseEnv(const std::function<const char*(const char*)>& lookup) {
     const int value = digitsOnly ? std::atoi(text.c_str()) : 0;
     if (value < 1 || value > 1024) badValue("MEGAMOE_PUSH_BLOCKS", text, "an integer from 1 to 1024");
     env.pushBlocks = value;
+  }
+  if (const char* text = lookup("MEGAMOE_SM_BUDGET")) {
+    const std::string value(text);
+    const bool digitsOnly = !value.empty() && value.size() <= 4 && value.find_first_not_of("0123456789") == std::string::npos;
+    const int budget = digitsOnly ? std::atoi(value.c_str()) : 0;
+    if (budget < 2 || budget > 1024 || budget % 2 != 0)
+      badValue("MEGAMOE_SM_BUDGET", value, "an even number of SMs from 2 to 1024 (the cluster-pair kernels launch whole pairs)");
+    env.smBudget = budget;
   }
   return env;
 }

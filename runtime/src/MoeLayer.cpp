@@ -57,6 +57,35 @@ struct Regions {
   }
 };
 
+// The most SMs a budget may name (no GPU of one node has more).
+constexpr int64_t kMaxSmBudget = 1024;
+// The SM budget's device-independent rules (MoeLayerConfig::smBudget); resolveSmBudget adds the device's.
+std::string smBudgetError(int64_t budget) {
+  if (budget < 0 || budget > kMaxSmBudget || budget % 2 != 0)
+    return "sm_budget=" + std::to_string(budget) + " must be 0 (the default) or an even number of SMs up to " +
+           std::to_string(kMaxSmBudget) + " (the cluster-pair kernels launch whole pairs of blocks)";
+  return "";
+}
+
+// The SMs one rank's kernels use: the config's budget, else MEGAMOE_SM_BUDGET, else the device's SMs shared by the
+// `sharing` ranks of one process on that device.
+int resolveSmBudget(const MoeLayerConfig& c, const RuntimeEnv& env, Device& device, int sharing) {
+  const int sms = device.multiprocessors();
+  int64_t budget = c.smBudget ? c.smBudget : env.smBudget;
+  const char* from = c.smBudget ? "sm_budget" : "MEGAMOE_SM_BUDGET";
+  if (budget == 0) {
+    budget = (sms / sharing) & ~1;
+    if (budget < 2)
+      invalid(std::to_string(sharing) + " ranks share device " + std::to_string(device.ordinal()) + " with " +
+              std::to_string(sms) + " SMs: each needs at least 2 SMs (one cluster pair)");
+    return int(budget);
+  }
+  if (budget > sms)
+    invalid(std::string(from) + "=" + std::to_string(budget) + " exceeds the " + std::to_string(sms) +
+            " SMs of device " + std::to_string(device.ordinal()));
+  return int(budget);
+}
+
 }  // namespace
 
 std::string MoeLayer::validate(const MoeLayerConfig& c, int ranks) {
@@ -75,6 +104,7 @@ std::string MoeLayer::validate(const MoeLayerConfig& c, int ranks) {
     return "max_tokens * hidden / 8 must be < 2^31 (32-bit vector indices of the combine's weighted sum)";
   if (c.swigluClampMilli < 0) return "swiglu_clamp_milli must be >= 0 (0 = no clamp)";
   if (c.dtype != DType::kBf16) return "dtype must be bf16: the kernels are generated for bf16 only";
+  if (auto e = smBudgetError(c.smBudget); !e.empty()) return e;
   return "";
 }
 
@@ -206,7 +236,8 @@ struct MoeLayer::Impl {
   }
 };
 
-MoeLayer::MoeLayer(Runtime& runtime, const MoeLayerConfig& config, std::unique_ptr<SymmetricHeap> heap)
+MoeLayer::MoeLayer(Runtime& runtime, const MoeLayerConfig& config, std::unique_ptr<SymmetricHeap> heap,
+                   int smBudget)
     : config_(config), heap_(std::move(heap)), impl_(std::make_unique<Impl>(runtime)) {
   Impl& m = *impl_;
   const int ranks = heap_->nranks();
@@ -237,8 +268,9 @@ MoeLayer::MoeLayer(Runtime& runtime, const MoeLayerConfig& config, std::unique_p
   m.prologueScratch = alloc(scratchBytes);  // zero between launches (the prologue resets its counters)
   m.device.memsetZero(m.prologueScratch, size_t(scratchBytes), nullptr);
   m.device.synchronize(nullptr);
-  // One block per SM, all resident: the combine's blocks wait for each other (see docs/decisions/fused-dispatch.md).
-  m.grid = uint32_t(m.device.multiprocessors());
+  // One block per SM of the budget, all resident: the combine's blocks wait for each other (see
+  // docs/decisions/fused-dispatch.md).
+  m.grid = uint32_t(smBudget);
   m.pushBlocks = std::min<int32_t>(runtime.env().pushBlocks, int32_t(m.grid));
   m.pairGrid = int32_t(m.grid) & ~1;
   m.pairPush = std::min<int32_t>((m.pushBlocks + 1) & ~1, m.pairGrid);
@@ -265,19 +297,42 @@ std::vector<std::unique_ptr<MoeLayer>> MoeLayer::createLocal(const std::vector<R
     if (!rt) invalid("createLocal: a runtime is null");
     devices.push_back(rt->device());
   }
+  // Ranks on one device run side by side, each on its share of the SMs: their budgets must fit the device
+  // together, or a rank's persistent kernels could wait for SMs that a peer's kernels, waiting for it, hold.
+  std::vector<int> budgets;
+  for (size_t i = 0; i < runtimes.size(); ++i) {
+    int sharing = 0;
+    for (const auto& d : devices) sharing += d->ordinal() == devices[i]->ordinal();
+    budgets.push_back(resolveSmBudget(config, runtimes[i]->env(), *devices[i], sharing));
+  }
+  for (size_t i = 0; i < runtimes.size(); ++i) {
+    int64_t used = 0;
+    std::string ranksThere;
+    for (size_t j = 0; j < runtimes.size(); ++j) {
+      if (devices[j]->ordinal() != devices[i]->ordinal()) continue;
+      used += budgets[j];
+      ranksThere += (ranksThere.empty() ? "" : ",") + std::to_string(j);
+    }
+    if (used > devices[i]->multiprocessors())
+      invalid("the SM budgets of ranks " + ranksThere + " on device " + std::to_string(devices[i]->ordinal()) +
+              " add up to " + std::to_string(used) + " SMs, more than its " +
+              std::to_string(devices[i]->multiprocessors()) + " (ranks on one device must all be resident)");
+  }
   auto heaps = SymmetricHeap::createSingleProcess(devices, heapRegions(config, int(runtimes.size())),
                                                   runtimes[0]->env());
   std::vector<std::unique_ptr<MoeLayer>> layers;
   for (size_t i = 0; i < runtimes.size(); ++i)
-    layers.push_back(std::unique_ptr<MoeLayer>(new MoeLayer(*runtimes[i], config, std::move(heaps[i]))));
+    layers.push_back(
+        std::unique_ptr<MoeLayer>(new MoeLayer(*runtimes[i], config, std::move(heaps[i]), budgets[i])));
   return layers;
 }
 
 std::unique_ptr<MoeLayer> MoeLayer::create(Runtime& runtime, const MoeLayerConfig& config, int rank, int ranks,
                                            const std::string& rendezvousPath) {
   if (auto e = validate(config, ranks); !e.empty()) invalid("MoE layer: " + e);
+  const int budget = resolveSmBudget(config, runtime.env(), *runtime.device(), 1);
   auto heap = runtime.createHeap(heapRegions(config, ranks), rank, ranks, rendezvousPath);
-  return std::unique_ptr<MoeLayer>(new MoeLayer(runtime, config, std::move(heap)));
+  return std::unique_ptr<MoeLayer>(new MoeLayer(runtime, config, std::move(heap), budget));
 }
 
 void MoeLayer::forward(const ForwardArgs& a, StreamHandle stream) {
@@ -401,6 +456,8 @@ void MoeLayer::backward(const BackwardArgs& a, StreamHandle stream) {
   end(BackwardStage::kDgradCombine);
   advance();
 }
+
+int MoeLayer::smBudget() const { return int(impl_->grid); }
 
 void MoeLayer::setLegs(Leg dispatch, Leg combine) {
   impl_->dispatchLeg = dispatch;

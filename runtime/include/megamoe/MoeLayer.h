@@ -42,6 +42,12 @@ struct MoeLayerConfig {
   // L1 tiles gather its row there (kernels/Kernels.h, DispatchGemmSpec::dedup). The forward only; the backward's
   // re-dispatches are unchanged.
   bool dedupTokens = false;
+  // SMs this rank's persistent kernels may use (their grids), forward and backward, leaving the rest to other
+  // streams (attention, a shared expert, NCCL). 0: MEGAMOE_SM_BUDGET, else every SM of the device shared evenly
+  // (rounded down to even) by the ranks of one createLocal that share it. A budget must be even (the cluster-pair
+  // kernels launch whole pairs), at most the device's SMs, and the budgets of ranks on one device must fit it
+  // together, so that every rank's persistent kernels are resident at once.
+  int64_t smBudget = 0;
 };
 
 // What each fused operator runs (benchmark legs). kFused is the layer; kCommOnly moves the same bytes between the
@@ -92,7 +98,9 @@ class MoeLayer {
   static std::vector<std::pair<std::string, std::vector<std::pair<std::string, int64_t>>>> kernelSpecs(
       const MoeLayerConfig& config, int ranks);
 
-  // Mode A: one process drives every rank; layer i on runtimes[i]'s device. Kernels come from the cache.
+  // Mode A: one process drives every rank; layer i on runtimes[i]'s device. Kernels come from the cache. Several
+  // ranks may share a device (runtimes on one ordinal): each then needs its own stream, and its budget (smBudget)
+  // is its share of the SMs.
   static std::vector<std::unique_ptr<MoeLayer>> createLocal(const std::vector<Runtime*>& runtimes,
                                                             const MoeLayerConfig& config);
   // Mode B: this process is `rank` of `ranks`; all meet at `rendezvousPath`.
@@ -105,6 +113,8 @@ class MoeLayer {
   const MoeLayerConfig& config() const { return config_; }
   int rank() const { return heap_->rank(); }
   int ranks() const { return heap_->nranks(); }
+  // The SMs this rank's kernels use (the resolved smBudget).
+  int smBudget() const;
   SymmetricHeap& heap() { return *heap_; }
 
   // Enqueues one forward on `stream` (capturable in a graph). Host-visible bad input (a null pointer, tokens out
@@ -139,7 +149,7 @@ class MoeLayer {
 
  private:
   struct Impl;
-  MoeLayer(Runtime& runtime, const MoeLayerConfig& config, std::unique_ptr<SymmetricHeap> heap);
+  MoeLayer(Runtime& runtime, const MoeLayerConfig& config, std::unique_ptr<SymmetricHeap> heap, int smBudget);
   MoeLayerConfig config_;
   std::unique_ptr<SymmetricHeap> heap_;
   std::unique_ptr<Impl> impl_;

@@ -25,6 +25,7 @@ struct RuntimeEnv {
   double rendezvousTimeoutS = 30.0;  // MEGAMOE_RENDEZVOUS_TIMEOUT_S
   uint64_t waitTimeoutMs = 10000;    // MEGAMOE_WAIT_TIMEOUT_MS
   int pushBlocks = 32;               // MEGAMOE_PUSH_BLOCKS
+  int smBudget = 0;                  // MEGAMOE_SM_BUDGET (0: unset, every SM)
 };
 
 // Reads through `lookup` (returns nullptr for unset). Throws Error(kInvalidEnv) naming the variable, the bad

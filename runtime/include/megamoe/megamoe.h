@@ -121,6 +121,8 @@ typedef struct megamoe_layer_config {
   int64_t training;           /* non-zero: forward keeps h and megamoe_layer_backward is available */
   int64_t dtype;              /* MEGAMOE_DTYPE_BF16 (the only one the kernels are generated for) */
   int64_t dedup_tokens;       /* non-zero: a token crosses to each owner rank once (MoeLayerConfig::dedupTokens) */
+  int64_t sm_budget;          /* SMs of this rank's kernels (even); 0 = MEGAMOE_SM_BUDGET, else every SM shared by
+                                 the ranks of one process on a device (MoeLayerConfig::smBudget) */
 } megamoe_layer_config;
 #define MEGAMOE_DTYPE_BF16 0
 
@@ -172,6 +174,8 @@ MEGAMOE_API int megamoe_layer_backward_stage_ms(megamoe_layer* layer, float* ms)
 MEGAMOE_API int megamoe_layer_activation_bytes(const megamoe_layer* layer, uint64_t* bytes);
 /* What a training forward keeps for the backward, and what it would keep without recomputing the dispatched x. */
 MEGAMOE_API int megamoe_layer_kept_bytes(const megamoe_layer* layer, uint64_t* kept, uint64_t* kept_without_recompute);
+/* The SMs this rank's kernels use (config.sm_budget resolved). */
+MEGAMOE_API int megamoe_layer_sm_budget(const megamoe_layer* layer, int* sms);
 /* As megamoe_check_errors, for the layer's heap. */
 MEGAMOE_API int megamoe_layer_check_errors(megamoe_layer* layer, void* stream);
 

@@ -142,9 +142,9 @@ int main(void) {
 
   { /* The layer: bad configurations name the constraint; an empty cache names the command that fills it. */
     megamoe_layer* layer = (megamoe_layer*)1;
-    megamoe_layer_config bad = {7100, 2048, 256, 8, 8192, 0, 0, MEGAMOE_DTYPE_BF16, 0};
-    megamoe_layer_config good = {512, 256, 16, 4, 64, 0, 1, MEGAMOE_DTYPE_BF16, 1};
-    megamoe_layer_config fp8 = {512, 256, 16, 4, 64, 0, 1, 7, 0};
+    megamoe_layer_config bad = {7100, 2048, 256, 8, 8192, 0, 0, MEGAMOE_DTYPE_BF16, 0, 0};
+    megamoe_layer_config good = {512, 256, 16, 4, 64, 0, 1, MEGAMOE_DTYPE_BF16, 1, 0};
+    megamoe_layer_config fp8 = {512, 256, 16, 4, 64, 0, 1, 7, 0, 0};
     float ms[MEGAMOE_STAGE_COUNT];
     CHECK_STATUS(megamoe_layer_create(NULL, &good, 0, 1, NULL, &layer), MEGAMOE_ERROR_INVALID_ARGUMENT);
     CHECK(layer == NULL);
