@@ -2,6 +2,11 @@
 // whose static facts pass (no scratch/spills, register and shared budgets, the MMA instruction where an MMA tile is
 // used). gfx950 objects are never executed: there is no AMD GPU here.
 #include <gtest/gtest.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <filesystem>
@@ -323,6 +328,56 @@ TEST(Codegen, BulkStoreMovesWholeSixteenByteChunks) {
   EXPECT_THROW(k.bulkStore(rows, k.i32(0), out, 8), std::invalid_argument);
   EXPECT_THROW(k.bulkStore(rows, k.i32(0), out, 0), std::invalid_argument);
   EXPECT_NO_THROW(k.bulkStore(rows, k.i32(1), out, 128));
+}
+
+// A short write of lld's temporary input (here a file-size limit; disk full alike) is an error with a message, in
+// a process that lives on, and leaves no temporary file behind (before: lld read a truncated object and ended the
+// process with status 1 and no message). Runs in a child: the limit and TMPDIR are process-wide.
+TEST(Codegen, ShortWriteOfTheTemporaryObjectIsAnError) {
+  const std::string tmp = (std::filesystem::temp_directory_path() / ("megamoe-fsize-" + std::to_string(::getpid())))
+                              .string();
+  std::filesystem::create_directories(tmp);
+  int fds[2];
+  ASSERT_EQ(::pipe(fds), 0);
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    ::close(fds[0]);
+    ::setenv("TMPDIR", tmp.c_str(), 1);
+    ::signal(SIGXFSZ, SIG_IGN);  // write() then fails with EFBIG instead of the signal ending the process
+    const rlimit limit{512, 512};
+    ::setrlimit(RLIMIT_FSIZE, &limit);
+    mlir::DialectRegistry registry;
+    registerAllDialects(registry);
+    mlir::MLIRContext ctx(registry, mlir::MLIRContext::Threading::DISABLED);
+    std::string err, out;
+    auto options = TargetOptions::parse("gfx950", &err);
+    const kernels::KernelSpec spec = kernels::GemmNtSpec{128, 64}.spec();
+    auto module = kernels::find(spec.kernel)->build(ctx, spec, options->arch());
+    out = compileKernel(*module, *options, &err) ? "compiled" : "error: " + err;
+    if (::write(fds[1], out.data(), out.size()) < 0) ::_exit(3);
+    ::_exit(0);
+  }
+  ::close(fds[1]);
+  std::string report;
+  char buf[4096];
+  pollfd p{fds[0], POLLIN, 0};
+  while (::poll(&p, 1, 120000) > 0) {
+    const ssize_t n = ::read(fds[0], buf, sizeof buf);
+    if (n <= 0) break;
+    report.append(buf, size_t(n));
+  }
+  ::close(fds[0]);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+      << "the compiling process ended with status " << status << " (" << report << ")";
+  EXPECT_EQ(report.rfind("error: writing ", 0), 0u) << report;
+  EXPECT_NE(report.find("File too large"), std::string::npos) << report;
+  size_t left = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(tmp)) left += !entry.path().empty();
+  EXPECT_EQ(left, 0u) << "temporary files left in " << tmp;
+  std::filesystem::remove_all(tmp);
 }
 
 TEST(Codegen, UnknownTargetIsRefused) {

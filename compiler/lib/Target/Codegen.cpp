@@ -20,6 +20,7 @@
 #include "llvm/IR/Module.h"
 #include "llvm/MC/TargetRegistry.h"
 #include "llvm/Passes/PassBuilder.h"
+#include "llvm/Support/CrashRecoveryContext.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/Program.h"
 #include "llvm/Support/TargetSelect.h"
@@ -141,6 +142,50 @@ bool readPtxasFacts(const std::string& info, StaticFacts& f, std::string* error)
   return true;
 }
 
+// Temporary files of one external step, removed on every path out of it.
+class TempFiles {
+ public:
+  ~TempFiles() {
+    for (const auto& p : paths_) llvm::sys::fs::remove(p);
+  }
+  // Creates one file per suffix; false (with *error) when one cannot be made.
+  bool create(std::initializer_list<const char*> suffixes, const char* forWhat, std::string* error) {
+    for (const char* suffix : suffixes) {
+      llvm::SmallString<128> path;
+      if (std::error_code ec = llvm::sys::fs::createTemporaryFile("megamoe", suffix, path)) {
+        *error = std::string("cannot create temporary files for ") + forWhat + ": " + ec.message();
+        return false;
+      }
+      paths_.push_back(path.str().str());
+    }
+    return true;
+  }
+  const std::string& operator[](size_t i) const { return paths_.at(i); }
+
+ private:
+  std::vector<std::string> paths_;
+};
+
+// Writes `bytes` to `path` whole: a short write (disk full, a file-size limit) is an error naming the file, never
+// a truncated input for the next tool.
+bool writeWhole(const std::string& path, llvm::StringRef bytes, std::string* error) {
+  std::error_code ec;
+  llvm::raw_fd_ostream os(path, ec);
+  if (ec) {
+    *error = "cannot open " + path + " for writing: " + ec.message();
+    return false;
+  }
+  os << bytes;
+  os.close();
+  if (os.has_error()) {
+    *error = "writing " + std::to_string(bytes.size()) + " bytes to " + path + " failed: " + os.error().message() +
+             " (disk full or a file-size limit?)";
+    os.clear_error();
+    return false;
+  }
+  return true;
+}
+
 // The ptxas executable: $MEGAMOE_PTXAS, $CUDA_HOME/bin/ptxas, /usr/local/cuda/bin/ptxas, or ptxas on PATH.
 std::string findPtxas() {
   for (const char* env : {"MEGAMOE_PTXAS", "CUDA_HOME"}) {
@@ -164,21 +209,16 @@ bool assembleCubin(const std::string& ptx, CompiledKernel& k, std::string* error
              "ignores their per-role register budgets";
     return false;
   }
-  llvm::SmallString<128> in, out, log;
-  if (llvm::sys::fs::createTemporaryFile("megamoe", "ptx", in) || llvm::sys::fs::createTemporaryFile("megamoe", "cubin", out) ||
-      llvm::sys::fs::createTemporaryFile("megamoe", "log", log)) {
-    *error = "cannot create temporary files for ptxas";
-    return false;
-  }
-  { std::ofstream(in.c_str(), std::ios::binary).write(ptx.data(), std::streamsize(ptx.size())); }
-  llvm::StringRef args[] = {ptxas, "-arch=sm_90a", "-O3", "-v", in.str(), "-o", out.str()};
-  std::optional<llvm::StringRef> redirects[] = {std::nullopt, log.str(), log.str()};
+  TempFiles files;
+  if (!files.create({"ptx", "cubin", "log"}, "ptxas", error) || !writeWhole(files[0], ptx, error)) return false;
+  const std::string &in = files[0], &out = files[1], &log = files[2];
+  llvm::StringRef args[] = {ptxas, "-arch=sm_90a", "-O3", "-v", in, "-o", out};
+  std::optional<llvm::StringRef> redirects[] = {std::nullopt, llvm::StringRef(log), llvm::StringRef(log)};
   std::string execError;
   int rc = llvm::sys::ExecuteAndWait(ptxas, args, std::nullopt, redirects, 0, 0, &execError);
-  std::ifstream bin(out.c_str(), std::ios::binary), text(log.c_str());
+  std::ifstream bin(out, std::ios::binary), text(log);
   k.binary.assign(std::istreambuf_iterator<char>(bin), {});
   std::string info((std::istreambuf_iterator<char>(text)), {});
-  for (const auto& path : {in, out, log}) llvm::sys::fs::remove(path);
   if (rc != 0 || k.binary.empty()) {
     *error = "ptxas (" + ptxas + ") could not build the cubin: " + execError + info;
     return false;
@@ -217,24 +257,28 @@ bool linkCubin(const std::string& ptx, CompiledKernel& k, std::string* error) {
   return readPtxasFacts(info, k.facts, error);
 }
 
-// Object -> shared HSACO with lld in process (lld keeps global state: one link at a time).
+// Object -> shared HSACO with lld in process (lld keeps global state: one link at a time). lld ends the process
+// on a fatal error unless crash recovery is enabled, so it is, around the link only; after a fatal error lld's
+// state is not safe to reuse, and later links in this process are refused instead.
 bool linkHsaco(const std::string& object, CompiledKernel& k, std::string* error) {
   static std::mutex lldMutex;
+  static bool lldBroken = false;
   std::lock_guard<std::mutex> lock(lldMutex);
-  llvm::SmallString<128> in, out;
-  if (llvm::sys::fs::createTemporaryFile("megamoe", "o", in) || llvm::sys::fs::createTemporaryFile("megamoe", "hsaco", out)) {
-    *error = "cannot create temporary files for lld";
+  if (lldBroken) {
+    *error = "an earlier in-process lld link failed fatally; lld cannot link again in this process (restart it)";
     return false;
   }
-  { std::ofstream(in.c_str(), std::ios::binary).write(object.data(), std::streamsize(object.size())); }
+  TempFiles files;
+  if (!files.create({"o", "hsaco"}, "lld", error) || !writeWhole(files[0], object, error)) return false;
   std::string lldLog;
   llvm::raw_string_ostream lldOut(lldLog);
-  const char* args[] = {"ld.lld", "-shared", "--no-undefined", in.c_str(), "-o", out.c_str()};
+  const char* args[] = {"ld.lld", "-shared", "--no-undefined", files[0].c_str(), "-o", files[1].c_str()};
+  llvm::CrashRecoveryContext::Enable();
   lld::Result r = lld::lldMain(args, lldOut, lldOut, {{lld::Gnu, &lld::elf::link}});
-  std::ifstream f(out.c_str(), std::ios::binary);
+  llvm::CrashRecoveryContext::Disable();
+  lldBroken = !r.canRunAgain;
+  std::ifstream f(files[1], std::ios::binary);
   k.binary.assign(std::istreambuf_iterator<char>(f), {});
-  llvm::sys::fs::remove(in);
-  llvm::sys::fs::remove(out);
   if (r.retCode != 0 || k.binary.empty()) {
     *error = "lld could not link the HSACO: " + lldLog;
     return false;
