@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Generates every sm_90a kernel the GPU tests (gpu_kernels_test, gpu_comm_test, gpu_dispatch_test, gpu_layer_test) load into the
-# cache directory $1, so that a machine without a compiler can run them:
+# cache directory $1, at 2 and at 8 ranks, so that a machine without a compiler can run them (gpu_layer_test's
+# LayerTestCache.GpuTestCacheListsEveryLayerKernel checks that the layer kernels below cover its layers):
 # MEGAMOE_CACHE_DIR=$1 build/tests/gpu/gpu_kernels_test.
 # Usage: scripts/gen-gpu-test-cache.sh DIR   (MEGAMOE_CACHE_TOOL overrides build/bin/megamoe-cache)
 set -euo pipefail
@@ -38,8 +39,10 @@ kernels=(
   "ping_pong rounds=2"      # the CUDA-graph replay test
   "a2a_rows H=7168"
   "peer_store -"
-  "dispatch_prologue E=16,topk=4,ranks=2"    # gpu_dispatch_test
+  "dispatch_prologue E=16,topk=4,ranks=2"    # gpu_dispatch_test, gpu_layer_test
   "dispatch_prologue E=256,topk=8,ranks=2"   # DeepSeek-V3 routing
+  "dispatch_prologue E=16,topk=4,ranks=8"    # the same at 8 ranks
+  "dispatch_prologue E=256,topk=8,ranks=8"
   # gpu_layer_test: H=512 I=256 E=16 topk=4 over two ranks, forward and backward, without and with a clamp
   "grouped_gemm_combine E=16,ranks=2,topk=4,H=512,I=256,layout=0"
   "grouped_gemm_combine E=16,ranks=2,topk=4,H=512,I=256,layout=1"
@@ -57,6 +60,37 @@ kernels=(
   "dispatch_grouped_gemm E=16,ranks=2,topk=4,H=512,I=256,clamp_milli=7000,layout=1,save_h=0,dedup=0"
   "dispatch_grouped_gemm E=16,ranks=2,topk=4,H=512,I=256,clamp_milli=7000,layout=2,save_h=0,dedup=0"
   "swiglu_bwd I=256,clamp_milli=7000"
+  # gpu_layer_test at 8 ranks (2 experts per rank): the same layers
+  "grouped_gemm_combine E=16,ranks=8,topk=4,H=512,I=256,layout=0"
+  "grouped_gemm_combine E=16,ranks=8,topk=4,H=512,I=256,layout=1"
+  "stage_begin E=16,ranks=8"
+  "grouped_gemm_tn_tma E=2,N=256,M=512,pairs=0"   # dW2 over 2 local experts
+  "dispatch_grouped_gemm E=16,ranks=8,topk=4,H=512,I=256,clamp_milli=0,layout=0,save_h=0,dedup=0"
+  "dispatch_grouped_gemm E=16,ranks=8,topk=4,H=512,I=256,clamp_milli=0,layout=0,save_h=1,dedup=0"
+  "dispatch_grouped_gemm E=16,ranks=8,topk=4,H=512,I=256,clamp_milli=0,layout=1,save_h=0,dedup=0"
+  "dispatch_grouped_gemm E=16,ranks=8,topk=4,H=512,I=256,clamp_milli=0,layout=2,save_h=0,dedup=0"
+  "dispatch_grouped_gemm E=16,ranks=8,topk=4,H=512,I=256,clamp_milli=0,layout=0,save_h=0,dedup=1"
+  "dispatch_grouped_gemm E=16,ranks=8,topk=4,H=512,I=256,clamp_milli=0,layout=0,save_h=1,dedup=1"
+  "dispatch_grouped_gemm E=16,ranks=8,topk=4,H=512,I=256,clamp_milli=7000,layout=0,save_h=0,dedup=0"
+  "dispatch_grouped_gemm E=16,ranks=8,topk=4,H=512,I=256,clamp_milli=7000,layout=0,save_h=1,dedup=0"
+  "dispatch_grouped_gemm E=16,ranks=8,topk=4,H=512,I=256,clamp_milli=7000,layout=1,save_h=0,dedup=0"
+  "dispatch_grouped_gemm E=16,ranks=8,topk=4,H=512,I=256,clamp_milli=7000,layout=2,save_h=0,dedup=0"
+  # gpu_layer_test LayerDeepSeekV3: H=7168 I=2048 E=256 topk=8, training, at EP2 (128 experts per rank) and EP8 (32)
+  "swiglu_bwd I=2048,clamp_milli=0"
+  "grouped_gemm_combine E=256,ranks=2,topk=8,H=7168,I=2048,layout=0"
+  "grouped_gemm_combine E=256,ranks=2,topk=8,H=7168,I=2048,layout=1"
+  "stage_begin E=256,ranks=2"
+  "grouped_gemm_tn_tma E=128,N=2048,M=7168,pairs=0"
+  "dispatch_grouped_gemm E=256,ranks=2,topk=8,H=7168,I=2048,clamp_milli=0,layout=0,save_h=1,dedup=0"
+  "dispatch_grouped_gemm E=256,ranks=2,topk=8,H=7168,I=2048,clamp_milli=0,layout=1,save_h=0,dedup=0"
+  "dispatch_grouped_gemm E=256,ranks=2,topk=8,H=7168,I=2048,clamp_milli=0,layout=2,save_h=0,dedup=0"
+  "grouped_gemm_combine E=256,ranks=8,topk=8,H=7168,I=2048,layout=0"
+  "grouped_gemm_combine E=256,ranks=8,topk=8,H=7168,I=2048,layout=1"
+  "stage_begin E=256,ranks=8"
+  "grouped_gemm_tn_tma E=32,N=2048,M=7168,pairs=0"
+  "dispatch_grouped_gemm E=256,ranks=8,topk=8,H=7168,I=2048,clamp_milli=0,layout=0,save_h=1,dedup=0"
+  "dispatch_grouped_gemm E=256,ranks=8,topk=8,H=7168,I=2048,clamp_milli=0,layout=1,save_h=0,dedup=0"
+  "dispatch_grouped_gemm E=256,ranks=8,topk=8,H=7168,I=2048,clamp_milli=0,layout=2,save_h=0,dedup=0"
 )
 for entry in "${kernels[@]}"; do
   read -r kernel spec <<<"$entry"

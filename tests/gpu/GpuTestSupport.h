@@ -1,5 +1,7 @@
 // Shared by every GPU-tier test: open the CUDA backend or skip with the reason (so that a machine without a GPU skips
-// them all the same way), bf16 on the host, per-test seeds, kernels from the test cache (scripts/gen-gpu-test-cache.sh)
+// them all the same way), ranks placed on the visible GPUs (rank r on device r % deviceCount: ranks share a GPU when
+// there are fewer GPUs than ranks), the rank counts the multi-rank tests run at, bf16 on the host, per-test seeds,
+// kernels from the test cache (scripts/gen-gpu-test-cache.sh), device fills and comparisons, a host parallel loop,
 // and worker processes that re-execute the test binary.
 #pragma once
 #include <gtest/gtest.h>
@@ -9,12 +11,15 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <random>
 #include <string>
@@ -27,6 +32,7 @@
 #include "megamoe/Error.h"
 #include "megamoe/Runtime.h"
 #include "megamoe/SymmetricHeap.h"
+#include "megamoe/env.h"
 
 extern char** environ;
 
@@ -42,6 +48,68 @@ inline std::shared_ptr<Backend> cudaBackendOrReason(std::string* reason) {
     *reason = e.what();
   }
   return nullptr;
+}
+
+// ---- ranks on devices ----
+
+// The rank counts every multi-rank test runs at (value-parameterised: Suite.Test/Ranks2, Suite.Test/Ranks8). 8 is a
+// whole node (abi::kMaxRanks); on one GPU both run with the ranks sharing it.
+inline const std::vector<int> kRankCounts = {2, 8};
+inline std::string rankCountName(const ::testing::TestParamInfo<int>& info) {
+  return "Ranks" + std::to_string(info.param);
+}
+
+// Rank r's device: its own GPU when there are enough, else ranks share them round-robin (the single-process heap
+// then uses plain device pointers between ranks of one device, SymmetricHeap::createSingleProcess).
+inline int rankOrdinal(int rank, int deviceCount) { return rank % deviceCount; }
+
+// "" when every device ranks [0, ranks) run on is sm_90a (the test cache holds sm_90a code only), else which is not.
+inline std::string deviceNotSm90a(Backend& backend, int ranks) {
+  const int devices = backend.deviceCount();
+  for (int ordinal = 0; ordinal < std::min(ranks, devices); ++ordinal)
+    if (backend.device(ordinal)->target() != "sm_90a")
+      return "the test cache holds sm_90a code; device " + std::to_string(ordinal) + " is " +
+             backend.device(ordinal)->target();
+  return "";
+}
+
+// "8 ranks on 1 GPU(s)" for the tests' summaries.
+inline std::string placement(Backend& backend, int ranks) {
+  return std::to_string(ranks) + " ranks on " + std::to_string(std::min(ranks, backend.deviceCount())) + " GPU(s)";
+}
+
+// The runtime's environment with MEGAMOE_WAIT_TIMEOUT_MS replaced (the failure tests bound the waits tightly).
+inline RuntimeEnv envWithWaitTimeout(uint64_t milliseconds) {
+  const std::string value = std::to_string(milliseconds);
+  return parseEnv([&](const char* name) -> const char* {
+    return std::strcmp(name, "MEGAMOE_WAIT_TIMEOUT_MS") == 0 ? value.c_str() : std::getenv(name);
+  });
+}
+
+// Before the first CUDA context of the process: ranks sharing a GPU each have a stream whose kernels wait for the
+// other ranks' kernels. The driver maps a context's streams onto CUDA_DEVICE_MAX_CONNECTIONS hardware queues
+// (default 8), and a queue starts its kernels in submission order: a waiting kernel of one rank queued ahead of the
+// kernel it waits for (another rank's, on a stream sharing that queue) holds it back until the wait times out. 32
+// (the most) keeps 8 ranks' streams and the runtime's own on separate queues. overwrite=0: a caller's value stays.
+inline void initGpuTestProcess() { ::setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 0); }
+
+// ---- host parallelism ----
+
+// body(i) for i in [0, n) over the host's cores (at most 32 threads), in no particular order.
+inline void parallelFor(int64_t n, const std::function<void(int64_t)>& body) {
+  const int64_t workers =
+      std::min<int64_t>(n, std::clamp<int64_t>(int64_t(std::thread::hardware_concurrency()), 1, 32));
+  if (workers <= 1) {
+    for (int64_t i = 0; i < n; ++i) body(i);
+    return;
+  }
+  std::atomic<int64_t> next{0};
+  std::vector<std::thread> threads;
+  for (int64_t w = 0; w < workers; ++w)
+    threads.emplace_back([&] {
+      for (int64_t i; (i = next.fetch_add(1)) < n;) body(i);
+    });
+  for (auto& t : threads) t.join();
 }
 
 // ---- bf16 on the host ----
@@ -66,6 +134,31 @@ inline std::vector<uint16_t> randomBf16(std::mt19937& rng, size_t n, float scale
   std::normal_distribution<float> normal(0.f, scale);
   std::vector<uint16_t> out(n);
   for (auto& v : out) v = toBf16(normal(rng));
+  return out;
+}
+
+inline uint64_t splitMix64(uint64_t& state) {
+  uint64_t z = (state += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+// n draws uniform in [-scale * sqrt(3), scale * sqrt(3)) (variance scale²), rounded to bf16, generated in parallel:
+// for the expert weights of the large shapes (billions of values, where randomBf16 would take minutes). Chunk c
+// of 2^16 values comes from `seed` and c alone, so the values do not depend on the host's thread count.
+inline std::vector<uint16_t> uniformBf16(uint64_t seed, size_t n, float scale) {
+  constexpr size_t kChunk = size_t(1) << 16;
+  std::vector<uint16_t> out(n);
+  const double half = std::sqrt(3.0) * double(scale);
+  parallelFor(int64_t((n + kChunk - 1) / kChunk), [&](int64_t c) {
+    uint64_t state = seed ^ (uint64_t(c) * 0xd1b54a32d192ed03ull);
+    const size_t end = std::min(n, size_t(c + 1) * kChunk);
+    for (size_t i = size_t(c) * kChunk; i < end; ++i) {
+      const double u = double(splitMix64(state) >> 11) * (1.0 / 9007199254740992.0);  // [0, 1) in 53 bits
+      out[i] = toBf16(float((2 * u - 1) * half));
+    }
+  });
   return out;
 }
 
@@ -137,6 +230,7 @@ inline void launch1d(Runtime& runtime, const Kernel& kernel, uint32_t grid, Stre
 
 // main() of every GPU test binary without worker modes: gtest plus the --seed option.
 inline int runGpuTests(int argc, char** argv) {
+  initGpuTestProcess();
   ::testing::InitGoogleTest(&argc, argv);
   initBaseSeed(argc, argv);
   return RUN_ALL_TESTS();
@@ -153,6 +247,37 @@ std::vector<T> readBack(Device& device, DevicePtr at, size_t count) {
   std::vector<T> out(count);
   if (count) device.copyDeviceToHost(out.data(), at, count * sizeof(T));
   return out;
+}
+
+// `count` elements of T at `at` set to `value`: a block uploaded once, then doubled by device-to-device copies (the
+// large shapes' outputs are gigabytes), all on the legacy stream and waited for like uploadAndWait.
+template <typename T>
+void fillDevice(Device& device, DevicePtr at, size_t count, T value) {
+  if (count == 0) return;
+  const size_t first = std::min(count, (size_t(1) << 20) / sizeof(T));
+  const std::vector<T> values(first, value);
+  device.copyHostToDevice(at, values.data(), first * sizeof(T));
+  for (size_t done = first; done < count;) {
+    const size_t n = std::min(done, count - done);
+    device.copyDeviceToDevice(at + done * sizeof(T), at, n * sizeof(T));
+    done += n;
+  }
+  device.synchronizeDevice();
+}
+
+// Elements of T that differ between `count` at `a` and at `b` (same device), read back in chunks of 64 MiB.
+template <typename T>
+size_t countDifferingOnDevice(Device& device, DevicePtr a, DevicePtr b, size_t count) {
+  const size_t chunk = (size_t(64) << 20) / sizeof(T);
+  std::vector<T> x(std::min(count, chunk)), y(x.size());
+  size_t differing = 0;
+  for (size_t at = 0; at < count; at += chunk) {
+    const size_t n = std::min(chunk, count - at);
+    device.copyDeviceToHost(x.data(), a + at * sizeof(T), n * sizeof(T));
+    device.copyDeviceToHost(y.data(), b + at * sizeof(T), n * sizeof(T));
+    for (size_t i = 0; i < n; ++i) differing += x[i] != y[i];
+  }
+  return differing;
 }
 
 // The epoch the device has advanced the heap's context to.
@@ -225,3 +350,11 @@ inline bool runSelfWorkers(const std::vector<std::vector<std::string>>& workerAr
   std::string megamoe_skip_reason_;                                              \
   auto backend = ::megamoe::gputest::cudaBackendOrReason(&megamoe_skip_reason_); \
   if (!backend) GTEST_SKIP() << "no CUDA device: " << megamoe_skip_reason_
+
+// Declares `backend` or skips the test: without a CUDA device, or when a device that one of `ranks` ranks runs on
+// (rank r on device r % deviceCount) is not sm_90a. Never for too few GPUs: the ranks share the GPUs there are.
+#define MEGAMOE_REQUIRE_SM90A_RANKS(backend, ranks)                                                      \
+  MEGAMOE_REQUIRE_CUDA(backend);                                                                         \
+  if (const std::string megamoe_not_sm90a_ = ::megamoe::gputest::deviceNotSm90a(*backend, (ranks));      \
+      !megamoe_not_sm90a_.empty())                                                                       \
+  GTEST_SKIP() << megamoe_not_sm90a_

@@ -1,24 +1,30 @@
-// GPU tier for the MoE layer (MoeLayer.h) on two GPUs in mode A (one process drives both ranks, createLocal), at
-// H=512 I=256 E=16 (8 per rank) topk=4 max_tokens=1024.
+// GPU tier for the MoE layer (MoeLayer.h) in mode A (one process drives every rank, createLocal), at 2 and at 8 ranks
+// (LayerTest.*/Ranks2, LayerTest.*/Ranks8). Rank r runs on GPU r % deviceCount: on one GPU every rank shares it, each
+// with its own stream and, by default, its share of the SMs (MoeLayerConfig::smBudget); with enough GPUs each rank
+// has its own. The layer is H=512 I=256 E=16 (8 or 2 experts per rank) topk=4 max_tokens=1024; LayerDeepSeekV3.*
+// runs DeepSeek-V3's (H=7168 I=2048 E=256 topk=8) at EP2 and EP8 with at most 32 tokens per rank.
 // Forward: y of each rank against a host reference in double that emulates the kernels' bf16 roundings, over
 // routings (uniform, all picks remote, one hot expert, ~10% -1 entries) and token counts that differ between the
-// ranks (zero included), with the SwiGLU clamp on and off; every row of y[:tokens] written, the guard rows past it
-// untouched, a repeated call bitwise identical, epochs advancing on the device; 1000 CUDA-graph replays with the
-// routing changed in-stream before each, bitwise equal to plain calls; host-visible bad arguments (kInvalidArgument)
-// and an out-of-range expert index (kBadIndex on its rank, a bounded timeout on the peer).
-// Backward (training layers): forward then backward on both ranks, dx, d_topk_weights and dW1/dW2 (on the experts'
-// owners, summed over both ranks' picks) against the reference, over the same routings and token counts and with the
-// clamp; every element a call may write written, the guard rows untouched, a repeated step bitwise identical; what a
-// training forward keeps (recomputing the dispatched x saves exactly its bytes); bad backward arguments.
+// ranks (zero included), with the SwiGLU clamp on and off and with token deduplication; every row of y[:tokens]
+// written, the guard rows past it untouched, a repeated call bitwise identical, epochs advancing on the device;
+// 1000 CUDA-graph replays with the routing changed in-stream before each, bitwise equal to plain calls; host-visible
+// bad arguments (kInvalidArgument).
+// Backward (training layers): forward then backward on every rank, dx, d_topk_weights and dW1/dW2 (on the experts'
+// owners, summed over every rank's picks) against the reference, over the same routings and token counts and with
+// the clamp; every element a call may write written, the guard rows untouched, a repeated step bitwise identical;
+// what a training forward keeps (recomputing the dispatched x saves exactly its bytes); bad backward arguments.
+// SM budgets: the default shares of the ranks on one device, and a training step at the smallest budget (2 SMs).
+// Failure paths: a rank whose forward is never launched makes every other rank's wait end in a timeout (bounded at
+// 300 ms) naming it; an out-of-range expert index on one rank is kBadIndex there and a bounded timeout on the others.
 // Kernels come from the test cache (scripts/gen-gpu-test-cache.sh DIR, MEGAMOE_CACHE_DIR=DIR): a cache without them
-// fails the test with the loader's message. Skips, saying why, without two sm_90a CUDA devices.
-// LayerTest.SmallForward and LayerTest.SmallBackward are the cases to run under compute-sanitizer (memcheck,
-// racecheck).
+// fails the test with the loader's message; LayerTest.GpuTestCacheListsEveryLayerKernel checks, without a GPU, that
+// the script lists every kernel these tests' layers load. The GPU tests skip, saying why, without a CUDA device or
+// when a device the ranks run on is not sm_90a; never for too few GPUs.
+// LayerTest.SmallForward/*, LayerTest.SmallForwardDedup/* and LayerTest.SmallBackward/* are the cases to run under
+// compute-sanitizer (memcheck, racecheck).
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <array>
-#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstddef>
@@ -26,13 +32,15 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <functional>
 #include <iterator>
 #include <memory>
 #include <numeric>
 #include <random>
+#include <set>
+#include <sstream>
 #include <string>
-#include <thread>
 #include <utility>
 #include <vector>
 
@@ -49,42 +57,71 @@ namespace {
 
 using namespace gputest;
 
-constexpr int kRanks = 2;
-constexpr int64_t kHidden = 512, kInter = 256, kExperts = 16, kLocal = kExperts / kRanks, kTopk = 4;
-constexpr int64_t kMaxTokens = 1024;
-constexpr int64_t kW1Rows = kLocal * 2 * kInter, kW2Rows = kLocal * kHidden;  // one rank's w1 [.., H], w2 [.., I]
 // Every output buffer holds kGuardRows rows past what a call may write, pre-filled with the sentinel like the rest.
 constexpr int64_t kGuardRows = 64;
-constexpr size_t kYElems = size_t((kMaxTokens + kGuardRows) * kHidden);  // y and dx
-constexpr size_t kDTopkElems = size_t((kMaxTokens + kGuardRows) * kTopk);
-constexpr size_t kDW1Elems = size_t((kW1Rows + kGuardRows) * kHidden);
-constexpr size_t kDW2Elems = size_t((kW2Rows + kGuardRows) * kInter);
 constexpr uint16_t kSentinel = 0x7fc1;        // a bf16 NaN no kernel result has (the host's NaN rounding gives 0x7fc0)
 constexpr uint32_t kSentinel32 = 0x7fc1dead;  // the same for fp32 outputs (d_topk_weights)
 constexpr double kTolerance = 1e-2;           // relative Frobenius error of each output against the reference
 
-MoeLayerConfig layerConfig(int64_t clampMilli, bool training, bool dedup = false) {
+// One layer's shape over `ranks` ranks.
+struct Shape {
+  int ranks = 0;
+  int64_t hidden = 0, inter = 0, experts = 0, topk = 0, maxTokens = 0;
+  int64_t local() const { return experts / ranks; }  // experts per rank: rank p owns [p * local, (p + 1) * local)
+  int64_t w1Rows() const { return local() * 2 * inter; }  // one rank's w1 [w1Rows, H]
+  int64_t w2Rows() const { return local() * hidden; }     // one rank's w2 [w2Rows, I]
+  size_t yElems() const { return size_t((maxTokens + kGuardRows) * hidden); }  // y and dx
+  size_t dTopkElems() const { return size_t((maxTokens + kGuardRows) * topk); }
+  size_t dW1Elems() const { return size_t((w1Rows() + kGuardRows) * hidden); }
+  size_t dW2Elems() const { return size_t((w2Rows() + kGuardRows) * inter); }
+};
+
+// What most tests run: H=512 I=256 E=16 topk=4 (E divides by 8: 2 experts per rank at 8 ranks), max_tokens=1024.
+Shape smallShape(int ranks) { return {ranks, 512, 256, 16, 4, 1024}; }
+// DeepSeek-V3's MoE layer with few tokens per rank: its weights (44M parameters per expert) dominate the memory and
+// the host reference's time.
+Shape deepSeekShape(int ranks) { return {ranks, 7168, 2048, 256, 8, 32}; }
+
+struct LayerOptions {
+  int64_t clampMilli = 0;  // SwiGLU clamp in thousandths, 0 = off
+  bool training = false;
+  bool dedup = false;
+  int64_t smBudget = 0;  // 0: the default (the device's SMs shared by the ranks on it)
+};
+
+MoeLayerConfig layerConfig(const Shape& s, const LayerOptions& o) {
   MoeLayerConfig c;
-  c.hidden = kHidden;
-  c.intermediate = kInter;
-  c.experts = kExperts;
-  c.topk = kTopk;
-  c.maxTokens = kMaxTokens;
-  c.swigluClampMilli = clampMilli;
-  c.training = training;
-  c.dedupTokens = dedup;
+  c.hidden = s.hidden;
+  c.intermediate = s.inter;
+  c.experts = s.experts;
+  c.topk = s.topk;
+  c.maxTokens = s.maxTokens;
+  c.swigluClampMilli = o.clampMilli;
+  c.training = o.training;
+  c.dedupTokens = o.dedup;
+  c.smBudget = o.smBudget;
   return c;
 }
 
-#define MEGAMOE_REQUIRE_TWO_SM90A_GPUS()                                                                      \
-  MEGAMOE_REQUIRE_CUDA(backend_);                                                                             \
-  if (backend_->deviceCount() < kRanks)                                                                       \
-    GTEST_SKIP() << "needs " << kRanks << " GPUs (mode A, one rank per GPU), " << backend_->deviceCount()     \
-                 << " visible";                                                                               \
-  for (int ordinal = 0; ordinal < kRanks; ++ordinal)                                                          \
-    if (backend_->device(ordinal)->target() != kTarget)                                                       \
-      GTEST_SKIP() << "the test cache holds sm_90a code; device " << ordinal << " is "                        \
-                   << backend_->device(ordinal)->target()
+// Every (shape, options) a test below opens a layer with: the test cache must hold their kernels
+// (GpuTestCacheListsEveryLayerKernel). Keep in step with the tests.
+std::vector<std::pair<Shape, LayerOptions>> testedLayers() {
+  std::vector<std::pair<Shape, LayerOptions>> out;
+  for (int ranks : kRankCounts) {
+    for (int64_t clamp : {int64_t(0), int64_t(7000)})
+      for (bool training : {false, true}) out.push_back({smallShape(ranks), {clamp, training, false, 0}});
+    for (bool training : {false, true}) out.push_back({smallShape(ranks), {0, training, true, 0}});
+    out.push_back({deepSeekShape(ranks), {0, true, false, 0}});
+  }
+  return out;
+}
+
+// `ranks` token counts: rank r gets pattern[r % size] (the 2-rank patterns of the tests, extended to 8 ranks).
+std::vector<int64_t> cycled(int ranks, std::initializer_list<int64_t> pattern) {
+  std::vector<int64_t> out;
+  for (int r = 0; r < ranks; ++r) out.push_back(pattern.begin()[size_t(r) % pattern.size()]);
+  return out;
+}
 
 // ---- output elements as bits: bf16 (uint16_t) or fp32 (uint32_t) ----
 
@@ -111,27 +148,23 @@ size_t countDiffering(const std::vector<Bits>& a, const std::vector<Bits>& b) {
   return d;
 }
 
-// Every output buffer of one rank, guard rows included.
-struct Outputs {
-  std::vector<uint16_t> y, dx;
-  std::vector<uint32_t> dTopkWeights;
-  std::vector<uint16_t> dW1, dW2;
-};
-
-size_t countDiffering(const Outputs& a, const Outputs& b) {
-  return countDiffering(a.y, b.y) + countDiffering(a.dx, b.dx) + countDiffering(a.dTopkWeights, b.dTopkWeights) +
-         countDiffering(a.dW1, b.dW1) + countDiffering(a.dW2, b.dW2);
+std::string joined(const std::vector<int64_t>& values) {
+  std::string text;
+  for (int64_t v : values) text += (text.empty() ? "" : ",") + std::to_string(v);
+  return text;
 }
 
 // ---- one rank: runtime (device), layer, stream and the forward's and backward's device buffers ----
 
 struct Rank {
+  Shape shape;
   std::unique_ptr<Runtime> runtime;
   std::unique_ptr<MoeLayer> layer;
   StreamHandle stream = nullptr;
   DevicePtr x = 0, topkIdx = 0, topkWeights = 0, w1 = 0, w2 = 0, y = 0;
   DevicePtr dy = 0, dx = 0, dTopkWeights = 0, dW1 = 0, dW2 = 0;
-  std::vector<float> w1f, w2f;  // this rank's experts' weights as the host reference reads them (bf16 values)
+  // This rank's experts' weights as uploaded (bf16), which the host reference reads.
+  std::vector<uint16_t> w1Host, w2Host;
 
   Device& device() const { return *runtime->device(); }
   ~Rank() {
@@ -175,87 +208,89 @@ struct Rank {
   std::vector<T> read(DevicePtr at, size_t count) const {
     return readBack<T>(device(), at, count);
   }
-  std::vector<uint16_t> readY() const { return read<uint16_t>(y, kYElems); }
-  Outputs readOutputs() const {
-    return {readY(), read<uint16_t>(dx, kYElems), read<uint32_t>(dTopkWeights, kDTopkElems),
-            read<uint16_t>(dW1, kDW1Elems), read<uint16_t>(dW2, kDW2Elems)};
-  }
+  std::vector<uint16_t> readY() const { return read<uint16_t>(y, shape.yElems()); }
   uint64_t readEpoch() const { return gputest::readEpoch(layer->heap()); }
-  template <typename Bits>
-  void fill(DevicePtr at, size_t count, Bits value) {
-    const std::vector<Bits> values(count, value);
-    uploadAndWait(device(), at, values.data(), count * sizeof(Bits));
-  }
   // Every output buffer (the forward's and the backward's), guard rows included.
   void fillSentinels() {
-    fill(y, kYElems, kSentinel);
-    fill(dx, kYElems, kSentinel);
-    fill(dTopkWeights, kDTopkElems, kSentinel32);
-    fill(dW1, kDW1Elems, kSentinel);
-    fill(dW2, kDW2Elems, kSentinel);
+    fillDevice(device(), y, shape.yElems(), kSentinel);
+    fillDevice(device(), dx, shape.yElems(), kSentinel);
+    fillDevice(device(), dTopkWeights, shape.dTopkElems(), kSentinel32);
+    fillDevice(device(), dW1, shape.dW1Elems(), kSentinel);
+    fillDevice(device(), dW2, shape.dW2Elems(), kSentinel);
   }
 };
 
-struct Pair {
-  Rank ranks[kRanks];
-  int64_t clampMilli = 0;
+// Every rank of one layer, in this process.
+struct Group {
+  Shape shape;
+  LayerOptions options;
+  std::vector<std::unique_ptr<Rank>> ranks;
   uint64_t stepEpochs = 0;  // how far one forward + backward advances the epoch (learned on the first step)
-  ~Pair() {
+
+  int size() const { return int(ranks.size()); }
+  Rank& operator[](int r) { return *ranks[size_t(r)]; }
+  const Rank& operator[](int r) const { return *ranks[size_t(r)]; }
+  ~Group() {
     // Nothing may still run when the buffers and layers go; the layers go before any runtime.
-    for (Rank& rank : ranks) {
-      if (!rank.runtime || !rank.stream) continue;
+    for (auto& rank : ranks) {
+      if (!rank->runtime || !rank->stream) continue;
       try {
-        rank.device().synchronize(rank.stream);
+        rank->device().synchronize(rank->stream);
       } catch (...) {
       }
     }
-    for (Rank& rank : ranks) rank.layer.reset();
+    for (auto& rank : ranks) rank->layer.reset();
   }
 };
 
-// Opens devices 0 and 1, a layer on each (createLocal: kernels from the cache; a cache miss throws
-// Error(kKernelNotFound), which fails the test), the buffers at max_tokens and random expert weights.
-void openPair(Pair& p, int64_t clampMilli, const RuntimeEnv& env, std::mt19937& rng, bool training = false,
-              bool dedup = false) {
-  const MoeLayerConfig config = layerConfig(clampMilli, training, dedup);
-  ASSERT_EQ(MoeLayer::validate(config, kRanks), "");
-  p.clampMilli = clampMilli;
+// Opens rank r's runtime on device r % deviceCount, a layer on every rank (createLocal: kernels from the cache; a
+// cache miss throws Error(kKernelNotFound), which fails the test), the buffers at max_tokens and random expert
+// weights (uniform, variance 1/H for w1 and 1/I for w2).
+void openGroup(Group& g, const Shape& s, const LayerOptions& o, const RuntimeEnv& env, std::mt19937& rng) {
+  const MoeLayerConfig config = layerConfig(s, o);
+  ASSERT_EQ(MoeLayer::validate(config, s.ranks), "");
+  ASSERT_EQ(s.hidden % 8, 0);  // the reference's dot products run in chains of 8 (validate asks for 128)
+  ASSERT_EQ(s.inter % 8, 0);
+  g.shape = s;
+  g.options = o;
+  const int devices = openBackend(BackendKind::kCuda)->deviceCount();
   std::vector<Runtime*> runtimes;
-  for (int r = 0; r < kRanks; ++r) {
-    p.ranks[r].runtime = std::make_unique<Runtime>(BackendKind::kCuda, r, env);
-    p.ranks[r].stream = p.ranks[r].device().createStream();
-    runtimes.push_back(p.ranks[r].runtime.get());
+  for (int r = 0; r < s.ranks; ++r) {
+    g.ranks.push_back(std::make_unique<Rank>());
+    Rank& rank = g[r];
+    rank.shape = s;
+    rank.runtime = std::make_unique<Runtime>(BackendKind::kCuda, rankOrdinal(r, devices), env);
+    rank.stream = rank.device().createStream();
+    runtimes.push_back(rank.runtime.get());
   }
   auto layers = MoeLayer::createLocal(runtimes, config);
-  ASSERT_EQ(layers.size(), size_t(kRanks));
-  for (int r = 0; r < kRanks; ++r) {
+  ASSERT_EQ(layers.size(), size_t(s.ranks));
+  for (int r = 0; r < s.ranks; ++r) {
     ASSERT_TRUE(layers[size_t(r)]);
     EXPECT_EQ(layers[size_t(r)]->rank(), r);
-    EXPECT_EQ(layers[size_t(r)]->ranks(), kRanks);
-    p.ranks[r].layer = std::move(layers[size_t(r)]);
+    EXPECT_EQ(layers[size_t(r)]->ranks(), s.ranks);
+    g[r].layer = std::move(layers[size_t(r)]);
   }
-  const size_t w1Elems = size_t(kW1Rows * kHidden), w2Elems = size_t(kW2Rows * kInter);
-  for (Rank& rank : p.ranks) {
+  const size_t w1Elems = size_t(s.w1Rows() * s.hidden), w2Elems = size_t(s.w2Rows() * s.inter);
+  uint64_t seeds = (uint64_t(rng()) << 32) | uint64_t(rng());
+  for (int r = 0; r < s.ranks; ++r) {
+    Rank& rank = g[r];
     Device& d = rank.device();
-    rank.x = d.allocate(size_t(kMaxTokens * kHidden) * 2);
-    rank.topkIdx = d.allocate(size_t(kMaxTokens * kTopk) * 4);
-    rank.topkWeights = d.allocate(size_t(kMaxTokens * kTopk) * 4);
+    rank.x = d.allocate(size_t(s.maxTokens * s.hidden) * 2);
+    rank.topkIdx = d.allocate(size_t(s.maxTokens * s.topk) * 4);
+    rank.topkWeights = d.allocate(size_t(s.maxTokens * s.topk) * 4);
     rank.w1 = d.allocate(w1Elems * 2);
     rank.w2 = d.allocate(w2Elems * 2);
-    rank.y = d.allocate(kYElems * 2);
-    rank.dy = d.allocate(size_t(kMaxTokens * kHidden) * 2);
-    rank.dx = d.allocate(kYElems * 2);
-    rank.dTopkWeights = d.allocate(kDTopkElems * 4);
-    rank.dW1 = d.allocate(kDW1Elems * 2);
-    rank.dW2 = d.allocate(kDW2Elems * 2);
-    const std::vector<uint16_t> w1 = randomBf16(rng, w1Elems, float(1 / std::sqrt(double(kHidden))));
-    const std::vector<uint16_t> w2 = randomBf16(rng, w2Elems, float(1 / std::sqrt(double(kInter))));
-    uploadAndWait(d, rank.w1, w1.data(), w1.size() * 2);
-    uploadAndWait(d, rank.w2, w2.data(), w2.size() * 2);
-    rank.w1f.resize(w1Elems);
-    rank.w2f.resize(w2Elems);
-    std::transform(w1.begin(), w1.end(), rank.w1f.begin(), fromBf16);
-    std::transform(w2.begin(), w2.end(), rank.w2f.begin(), fromBf16);
+    rank.y = d.allocate(s.yElems() * 2);
+    rank.dy = d.allocate(size_t(s.maxTokens * s.hidden) * 2);
+    rank.dx = d.allocate(s.yElems() * 2);
+    rank.dTopkWeights = d.allocate(s.dTopkElems() * 4);
+    rank.dW1 = d.allocate(s.dW1Elems() * 2);
+    rank.dW2 = d.allocate(s.dW2Elems() * 2);
+    rank.w1Host = uniformBf16(splitMix64(seeds), w1Elems, float(1 / std::sqrt(double(s.hidden))));
+    rank.w2Host = uniformBf16(splitMix64(seeds), w2Elems, float(1 / std::sqrt(double(s.inter))));
+    uploadAndWait(d, rank.w1, rank.w1Host.data(), w1Elems * 2);
+    uploadAndWait(d, rank.w2, rank.w2Host.data(), w2Elems * 2);
   }
 }
 
@@ -282,10 +317,10 @@ struct Inputs {
   std::vector<uint16_t> dy;         // [tokens, H] bf16; empty for forward-only cases
 };
 
-// `out[0 .. k)`: k distinct experts from [lo, lo + n), in random order.
-void distinctExperts(std::mt19937& rng, int32_t lo, int32_t n, int32_t* out, int64_t k) {
+// `out[0 .. k)`: k distinct values from [0, n), in random order.
+void distinct(std::mt19937& rng, int32_t n, int32_t* out, int64_t k) {
   std::vector<int32_t> pool(static_cast<size_t>(n));
-  std::iota(pool.begin(), pool.end(), lo);
+  std::iota(pool.begin(), pool.end(), 0);
   for (int64_t i = 0; i < k; ++i) {
     std::uniform_int_distribution<int64_t> pick(i, n - 1);
     std::swap(pool[size_t(i)], pool[size_t(pick(rng))]);
@@ -293,35 +328,38 @@ void distinctExperts(std::mt19937& rng, int32_t lo, int32_t n, int32_t* out, int
   }
 }
 
-// Rank `rank`'s inputs: x ~ N(0, xScale²), distinct experts per token (uniform; all owned by the other rank; always
+// Rank `rank`'s inputs: x ~ N(0, xScale²), distinct experts per token (uniform; all owned by other ranks; always
 // including `hot`; uniform with ~10% of the entries -1) and weights uniform in [0.05, 1); with `training`, dy ~ N(0, 1)
 // as well.
-Inputs makeInputs(std::mt19937& rng, Routing routing, int rank, int64_t tokens, int32_t hot, float xScale,
-                  bool training = false) {
+Inputs makeInputs(std::mt19937& rng, const Shape& s, Routing routing, int rank, int64_t tokens, int32_t hot,
+                  float xScale, bool training = false) {
   Inputs in;
   in.tokens = tokens;
-  in.x = randomBf16(rng, size_t(tokens * kHidden), xScale);
-  in.topkIdx.resize(size_t(tokens * kTopk));
-  std::uniform_int_distribution<int64_t> slot(0, kTopk - 1);
+  in.x = randomBf16(rng, size_t(tokens * s.hidden), xScale);
+  in.topkIdx.resize(size_t(tokens * s.topk));
+  std::uniform_int_distribution<int64_t> slot(0, s.topk - 1);
   std::bernoulli_distribution skip(0.1);
+  const int32_t ownFirst = int32_t(rank * s.local()), local = int32_t(s.local());
   for (int64_t t = 0; t < tokens; ++t) {
-    int32_t* picks = &in.topkIdx[size_t(t * kTopk)];
+    int32_t* picks = &in.topkIdx[size_t(t * s.topk)];
     if (routing == Routing::kAllRemote) {
-      const int other = (rank + 1) % kRanks;
-      distinctExperts(rng, int32_t(other * kLocal), int32_t(kLocal), picks, kTopk);
+      // Distinct experts among the E - E/R owned elsewhere (E - E/R >= topk for every shape here).
+      distinct(rng, int32_t(s.experts) - local, picks, s.topk);
+      for (int64_t j = 0; j < s.topk; ++j)
+        if (picks[j] >= ownFirst) picks[j] += local;
       continue;
     }
-    distinctExperts(rng, 0, int32_t(kExperts), picks, kTopk);
-    if (routing == Routing::kHotExpert && std::find(picks, picks + kTopk, hot) == picks + kTopk)
+    distinct(rng, int32_t(s.experts), picks, s.topk);
+    if (routing == Routing::kHotExpert && std::find(picks, picks + s.topk, hot) == picks + s.topk)
       picks[slot(rng)] = hot;
     if (routing == Routing::kSparse)
-      for (int64_t j = 0; j < kTopk; ++j)
+      for (int64_t j = 0; j < s.topk; ++j)
         if (skip(rng)) picks[j] = -1;
   }
   std::uniform_real_distribution<float> weight(0.05f, 1.f);
-  in.topkWeights.resize(size_t(tokens * kTopk));
+  in.topkWeights.resize(size_t(tokens * s.topk));
   for (float& w : in.topkWeights) w = weight(rng);
-  if (training) in.dy = randomBf16(rng, size_t(tokens * kHidden));
+  if (training) in.dy = randomBf16(rng, size_t(tokens * s.hidden));
   return in;
 }
 
@@ -337,44 +375,39 @@ void upload(Rank& rank, const Inputs& in) {
 
 double roundBf16(double v) { return fromBf16(toBf16(float(v))); }
 
-// a . b over n (a multiple of 4) elements, in four chains: one chain's sum is latency-bound.
-static_assert(kHidden % 4 == 0 && kInter % 4 == 0);
-double dot(const double* a, const float* b, int64_t n) {
-  double s[4] = {0, 0, 0, 0};
-  for (int64_t i = 0; i < n; i += 4)
-    for (int k = 0; k < 4; ++k) s[k] += a[i + k] * double(b[i + k]);
-  return (s[0] + s[1]) + (s[2] + s[3]);
+// a . b over n (a multiple of 8) elements, b in bf16, in eight chains (one chain's sum is latency-bound); a float
+// times a bf16 is exact in double.
+double dot(const float* a, const uint16_t* b, int64_t n) {
+  double s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  for (int64_t i = 0; i < n; i += 8)
+    for (int k = 0; k < 8; ++k) s[k] += double(a[i + k]) * double(fromBf16(b[i + k]));
+  return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
 }
 
-// acc[0 .. n) += a * b[0 .. n).
+// acc[0 .. n) += a * b[0 .. n), b in bf16 or fp32.
+void axpy(double a, const uint16_t* b, double* acc, int64_t n) {
+  if (a == 0) return;
+  for (int64_t i = 0; i < n; ++i) acc[i] += a * double(fromBf16(b[i]));
+}
 void axpy(double a, const float* b, double* acc, int64_t n) {
   if (a == 0) return;
   for (int64_t i = 0; i < n; ++i) acc[i] += a * double(b[i]);
 }
 
-// body(i) for i in [0, n) over the host's cores.
-void parallelFor(int64_t n, const std::function<void(int64_t)>& body) {
-  const int64_t workers = std::min<int64_t>(n, std::clamp<int64_t>(std::thread::hardware_concurrency(), 1, 32));
-  std::atomic<int64_t> next{0};
-  std::vector<std::thread> threads;
-  for (int64_t w = 0; w < workers; ++w)
-    threads.emplace_back([&] {
-      for (int64_t i; (i = next.fetch_add(1)) < n;) body(i);
-    });
-  for (auto& t : threads) t.join();
+// Expert e's w1 [2I, H] and w2 [H, I] (bf16) as the reference reads them (on its owner e / (E/R), local expert
+// e % (E/R)).
+const uint16_t* w1Of(const Group& g, int32_t e) {
+  const Shape& s = g.shape;
+  return &g[int(e / s.local())].w1Host[size_t((e % s.local()) * 2 * s.inter * s.hidden)];
 }
-
-// Expert e's w1 [2I, H] and w2 [H, I] as the reference reads them (on its owner e / (E/R), local expert e % (E/R)).
-const float* w1Of(const Pair& p, int32_t e) {
-  return &p.ranks[e / kLocal].w1f[size_t((e % kLocal) * 2 * kInter * kHidden)];
-}
-const float* w2Of(const Pair& p, int32_t e) {
-  return &p.ranks[e / kLocal].w2f[size_t((e % kLocal) * kHidden * kInter)];
+const uint16_t* w2Of(const Group& g, int32_t e) {
+  const Shape& s = g.shape;
+  return &g[int(e / s.local())].w2Host[size_t((e % s.local()) * s.hidden * s.inter)];
 }
 
 // h = bf16(x . w1^T) [2I]: one pick's L1 pre-activation, rounded where the forward rounds (and keeps) it.
-void preActivation(const double* x, const float* w1, double* h) {
-  for (int64_t k = 0; k < 2 * kInter; ++k) h[k] = roundBf16(dot(x, w1 + k * kHidden, kHidden));
+void preActivation(const Shape& s, const float* x, const uint16_t* w1, double* h) {
+  for (int64_t k = 0; k < 2 * s.inter; ++k) h[k] = roundBf16(dot(x, w1 + k * s.hidden, s.hidden));
 }
 
 // SwiGLU of one (gate, up) component with the clamp c (c <= 0: none): gate' = min(gate, c), up' = clamp(up, -c, c),
@@ -396,127 +429,141 @@ Swiglu swiglu(double gate, double up, double c) {
 // y [tokens, H] for one rank's inputs, in double, rounded to bf16 where the kernels round: for every pick j of
 // token t with expert e != -1: h = bf16(x[t] . w1[e]^T) (gate = h[:I], up = h[I:]); act = bf16(swiglu(gate, up));
 // out = bf16(act . w2[e]^T); y[t] = bf16(sum_j w[t][j] * out_j).
-std::vector<float> forwardReference(const Pair& p, const Inputs& in, int64_t clampMilli) {
+std::vector<float> forwardReference(const Group& g, const Inputs& in, int64_t clampMilli) {
+  const Shape& s = g.shape;
+  const int64_t H = s.hidden, I = s.inter;
   const double c = double(clampMilli) / 1000;
-  std::vector<float> y(size_t(in.tokens * kHidden));
+  std::vector<float> y(size_t(in.tokens * H));
   parallelFor(in.tokens, [&](int64_t t) {
-    std::vector<double> x(static_cast<size_t>(kHidden)), h(static_cast<size_t>(2 * kInter)),
-        act(static_cast<size_t>(kInter)), acc(static_cast<size_t>(kHidden), 0.0);
-    for (int64_t k = 0; k < kHidden; ++k) x[size_t(k)] = fromBf16(in.x[size_t(t * kHidden + k)]);
-    for (int64_t j = 0; j < kTopk; ++j) {
-      const int32_t e = in.topkIdx[size_t(t * kTopk + j)];
-      if (e < 0 || e >= kExperts) continue;
-      const float* w2 = w2Of(p, e);
-      preActivation(x.data(), w1Of(p, e), h.data());
-      for (int64_t i = 0; i < kInter; ++i)
-        act[size_t(i)] = roundBf16(swiglu(h[size_t(i)], h[size_t(kInter + i)], c).act);
-      const double w = in.topkWeights[size_t(t * kTopk + j)];
-      for (int64_t n = 0; n < kHidden; ++n) acc[size_t(n)] += w * roundBf16(dot(act.data(), w2 + n * kInter, kInter));
+    std::vector<float> x(static_cast<size_t>(H)), act(static_cast<size_t>(I));
+    std::vector<double> h(static_cast<size_t>(2 * I)), acc(static_cast<size_t>(H), 0.0);
+    for (int64_t k = 0; k < H; ++k) x[size_t(k)] = fromBf16(in.x[size_t(t * H + k)]);
+    for (int64_t j = 0; j < s.topk; ++j) {
+      const int32_t e = in.topkIdx[size_t(t * s.topk + j)];
+      if (e < 0 || e >= s.experts) continue;
+      const uint16_t* w2 = w2Of(g, e);
+      preActivation(s, x.data(), w1Of(g, e), h.data());
+      for (int64_t i = 0; i < I; ++i) act[size_t(i)] = float(roundBf16(swiglu(h[size_t(i)], h[size_t(I + i)], c).act));
+      const double w = in.topkWeights[size_t(t * s.topk + j)];
+      for (int64_t n = 0; n < H; ++n) acc[size_t(n)] += w * roundBf16(dot(act.data(), w2 + n * I, I));
     }
-    for (int64_t n = 0; n < kHidden; ++n) y[size_t(t * kHidden + n)] = float(roundBf16(acc[size_t(n)]));
+    for (int64_t n = 0; n < H; ++n) y[size_t(t * H + n)] = float(roundBf16(acc[size_t(n)]));
   });
   return y;
 }
 
-// One rank's backward outputs: dx [tokens, H], d_topk_weights [tokens, topk], and dW1 / dW2 of the rank's own experts
-// (w1's and w2's layouts).
+// One rank's backward outputs apart from the weight gradients: dx [tokens, H] and d_topk_weights [tokens, topk].
 struct Gradients {
-  std::vector<float> dx, dTopkWeights, dW1, dW2;
+  std::vector<float> dx, dTopkWeights;
 };
 
-// Both ranks' gradients for their inputs (dy included), in double, rounded to bf16 where the kernels round. For every
+// Every rank's gradients for their inputs (dy included), in double, rounded to bf16 where the kernels round. For every
 // pick j of token t with weight w and expert e != -1: h = bf16(x[t] . w1[e]^T) and act = swiglu(gate, up) unrounded
 // (the kernels' fp32 act from the kept h); g = bf16(dy[t] . w2[e]); d_topk_weights[t][j] = <g, act> (0 for -1);
 // dact = w g; dh = bf16([dact dact/dgate | dact dact/dup]); dx[t] = bf16(sum_j bf16(dh . w1[e])). On e's owner, over
-// the picks of e on both ranks: dW2[e] = bf16(sum dy[t]^T bf16(w act)), dW1[e] = bf16(sum dh^T x[t]); 0 without picks.
-std::array<Gradients, kRanks> backwardReference(const Pair& p, const Inputs (&in)[kRanks], int64_t clampMilli) {
+// the picks of e on every rank: dW2[e] = bf16(sum dy[t]^T bf16(w act)), dW1[e] = bf16(sum dh^T x[t]); 0 without
+// picks. The weight gradients are computed row by row when checked (dW1Row, dW2Row): the large shapes' would be
+// E x 44M values.
+struct BackwardReference {
+  const Group* group = nullptr;
+  std::vector<std::vector<float>> x, dy;    // per rank, as floats
+  std::vector<std::vector<float>> dh, wAct;  // per rank and pick (token * topk + slot): dh [2I], w act [I] (bf16 values)
+  std::vector<Gradients> ranks;
+  std::vector<std::vector<std::pair<int, int64_t>>> picksOf;  // [E]: (rank, pick) of each expert's picks, in order
+
+  // Row `row` of dW1[e] [2I, H] and of dW2[e] [H, I].
+  void dW1Row(int64_t e, int64_t row, float* out) const {
+    const Shape& s = group->shape;
+    thread_local std::vector<double> acc;
+    acc.assign(size_t(s.hidden), 0.0);
+    for (const auto& [r, pick] : picksOf[size_t(e)])
+      axpy(dh[size_t(r)][size_t(pick * 2 * s.inter + row)], &x[size_t(r)][size_t(pick / s.topk * s.hidden)],
+           acc.data(), s.hidden);
+    for (int64_t k = 0; k < s.hidden; ++k) out[k] = float(roundBf16(acc[size_t(k)]));
+  }
+  void dW2Row(int64_t e, int64_t row, float* out) const {
+    const Shape& s = group->shape;
+    thread_local std::vector<double> acc;
+    acc.assign(size_t(s.inter), 0.0);
+    for (const auto& [r, pick] : picksOf[size_t(e)])
+      axpy(dy[size_t(r)][size_t(pick / s.topk * s.hidden + row)], &wAct[size_t(r)][size_t(pick * s.inter)],
+           acc.data(), s.inter);
+    for (int64_t k = 0; k < s.inter; ++k) out[k] = float(roundBf16(acc[size_t(k)]));
+  }
+};
+
+BackwardReference backwardReference(const Group& g, const std::vector<Inputs>& in, int64_t clampMilli) {
+  const Shape& s = g.shape;
+  const int R = g.size();
+  const int64_t H = s.hidden, I = s.inter, K = s.topk;
   const double c = double(clampMilli) / 1000;
-  std::array<Gradients, kRanks> out;
-  // x and dy as floats; per pick (token * topk + slot): dh [2I] and w act [I] (bf16 values).
-  std::vector<float> x[kRanks], dy[kRanks], dh[kRanks], wAct[kRanks];
+  BackwardReference ref;
+  ref.group = &g;
+  ref.x.resize(static_cast<size_t>(R));
+  ref.dy.resize(static_cast<size_t>(R));
+  ref.dh.resize(static_cast<size_t>(R));
+  ref.wAct.resize(static_cast<size_t>(R));
+  ref.ranks.resize(static_cast<size_t>(R));
   int64_t allTokens = 0;
-  for (int r = 0; r < kRanks; ++r) {
-    const size_t tokens = size_t(in[r].tokens), picks = size_t(in[r].tokens * kTopk);
-    x[r].resize(in[r].x.size());
-    dy[r].resize(in[r].dy.size());
-    std::transform(in[r].x.begin(), in[r].x.end(), x[r].begin(), fromBf16);
-    std::transform(in[r].dy.begin(), in[r].dy.end(), dy[r].begin(), fromBf16);
-    dh[r].assign(picks * size_t(2 * kInter), 0.f);
-    wAct[r].assign(picks * size_t(kInter), 0.f);
-    Gradients& grads = out[size_t(r)];
-    grads.dx.assign(tokens * size_t(kHidden), 0.f);
-    grads.dTopkWeights.assign(picks, 0.f);
-    grads.dW1.assign(size_t(kW1Rows * kHidden), 0.f);
-    grads.dW2.assign(size_t(kW2Rows * kInter), 0.f);
-    allTokens += in[r].tokens;
+  for (int r = 0; r < R; ++r) {
+    const Inputs& rin = in[size_t(r)];
+    const size_t tokens = size_t(rin.tokens), picks = size_t(rin.tokens * K);
+    ref.x[size_t(r)].resize(rin.x.size());
+    ref.dy[size_t(r)].resize(rin.dy.size());
+    std::transform(rin.x.begin(), rin.x.end(), ref.x[size_t(r)].begin(), fromBf16);
+    std::transform(rin.dy.begin(), rin.dy.end(), ref.dy[size_t(r)].begin(), fromBf16);
+    ref.dh[size_t(r)].assign(picks * size_t(2 * I), 0.f);
+    ref.wAct[size_t(r)].assign(picks * size_t(I), 0.f);
+    ref.ranks[size_t(r)].dx.assign(tokens * size_t(H), 0.f);
+    ref.ranks[size_t(r)].dTopkWeights.assign(picks, 0.f);
+    allTokens += rin.tokens;
   }
 
-  // Per token: everything but dW.
+  // Per token of every rank: everything but dW.
   parallelFor(allTokens, [&](int64_t t) {
     int r = 0;
-    for (; t >= in[r].tokens; ++r) t -= in[r].tokens;
-    Gradients& grads = out[size_t(r)];
-    std::vector<double> xt(static_cast<size_t>(kHidden)), dyt(static_cast<size_t>(kHidden)),
-        h(static_cast<size_t>(2 * kInter)), g(static_cast<size_t>(kInter)), dxPick(static_cast<size_t>(kHidden)),
-        dxSum(static_cast<size_t>(kHidden), 0.0);
-    for (int64_t n = 0; n < kHidden; ++n) {
-      xt[size_t(n)] = x[r][size_t(t * kHidden + n)];
-      dyt[size_t(n)] = dy[r][size_t(t * kHidden + n)];
-    }
-    for (int64_t j = 0; j < kTopk; ++j) {
-      const int64_t pick = t * kTopk + j;
-      const int32_t e = in[r].topkIdx[size_t(pick)];
-      if (e < 0 || e >= kExperts) continue;
-      const float *w1 = w1Of(p, e), *w2 = w2Of(p, e);
-      const double w = in[r].topkWeights[size_t(pick)];
-      preActivation(xt.data(), w1, h.data());
-      std::fill(g.begin(), g.end(), 0.0);
-      for (int64_t n = 0; n < kHidden; ++n) axpy(dyt[size_t(n)], w2 + n * kInter, g.data(), kInter);
-      float* dhPick = &dh[r][size_t(pick * 2 * kInter)];
-      float* wActPick = &wAct[r][size_t(pick * kInter)];
+    for (; t >= in[size_t(r)].tokens; ++r) t -= in[size_t(r)].tokens;
+    const Inputs& rin = in[size_t(r)];
+    Gradients& grads = ref.ranks[size_t(r)];
+    const float* xt = &ref.x[size_t(r)][size_t(t * H)];
+    const float* dyt = &ref.dy[size_t(r)][size_t(t * H)];
+    std::vector<double> h(static_cast<size_t>(2 * I)), gv(static_cast<size_t>(I)), dxPick(static_cast<size_t>(H)),
+        dxSum(static_cast<size_t>(H), 0.0);
+    for (int64_t j = 0; j < K; ++j) {
+      const int64_t pick = t * K + j;
+      const int32_t e = rin.topkIdx[size_t(pick)];
+      if (e < 0 || e >= s.experts) continue;
+      const uint16_t *w1 = w1Of(g, e), *w2 = w2Of(g, e);
+      const double w = rin.topkWeights[size_t(pick)];
+      preActivation(s, xt, w1, h.data());
+      std::fill(gv.begin(), gv.end(), 0.0);
+      for (int64_t n = 0; n < H; ++n) axpy(double(dyt[n]), w2 + n * I, gv.data(), I);
+      float* dhPick = &ref.dh[size_t(r)][size_t(pick * 2 * I)];
+      float* wActPick = &ref.wAct[size_t(r)][size_t(pick * I)];
       double dTopkWeight = 0;
-      for (int64_t i = 0; i < kInter; ++i) {
-        const double gi = roundBf16(g[size_t(i)]);
-        const Swiglu s = swiglu(h[size_t(i)], h[size_t(kInter + i)], c);
-        dTopkWeight += gi * s.act;
-        dhPick[i] = float(roundBf16(w * gi * s.dGate));
-        dhPick[kInter + i] = float(roundBf16(w * gi * s.dUp));
-        wActPick[i] = float(roundBf16(w * s.act));
+      for (int64_t i = 0; i < I; ++i) {
+        const double gi = roundBf16(gv[size_t(i)]);
+        const Swiglu sw = swiglu(h[size_t(i)], h[size_t(I + i)], c);
+        dTopkWeight += gi * sw.act;
+        dhPick[i] = float(roundBf16(w * gi * sw.dGate));
+        dhPick[I + i] = float(roundBf16(w * gi * sw.dUp));
+        wActPick[i] = float(roundBf16(w * sw.act));
       }
       grads.dTopkWeights[size_t(pick)] = float(dTopkWeight);
       std::fill(dxPick.begin(), dxPick.end(), 0.0);
-      for (int64_t k = 0; k < 2 * kInter; ++k) axpy(dhPick[k], w1 + k * kHidden, dxPick.data(), kHidden);
-      for (int64_t n = 0; n < kHidden; ++n) dxSum[size_t(n)] += roundBf16(dxPick[size_t(n)]);
+      for (int64_t k = 0; k < 2 * I; ++k) axpy(double(dhPick[k]), w1 + k * H, dxPick.data(), H);
+      for (int64_t n = 0; n < H; ++n) dxSum[size_t(n)] += roundBf16(dxPick[size_t(n)]);
     }
-    for (int64_t n = 0; n < kHidden; ++n) grads.dx[size_t(t * kHidden + n)] = float(roundBf16(dxSum[size_t(n)]));
+    for (int64_t n = 0; n < H; ++n) grads.dx[size_t(t * H + n)] = float(roundBf16(dxSum[size_t(n)]));
   });
 
-  // dW: one task per row of dW1 [E, 2I, H], then per row of dW2 [E, H, I], over all E experts.
-  std::vector<std::pair<int, int64_t>> picksOf[kExperts];  // (rank, token * topk + slot) of each expert's picks
-  for (int r = 0; r < kRanks; ++r)
-    for (int64_t pick = 0; pick < in[r].tokens * kTopk; ++pick) {
-      const int32_t e = in[r].topkIdx[size_t(pick)];
-      if (e >= 0 && e < kExperts) picksOf[e].emplace_back(r, pick);
+  ref.picksOf.resize(size_t(s.experts));
+  for (int r = 0; r < R; ++r)
+    for (int64_t pick = 0; pick < in[size_t(r)].tokens * K; ++pick) {
+      const int32_t e = in[size_t(r)].topkIdx[size_t(pick)];
+      if (e >= 0 && e < s.experts) ref.picksOf[size_t(e)].emplace_back(r, pick);
     }
-  constexpr int64_t kDW1Tasks = kExperts * 2 * kInter;
-  parallelFor(kDW1Tasks + kExperts * kHidden, [&](int64_t task) {
-    const bool l1 = task < kDW1Tasks;
-    const int64_t rowsPerExpert = l1 ? 2 * kInter : kHidden, width = l1 ? kHidden : kInter;
-    if (!l1) task -= kDW1Tasks;
-    const int64_t e = task / rowsPerExpert, row = task % rowsPerExpert;
-    std::vector<double> acc(static_cast<size_t>(width), 0.0);
-    for (const auto& [r, pick] : picksOf[e]) {
-      const int64_t t = pick / kTopk;
-      if (l1)
-        axpy(dh[r][size_t(pick * 2 * kInter + row)], &x[r][size_t(t * kHidden)], acc.data(), kHidden);
-      else
-        axpy(dy[r][size_t(t * kHidden + row)], &wAct[r][size_t(pick * kInter)], acc.data(), kInter);
-    }
-    Gradients& owner = out[size_t(e / kLocal)];
-    float* dst = &(l1 ? owner.dW1 : owner.dW2)[size_t(((e % kLocal) * rowsPerExpert + row) * width)];
-    for (int64_t k = 0; k < width; ++k) dst[k] = float(roundBf16(acc[size_t(k)]));
-  });
-  return out;
+  return ref;
 }
 
 // ||a - b|| / ||b|| (plain ||a - b|| when b is all zero).
@@ -531,25 +578,57 @@ double relativeError(const std::vector<float>& a, const std::vector<float>& b) {
 
 // ---- checks ----
 
-// One output buffer `name` of `width` columns (guard rows included) against the reference for its first `rows`
-// rows: no sentinel left there, relative error <= kTolerance, every element past them still the sentinel. Returns the
-// relative error.
+// One output buffer `name` of `width` columns (guard rows included) against the reference for its first `rows` rows,
+// row i's reference from refRow(i, out[width]) (called in parallel): no sentinel left there, relative Frobenius error
+// <= kTolerance, every element past them still the sentinel. Returns the relative error.
 template <typename Bits>
-double expectMatches(const std::vector<Bits>& got, int64_t rows, int64_t width, const std::vector<float>& ref,
-                     const std::string& name, const std::string& label) {
+double expectMatchesRows(const std::vector<Bits>& got, int64_t rows, int64_t width,
+                         const std::function<void(int64_t, float*)>& refRow, const std::string& name,
+                         const std::string& label) {
   const size_t n = size_t(rows * width), w = size_t(width);
-  EXPECT_EQ(ref.size(), n) << label << ": the reference's " << name << " has the wrong size";
-  const auto where = [w](size_t i) { return "row " + std::to_string(i / w) + " column " + std::to_string(i % w); };
-  size_t unwritten = 0, touched = 0;
-  std::string firstUnwritten, firstTouched;
-  std::vector<float> values(n);
-  for (size_t i = 0; i < n; ++i) {
-    if (isSentinel(got[i]) && unwritten++ == 0) firstUnwritten = " (first: " + where(i) + ")";
-    values[i] = isSentinel(got[i]) ? ref[i] : valueOf(got[i]);  // counted above, kept out of the error
+  if (got.size() < n) {
+    ADD_FAILURE() << label << ": " << name << " holds " << got.size() << " elements, fewer than " << rows << " rows";
+    return INFINITY;
   }
+  const auto where = [w](size_t i) { return "row " + std::to_string(i / w) + " column " + std::to_string(i % w); };
+  // Per row, summed in row order afterwards (the same sums whatever the threads did).
+  std::vector<double> num(size_t(rows), 0.0), den(size_t(rows), 0.0);
+  std::vector<size_t> unwrittenIn(size_t(rows), 0), firstUnwrittenIn(size_t(rows), 0);
+  parallelFor(rows, [&](int64_t row) {
+    thread_local std::vector<float> ref;
+    ref.resize(w);
+    refRow(row, ref.data());
+    const Bits* at = &got[size_t(row) * w];
+    double rowNum = 0, rowDen = 0;
+    size_t unwritten = 0, first = 0;
+    for (size_t k = 0; k < w; ++k) {
+      rowDen += double(ref[k]) * ref[k];
+      if (isSentinel(at[k])) {  // counted, kept out of the error
+        if (unwritten++ == 0) first = k;
+        continue;
+      }
+      const double d = double(valueOf(at[k])) - ref[k];
+      rowNum += d * d;
+    }
+    num[size_t(row)] = rowNum;
+    den[size_t(row)] = rowDen;
+    unwrittenIn[size_t(row)] = unwritten;
+    firstUnwrittenIn[size_t(row)] = size_t(row) * w + first;
+  });
+  double sumNum = 0, sumDen = 0;
+  size_t unwritten = 0;
+  std::string firstUnwritten;
+  for (size_t row = 0; row < size_t(rows); ++row) {
+    sumNum += num[row];
+    sumDen += den[row];
+    if (unwrittenIn[row] && unwritten == 0) firstUnwritten = " (first: " + where(firstUnwrittenIn[row]) + ")";
+    unwritten += unwrittenIn[row];
+  }
+  size_t touched = 0;
+  std::string firstTouched;
   for (size_t i = n; i < got.size(); ++i)
     if (!isSentinel(got[i]) && touched++ == 0) firstTouched = " (first: " + where(i) + " = " + hex(got[i]) + ")";
-  const double err = relativeError(values, ref);
+  const double err = sumDen > 0 ? std::sqrt(sumNum / sumDen) : std::sqrt(sumNum);
   EXPECT_EQ(unwritten, 0u) << label << ": elements of " << name << "[:" << rows << "] never written" << firstUnwritten;
   EXPECT_LE(err, kTolerance) << label << ": relative Frobenius error of " << name << "[:" << rows << "]";
   EXPECT_EQ(touched, 0u) << label << ": elements of " << name << " past row " << rows << " (guard rows up to "
@@ -557,288 +636,205 @@ double expectMatches(const std::vector<Bits>& got, int64_t rows, int64_t width, 
   return err;
 }
 
-// Enqueues one forward on rank 0, then on rank 1 (the kernels wait on each other: nothing is synchronised in
-// between), then checks both ranks' errors.
-void forwardBoth(Pair& p, const int64_t (&tokens)[kRanks]) {
-  for (int r = 0; r < kRanks; ++r) p.ranks[r].layer->forward(p.ranks[r].args(tokens[r]), p.ranks[r].stream);
-  for (Rank& rank : p.ranks) rank.layer->checkErrors(rank.stream);
+// The same against a reference held whole ([rows, width]).
+template <typename Bits>
+double expectMatches(const std::vector<Bits>& got, int64_t rows, int64_t width, const std::vector<float>& ref,
+                     const std::string& name, const std::string& label) {
+  EXPECT_EQ(ref.size(), size_t(rows * width)) << label << ": the reference's " << name << " has the wrong size";
+  if (ref.size() != size_t(rows * width)) return INFINITY;
+  return expectMatchesRows(
+      got, rows, width,
+      [&](int64_t row, float* out) { std::copy_n(&ref[size_t(row * width)], size_t(width), out); }, name, label);
 }
 
-// One training step: forward on rank 0, forward on rank 1, backward on rank 0, backward on rank 1, all enqueued before
-// anything is synchronised; then both ranks' errors.
-void stepBoth(Pair& p, const int64_t (&tokens)[kRanks]) {
-  for (int r = 0; r < kRanks; ++r) p.ranks[r].layer->forward(p.ranks[r].args(tokens[r]), p.ranks[r].stream);
-  for (int r = 0; r < kRanks; ++r)
-    p.ranks[r].layer->backward(p.ranks[r].backwardArgs(tokens[r]), p.ranks[r].stream);
-  for (Rank& rank : p.ranks) rank.layer->checkErrors(rank.stream);
+// Enqueues one forward on every rank in rank order (the kernels wait on each other: nothing is synchronised in
+// between), then checks every rank's errors.
+void forwardAll(Group& g, const std::vector<int64_t>& tokens) {
+  for (int r = 0; r < g.size(); ++r) g[r].layer->forward(g[r].args(tokens[size_t(r)]), g[r].stream);
+  for (int r = 0; r < g.size(); ++r) g[r].layer->checkErrors(g[r].stream);
 }
 
-std::string caseLabel(const Pair& p, Routing routing, const int64_t (&tokens)[kRanks]) {
-  return std::string(routingName(routing)) + " tokens=" + std::to_string(tokens[0]) + "," +
-         std::to_string(tokens[1]) + " clamp=" + std::to_string(p.clampMilli) + "m";
+// One training step: every rank's forward, then every rank's backward, all enqueued before anything is
+// synchronised; then every rank's errors.
+void stepAll(Group& g, const std::vector<int64_t>& tokens) {
+  for (int r = 0; r < g.size(); ++r) g[r].layer->forward(g[r].args(tokens[size_t(r)]), g[r].stream);
+  for (int r = 0; r < g.size(); ++r) g[r].layer->backward(g[r].backwardArgs(tokens[size_t(r)]), g[r].stream);
+  for (int r = 0; r < g.size(); ++r) g[r].layer->checkErrors(g[r].stream);
 }
 
-// Fresh inputs for one case on both ranks (dy too with `training`), uploaded, and every output buffer filled with the
-// sentinel. Returns the epoch, which both ranks must agree on.
-uint64_t startCase(Pair& p, std::mt19937& rng, Routing routing, const int64_t (&tokens)[kRanks], float xScale,
-                   bool training, Inputs (&in)[kRanks], const std::string& label) {
-  const int32_t hot = std::uniform_int_distribution<int32_t>(0, int32_t(kExperts) - 1)(rng);
-  for (int r = 0; r < kRanks; ++r) {
-    in[r] = makeInputs(rng, routing, r, tokens[r], hot, xScale, training);
-    upload(p.ranks[r], in[r]);
-    p.ranks[r].fillSentinels();
-  }
-  const uint64_t epoch = p.ranks[0].readEpoch();
-  EXPECT_EQ(p.ranks[1].readEpoch(), epoch) << label << ": the ranks' epochs differ before the call";
+std::string caseLabel(const Group& g, Routing routing, const std::vector<int64_t>& tokens) {
+  return std::string(routingName(routing)) + " ranks=" + std::to_string(g.size()) + " tokens=" + joined(tokens) +
+         " clamp=" + std::to_string(g.options.clampMilli) + "m";
+}
+
+// The epoch every rank is at; a failure when they differ.
+uint64_t commonEpoch(const Group& g, const std::string& label) {
+  const uint64_t epoch = g[0].readEpoch();
+  for (int r = 1; r < g.size(); ++r)
+    EXPECT_EQ(g[r].readEpoch(), epoch) << label << ": rank " << r << "'s epoch differs from rank 0's";
   return epoch;
 }
 
-// One call on both ranks with fresh inputs (`routing`, `tokens` per rank, x ~ N(0, xScale²)): y against the
-// reference, epochs one further on both ranks; with `repeat`, a second call on the same inputs must give the same y
-// bit for bit. Returns a summary fragment.
-std::string runCase(Pair& p, std::mt19937& rng, Routing routing, const int64_t (&tokens)[kRanks], float xScale,
-                    bool repeat) {
-  const std::string label = caseLabel(p, routing, tokens);
-  Inputs in[kRanks];
-  const uint64_t epoch = startCase(p, rng, routing, tokens, xScale, false, in, label);
-  forwardBoth(p, tokens);
-  std::vector<uint16_t> y[kRanks];
-  double err[kRanks];
-  for (int r = 0; r < kRanks; ++r) {
-    y[r] = p.ranks[r].readY();
-    err[r] = expectMatches(y[r], tokens[r], kHidden, forwardReference(p, in[r], p.clampMilli), "y",
-                           label + " rank " + std::to_string(r));
-    EXPECT_EQ(p.ranks[r].readEpoch(), epoch + 1) << label << " rank " << r << ": the epoch did not advance by one";
+// Fresh inputs for one case on every rank (dy too with `training`), uploaded, and every output buffer filled with
+// the sentinel. Returns the epoch, which every rank must agree on.
+uint64_t startCase(Group& g, std::mt19937& rng, Routing routing, const std::vector<int64_t>& tokens, float xScale,
+                   bool training, std::vector<Inputs>& in, const std::string& label) {
+  const int32_t hot = std::uniform_int_distribution<int32_t>(0, int32_t(g.shape.experts) - 1)(rng);
+  in.assign(size_t(g.size()), Inputs{});
+  for (int r = 0; r < g.size(); ++r) {
+    in[size_t(r)] = makeInputs(rng, g.shape, routing, r, tokens[size_t(r)], hot, xScale, training);
+    upload(g[r], in[size_t(r)]);
+    g[r].fillSentinels();
   }
-  std::string summary = label + ": rel err " + std::to_string(err[0]) + "," + std::to_string(err[1]);
+  return commonEpoch(g, label + " (before the call)");
+}
+
+std::string formatMax(const char* name, const std::vector<double>& err) {
+  char text[64];
+  std::snprintf(text, sizeof text, " %s<=%.2e", name, err.empty() ? 0.0 : *std::max_element(err.begin(), err.end()));
+  return text;
+}
+
+// One call on every rank with fresh inputs (`routing`, `tokens` per rank, x ~ N(0, xScale²)): y against the
+// reference, epochs one further on every rank; with `repeat`, a second call on the same inputs must give the same y
+// bit for bit. Returns a summary fragment.
+std::string runCase(Group& g, std::mt19937& rng, Routing routing, const std::vector<int64_t>& tokens, float xScale,
+                    bool repeat) {
+  const std::string label = caseLabel(g, routing, tokens);
+  std::vector<Inputs> in;
+  const uint64_t epoch = startCase(g, rng, routing, tokens, xScale, false, in, label);
+  forwardAll(g, tokens);
+  std::vector<std::vector<uint16_t>> y(size_t(g.size()));
+  std::vector<double> err(size_t(g.size()));
+  for (int r = 0; r < g.size(); ++r) {
+    y[size_t(r)] = g[r].readY();
+    err[size_t(r)] = expectMatches(y[size_t(r)], tokens[size_t(r)], g.shape.hidden,
+                                   forwardReference(g, in[size_t(r)], g.options.clampMilli), "y",
+                                   label + " rank " + std::to_string(r));
+    EXPECT_EQ(g[r].readEpoch(), epoch + 1) << label << " rank " << r << ": the epoch did not advance by one";
+  }
+  std::string summary = label + ": rel err" + formatMax("y", err);
   if (!repeat) return summary;
 
-  for (Rank& rank : p.ranks) rank.fillSentinels();
-  forwardBoth(p, tokens);
+  for (int r = 0; r < g.size(); ++r) g[r].fillSentinels();
+  forwardAll(g, tokens);
   size_t differing = 0;
-  for (int r = 0; r < kRanks; ++r) {
-    const size_t d = countDiffering(p.ranks[r].readY(), y[r]);
+  for (int r = 0; r < g.size(); ++r) {
+    const size_t d = countDiffering(g[r].readY(), y[size_t(r)]);
     EXPECT_EQ(d, 0u) << label << " rank " << r << ": a second call on the same inputs changed y";
-    EXPECT_EQ(p.ranks[r].readEpoch(), epoch + 2) << label << " rank " << r;
+    EXPECT_EQ(g[r].readEpoch(), epoch + 2) << label << " rank " << r;
     differing += d;
   }
   return summary + ", repeat differs in " + std::to_string(differing);
 }
 
-// Both ranks' epochs `steps` training steps past `before`: equal, and each step the same advance (> 0) as every
-// earlier step on `p` (the first step sets it).
-void expectEpochsAdvanced(Pair& p, uint64_t before, uint64_t steps, const std::string& label) {
-  const uint64_t advance = p.ranks[0].readEpoch() - before;
-  EXPECT_EQ(p.ranks[1].readEpoch() - before, advance) << label << ": the ranks' epochs differ after the call";
+// Every rank's epoch `steps` training steps past `before`: equal, and each step the same advance (> 0) as every
+// earlier step on `g` (the first step sets it).
+void expectEpochsAdvanced(Group& g, uint64_t before, uint64_t steps, const std::string& label) {
+  const uint64_t advance = g[0].readEpoch() - before;
+  for (int r = 1; r < g.size(); ++r)
+    EXPECT_EQ(g[r].readEpoch() - before, advance) << label << ": rank " << r << "'s epoch differs after the call";
   EXPECT_GT(advance, 0u) << label << ": the epoch did not advance";
-  if (p.stepEpochs == 0 && advance % steps == 0) p.stepEpochs = advance / steps;
-  EXPECT_EQ(advance, steps * p.stepEpochs) << label << ": " << steps << " step(s) advanced the epoch by " << advance
-                                           << ", earlier steps by " << p.stepEpochs << " each";
+  if (g.stepEpochs == 0 && advance % steps == 0) g.stepEpochs = advance / steps;
+  EXPECT_EQ(advance, steps * g.stepEpochs) << label << ": " << steps << " step(s) advanced the epoch by " << advance
+                                           << ", earlier steps by " << g.stepEpochs << " each";
 }
 
-std::string formatErrors(const char* name, const double (&err)[kRanks]) {
-  char text[96];
-  std::snprintf(text, sizeof text, " %s %.2e,%.2e", name, err[0], err[1]);
-  return text;
-}
-
-// One training step on both ranks (stepBoth) with fresh inputs (`routing`, `tokens` per rank, x ~ N(0, xScale²),
-// dy ~ N(0, 1)) on a training pair: y, dx, d_topk_weights, dW1 and dW2 of both ranks against the reference, each
-// written where it may be and untouched past it; both epochs one step further; with `repeat`, a second step on the
-// same inputs must give the same outputs (guard rows included) bit for bit. Returns a summary fragment.
-std::string runBackwardCase(Pair& p, std::mt19937& rng, Routing routing, const int64_t (&tokens)[kRanks],
-                            float xScale, bool repeat) {
-  const std::string label = "backward " + caseLabel(p, routing, tokens);
-  Inputs in[kRanks];
-  const uint64_t epoch = startCase(p, rng, routing, tokens, xScale, true, in, label);
-  stepBoth(p, tokens);
-  expectEpochsAdvanced(p, epoch, 1, label);
-
-  const std::array<Gradients, kRanks> grads = backwardReference(p, in, p.clampMilli);
-  Outputs outputs[kRanks];
-  double yErr[kRanks], dxErr[kRanks], dTopkErr[kRanks], dW1Err[kRanks], dW2Err[kRanks];
-  for (int r = 0; r < kRanks; ++r) {
-    const std::string at = label + " rank " + std::to_string(r);
-    const Gradients& ref = grads[size_t(r)];
-    const Outputs& o = outputs[r] = p.ranks[r].readOutputs();
-    yErr[r] = expectMatches(o.y, tokens[r], kHidden, forwardReference(p, in[r], p.clampMilli), "y", at);
-    dxErr[r] = expectMatches(o.dx, tokens[r], kHidden, ref.dx, "dx", at);
-    dTopkErr[r] = expectMatches(o.dTopkWeights, tokens[r], kTopk, ref.dTopkWeights, "d_topk_weights", at);
-    dW1Err[r] = expectMatches(o.dW1, kW1Rows, kHidden, ref.dW1, "dW1", at);
-    dW2Err[r] = expectMatches(o.dW2, kW2Rows, kInter, ref.dW2, "dW2", at);
+// Device copies of one rank's output buffers (guard rows included), which a repeated step is compared with: the
+// large shapes' outputs are gigabytes a rank, too many to keep on the host.
+struct Snapshot {
+  Device* device = nullptr;
+  DevicePtr y = 0, dx = 0, dTopkWeights = 0, dW1 = 0, dW2 = 0;
+  ~Snapshot() {
+    if (!device) return;
+    try {
+      for (DevicePtr p : {y, dx, dTopkWeights, dW1, dW2})
+        if (p) device->free(p);
+    } catch (...) {
+    }
   }
-  std::string summary = label + ": rel err" + formatErrors("y", yErr) + formatErrors("dx", dxErr) +
-                        formatErrors("d_topk_weights", dTopkErr) + formatErrors("dW1", dW1Err) +
-                        formatErrors("dW2", dW2Err) + ", epoch +" + std::to_string(p.stepEpochs) + " per step";
+};
+
+void takeSnapshot(const Rank& rank, Snapshot& snap) {
+  const Shape& s = rank.shape;
+  Device& d = rank.device();
+  snap.device = &d;
+  const std::pair<DevicePtr Snapshot::*, std::pair<DevicePtr, size_t>> buffers[] = {
+      {&Snapshot::y, {rank.y, s.yElems() * 2}},
+      {&Snapshot::dx, {rank.dx, s.yElems() * 2}},
+      {&Snapshot::dTopkWeights, {rank.dTopkWeights, s.dTopkElems() * 4}},
+      {&Snapshot::dW1, {rank.dW1, s.dW1Elems() * 2}},
+      {&Snapshot::dW2, {rank.dW2, s.dW2Elems() * 2}}};
+  for (const auto& [field, from] : buffers) {
+    snap.*field = d.allocate(from.second);
+    d.copyDeviceToDevice(snap.*field, from.first, from.second);
+  }
+  d.synchronizeDevice();
+}
+
+// Elements of the rank's outputs (guard rows included) that differ from the snapshot.
+size_t countDiffering(const Rank& rank, const Snapshot& snap) {
+  const Shape& s = rank.shape;
+  Device& d = rank.device();
+  return countDifferingOnDevice<uint16_t>(d, rank.y, snap.y, s.yElems()) +
+         countDifferingOnDevice<uint16_t>(d, rank.dx, snap.dx, s.yElems()) +
+         countDifferingOnDevice<uint32_t>(d, rank.dTopkWeights, snap.dTopkWeights, s.dTopkElems()) +
+         countDifferingOnDevice<uint16_t>(d, rank.dW1, snap.dW1, s.dW1Elems()) +
+         countDifferingOnDevice<uint16_t>(d, rank.dW2, snap.dW2, s.dW2Elems());
+}
+
+// One training step on every rank (stepAll) with fresh inputs (`routing`, `tokens` per rank, x ~ N(0, xScale²),
+// dy ~ N(0, 1)) on a training group: y, dx, d_topk_weights, dW1 and dW2 of every rank against the reference, each
+// written where it may be and untouched past it; every epoch one step further; with `repeat`, a second step on the
+// same inputs must give the same outputs (guard rows included) bit for bit. Returns a summary fragment.
+std::string runBackwardCase(Group& g, std::mt19937& rng, Routing routing, const std::vector<int64_t>& tokens,
+                            float xScale, bool repeat) {
+  const Shape& s = g.shape;
+  const std::string label = "backward " + caseLabel(g, routing, tokens);
+  std::vector<Inputs> in;
+  const uint64_t epoch = startCase(g, rng, routing, tokens, xScale, true, in, label);
+  stepAll(g, tokens);
+  expectEpochsAdvanced(g, epoch, 1, label);
+
+  const BackwardReference ref = backwardReference(g, in, g.options.clampMilli);
+  const size_t R = size_t(g.size());
+  std::vector<double> yErr(R), dxErr(R), dTopkErr(R), dW1Err(R), dW2Err(R);
+  // One buffer read back at a time: a rank's dW1 alone is gigabytes at the DeepSeek-V3 shape.
+  for (int r = 0; r < g.size(); ++r) {
+    const std::string at = label + " rank " + std::to_string(r);
+    const Rank& rank = g[r];
+    const Gradients& grads = ref.ranks[size_t(r)];
+    const int64_t t = tokens[size_t(r)], firstExpert = r * s.local();
+    yErr[size_t(r)] = expectMatches(rank.readY(), t, s.hidden, forwardReference(g, in[size_t(r)], g.options.clampMilli),
+                                    "y", at);
+    dxErr[size_t(r)] = expectMatches(rank.read<uint16_t>(rank.dx, s.yElems()), t, s.hidden, grads.dx, "dx", at);
+    dTopkErr[size_t(r)] = expectMatches(rank.read<uint32_t>(rank.dTopkWeights, s.dTopkElems()), t, s.topk,
+                                        grads.dTopkWeights, "d_topk_weights", at);
+    dW1Err[size_t(r)] = expectMatchesRows(
+        rank.read<uint16_t>(rank.dW1, s.dW1Elems()), s.w1Rows(), s.hidden,
+        [&](int64_t row, float* out) { ref.dW1Row(firstExpert + row / (2 * s.inter), row % (2 * s.inter), out); },
+        "dW1", at);
+    dW2Err[size_t(r)] = expectMatchesRows(
+        rank.read<uint16_t>(rank.dW2, s.dW2Elems()), s.w2Rows(), s.inter,
+        [&](int64_t row, float* out) { ref.dW2Row(firstExpert + row / s.hidden, row % s.hidden, out); }, "dW2", at);
+  }
+  std::string summary = label + ": rel err" + formatMax("y", yErr) + formatMax("dx", dxErr) +
+                        formatMax("d_topk_weights", dTopkErr) + formatMax("dW1", dW1Err) + formatMax("dW2", dW2Err) +
+                        ", epoch +" + std::to_string(g.stepEpochs) + " per step";
   if (!repeat) return summary;
 
-  for (Rank& rank : p.ranks) rank.fillSentinels();
-  stepBoth(p, tokens);
-  expectEpochsAdvanced(p, epoch, 2, label + " (repeat)");
+  std::vector<Snapshot> snapshots(R);
+  for (int r = 0; r < g.size(); ++r) takeSnapshot(g[r], snapshots[size_t(r)]);
+  for (int r = 0; r < g.size(); ++r) g[r].fillSentinels();
+  stepAll(g, tokens);
+  expectEpochsAdvanced(g, epoch, 2, label + " (repeat)");
   size_t differing = 0;
-  for (int r = 0; r < kRanks; ++r) {
-    const size_t d = countDiffering(p.ranks[r].readOutputs(), outputs[r]);
+  for (int r = 0; r < g.size(); ++r) {
+    const size_t d = countDiffering(g[r], snapshots[size_t(r)]);
     EXPECT_EQ(d, 0u) << label << " rank " << r << ": a second step on the same inputs changed the outputs";
     differing += d;
   }
   return summary + ", repeat differs in " + std::to_string(differing);
-}
-
-// ---------------------------------------------------------------------------------------------------- tests
-
-// 24 consecutive calls (every routing at every token pair, each repeated), nothing reset in between.
-TEST(LayerTest, ForwardRoutingsAndTokenCounts) {
-  MEGAMOE_REQUIRE_TWO_SM90A_GPUS();
-  std::mt19937 rng = testRng();
-  Pair p;
-  ASSERT_NO_FATAL_FAILURE(openPair(p, 0, parseEnv(), rng));
-  const int64_t tokenPairs[][kRanks] = {{1024, 1024}, {777, 1024}, {0, 1}, {1, 0}, {0, 0}, {1024, 0}};
-  for (const auto& tokens : tokenPairs) {
-    for (Routing routing : kRoutings) {
-      std::printf("SUMMARY layer %s\n", runCase(p, rng, routing, tokens, 1.f, true).c_str());
-      if (HasFailure()) return;
-    }
-  }
-}
-
-// Token deduplication (MoeLayerConfig::dedupTokens): the same checks over every routing and uneven token counts.
-// With 8 experts per rank and top-4, most tokens pick several experts of one owner (one row crosses, the L1 tiles
-// gather it for each pick); -1 entries and one hot expert included (kRoutings).
-TEST(LayerTest, ForwardDedupRoutingsAndTokenCounts) {
-  MEGAMOE_REQUIRE_TWO_SM90A_GPUS();
-  std::mt19937 rng = testRng();
-  Pair p;
-  ASSERT_NO_FATAL_FAILURE(openPair(p, 0, parseEnv(), rng, /*training=*/false, /*dedup=*/true));
-  const int64_t tokenPairs[][kRanks] = {{1024, 1024}, {777, 1024}, {0, 1}, {1024, 0}};
-  for (const auto& tokens : tokenPairs) {
-    for (Routing routing : kRoutings) {
-      std::printf("SUMMARY layer dedup %s\n", runCase(p, rng, routing, tokens, 1.f, true).c_str());
-      if (HasFailure()) return;
-    }
-  }
-}
-
-// SwiGLU clamp 7.0 with x ~ N(0, 4²), so that |gate|, |up| exceed it often: the clamp must change the result (checked
-// on the host, so that the case can tell) and y must match the clamped reference.
-TEST(LayerTest, ForwardSwigluClamp) {
-  MEGAMOE_REQUIRE_TWO_SM90A_GPUS();
-  constexpr int64_t kClampMilli = 7000;
-  constexpr float kXScale = 4.f;
-  std::mt19937 rng = testRng();
-  Pair p;
-  ASSERT_NO_FATAL_FAILURE(openPair(p, kClampMilli, parseEnv(), rng));
-  const Inputs probe = makeInputs(rng, Routing::kUniform, 0, 128, 0, kXScale);
-  const double clampEffect = relativeError(forwardReference(p, probe, 0), forwardReference(p, probe, kClampMilli));
-  std::printf("clamp %.1f changes the reference by %.3g (relative)\n", kClampMilli / 1000.0, clampEffect);
-  EXPECT_GT(clampEffect, 5 * kTolerance) << "the inputs do not exercise the clamp";
-  const int64_t tokenPairs[][kRanks] = {{1024, 777}, {256, 1024}};
-  const Routing routings[] = {Routing::kUniform, Routing::kSparse};
-  for (int c = 0; c < 2; ++c) {
-    std::printf("SUMMARY layer %s\n", runCase(p, rng, routings[c], tokenPairs[c], kXScale, true).c_str());
-    if (HasFailure()) return;
-  }
-}
-
-// One forward per rank captured into a graph at 256 tokens; 8 routings (and weights) whose y comes from plain calls
-// checked against the reference; then 1000 replays, each after copying routing i % 8 into topk_idx/topk_weights on
-// the rank's stream: y must equal routing i % 8's plain-call y bit for bit every time.
-TEST(LayerTest, CudaGraphReplay) {
-  MEGAMOE_REQUIRE_TWO_SM90A_GPUS();
-  constexpr int64_t kTokens = 256;
-  constexpr int kVariants = 8, kReplays = 1000;
-  constexpr size_t kYUsed = size_t(kTokens * kHidden);
-  const int64_t tokens[kRanks] = {kTokens, kTokens};
-  std::mt19937 rng = testRng();
-  Pair p;
-  ASSERT_NO_FATAL_FAILURE(openPair(p, 0, parseEnv(), rng));
-
-  // The host copies stay alive and unchanged while the replays' in-stream copies read them.
-  Inputs in[kVariants][kRanks];
-  std::vector<uint16_t> expected[kVariants][kRanks];
-  for (int v = 0; v < kVariants; ++v) {
-    const Routing routing = kRoutings[size_t(v) % std::size(kRoutings)];
-    const int32_t hot = std::uniform_int_distribution<int32_t>(0, int32_t(kExperts) - 1)(rng);
-    for (int r = 0; r < kRanks; ++r) {
-      in[v][r] = makeInputs(rng, routing, r, kTokens, hot, 1.f);
-      if (v > 0) in[v][r].x = in[0][r].x;  // the graph changes the routing only
-      upload(p.ranks[r], in[v][r]);
-      p.ranks[r].fillSentinels();
-    }
-    forwardBoth(p, tokens);
-    for (int r = 0; r < kRanks; ++r) {
-      const std::vector<uint16_t> y = p.ranks[r].readY();
-      expectMatches(y, kTokens, kHidden, forwardReference(p, in[v][r], 0), "y",
-                    "plain call, routing " + std::to_string(v) + " (" + routingName(routing) + ") rank " +
-                        std::to_string(r));
-      expected[v][r].assign(y.begin(), y.begin() + std::ptrdiff_t(kYUsed));
-    }
-  }
-  ASSERT_FALSE(HasFailure()) << "the plain calls the replays are compared with are wrong";
-
-  struct Graph {
-    Device* device = nullptr;
-    GraphHandle handle = nullptr;
-    ~Graph() {
-      if (!handle) return;
-      try {
-        device->destroyGraph(handle);
-      } catch (...) {
-      }
-    }
-  } graphs[kRanks];
-  const uint64_t epoch0 = p.ranks[0].readEpoch();
-  for (int r = 0; r < kRanks; ++r) {
-    Rank& rank = p.ranks[r];
-    graphs[r].device = &rank.device();
-    rank.device().beginCapture(rank.stream);
-    try {
-      rank.layer->forward(rank.args(kTokens), rank.stream);
-    } catch (...) {
-      try {
-        graphs[r].handle = rank.device().endCapture(rank.stream);
-      } catch (...) {
-      }
-      throw;
-    }
-    graphs[r].handle = rank.device().endCapture(rank.stream);
-  }
-  EXPECT_EQ(p.ranks[0].readEpoch(), epoch0) << "capture ran something";
-
-  size_t badReplays = 0, badElements = 0;
-  std::string firstBad;
-  std::vector<uint16_t> y(kYUsed);
-  const auto start = std::chrono::steady_clock::now();
-  for (int i = 0; i < kReplays; ++i) {
-    const int v = i % kVariants;
-    // Both ranks' copies before either graph: a copy from pageable memory may wait for its stream to drain, and a
-    // rank's graph waits for the other rank's.
-    for (int r = 0; r < kRanks; ++r) {
-      Rank& rank = p.ranks[r];
-      rank.device().copyHostToDeviceAsync(rank.topkIdx, in[v][r].topkIdx.data(), in[v][r].topkIdx.size() * 4,
-                                          rank.stream);
-      rank.device().copyHostToDeviceAsync(rank.topkWeights, in[v][r].topkWeights.data(),
-                                          in[v][r].topkWeights.size() * 4, rank.stream);
-    }
-    for (int r = 0; r < kRanks; ++r) p.ranks[r].device().launchGraph(graphs[r].handle, p.ranks[r].stream);
-    for (Rank& rank : p.ranks) rank.layer->checkErrors(rank.stream);
-    for (int r = 0; r < kRanks; ++r) {
-      p.ranks[r].device().copyDeviceToHost(y.data(), p.ranks[r].y, kYUsed * 2);
-      size_t d = 0;
-      for (size_t k = 0; k < kYUsed; ++k) d += y[k] != expected[v][r][k];
-      if (d && badReplays++ == 0)
-        firstBad = "replay " + std::to_string(i) + " (routing " + std::to_string(v) + ") rank " + std::to_string(r) +
-                   ": " + std::to_string(d) + " elements differ";
-      badElements += d;
-    }
-  }
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  EXPECT_EQ(badReplays, 0u) << badElements << " elements differ in all; first: " << firstBad;
-  for (int r = 0; r < kRanks; ++r)
-    EXPECT_EQ(p.ranks[r].readEpoch(), epoch0 + kReplays) << "rank " << r << ": one epoch per replay";
-  std::printf("SUMMARY layer graph: %d replays x %d ranks at tokens=%lld over %d routings in %.3f s (%.3f ms per "
-              "replay incl. routing upload, sync and copy-back); %zu replay/rank pairs differ (%zu elements)\n",
-              kReplays, kRanks, static_cast<long long>(kTokens), kVariants, seconds, seconds * 1000 / kReplays,
-              badReplays, badElements);
 }
 
 // `call` must throw Error(kInvalidArgument), naming `mustName` when given.
@@ -856,17 +852,202 @@ void expectInvalidArgument(const std::function<void()>& call, const char* mustNa
   }
 }
 
-// Host-visible bad arguments throw before anything is enqueued: a normal call on both ranks still works afterwards
-// (had one rank enqueued a kernel, the ranks' epochs would disagree).
-TEST(LayerTest, InvalidArgumentsThrowBeforeEnqueue) {
-  MEGAMOE_REQUIRE_TWO_SM90A_GPUS();
+// An instantiated CUDA graph, destroyed with its owner.
+struct Graph {
+  Device* device = nullptr;
+  GraphHandle handle = nullptr;
+  ~Graph() {
+    if (!handle) return;
+    try {
+      device->destroyGraph(handle);
+    } catch (...) {
+    }
+  }
+};
+
+// Captures one forward of every rank at `tokens` into graphs[r] (nothing runs).
+void captureForwards(Group& g, const std::vector<int64_t>& tokens, std::vector<Graph>& graphs) {
+  for (int r = 0; r < g.size(); ++r) {
+    Rank& rank = g[r];
+    graphs[size_t(r)].device = &rank.device();
+    rank.device().beginCapture(rank.stream);
+    try {
+      rank.layer->forward(rank.args(tokens[size_t(r)]), rank.stream);
+    } catch (...) {
+      try {
+        graphs[size_t(r)].handle = rank.device().endCapture(rank.stream);
+      } catch (...) {
+      }
+      throw;
+    }
+    graphs[size_t(r)].handle = rank.device().endCapture(rank.stream);
+  }
+}
+
+// Copies every rank's routing (topk_idx, topk_weights) from `in` on its stream, then replays every rank's graph,
+// then checks every rank's errors. Every rank's copies come before any graph: a copy from pageable memory may wait
+// for its stream to drain, and a rank's graph waits for the others'.
+void replayWithRouting(Group& g, const std::vector<Graph>& graphs, const std::vector<Inputs>& in) {
+  for (int r = 0; r < g.size(); ++r) {
+    Rank& rank = g[r];
+    const Inputs& rin = in[size_t(r)];
+    if (rin.tokens == 0) continue;
+    rank.device().copyHostToDeviceAsync(rank.topkIdx, rin.topkIdx.data(), rin.topkIdx.size() * 4, rank.stream);
+    rank.device().copyHostToDeviceAsync(rank.topkWeights, rin.topkWeights.data(), rin.topkWeights.size() * 4,
+                                        rank.stream);
+  }
+  for (int r = 0; r < g.size(); ++r) g[r].device().launchGraph(graphs[size_t(r)].handle, g[r].stream);
+  for (int r = 0; r < g.size(); ++r) g[r].layer->checkErrors(g[r].stream);
+}
+
+// ---------------------------------------------------------------------------------------------------- tests
+
+// The multi-rank layer tests, at every count of kRankCounts.
+class LayerTest : public ::testing::TestWithParam<int> {
+ protected:
+  int ranks() const { return GetParam(); }
+};
+INSTANTIATE_TEST_SUITE_P(, LayerTest, ::testing::ValuesIn(kRankCounts), rankCountName);
+
+// 28 consecutive cases (every routing at every token set, each call repeated), nothing reset in between.
+TEST_P(LayerTest, ForwardRoutingsAndTokenCounts) {
+  MEGAMOE_REQUIRE_SM90A_RANKS(backend_, ranks());
   std::mt19937 rng = testRng();
-  Pair p;
-  ASSERT_NO_FATAL_FAILURE(openPair(p, 0, parseEnv(), rng));
-  for (int r = 0; r < kRanks; ++r) {
-    Rank& rank = p.ranks[r];
+  Group g;
+  ASSERT_NO_FATAL_FAILURE(openGroup(g, smallShape(ranks()), {}, parseEnv(), rng));
+  const int R = ranks();
+  const std::vector<int64_t> tokenSets[] = {cycled(R, {1024}),    cycled(R, {777, 1024}), cycled(R, {0, 1}),
+                                            cycled(R, {1, 0}),    cycled(R, {0}),         cycled(R, {1024, 0}),
+                                            cycled(R, {513, 0, 1024, 1, 777, 64, 0, 1000})};
+  for (const auto& tokens : tokenSets) {
+    for (Routing routing : kRoutings) {
+      std::printf("SUMMARY layer %s\n", runCase(g, rng, routing, tokens, 1.f, true).c_str());
+      if (HasFailure()) return;
+    }
+  }
+}
+
+// Token deduplication (MoeLayerConfig::dedupTokens): the same checks over every routing and uneven token counts.
+// With 8 (2 ranks) or 2 (8 ranks) experts per rank and top-4, many tokens pick several experts of one owner (one row
+// crosses, the L1 tiles gather it for each pick); -1 entries and one hot expert included (kRoutings).
+TEST_P(LayerTest, ForwardDedupRoutingsAndTokenCounts) {
+  MEGAMOE_REQUIRE_SM90A_RANKS(backend_, ranks());
+  std::mt19937 rng = testRng();
+  Group g;
+  ASSERT_NO_FATAL_FAILURE(openGroup(g, smallShape(ranks()), {0, false, true, 0}, parseEnv(), rng));
+  const int R = ranks();
+  const std::vector<int64_t> tokenSets[] = {cycled(R, {1024}), cycled(R, {777, 1024}), cycled(R, {0, 1}),
+                                            cycled(R, {1024, 0})};
+  for (const auto& tokens : tokenSets) {
+    for (Routing routing : kRoutings) {
+      std::printf("SUMMARY layer dedup %s\n", runCase(g, rng, routing, tokens, 1.f, true).c_str());
+      if (HasFailure()) return;
+    }
+  }
+}
+
+// SwiGLU clamp 7.0 with x ~ N(0, 4²), so that |gate|, |up| exceed it often: the clamp must change the result (checked
+// on the host, so that the case can tell) and y must match the clamped reference.
+TEST_P(LayerTest, ForwardSwigluClamp) {
+  MEGAMOE_REQUIRE_SM90A_RANKS(backend_, ranks());
+  constexpr int64_t kClampMilli = 7000;
+  constexpr float kXScale = 4.f;
+  std::mt19937 rng = testRng();
+  Group g;
+  ASSERT_NO_FATAL_FAILURE(openGroup(g, smallShape(ranks()), {kClampMilli, false, false, 0}, parseEnv(), rng));
+  const Inputs probe = makeInputs(rng, g.shape, Routing::kUniform, 0, 128, 0, kXScale);
+  const double clampEffect = relativeError(forwardReference(g, probe, 0), forwardReference(g, probe, kClampMilli));
+  std::printf("clamp %.1f changes the reference by %.3g (relative)\n", kClampMilli / 1000.0, clampEffect);
+  EXPECT_GT(clampEffect, 5 * kTolerance) << "the inputs do not exercise the clamp";
+  const std::vector<int64_t> tokenSets[] = {cycled(ranks(), {1024, 777}), cycled(ranks(), {256, 1024})};
+  const Routing routings[] = {Routing::kUniform, Routing::kSparse};
+  for (int c = 0; c < 2; ++c) {
+    std::printf("SUMMARY layer %s\n", runCase(g, rng, routings[c], tokenSets[c], kXScale, true).c_str());
+    if (HasFailure()) return;
+  }
+}
+
+// One forward per rank captured into a graph at 256 tokens; 8 routings (and weights) whose y comes from plain calls
+// checked against the reference; then 1000 replays, each after copying routing i % 8 into topk_idx/topk_weights on
+// the rank's stream: y must equal routing i % 8's plain-call y bit for bit every time, on every rank.
+TEST_P(LayerTest, CudaGraphReplay) {
+  MEGAMOE_REQUIRE_SM90A_RANKS(backend_, ranks());
+  constexpr int64_t kTokens = 256;
+  constexpr int kVariants = 8, kReplays = 1000;
+  const int R = ranks();
+  const std::vector<int64_t> tokens = cycled(R, {kTokens});
+  std::mt19937 rng = testRng();
+  Group g;
+  ASSERT_NO_FATAL_FAILURE(openGroup(g, smallShape(R), {}, parseEnv(), rng));
+  const size_t yUsed = size_t(kTokens * g.shape.hidden);
+
+  // The host copies stay alive and unchanged while the replays' in-stream copies read them.
+  std::vector<std::vector<Inputs>> in(kVariants, std::vector<Inputs>(size_t(R)));
+  std::vector<std::vector<std::vector<uint16_t>>> expected(kVariants, std::vector<std::vector<uint16_t>>(size_t(R)));
+  for (int v = 0; v < kVariants; ++v) {
+    const Routing routing = kRoutings[size_t(v) % std::size(kRoutings)];
+    const int32_t hot = std::uniform_int_distribution<int32_t>(0, int32_t(g.shape.experts) - 1)(rng);
+    for (int r = 0; r < R; ++r) {
+      Inputs& rin = in[size_t(v)][size_t(r)];
+      rin = makeInputs(rng, g.shape, routing, r, kTokens, hot, 1.f);
+      if (v > 0) rin.x = in[0][size_t(r)].x;  // the graph changes the routing only
+      upload(g[r], rin);
+      g[r].fillSentinels();
+    }
+    forwardAll(g, tokens);
+    for (int r = 0; r < R; ++r) {
+      const std::vector<uint16_t> y = g[r].readY();
+      expectMatches(y, kTokens, g.shape.hidden, forwardReference(g, in[size_t(v)][size_t(r)], 0), "y",
+                    "plain call, routing " + std::to_string(v) + " (" + routingName(routing) + ") rank " +
+                        std::to_string(r));
+      expected[size_t(v)][size_t(r)].assign(y.begin(), y.begin() + std::ptrdiff_t(yUsed));
+    }
+  }
+  ASSERT_FALSE(HasFailure()) << "the plain calls the replays are compared with are wrong";
+
+  std::vector<Graph> graphs(static_cast<size_t>(R));
+  const uint64_t epoch0 = commonEpoch(g, "before capture");
+  captureForwards(g, tokens, graphs);
+  EXPECT_EQ(g[0].readEpoch(), epoch0) << "capture ran something";
+
+  size_t badReplays = 0, badElements = 0;
+  std::string firstBad;
+  std::vector<uint16_t> y(yUsed);
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < kReplays; ++i) {
+    const int v = i % kVariants;
+    replayWithRouting(g, graphs, in[size_t(v)]);
+    for (int r = 0; r < R; ++r) {
+      g[r].device().copyDeviceToHost(y.data(), g[r].y, yUsed * 2);
+      const size_t d = countDiffering(y, expected[size_t(v)][size_t(r)]);
+      if (d && badReplays++ == 0)
+        firstBad = "replay " + std::to_string(i) + " (routing " + std::to_string(v) + ") rank " + std::to_string(r) +
+                   ": " + std::to_string(d) + " elements differ";
+      badElements += d;
+    }
+  }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_EQ(badReplays, 0u) << badElements << " elements differ in all; first: " << firstBad;
+  for (int r = 0; r < R; ++r)
+    EXPECT_EQ(g[r].readEpoch(), epoch0 + kReplays) << "rank " << r << ": one epoch per replay";
+  std::printf("SUMMARY layer graph (%s): %d replays x %d ranks at tokens=%lld over %d routings in %.3f s (%.3f ms per "
+              "replay incl. routing upload, sync and copy-back); %zu replay/rank pairs differ (%zu elements)\n",
+              placement(*backend_, R).c_str(), kReplays, R, static_cast<long long>(kTokens), kVariants, seconds,
+              seconds * 1000 / kReplays, badReplays, badElements);
+}
+
+// Host-visible bad arguments throw before anything is enqueued: a normal call on every rank still works afterwards
+// (had one rank enqueued a kernel, the ranks' epochs would disagree).
+TEST_P(LayerTest, InvalidArgumentsThrowBeforeEnqueue) {
+  MEGAMOE_REQUIRE_SM90A_RANKS(backend_, ranks());
+  std::mt19937 rng = testRng();
+  Group g;
+  ASSERT_NO_FATAL_FAILURE(openGroup(g, smallShape(ranks()), {}, parseEnv(), rng));
+  const int64_t maxTokens = g.shape.maxTokens;
+  for (int r = 0; r < g.size(); ++r) {
+    Rank& rank = g[r];
     const std::string at = "rank " + std::to_string(r) + ": ";
-    expectInvalidArgument([&] { rank.layer->forward(rank.args(kMaxTokens + 1), rank.stream); }, "max_tokens",
+    expectInvalidArgument([&] { rank.layer->forward(rank.args(maxTokens + 1), rank.stream); }, "max_tokens",
                           at + "tokens = max_tokens + 1");
     expectInvalidArgument([&] { rank.layer->forward(rank.args(-1), rank.stream); }, "max_tokens",
                           at + "tokens = -1");
@@ -874,69 +1055,76 @@ TEST(LayerTest, InvalidArgumentsThrowBeforeEnqueue) {
     nullX.x = 0;
     expectInvalidArgument([&] { rank.layer->forward(nullX, rank.stream); }, nullptr, at + "x null, tokens = 1");
   }
-  const int64_t tokens[kRanks] = {64, 64};
-  std::printf("SUMMARY layer %s\n", runCase(p, rng, Routing::kUniform, tokens, 1.f, false).c_str());
+  std::printf("SUMMARY layer %s\n", runCase(g, rng, Routing::kUniform, cycled(ranks(), {64}), 1.f, false).c_str());
 }
 
-// Expert index E in rank 0's topk_idx: rank 0 reports kBadIndex naming it and writes nothing into y; rank 1's waits
-// end in a timeout (bounded at 300 ms here) instead of a hang; both heaps then refuse further calls.
-TEST(LayerTest, BadExpertIndexBecomesDeviceError) {
-  MEGAMOE_REQUIRE_TWO_SM90A_GPUS();
-  const RuntimeEnv env = parseEnv([](const char* name) -> const char* {
-    return std::strcmp(name, "MEGAMOE_WAIT_TIMEOUT_MS") == 0 ? "300" : std::getenv(name);
-  });
+// Expert index E in one random rank's topk_idx: that rank reports kBadIndex naming it and writes nothing into y; every
+// other rank's waits end in a timeout (bounded at 300 ms here) instead of a hang; every heap then refuses calls.
+TEST_P(LayerTest, BadExpertIndexBecomesDeviceError) {
+  const int R = ranks();
+  MEGAMOE_REQUIRE_SM90A_RANKS(backend_, R);
+  const RuntimeEnv env = envWithWaitTimeout(300);
   ASSERT_EQ(env.waitTimeoutMs, 300u);
   std::mt19937 rng = testRng();
-  Pair p;
-  ASSERT_NO_FATAL_FAILURE(openPair(p, 0, env, rng));
-  const int64_t tokens[kRanks] = {256, 256};
-  Inputs in[kRanks];
-  for (int r = 0; r < kRanks; ++r) in[r] = makeInputs(rng, Routing::kUniform, r, tokens[r], 0, 1.f);
-  const size_t bad = std::uniform_int_distribution<size_t>(0, in[0].topkIdx.size() - 1)(rng);
-  in[0].topkIdx[bad] = int32_t(kExperts);
-  for (int r = 0; r < kRanks; ++r) {
-    upload(p.ranks[r], in[r]);
-    p.ranks[r].fillSentinels();
+  Group g;
+  ASSERT_NO_FATAL_FAILURE(openGroup(g, smallShape(R), {}, env, rng));
+  const int64_t E = g.shape.experts;
+  const std::vector<int64_t> tokens = cycled(R, {256});
+  const int badRank = std::uniform_int_distribution<int>(0, R - 1)(rng);
+  std::vector<Inputs> in(static_cast<size_t>(R));
+  for (int r = 0; r < R; ++r) in[size_t(r)] = makeInputs(rng, g.shape, Routing::kUniform, r, tokens[size_t(r)], 0, 1.f);
+  const size_t bad = std::uniform_int_distribution<size_t>(0, in[size_t(badRank)].topkIdx.size() - 1)(rng);
+  in[size_t(badRank)].topkIdx[bad] = int32_t(E);
+  for (int r = 0; r < R; ++r) {
+    upload(g[r], in[size_t(r)]);
+    g[r].fillSentinels();
   }
 
   const auto start = std::chrono::steady_clock::now();
-  for (int r = 0; r < kRanks; ++r) p.ranks[r].layer->forward(p.ranks[r].args(tokens[r]), p.ranks[r].stream);
-  std::string message[kRanks];
-  ErrorCode code[kRanks] = {ErrorCode::kOk, ErrorCode::kOk};
-  double after[kRanks] = {0, 0};
-  for (int r = 0; r < kRanks; ++r) {
+  for (int r = 0; r < R; ++r) g[r].layer->forward(g[r].args(tokens[size_t(r)]), g[r].stream);
+  std::vector<std::string> message(static_cast<size_t>(R));
+  std::vector<ErrorCode> code(static_cast<size_t>(R), ErrorCode::kOk);
+  std::vector<double> after(static_cast<size_t>(R), 0.0);
+  for (int r = 0; r < R; ++r) {
     try {
-      p.ranks[r].layer->checkErrors(p.ranks[r].stream);
+      g[r].layer->checkErrors(g[r].stream);
     } catch (const Error& e) {
-      code[r] = e.code();
-      message[r] = e.what();
+      code[size_t(r)] = e.code();
+      message[size_t(r)] = e.what();
     }
-    after[r] = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    after[size_t(r)] = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   }
-  std::printf("SUMMARY layer bad index (topk_idx[%zu] = %lld on rank 0): rank 0 after %.3f s: \"%s\"; rank 1 after "
-              "%.3f s: \"%s\"\n",
-              bad, static_cast<long long>(kExperts), after[0], message[0].c_str(), after[1], message[1].c_str());
-  EXPECT_LT(after[1], 30.0) << "the errors took too long (wait timeout 300 ms)";
+  std::printf("SUMMARY layer bad index (%s, topk_idx[%zu] = %lld on rank %d):", placement(*backend_, R).c_str(), bad,
+              static_cast<long long>(E), badRank);
+  for (int r = 0; r < R; ++r) std::printf(" rank %d after %.3f s: \"%s\";", r, after[size_t(r)], message[size_t(r)].c_str());
+  std::printf("\n");
 
-  EXPECT_EQ(code[0], ErrorCode::kDeviceError) << message[0];
-  EXPECT_EQ(message[0].rfind("rank 0: index out of range", 0), 0u) << message[0];
-  EXPECT_NE(message[0].find("(value " + std::to_string(kExperts)), std::string::npos)
-      << "rank 0's error does not name the bad value " << kExperts << ": " << message[0];
-  EXPECT_EQ(code[1], ErrorCode::kDeviceError) << message[1];
-  EXPECT_EQ(message[1].rfind("rank 1: ", 0), 0u) << message[1];
-  EXPECT_NE(message[1].find("timed out"), std::string::npos) << message[1];
+  const std::string badPrefix = "rank " + std::to_string(badRank) + ": index out of range";
+  for (int r = 0; r < R; ++r) {
+    const std::string& m = message[size_t(r)];
+    EXPECT_EQ(code[size_t(r)], ErrorCode::kDeviceError) << "rank " << r << ": " << m;
+    EXPECT_LT(after[size_t(r)], 30.0) << "rank " << r << ": the errors took too long (wait timeout 300 ms)";
+    if (r == badRank) {
+      EXPECT_EQ(m.rfind(badPrefix, 0), 0u) << m;
+      EXPECT_NE(m.find("(value " + std::to_string(E)), std::string::npos)
+          << "rank " << r << "'s error does not name the bad value " << E << ": " << m;
+    } else {
+      EXPECT_EQ(m.rfind("rank " + std::to_string(r) + ": ", 0), 0u) << m;
+      EXPECT_NE(m.find("timed out"), std::string::npos) << m;
+    }
+  }
 
-  const std::vector<uint16_t> y0 = p.ranks[0].readY();
-  const size_t touched = size_t(std::count_if(y0.begin(), y0.end(), [](uint16_t v) { return v != kSentinel; }));
-  EXPECT_EQ(touched, 0u) << "rank 0 wrote into y after its bad index";
+  const std::vector<uint16_t> y = g[badRank].readY();
+  const size_t touched = size_t(std::count_if(y.begin(), y.end(), [](uint16_t v) { return v != kSentinel; }));
+  EXPECT_EQ(touched, 0u) << "rank " << badRank << " wrote into y after its bad index";
 
-  for (int r = 0; r < kRanks; ++r) {
-    Rank& rank = p.ranks[r];
+  for (int r = 0; r < R; ++r) {
+    Rank& rank = g[r];
     EXPECT_FALSE(rank.layer->heap().usable()) << "rank " << r;
     ErrorCode again = ErrorCode::kOk;
     std::string text;
     try {
-      rank.layer->forward(rank.args(tokens[r]), rank.stream);
+      rank.layer->forward(rank.args(tokens[size_t(r)]), rank.stream);
     } catch (const Error& e) {
       again = e.code();
       text = e.what();
@@ -945,39 +1133,141 @@ TEST(LayerTest, BadExpertIndexBecomesDeviceError) {
   }
 }
 
-// Small enough for compute-sanitizer (memcheck, racecheck): 64 tokens per rank, one call, checked.
-TEST(LayerTest, SmallForward) {
-  MEGAMOE_REQUIRE_TWO_SM90A_GPUS();
+// One random rank's forward is never launched: every other rank's first wait for it (dispatch_prologue's count
+// exchange, which waits for each source rank's flag in turn) times out after 300 ms into a device error whose flag
+// is that rank's exchange flag (FlagKind::kUser, index = the awaited source rank: kernels/DispatchPrologue.cpp), seen
+// 0 of 1 at epoch 0. The absent rank's heap stays usable; the others' refuse further calls.
+TEST_P(LayerTest, AbsentRankMakesEveryOtherRankTimeOut) {
+  const int R = ranks();
+  MEGAMOE_REQUIRE_SM90A_RANKS(backend_, R);
+  constexpr uint64_t kTimeoutMs = 300;
+  const RuntimeEnv env = envWithWaitTimeout(kTimeoutMs);
+  ASSERT_EQ(env.waitTimeoutMs, kTimeoutMs);
   std::mt19937 rng = testRng();
-  Pair p;
-  ASSERT_NO_FATAL_FAILURE(openPair(p, 0, parseEnv(), rng));
-  const int64_t tokens[kRanks] = {64, 64};
-  std::printf("SUMMARY layer %s\n", runCase(p, rng, Routing::kUniform, tokens, 1.f, false).c_str());
+  Group g;
+  ASSERT_NO_FATAL_FAILURE(openGroup(g, smallShape(R), {}, env, rng));
+  ASSERT_EQ(commonEpoch(g, "fresh layer"), 0u);
+  const int absent = std::uniform_int_distribution<int>(0, R - 1)(rng);
+  const std::vector<int64_t> tokens = cycled(R, {256, 100});
+  for (int r = 0; r < R; ++r) {
+    upload(g[r], makeInputs(rng, g.shape, Routing::kUniform, r, tokens[size_t(r)], 0, 1.f));
+    g[r].fillSentinels();
+  }
+
+  const auto start = std::chrono::steady_clock::now();
+  for (int r = 0; r < R; ++r)
+    if (r != absent) g[r].layer->forward(g[r].args(tokens[size_t(r)]), g[r].stream);
+  std::vector<std::string> message(static_cast<size_t>(R));
+  std::vector<ErrorCode> code(static_cast<size_t>(R), ErrorCode::kOk);
+  std::vector<double> after(static_cast<size_t>(R), 0.0);
+  for (int r = 0; r < R; ++r) {
+    if (r == absent) continue;
+    try {
+      g[r].layer->checkErrors(g[r].stream);
+    } catch (const Error& e) {
+      code[size_t(r)] = e.code();
+      message[size_t(r)] = e.what();
+    }
+    after[size_t(r)] = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  }
+  std::printf("SUMMARY layer absent rank %d (%s, wait timeout %llu ms):", absent, placement(*backend_, R).c_str(),
+              static_cast<unsigned long long>(kTimeoutMs));
+  for (int r = 0; r < R; ++r)
+    if (r != absent) std::printf(" rank %d after %.3f s: \"%s\";", r, after[size_t(r)], message[size_t(r)].c_str());
+  std::printf("\n");
+
+  const std::string awaited = "cross-rank wait timed out on flag " +
+                              std::to_string(abi::flagId(abi::FlagKind::kUser, uint32_t(absent))) +
+                              " (seen 0, expected 1)";
+  for (int r = 0; r < R; ++r) {
+    if (r == absent) continue;
+    const std::string& m = message[size_t(r)];
+    EXPECT_EQ(code[size_t(r)], ErrorCode::kDeviceError) << "rank " << r << ": " << m;
+    EXPECT_EQ(m.rfind("rank " + std::to_string(r) + ": " + awaited, 0), 0u)
+        << "rank " << r << "'s error must be its wait for absent rank " << absent << " (\"rank " << r << ": "
+        << awaited << " ...\"): " << m;
+    EXPECT_GE(after[size_t(r)], kTimeoutMs / 1000.0 * 0.9) << "rank " << r << " gave up before its timeout";
+    EXPECT_LT(after[size_t(r)], 30.0) << "rank " << r << ": the timeout took too long (wait timeout 300 ms)";
+    EXPECT_FALSE(g[r].layer->heap().usable()) << "rank " << r;
+  }
+  // The absent rank ran nothing: its error record is clear and its heap usable.
+  EXPECT_NO_THROW(g[absent].layer->checkErrors(g[absent].stream));
+  EXPECT_TRUE(g[absent].layer->heap().usable());
+}
+
+// Small enough for compute-sanitizer (memcheck, racecheck): 64 tokens per rank, one call, checked.
+TEST_P(LayerTest, SmallForward) {
+  MEGAMOE_REQUIRE_SM90A_RANKS(backend_, ranks());
+  std::mt19937 rng = testRng();
+  Group g;
+  ASSERT_NO_FATAL_FAILURE(openGroup(g, smallShape(ranks()), {}, parseEnv(), rng));
+  std::printf("SUMMARY layer %s\n", runCase(g, rng, Routing::kUniform, cycled(ranks(), {64}), 1.f, false).c_str());
 }
 
 // The same with token deduplication (the forward's gathering L1 tiles and carrier pushes under the sanitizers).
-TEST(LayerTest, SmallForwardDedup) {
-  MEGAMOE_REQUIRE_TWO_SM90A_GPUS();
+TEST_P(LayerTest, SmallForwardDedup) {
+  MEGAMOE_REQUIRE_SM90A_RANKS(backend_, ranks());
   std::mt19937 rng = testRng();
-  Pair p;
-  ASSERT_NO_FATAL_FAILURE(openPair(p, 0, parseEnv(), rng, /*training=*/false, /*dedup=*/true));
-  const int64_t tokens[kRanks] = {64, 64};
-  std::printf("SUMMARY layer dedup %s\n", runCase(p, rng, Routing::kUniform, tokens, 1.f, false).c_str());
+  Group g;
+  ASSERT_NO_FATAL_FAILURE(openGroup(g, smallShape(ranks()), {0, false, true, 0}, parseEnv(), rng));
+  std::printf("SUMMARY layer dedup %s\n",
+              runCase(g, rng, Routing::kUniform, cycled(ranks(), {64}), 1.f, false).c_str());
 }
 
+// The default SM budgets (MoeLayerConfig::smBudget 0): the device's SMs shared by the ranks on it, rounded down to
+// even (66 each for 2 ranks on an H200, 16 each for 8), all of them fitting the device together; then a checked call.
+TEST_P(LayerTest, DefaultSmBudgetsShareTheDevice) {
+  const int R = ranks();
+  MEGAMOE_REQUIRE_SM90A_RANKS(backend_, R);
+  if (std::getenv("MEGAMOE_SM_BUDGET")) GTEST_SKIP() << "MEGAMOE_SM_BUDGET is set: the default is not in use";
+  std::mt19937 rng = testRng();
+  Group g;
+  ASSERT_NO_FATAL_FAILURE(openGroup(g, smallShape(R), {}, parseEnv(), rng));
+  std::string budgets;
+  for (int r = 0; r < R; ++r) {
+    const int ordinal = g[r].device().ordinal();
+    int sharing = 0, used = 0;
+    for (int q = 0; q < R; ++q)
+      if (g[q].device().ordinal() == ordinal) {
+        ++sharing;
+        used += g[q].layer->smBudget();
+      }
+    const int sms = g[r].device().multiprocessors();
+    EXPECT_EQ(g[r].layer->smBudget(), (sms / sharing) & ~1)
+        << "rank " << r << ": " << sharing << " ranks share device " << ordinal << " (" << sms << " SMs)";
+    EXPECT_LE(used, sms) << "the budgets of the ranks on device " << ordinal << " exceed its SMs";
+    budgets += (budgets.empty() ? "" : ",") + std::to_string(g[r].layer->smBudget());
+  }
+  std::printf("SUMMARY layer SM budgets (%s): %s; %s\n", placement(*backend_, R).c_str(), budgets.c_str(),
+              runCase(g, rng, Routing::kUniform, cycled(R, {256, 0, 97}), 1.f, false).c_str());
+}
+
+// The smallest budget (2 SMs, one cluster pair, per rank): every persistent kernel runs on a grid of 2, its push
+// blocks included; the outputs of a training step must not depend on the grid.
+TEST_P(LayerTest, TrainingStepOnTwoSmsPerRank) {
+  MEGAMOE_REQUIRE_SM90A_RANKS(backend_, ranks());
+  std::mt19937 rng = testRng();
+  Group g;
+  ASSERT_NO_FATAL_FAILURE(openGroup(g, smallShape(ranks()), {0, true, false, 2}, parseEnv(), rng));
+  for (int r = 0; r < g.size(); ++r) EXPECT_EQ(g[r].layer->smBudget(), 2) << "rank " << r;
+  std::printf("SUMMARY layer sm_budget=2 %s\n",
+              runBackwardCase(g, rng, Routing::kSparse, cycled(ranks(), {256, 0, 97, 1024}), 1.f, true).c_str());
+}
 
 // ---- backward ----
 
-// 16 consecutive training steps (every routing at every token pair), each repeated, nothing reset in between.
-TEST(LayerTest, BackwardMatchesReference) {
-  MEGAMOE_REQUIRE_TWO_SM90A_GPUS();
+// 16 consecutive training steps (every routing at every token set), each repeated, nothing reset in between.
+TEST_P(LayerTest, BackwardMatchesReference) {
+  MEGAMOE_REQUIRE_SM90A_RANKS(backend_, ranks());
   std::mt19937 rng = testRng();
-  Pair p;
-  ASSERT_NO_FATAL_FAILURE(openPair(p, 0, parseEnv(), rng, /*training=*/true));
-  const int64_t tokenPairs[][kRanks] = {{1024, 1024}, {777, 1024}, {0, 1}, {1024, 0}};
-  for (const auto& tokens : tokenPairs) {
+  Group g;
+  ASSERT_NO_FATAL_FAILURE(openGroup(g, smallShape(ranks()), {0, true, false, 0}, parseEnv(), rng));
+  const int R = ranks();
+  const std::vector<int64_t> tokenSets[] = {cycled(R, {1024}), cycled(R, {777, 1024}), cycled(R, {0, 1}),
+                                            cycled(R, {1024, 0, 300, 1})};
+  for (const auto& tokens : tokenSets) {
     for (Routing routing : kRoutings) {
-      std::printf("SUMMARY layer %s\n", runBackwardCase(p, rng, routing, tokens, 1.f, true).c_str());
+      std::printf("SUMMARY layer %s\n", runBackwardCase(g, rng, routing, tokens, 1.f, true).c_str());
       if (HasFailure()) return;
     }
   }
@@ -985,15 +1275,15 @@ TEST(LayerTest, BackwardMatchesReference) {
 
 // Training steps on a layer whose forward deduplicates tokens (the forward that keeps h, dedup=1), then the plain
 // backward re-dispatches.
-TEST(LayerTest, BackwardAfterDedupForward) {
-  MEGAMOE_REQUIRE_TWO_SM90A_GPUS();
+TEST_P(LayerTest, BackwardAfterDedupForward) {
+  MEGAMOE_REQUIRE_SM90A_RANKS(backend_, ranks());
   std::mt19937 rng = testRng();
-  Pair p;
-  ASSERT_NO_FATAL_FAILURE(openPair(p, 0, parseEnv(), rng, /*training=*/true, /*dedup=*/true));
-  const int64_t tokenPairs[][kRanks] = {{1024, 777}, {0, 1}};
-  for (const auto& tokens : tokenPairs) {
+  Group g;
+  ASSERT_NO_FATAL_FAILURE(openGroup(g, smallShape(ranks()), {0, true, true, 0}, parseEnv(), rng));
+  const std::vector<int64_t> tokenSets[] = {cycled(ranks(), {1024, 777}), cycled(ranks(), {0, 1})};
+  for (const auto& tokens : tokenSets) {
     for (Routing routing : kRoutings) {
-      std::printf("SUMMARY layer dedup %s\n", runBackwardCase(p, rng, routing, tokens, 1.f, true).c_str());
+      std::printf("SUMMARY layer dedup %s\n", runBackwardCase(g, rng, routing, tokens, 1.f, true).c_str());
       if (HasFailure()) return;
     }
   }
@@ -1001,89 +1291,101 @@ TEST(LayerTest, BackwardAfterDedupForward) {
 
 // SwiGLU clamp 7.0 with x ~ N(0, 4²): the clamped components' gradients are 0. The clamp must change the reference
 // dx (checked on the host, so that the case can tell), and the kernels must match the clamped reference.
-TEST(LayerTest, BackwardSwigluClamp) {
-  MEGAMOE_REQUIRE_TWO_SM90A_GPUS();
+TEST_P(LayerTest, BackwardSwigluClamp) {
+  MEGAMOE_REQUIRE_SM90A_RANKS(backend_, ranks());
   constexpr int64_t kClampMilli = 7000;
   constexpr float kXScale = 4.f;
   std::mt19937 rng = testRng();
-  Pair p;
-  ASSERT_NO_FATAL_FAILURE(openPair(p, kClampMilli, parseEnv(), rng, /*training=*/true));
-  Inputs probe[kRanks];
-  for (int r = 0; r < kRanks; ++r) probe[r] = makeInputs(rng, Routing::kUniform, r, 128, 0, kXScale, true);
-  const std::array<Gradients, kRanks> plain = backwardReference(p, probe, 0),
-                                      clamped = backwardReference(p, probe, kClampMilli);
-  const double dxEffect = relativeError(plain[0].dx, clamped[0].dx),
-               dW1Effect = relativeError(plain[0].dW1, clamped[0].dW1);
-  std::printf("clamp %.1f changes the reference dx by %.3g, dW1 by %.3g (relative)\n", kClampMilli / 1000.0, dxEffect,
-              dW1Effect);
+  Group g;
+  ASSERT_NO_FATAL_FAILURE(openGroup(g, smallShape(ranks()), {kClampMilli, true, false, 0}, parseEnv(), rng));
+  std::vector<Inputs> probe(size_t(g.size()));
+  for (int r = 0; r < g.size(); ++r)
+    probe[size_t(r)] = makeInputs(rng, g.shape, Routing::kUniform, r, 128, 0, kXScale, true);
+  const BackwardReference plain = backwardReference(g, probe, 0), clamped = backwardReference(g, probe, kClampMilli);
+  // dW1 of expert 0 (on rank 0): its rows, plain and clamped.
+  const int64_t rows = 2 * g.shape.inter, width = g.shape.hidden;
+  std::vector<float> dW1Plain(size_t(rows * width)), dW1Clamped(dW1Plain.size());
+  for (int64_t row = 0; row < rows; ++row) {
+    plain.dW1Row(0, row, &dW1Plain[size_t(row * width)]);
+    clamped.dW1Row(0, row, &dW1Clamped[size_t(row * width)]);
+  }
+  const double dxEffect = relativeError(plain.ranks[0].dx, clamped.ranks[0].dx),
+               dW1Effect = relativeError(dW1Plain, dW1Clamped);
+  std::printf("clamp %.1f changes the reference dx by %.3g, dW1[0] by %.3g (relative)\n", kClampMilli / 1000.0,
+              dxEffect, dW1Effect);
   EXPECT_GT(dxEffect, 5 * kTolerance) << "the inputs do not exercise the clamp";
-  const int64_t tokenPairs[][kRanks] = {{1024, 777}, {256, 1024}};
+  const std::vector<int64_t> tokenSets[] = {cycled(ranks(), {1024, 777}), cycled(ranks(), {256, 1024})};
   const Routing routings[] = {Routing::kUniform, Routing::kSparse};
   for (int c = 0; c < 2; ++c) {
-    std::printf("SUMMARY layer %s\n", runBackwardCase(p, rng, routings[c], tokenPairs[c], kXScale, true).c_str());
+    std::printf("SUMMARY layer %s\n", runBackwardCase(g, rng, routings[c], tokenSets[c], kXScale, true).c_str());
     if (HasFailure()) return;
   }
 }
 
 // What a training forward keeps for the backward: h and the routing tables; without recomputation the dispatched x
 // as well, which is exactly (received rows = ranks x max_tokens x topk) x H bf16 more. A layer built without
-// training refuses backward() (kInvalidArgument naming "training") before enqueueing anything: its forward still works.
-TEST(LayerTest, BackwardKeepsLessThanWithoutRecompute) {
-  MEGAMOE_REQUIRE_TWO_SM90A_GPUS();
+// training refuses backward() (kInvalidArgument naming "training") before enqueueing anything: its forward still
+// works.
+TEST_P(LayerTest, BackwardKeepsLessThanWithoutRecompute) {
+  MEGAMOE_REQUIRE_SM90A_RANKS(backend_, ranks());
   std::mt19937 rng = testRng();
-  const uint64_t receivedRows = uint64_t(kRanks * kMaxTokens * kTopk);
+  const Shape s = smallShape(ranks());
+  const uint64_t receivedRows = uint64_t(s.ranks * s.maxTokens * s.topk);
   {
-    Pair p;
-    ASSERT_NO_FATAL_FAILURE(openPair(p, 0, parseEnv(), rng, /*training=*/true));
-    for (int r = 0; r < kRanks; ++r) {
-      const MoeLayer& layer = *p.ranks[r].layer;
+    Group g;
+    ASSERT_NO_FATAL_FAILURE(openGroup(g, s, {0, true, false, 0}, parseEnv(), rng));
+    for (int r = 0; r < g.size(); ++r) {
+      const MoeLayer& layer = *g[r].layer;
       const uint64_t kept = layer.keptBytes(), without = layer.keptBytesWithoutRecompute();
-      std::printf("SUMMARY layer kept bytes rank %d: %llu with recompute, %llu without (the dispatched x: %llu)\n", r,
-                  static_cast<unsigned long long>(kept), static_cast<unsigned long long>(without),
-                  static_cast<unsigned long long>(receivedRows * uint64_t(kHidden) * 2));
+      std::printf("SUMMARY layer kept bytes rank %d of %d: %llu with recompute, %llu without (the dispatched x: "
+                  "%llu)\n",
+                  r, g.size(), static_cast<unsigned long long>(kept), static_cast<unsigned long long>(without),
+                  static_cast<unsigned long long>(receivedRows * uint64_t(s.hidden) * 2));
       EXPECT_GT(kept, 0u) << "rank " << r;
       EXPECT_GT(without, 0u) << "rank " << r;
-      EXPECT_GE(kept, receivedRows * uint64_t(2 * kInter) * 2) << "rank " << r << ": less than h (received rows x 2I)";
-      EXPECT_EQ(int64_t(without) - int64_t(kept), int64_t(receivedRows) * kHidden * 2)
+      EXPECT_GE(kept, receivedRows * uint64_t(2 * s.inter) * 2) << "rank " << r
+                                                                 << ": less than h (received rows x 2I)";
+      EXPECT_EQ(int64_t(without) - int64_t(kept), int64_t(receivedRows) * s.hidden * 2)
           << "rank " << r << ": recomputation must save exactly the dispatched x (" << receivedRows << " rows x H)";
     }
   }
   {
-    Pair p;
-    ASSERT_NO_FATAL_FAILURE(openPair(p, 0, parseEnv(), rng, /*training=*/false));
-    const int64_t tokens[kRanks] = {64, 64};
-    std::printf("SUMMARY layer %s\n", runCase(p, rng, Routing::kUniform, tokens, 1.f, false).c_str());
-    for (int r = 0; r < kRanks; ++r) {
-      Rank& rank = p.ranks[r];
-      expectInvalidArgument([&] { rank.layer->backward(rank.backwardArgs(tokens[r]), rank.stream); }, "training",
-                            "rank " + std::to_string(r) + ": backward on a layer built without training");
+    Group g;
+    ASSERT_NO_FATAL_FAILURE(openGroup(g, s, {}, parseEnv(), rng));
+    const std::vector<int64_t> tokens = cycled(ranks(), {64});
+    std::printf("SUMMARY layer %s\n", runCase(g, rng, Routing::kUniform, tokens, 1.f, false).c_str());
+    for (int r = 0; r < g.size(); ++r) {
+      Rank& rank = g[r];
+      expectInvalidArgument([&] { rank.layer->backward(rank.backwardArgs(tokens[size_t(r)]), rank.stream); },
+                            "training", "rank " + std::to_string(r) + ": backward on a layer built without training");
     }
-    std::printf("SUMMARY layer %s\n", runCase(p, rng, Routing::kUniform, tokens, 1.f, false).c_str());
+    std::printf("SUMMARY layer %s\n", runCase(g, rng, Routing::kUniform, tokens, 1.f, false).c_str());
   }
 }
 
 // Host-visible bad backward arguments throw Error(kInvalidArgument) before anything is enqueued: a backward before any
-// forward, tokens other than the last forward's (naming "tokens"), a null pointer. A checked training step on both
-// ranks works afterwards (had one rank enqueued a kernel, the ranks' epochs would disagree or its waits time out).
-TEST(LayerTest, BackwardInvalidArgumentsThrowBeforeEnqueue) {
-  MEGAMOE_REQUIRE_TWO_SM90A_GPUS();
+// forward, tokens other than the last forward's (naming "tokens"), a null pointer. A checked training step on every
+// rank works afterwards (had one rank enqueued a kernel, the ranks' epochs would disagree or its waits time out).
+TEST_P(LayerTest, BackwardInvalidArgumentsThrowBeforeEnqueue) {
+  MEGAMOE_REQUIRE_SM90A_RANKS(backend_, ranks());
   std::mt19937 rng = testRng();
-  Pair p;
-  ASSERT_NO_FATAL_FAILURE(openPair(p, 0, parseEnv(), rng, /*training=*/true));
+  Group g;
+  ASSERT_NO_FATAL_FAILURE(openGroup(g, smallShape(ranks()), {0, true, false, 0}, parseEnv(), rng));
   constexpr int64_t kTokens = 256;
-  const int64_t tokens[kRanks] = {kTokens, kTokens};
-  for (int r = 0; r < kRanks; ++r) {
-    Rank& rank = p.ranks[r];
+  const std::vector<int64_t> tokens = cycled(ranks(), {kTokens});
+  for (int r = 0; r < g.size(); ++r) {
+    Rank& rank = g[r];
     expectInvalidArgument([&] { rank.layer->backward(rank.backwardArgs(kTokens), rank.stream); }, nullptr,
                           "rank " + std::to_string(r) + ": backward before any forward");
   }
-  for (int r = 0; r < kRanks; ++r) upload(p.ranks[r], makeInputs(rng, Routing::kUniform, r, kTokens, 0, 1.f, true));
-  forwardBoth(p, tokens);
+  for (int r = 0; r < g.size(); ++r)
+    upload(g[r], makeInputs(rng, g.shape, Routing::kUniform, r, kTokens, 0, 1.f, true));
+  forwardAll(g, tokens);
   const std::pair<const char*, DevicePtr BackwardArgs::*> pointers[] = {
       {"dy", &BackwardArgs::dy}, {"x", &BackwardArgs::x},   {"topk_idx", &BackwardArgs::topkIdx},
       {"dx", &BackwardArgs::dx}, {"dW1", &BackwardArgs::dW1}, {"d_topk_weights", &BackwardArgs::dTopkWeights}};
-  for (int r = 0; r < kRanks; ++r) {
-    Rank& rank = p.ranks[r];
+  for (int r = 0; r < g.size(); ++r) {
+    Rank& rank = g[r];
     const std::string at = "rank " + std::to_string(r) + ": ";
     for (const int64_t bad : {kTokens - 1, kTokens + 1, int64_t(0)})
       expectInvalidArgument([&] { rank.layer->backward(rank.backwardArgs(bad), rank.stream); }, "tokens",
@@ -1095,17 +1397,112 @@ TEST(LayerTest, BackwardInvalidArgumentsThrowBeforeEnqueue) {
       expectInvalidArgument([&] { rank.layer->backward(args, rank.stream); }, nullptr, at + name + " null");
     }
   }
-  std::printf("SUMMARY layer %s\n", runBackwardCase(p, rng, Routing::kUniform, tokens, 1.f, false).c_str());
+  std::printf("SUMMARY layer %s\n", runBackwardCase(g, rng, Routing::kUniform, tokens, 1.f, false).c_str());
 }
 
 // The backward's case for compute-sanitizer (memcheck, racecheck): 64 tokens per rank, one training step, checked.
-TEST(LayerTest, SmallBackward) {
-  MEGAMOE_REQUIRE_TWO_SM90A_GPUS();
+TEST_P(LayerTest, SmallBackward) {
+  MEGAMOE_REQUIRE_SM90A_RANKS(backend_, ranks());
   std::mt19937 rng = testRng();
-  Pair p;
-  ASSERT_NO_FATAL_FAILURE(openPair(p, 0, parseEnv(), rng, /*training=*/true));
-  const int64_t tokens[kRanks] = {64, 64};
-  std::printf("SUMMARY layer %s\n", runBackwardCase(p, rng, Routing::kUniform, tokens, 1.f, false).c_str());
+  Group g;
+  ASSERT_NO_FATAL_FAILURE(openGroup(g, smallShape(ranks()), {0, true, false, 0}, parseEnv(), rng));
+  std::printf("SUMMARY layer %s\n",
+              runBackwardCase(g, rng, Routing::kUniform, cycled(ranks(), {64}), 1.f, false).c_str());
+}
+
+// ---- DeepSeek-V3 ----
+
+// DeepSeek-V3's layer (H=7168 I=2048 E=256 topk=8) over 2 (EP2, 128 experts per rank) or 8 ranks (EP8, 32 per rank),
+// training: one step at token counts that differ between the ranks (EP8: one rank has none) with ~10% -1 picks,
+// checked like the small layer's (every output against the reference, fully written, guards untouched), repeated
+// bitwise identical; then one CUDA-graph replay of the forward with a fresh routing copied in-stream, y against
+// the reference. The weights are 11.3 GB (bf16) over all ranks, their gradients as much again.
+class LayerDeepSeekV3 : public ::testing::TestWithParam<int> {};
+INSTANTIATE_TEST_SUITE_P(, LayerDeepSeekV3, ::testing::ValuesIn(kRankCounts), rankCountName);
+
+TEST_P(LayerDeepSeekV3, TrainingStepAndGraphReplay) {
+  const int R = GetParam();
+  MEGAMOE_REQUIRE_SM90A_RANKS(backend_, R);
+  std::mt19937 rng = testRng();
+  Group g;
+  const auto start = std::chrono::steady_clock::now();
+  ASSERT_NO_FATAL_FAILURE(openGroup(g, deepSeekShape(R), {0, true, false, 0}, parseEnv(), rng));
+  const auto opened = std::chrono::steady_clock::now();
+  // EP2: {32, 19}; EP8: {32, 19, 0, 31, 1, 32, 24, 7}.
+  const std::vector<int64_t> tokens = cycled(R, {32, 19, 0, 31, 1, 32, 24, 7});
+  std::printf("SUMMARY layer DeepSeek-V3 EP%d (%s) %s\n", R, placement(*backend_, R).c_str(),
+              runBackwardCase(g, rng, Routing::kSparse, tokens, 1.f, true).c_str());
+  const auto stepped = std::chrono::steady_clock::now();
+  if (HasFailure()) return;
+
+  // The graph: a forward of every rank at the same token counts; then a fresh routing (same x) copied in before
+  // the replay.
+  std::vector<Graph> graphs(static_cast<size_t>(R));
+  const uint64_t epoch = commonEpoch(g, "before capture");
+  captureForwards(g, tokens, graphs);
+  std::vector<Inputs> fresh(static_cast<size_t>(R));
+  const std::string label = "graph replay with a fresh routing";
+  // The step's x is still on the device and stays: only the routing is new.
+  for (int r = 0; r < R; ++r) {
+    fresh[size_t(r)] = makeInputs(rng, g.shape, Routing::kSparse, r, tokens[size_t(r)], 0, 1.f);
+    fresh[size_t(r)].x = g[r].read<uint16_t>(g[r].x, size_t(tokens[size_t(r)] * g.shape.hidden));
+    g[r].fillSentinels();
+  }
+  replayWithRouting(g, graphs, fresh);
+  for (int r = 0; r < R; ++r) {
+    expectMatches(g[r].readY(), tokens[size_t(r)], g.shape.hidden, forwardReference(g, fresh[size_t(r)], 0), "y",
+                  label + " rank " + std::to_string(r));
+    EXPECT_EQ(g[r].readEpoch(), epoch + 1) << label << " rank " << r << ": one epoch per replay";
+  }
+  const auto done = std::chrono::steady_clock::now();
+  auto seconds = [](auto a, auto b) { return std::chrono::duration<double>(b - a).count(); };
+  std::printf("SUMMARY layer DeepSeek-V3 EP%d: open %.1f s, step + reference + repeat %.1f s, graph replay %.1f s\n",
+              R, seconds(start, opened), seconds(opened, stepped), seconds(stepped, done));
+}
+
+// ---- the test cache ----
+
+// scripts/gen-gpu-test-cache.sh lists every kernel (MoeLayer::kernelSpecs) of every layer the tests above open
+// (testedLayers()), so that a cache generated on another machine holds them. No GPU needed; skips when the script
+// is not found (the source tree at MEGAMOE_SOURCE_DIR, or the working directory, must hold it).
+TEST(LayerTestCache, GpuTestCacheListsEveryLayerKernel) {
+  std::ifstream script;
+  std::string path;
+  for (const std::string& dir : {std::string(MEGAMOE_SOURCE_DIR), std::string(".")}) {
+    path = dir + "/scripts/gen-gpu-test-cache.sh";
+    script.open(path);
+    if (script) break;
+  }
+  if (!script) GTEST_SKIP() << "scripts/gen-gpu-test-cache.sh not found (source tree " << MEGAMOE_SOURCE_DIR << ")";
+  // Entries: "kernel spec" lines inside the kernels=( ... ) array, the spec "-" for none.
+  std::set<std::string> listed;
+  std::string line;
+  bool inList = false;
+  while (std::getline(script, line)) {
+    if (line.rfind("kernels=(", 0) == 0) inList = true;
+    else if (inList && line.rfind(")", 0) == 0) inList = false;
+    if (!inList) continue;
+    const size_t open = line.find('"'), close = open == std::string::npos ? open : line.find('"', open + 1);
+    if (close == std::string::npos) continue;
+    std::istringstream entry(line.substr(open + 1, close - open - 1));
+    std::string kernel, spec;
+    entry >> kernel >> spec;
+    listed.insert(kernel + " " + spec);
+  }
+  ASSERT_FALSE(listed.empty()) << path << ": no kernels=( ... ) entries";
+  std::set<std::string> missing;
+  size_t needed = 0;
+  for (const auto& [shape, options] : testedLayers())
+    for (const auto& [kernel, spec] : MoeLayer::kernelSpecs(layerConfig(shape, options), shape.ranks)) {
+      ++needed;
+      const std::string entry = kernel + " " + (spec.empty() ? "-" : specText(spec));
+      if (!listed.count(entry)) missing.insert(entry);
+    }
+  std::string lines;
+  for (const std::string& m : missing) lines += "\n  \"" + m + "\"";
+  EXPECT_TRUE(missing.empty()) << path << " lacks " << missing.size() << " of the layer tests' kernels:" << lines;
+  std::printf("SUMMARY %zu kernel loads of %zu tested layers, %zu listed entries in %s\n", needed,
+              testedLayers().size(), listed.size(), path.c_str());
 }
 
 }  // namespace
