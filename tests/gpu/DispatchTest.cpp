@@ -1,8 +1,11 @@
-// GPU tier for dispatch_prologue (kernels/Kernels.h, DispatchPrologueSpec) on two GPUs in mode A (one process drives
-// both): the routing tables of random topk_idx against a host reference, over consecutive calls whose epochs advance
-// without a reset (token counts that differ between ranks and calls, zero included), at E=16 topk=4 and at the
-// DeepSeek-V3 shape E=256 topk=8, and an out-of-range index that must become a kBadIndex device error on its rank
-// while the other rank still completes. Skips, saying why, without two sm_90a CUDA devices.
+// GPU tier for dispatch_prologue (kernels/Kernels.h, DispatchPrologueSpec) in mode A (one process drives every rank)
+// at 2 and at 8 ranks (GpuDispatch.*/Ranks2, /Ranks8), rank r on GPU r % deviceCount (on one GPU all ranks share it,
+// each on its own stream): the routing tables of random topk_idx against a host reference, over consecutive calls
+// whose epochs advance without a reset (token counts that differ between ranks and calls, zero included), at E=16
+// topk=4 and at the DeepSeek-V3 shape E=256 topk=8, and an out-of-range index that must become a kBadIndex device
+// error on its rank while every other rank still completes. Every rank's launch is enqueued before any is waited for
+// (each waits for the others' counts); 8 ranks x 7 blocks of 1024 threads fit one H200 together. Skips, saying why,
+// without a CUDA device or when a device the ranks run on is not sm_90a; never for too few GPUs.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -13,6 +16,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <iterator>
+#include <numeric>
 #include <random>
 #include <string>
 #include <utility>
@@ -28,7 +32,6 @@ namespace {
 
 using namespace gputest;
 
-constexpr int kRanks = 2;
 // DispatchPrologueSpec::kBlockThreads (kernels/Kernels.h is not included: it pulls in MLIR).
 constexpr int64_t kBlockThreads = 1024;
 constexpr int32_t kSentinel = 0x7fffffff;  // pre-filled into every output entry; no kernel result is this large
@@ -40,12 +43,13 @@ constexpr int kMaxMessages = 8;            // differences spelled out per check;
 
 struct Shape {
   int64_t experts, topk;
-  int64_t local() const { return experts / kRanks; }  // experts per rank; rank p owns [p * local, (p + 1) * local)
+  int ranks;
+  int64_t local() const { return experts / ranks; }  // experts per rank; rank p owns [p * local, (p + 1) * local)
   std::vector<std::pair<std::string, int64_t>> spec() const {
-    return {{"E", experts}, {"topk", topk}, {"ranks", kRanks}};
+    return {{"E", experts}, {"topk", topk}, {"ranks", ranks}};
   }
   std::string text() const {
-    return "E=" + std::to_string(experts) + " topk=" + std::to_string(topk) + " ranks=" + std::to_string(kRanks);
+    return "E=" + std::to_string(experts) + " topk=" + std::to_string(topk) + " ranks=" + std::to_string(ranks);
   }
 };
 
@@ -98,32 +102,48 @@ struct Rank {
   }
 };
 
-// ---- mode A: both ranks in this process ----
+// ---- mode A: every rank in this process ----
 
 std::vector<RegionSpec> prologueRegions(const Shape& s) {
-  return {{"counts", uint64_t(2 * kRanks * s.experts) * 4, 256},
-          {"flags", uint64_t(kRanks) * 8, 256},
-          {"arrivals", uint64_t(2 * kRanks * s.local()) * 8, 256},
-          {"done", uint64_t(2 * kRanks) * 8, 256}};
+  const uint64_t R = uint64_t(s.ranks);
+  return {{"counts", 2 * R * uint64_t(s.experts) * 4, 256},
+          {"flags", R * 8, 256},
+          {"arrivals", 2 * R * uint64_t(s.local()) * 8, 256},
+          {"done", 2 * R * 8, 256}};
 }
 
 struct ModeA {
   std::vector<std::unique_ptr<SymmetricHeap>> heaps;
-  Rank ranks[kRanks];
+  std::vector<std::unique_ptr<Rank>> ranks;
+  int size() const { return int(ranks.size()); }
+  Rank& operator[](int r) { return *ranks[size_t(r)]; }
+  const Rank& operator[](int r) const { return *ranks[size_t(r)]; }
+  ~ModeA() {
+    // Nothing may still run when the buffers and heaps go.
+    for (auto& rank : ranks) {
+      if (!rank->runtime || !rank->stream) continue;
+      try {
+        rank->device().synchronize(rank->stream);
+      } catch (...) {
+      }
+    }
+  }
 };
 
-// Opens devices 0 and 1 and a heap over them; loads dispatch_prologue for `s` and epoch_advance; allocates the
-// buffers for up to `maxTokens` tokens per rank.
+// Opens rank r's runtime on device r % deviceCount and a heap over the s.ranks ranks; loads dispatch_prologue for
+// `s` and epoch_advance; allocates the buffers for up to `maxTokens` tokens per rank.
 void openModeA(ModeA& a, const Shape& s, int64_t maxTokens, const RuntimeEnv& env) {
-  for (int r = 0; r < kRanks; ++r) {
-    const int ordinal = openBackend(BackendKind::kCuda)->deviceCount() >= kRanks ? r : 0;
-    a.ranks[r].runtime = std::make_unique<Runtime>(BackendKind::kCuda, ordinal, env);
-    a.ranks[r].stream = a.ranks[r].device().createStream();
+  const int devices = openBackend(BackendKind::kCuda)->deviceCount();
+  std::vector<std::shared_ptr<Device>> rankDevices;
+  for (int r = 0; r < s.ranks; ++r) {
+    a.ranks.push_back(std::make_unique<Rank>());
+    a[r].runtime = std::make_unique<Runtime>(BackendKind::kCuda, rankOrdinal(r, devices), env);
+    a[r].stream = a[r].device().createStream();
+    rankDevices.push_back(a[r].runtime->device());
   }
-  a.heaps = SymmetricHeap::createSingleProcess({a.ranks[0].runtime->device(), a.ranks[1].runtime->device()},
-                                               prologueRegions(s), env);
-  for (int r = 0; r < kRanks; ++r) {
-    Rank& rank = a.ranks[r];
+  a.heaps = SymmetricHeap::createSingleProcess(rankDevices, prologueRegions(s), env);
+  for (int r = 0; r < s.ranks; ++r) {
+    Rank& rank = a[r];
     rank.heap = a.heaps[size_t(r)].get();
     rank.prologue = loadKernel(*rank.runtime, "dispatch_prologue", s.spec());
     rank.epochAdvance = loadKernel(*rank.runtime, "epoch_advance", {});
@@ -143,15 +163,6 @@ void openModeA(ModeA& a, const Shape& s, int64_t maxTokens, const RuntimeEnv& en
     rank.device().synchronize(nullptr);
   }
 }
-
-// Rank r runs on device r, or every rank on device 0 when fewer GPUs are visible (the heap allows ranks to share a
-// device; the two kernels then run side by side on one GPU).
-#define MEGAMOE_REQUIRE_TWO_SM90A_GPUS()                                                                      \
-  MEGAMOE_REQUIRE_CUDA(backend_);                                                                             \
-  for (int ordinal = 0; ordinal < std::min(kRanks, backend_->deviceCount()); ++ordinal)                      \
-    if (backend_->device(ordinal)->target() != kTarget)                                                       \
-      GTEST_SKIP() << "the test cache holds sm_90a code; device " << ordinal << " is "                        \
-                   << backend_->device(ordinal)->target()
 
 // ---- the routing data and its host reference ----
 
@@ -174,24 +185,25 @@ struct Reference {
 };
 
 // The owner's pool is grouped by local expert, then by source rank.
-Reference reference(const Shape& s, const std::vector<int32_t> (&idx)[kRanks]) {
+Reference reference(const Shape& s, const std::vector<std::vector<int32_t>>& idx) {
   const int64_t E = s.experts, local = s.local();
+  const size_t R = size_t(s.ranks);
   Reference ref;
-  ref.counts.assign(kRanks, std::vector<int64_t>(size_t(E), 0));
-  for (int src = 0; src < kRanks; ++src)
+  ref.counts.assign(R, std::vector<int64_t>(size_t(E), 0));
+  for (size_t src = 0; src < R; ++src)
     for (int32_t e : idx[src])
-      if (validExpert(e, s)) ++ref.counts[size_t(src)][size_t(e)];
+      if (validExpert(e, s)) ++ref.counts[src][size_t(e)];
   ref.offset.assign(size_t(E), 0);
-  ref.first.assign(kRanks, std::vector<int64_t>(size_t(E), 0));
-  ref.received.assign(kRanks, 0);
-  ref.poolOffsets.assign(kRanks, std::vector<int32_t>(size_t(local) + 1, 0));
-  for (int p = 0; p < kRanks; ++p) {
+  ref.first.assign(R, std::vector<int64_t>(size_t(E), 0));
+  ref.received.assign(R, 0);
+  ref.poolOffsets.assign(R, std::vector<int32_t>(size_t(local) + 1, 0));
+  for (int p = 0; p < s.ranks; ++p) {
     int64_t row = 0;
     for (int64_t el = 0; el < local; ++el) {
       const size_t e = size_t(p * local + el);
       ref.offset[e] = row;
       ref.poolOffsets[size_t(p)][size_t(el)] = int32_t(row);
-      for (int src = 0; src < kRanks; ++src) {
+      for (int src = 0; src < s.ranks; ++src) {
         ref.first[size_t(src)][e] = row;
         row += ref.counts[size_t(src)][e];
       }
@@ -217,8 +229,8 @@ Outputs readOutputs(const Rank& rank, const Shape& s, size_t picks) {
   Outputs out;
   out.sendSlot = rank.read<int32_t>(rank.sendSlot, picks + kGuard);
   out.poolOffsets = rank.read<int32_t>(rank.poolOffsets, size_t(s.local()) + 1 + kGuard);
-  out.counts = rank.read<int32_t>(rank.heap->regionAddress("counts"), size_t(2 * kRanks * s.experts));
-  out.flags = rank.read<uint64_t>(rank.heap->regionAddress("flags"), kRanks);
+  out.counts = rank.read<int32_t>(rank.heap->regionAddress("counts"), size_t(2 * s.ranks * s.experts));
+  out.flags = rank.read<uint64_t>(rank.heap->regionAddress("flags"), size_t(s.ranks));
   out.sendList = rank.read<int32_t>(rank.sendList, picks);
   out.sendOff = rank.read<int32_t>(rank.sendOff, size_t(s.experts) + 1);
   out.sendBase = rank.read<int32_t>(rank.sendBase, size_t(s.experts));
@@ -240,43 +252,43 @@ struct Diffs {
 // else a row inside the sub-range of (source, expert) at the expert's owner, [first, first + counts), used by no
 // other pick; with every source checked, every row of every pool is then used exactly once. Entries past the picks
 // must keep the sentinel. "" when all of it holds.
-std::string checkCall(const Shape& s, const std::vector<int32_t> (&idx)[kRanks], const Reference& ref,
-                      const Outputs (&out)[kRanks], uint64_t epoch, const std::vector<int>& checkedRanks,
+std::string checkCall(const Shape& s, const std::vector<std::vector<int32_t>>& idx, const Reference& ref,
+                      const std::vector<Outputs>& out, uint64_t epoch, const std::vector<int>& checkedRanks,
                       const std::vector<int>& checkedSources, size_t* mismatches) {
   const int64_t E = s.experts, local = s.local();
   Diffs d;
   for (int r : checkedRanks) {
     const std::string at = "rank " + std::to_string(r) + ": ";
-    const Outputs& o = out[r];
+    const Outputs& o = out[size_t(r)];
     for (size_t i = 0; i < o.poolOffsets.size(); ++i) {
       const int32_t expected = i <= size_t(local) ? ref.poolOffsets[size_t(r)][i] : kSentinel;
       if (o.poolOffsets[i] != expected)
         d.add(at + "pool_offsets[" + std::to_string(i) + "] = " + std::to_string(o.poolOffsets[i]) + ", expected " +
               std::to_string(expected) + (i > size_t(local) ? " (past the end: the sentinel)" : ""));
     }
-    const size_t slab = size_t(epoch % 2) * size_t(kRanks * E);
-    for (int src = 0; src < kRanks; ++src)
+    const size_t slab = size_t(epoch % 2) * size_t(s.ranks * E);
+    for (int src = 0; src < s.ranks; ++src)
       for (int64_t e = 0; e < E; ++e) {
         const int32_t got = o.counts[slab + size_t(src * E + e)];
         if (got != ref.counts[size_t(src)][size_t(e)])
           d.add(at + "counts[" + std::to_string(epoch % 2) + "][" + std::to_string(src) + "][" + std::to_string(e) +
                 "] = " + std::to_string(got) + ", expected " + std::to_string(ref.counts[size_t(src)][size_t(e)]));
       }
-    for (int src = 0; src < kRanks; ++src)
+    for (int src = 0; src < s.ranks; ++src)
       if (o.flags[size_t(src)] != epoch + 1)
         d.add(at + "flags[" + std::to_string(src) + "] = " + std::to_string(o.flags[size_t(src)]) + ", expected " +
               std::to_string(epoch + 1));
   }
   // used[p][row]: the pick that took row `row` of rank p's pool, as (source << 40) | pick, or -1.
-  std::vector<std::vector<int64_t>> used(kRanks);
-  for (int p = 0; p < kRanks; ++p) used[size_t(p)].assign(size_t(ref.received[size_t(p)]), -1);
+  std::vector<std::vector<int64_t>> used(size_t(s.ranks));
+  for (int p = 0; p < s.ranks; ++p) used[size_t(p)].assign(size_t(ref.received[size_t(p)]), -1);
   for (int src : checkedSources) {
     const std::string at = "rank " + std::to_string(src) + ": ";
-    const std::vector<int32_t>& slot = out[src].sendSlot;
-    const size_t picks = idx[src].size();
+    const std::vector<int32_t>& slot = out[size_t(src)].sendSlot;
+    const size_t picks = idx[size_t(src)].size();
     std::vector<int64_t> earlier(size_t(E), 0);  // picks of each expert before pick i: rows follow pick order
     for (size_t i = 0; i < picks; ++i) {
-      const int32_t e = idx[src][i], v = slot[i];
+      const int32_t e = idx[size_t(src)][i], v = slot[i];
       const std::string pick = at + "send_slot[" + std::to_string(i) + "] (expert " + std::to_string(e) + ") = " +
                                std::to_string(v);
       if (!validExpert(e, s)) {
@@ -304,7 +316,7 @@ std::string checkCall(const Shape& s, const std::vector<int32_t> (&idx)[kRanks],
     }
     // The push list: expert e's picks at [send_off[e], send_off[e + 1]), the j-th of them in pool row
     // send_base[e] + j of e's owner.
-    const Outputs& o = out[src];
+    const Outputs& o = out[size_t(src)];
     for (int64_t e = 0; e < E; ++e) {
       const std::string list = at + "expert " + std::to_string(e) + ": ";
       const int32_t lo = o.sendOff[size_t(e)], hi = o.sendOff[size_t(e) + 1];
@@ -318,7 +330,8 @@ std::string checkCall(const Shape& s, const std::vector<int32_t> (&idx)[kRanks],
               std::to_string(ref.first[size_t(src)][size_t(e)]));
       for (int32_t j = lo; j < hi; ++j) {
         const int32_t p = o.sendList[size_t(j)];
-        if (p < 0 || size_t(p) >= picks || idx[src][size_t(p)] != e || slot[size_t(p)] != o.sendBase[size_t(e)] + (j - lo))
+        if (p < 0 || size_t(p) >= picks || idx[size_t(src)][size_t(p)] != e ||
+            slot[size_t(p)] != o.sendBase[size_t(e)] + (j - lo))
           d.add(list + "send_list[" + std::to_string(j) + "] = " + std::to_string(p) +
                 " is not a pick of this expert in the matching pool row");
       }
@@ -328,8 +341,8 @@ std::string checkCall(const Shape& s, const std::vector<int32_t> (&idx)[kRanks],
         d.add(at + "send_slot[" + std::to_string(i) + "] = " + std::to_string(slot[i]) + " past the " +
               std::to_string(picks) + " picks (expected the sentinel)");
   }
-  if (checkedSources.size() == size_t(kRanks))
-    for (int p = 0; p < kRanks; ++p) {
+  if (checkedSources.size() == size_t(s.ranks))
+    for (int p = 0; p < s.ranks; ++p) {
       const size_t free = size_t(std::count(used[size_t(p)].begin(), used[size_t(p)].end(), int64_t(-1)));
       if (free) d.add("rank " + std::to_string(p) + "'s pool: " + std::to_string(free) + " of " +
                       std::to_string(ref.received[size_t(p)]) + " rows taken by no pick");
@@ -349,48 +362,75 @@ void prepare(Rank& rank, const Shape& s, const std::vector<int32_t>& idx) {
   uploadAndWait(rank.device(), rank.poolOffsets, offsets.data(), offsets.size() * 4);
 }
 
-// Both ranks' dispatch_prologue, then epoch_advance, launched before either is synchronised: each waits for the other.
-void launchBoth(ModeA& a, const int32_t (&tokens)[kRanks]) {
-  for (int r = 0; r < kRanks; ++r) a.ranks[r].launchPrologue(tokens[r]);
-  for (Rank& rank : a.ranks) rank.launchEpochAdvance();
+// Every rank's dispatch_prologue, then epoch_advance, launched before any is synchronised: each waits for the others.
+void launchAll(ModeA& a, const std::vector<int32_t>& tokens) {
+  for (int r = 0; r < a.size(); ++r) a[r].launchPrologue(tokens[size_t(r)]);
+  for (int r = 0; r < a.size(); ++r) a[r].launchEpochAdvance();
 }
 
-// One full call on both ranks with fresh random data of `tokens` per rank; checks everything. Returns a summary
+std::vector<int> allRanks(int ranks) {
+  std::vector<int> out(size_t(ranks), 0);
+  std::iota(out.begin(), out.end(), 0);
+  return out;
+}
+
+template <typename T>
+std::string joined(const std::vector<T>& values) {
+  std::string text;
+  for (const T& v : values) text += (text.empty() ? "" : ",") + std::to_string(v);
+  return text;
+}
+
+// `ranks` token counts: rank r gets pattern[r % size] (the 2-rank patterns, extended to 8 ranks).
+std::vector<int32_t> cycled(int ranks, std::initializer_list<int32_t> pattern) {
+  std::vector<int32_t> out;
+  for (int r = 0; r < ranks; ++r) out.push_back(pattern.begin()[size_t(r) % pattern.size()]);
+  return out;
+}
+
+// One full call on every rank with fresh random data of `tokens` per rank; checks everything. Returns a summary
 // fragment; `mismatches` accumulates.
-std::string runCheckedCall(ModeA& a, const Shape& s, std::mt19937& rng, const int32_t (&tokens)[kRanks],
+std::string runCheckedCall(ModeA& a, const Shape& s, std::mt19937& rng, const std::vector<int32_t>& tokens,
                            size_t* mismatches) {
-  const uint64_t epoch = a.ranks[0].readEpoch();
-  EXPECT_EQ(a.ranks[1].readEpoch(), epoch);
-  std::vector<int32_t> idx[kRanks];
-  for (int r = 0; r < kRanks; ++r) {
-    idx[r] = randomTopk(rng, tokens[r], s);
-    prepare(a.ranks[r], s, idx[r]);
+  const uint64_t epoch = a[0].readEpoch();
+  for (int r = 1; r < a.size(); ++r) EXPECT_EQ(a[r].readEpoch(), epoch) << "rank " << r;
+  std::vector<std::vector<int32_t>> idx(size_t(a.size()));
+  for (int r = 0; r < a.size(); ++r) {
+    idx[size_t(r)] = randomTopk(rng, tokens[size_t(r)], s);
+    prepare(a[r], s, idx[size_t(r)]);
   }
   const Reference ref = reference(s, idx);
-  launchBoth(a, tokens);
-  for (Rank& rank : a.ranks) rank.heap->checkErrors(rank.stream);
-  Outputs out[kRanks];
-  for (int r = 0; r < kRanks; ++r) out[r] = readOutputs(a.ranks[r], s, idx[r].size());
+  launchAll(a, tokens);
+  for (int r = 0; r < a.size(); ++r) a[r].heap->checkErrors(a[r].stream);
+  std::vector<Outputs> out(size_t(a.size()));
+  for (int r = 0; r < a.size(); ++r) out[size_t(r)] = readOutputs(a[r], s, idx[size_t(r)].size());
   size_t bad = 0;
-  EXPECT_EQ(checkCall(s, idx, ref, out, epoch, {0, 1}, {0, 1}, &bad), "") << s.text();
+  EXPECT_EQ(checkCall(s, idx, ref, out, epoch, allRanks(s.ranks), allRanks(s.ranks), &bad), "") << s.text();
   *mismatches += bad;
-  for (Rank& rank : a.ranks) EXPECT_EQ(rank.readEpoch(), epoch + 1);
+  for (int r = 0; r < a.size(); ++r) EXPECT_EQ(a[r].readEpoch(), epoch + 1) << "rank " << r;
   size_t skipped = 0;
   for (const auto& v : idx) skipped += size_t(std::count(v.begin(), v.end(), -1));
-  return "epoch " + std::to_string(epoch) + " tokens=" + std::to_string(tokens[0]) + "," + std::to_string(tokens[1]) +
-         " skipped(-1)=" + std::to_string(skipped) + " received=" + std::to_string(ref.received[0]) + "," +
-         std::to_string(ref.received[1]) + " differences=" + std::to_string(bad);
+  return "epoch " + std::to_string(epoch) + " tokens=" + joined(tokens) + " skipped(-1)=" + std::to_string(skipped) +
+         " received=" + joined(ref.received) + " differences=" + std::to_string(bad);
 }
 
 // ---------------------------------------------------------------------------------------------------- tests
 
+// The prologue tests, at every count of kRankCounts.
+class GpuDispatch : public ::testing::TestWithParam<int> {
+ protected:
+  int ranks() const { return GetParam(); }
+};
+INSTANTIATE_TEST_SUITE_P(, GpuDispatch, ::testing::ValuesIn(kRankCounts), rankCountName);
+
 // Three consecutive calls at E=16, topk=4 (epochs 0, 1, 2; nothing reset in between), token counts that differ
 // between the ranks and the calls, one of them zero.
-TEST(GpuDispatch, PrologueSmallThreeCalls) {
-  MEGAMOE_REQUIRE_TWO_SM90A_GPUS();
+TEST_P(GpuDispatch, PrologueSmallThreeCalls) {
+  MEGAMOE_REQUIRE_SM90A_RANKS(backend_, ranks());
   std::mt19937 rng = testRng();
-  const Shape s{16, 4};
-  const int32_t tokens[][kRanks] = {{777, 1}, {0, 513}, {8192, 8192}};
+  const Shape s{16, 4, ranks()};
+  const std::vector<int32_t> tokens[] = {cycled(ranks(), {777, 1, 4096, 0}), cycled(ranks(), {0, 513}),
+                                         cycled(ranks(), {8192})};
   ModeA a;
   ASSERT_NO_FATAL_FAILURE(openModeA(a, s, 8192, parseEnv()));
   std::string summary;
@@ -399,41 +439,39 @@ TEST(GpuDispatch, PrologueSmallThreeCalls) {
     summary += "; " + runCheckedCall(a, s, rng, t, &mismatches);
     if (HasFailure()) break;
   }
-  std::printf("SUMMARY dispatch_prologue %s calls=%zu%s; total differences=%zu\n", s.text().c_str(),
-              std::size(tokens), summary.c_str(), mismatches);
+  std::printf("SUMMARY dispatch_prologue %s (%s) calls=%zu%s; total differences=%zu\n", s.text().c_str(),
+              placement(*backend_, s.ranks).c_str(), std::size(tokens), summary.c_str(), mismatches);
 }
 
 // The DeepSeek-V3 routing shape: E=256, topk=8, 8192 tokens per rank, one call.
-TEST(GpuDispatch, PrologueDeepSeekV3) {
-  MEGAMOE_REQUIRE_TWO_SM90A_GPUS();
+TEST_P(GpuDispatch, PrologueDeepSeekV3) {
+  MEGAMOE_REQUIRE_SM90A_RANKS(backend_, ranks());
   std::mt19937 rng = testRng();
-  const Shape s{256, 8};
-  const int32_t tokens[kRanks] = {8192, 8192};
+  const Shape s{256, 8, ranks()};
   ModeA a;
   ASSERT_NO_FATAL_FAILURE(openModeA(a, s, 8192, parseEnv()));
   size_t mismatches = 0;
-  const std::string summary = runCheckedCall(a, s, rng, tokens, &mismatches);
-  std::printf("SUMMARY dispatch_prologue %s (DeepSeek-V3): %s\n", s.text().c_str(), summary.c_str());
+  const std::string summary = runCheckedCall(a, s, rng, cycled(ranks(), {8192}), &mismatches);
+  std::printf("SUMMARY dispatch_prologue %s (DeepSeek-V3, %s): %s\n", s.text().c_str(),
+              placement(*backend_, s.ranks).c_str(), summary.c_str());
 }
 
-// Rank 0's topk_idx holds `bad` (value at pick position) among valid entries. After the call rank 1 must complete
-// without error (rank 0 signals before it returns) and with tables that skip the bad picks; rank 0's checkErrors
-// must throw a kBadIndex device error naming rank 0, the pick and its value. Waits are bounded at 2 s.
-void runBadIndexCase(const std::vector<int32_t>& badValues, const char* label) {
+// Rank 0's topk_idx holds `bad` (value at pick position) among valid entries. After the call every other rank must
+// complete without error (rank 0 signals before it returns) and with tables that skip the bad picks; rank 0's
+// checkErrors must throw a kBadIndex device error naming rank 0, the pick and its value. Waits are bounded at 2 s.
+void runBadIndexCase(int ranks, const std::vector<int32_t>& badValues, const char* label) {
   constexpr uint64_t kTimeoutMs = 2000;
-  const RuntimeEnv env = parseEnv([](const char* name) -> const char* {
-    return std::strcmp(name, "MEGAMOE_WAIT_TIMEOUT_MS") == 0 ? "2000" : std::getenv(name);
-  });
+  const RuntimeEnv env = envWithWaitTimeout(kTimeoutMs);
   ASSERT_EQ(env.waitTimeoutMs, kTimeoutMs);
   std::mt19937 rng = testRng();
-  const Shape s{16, 4};
-  const int32_t tokens[kRanks] = {1000, 1000};
+  const Shape s{16, 4, ranks};
+  const std::vector<int32_t> tokens = cycled(ranks, {1000});
   ModeA a;
   ASSERT_NO_FATAL_FAILURE(openModeA(a, s, 1000, env));
-  ASSERT_EQ(a.ranks[0].readEpoch(), 0u);
+  ASSERT_EQ(a[0].readEpoch(), 0u);
 
-  std::vector<int32_t> idx[kRanks];
-  for (int r = 0; r < kRanks; ++r) idx[r] = randomTopk(rng, tokens[r], s);
+  std::vector<std::vector<int32_t>> idx(static_cast<size_t>(ranks));
+  for (int r = 0; r < ranks; ++r) idx[size_t(r)] = randomTopk(rng, tokens[size_t(r)], s);
   // Distinct random positions on rank 0 for the bad values.
   std::vector<size_t> positions;
   std::uniform_int_distribution<size_t> where(0, idx[0].size() - 1);
@@ -447,27 +485,32 @@ void runBadIndexCase(const std::vector<int32_t>& badValues, const char* label) {
     accepted.push_back("rank 0: index out of range at site " + std::to_string(positions[k]) + " (value " +
                        std::to_string(badValues[k]) + ", bound " + std::to_string(s.experts) + ") in block ");
   }
-  for (int r = 0; r < kRanks; ++r) prepare(a.ranks[r], s, idx[r]);
+  for (int r = 0; r < ranks; ++r) prepare(a[r], s, idx[size_t(r)]);
   const Reference ref = reference(s, idx);  // the bad entries are skipped like -1
 
   const auto start = std::chrono::steady_clock::now();
-  launchBoth(a, tokens);
-  // Rank 1 first: it must finish on its own, error-free, well before its wait would time out.
-  std::string rank1Error;
-  try {
-    a.ranks[1].heap->checkErrors(a.ranks[1].stream);
-  } catch (const Error& e) {
-    rank1Error = e.what();
+  launchAll(a, tokens);
+  // The other ranks first: each must finish on its own, error-free, well before its wait would time out.
+  std::vector<int> others;
+  double othersSeconds = 0;
+  for (int r = 1; r < ranks; ++r) {
+    others.push_back(r);
+    std::string error;
+    try {
+      a[r].heap->checkErrors(a[r].stream);
+    } catch (const Error& e) {
+      error = e.what();
+    }
+    othersSeconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    EXPECT_EQ(error, "") << "rank " << r << " must complete without an error when rank 0 sees a bad index";
+    EXPECT_LT(othersSeconds, kTimeoutMs / 1000.0) << "rank " << r << " waited out its timeout";
+    EXPECT_TRUE(a[r].heap->usable()) << "rank " << r;
   }
-  const double rank1Seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  EXPECT_EQ(rank1Error, "") << "rank 1 must complete without an error when rank 0 sees a bad index";
-  EXPECT_LT(rank1Seconds, kTimeoutMs / 1000.0) << "rank 1 waited out its timeout";
-  EXPECT_TRUE(a.ranks[1].heap->usable());
 
   std::string message;
   ErrorCode code = ErrorCode::kOk;
   try {
-    a.ranks[0].heap->checkErrors(a.ranks[0].stream);
+    a[0].heap->checkErrors(a[0].stream);
   } catch (const Error& e) {
     message = e.what();
     code = e.code();
@@ -480,32 +523,32 @@ void runBadIndexCase(const std::vector<int32_t>& badValues, const char* label) {
   std::string expectedText;
   for (const std::string& m : accepted) expectedText += "\n  \"" + m + "...\"";
   EXPECT_TRUE(named) << "rank 0's error is \"" << message << "\"; expected one of:" << expectedText;
-  EXPECT_FALSE(a.ranks[0].heap->usable());
+  EXPECT_FALSE(a[0].heap->usable());
 
-  // Rank 1's tables: everything that does not depend on rank 0 having finished (its pool_offsets, its count slab and
-  // flags, its own picks' rows). Rank 0's bad picks were skipped: their send_slot is -1.
-  Outputs out[kRanks];
-  for (int r = 0; r < kRanks; ++r) out[r] = readOutputs(a.ranks[r], s, idx[r].size());
+  // The other ranks' tables: everything that does not depend on rank 0 having finished (their pool_offsets, their
+  // count slabs and flags, their own picks' rows). Rank 0's bad picks were skipped: their send_slot is -1.
+  std::vector<Outputs> out(static_cast<size_t>(ranks));
+  for (int r = 0; r < ranks; ++r) out[size_t(r)] = readOutputs(a[r], s, idx[size_t(r)].size());
   size_t bad = 0;
-  EXPECT_EQ(checkCall(s, idx, ref, out, 0, {1}, {1}, &bad), "");
+  EXPECT_EQ(checkCall(s, idx, ref, out, 0, others, others, &bad), "");
   for (size_t k = 0; k < positions.size(); ++k)
     EXPECT_EQ(out[0].sendSlot[positions[k]], -1) << "rank 0's bad pick " << positions[k] << " (value "
                                                  << badValues[k] << ") was not skipped";
-  std::printf("SUMMARY dispatch_prologue bad index (%s) %s: rank 1 done in %.3f s without error (%zu "
+  std::printf("SUMMARY dispatch_prologue bad index (%s) %s: ranks 1..%d done in %.3f s without error (%zu "
               "differences); rank 0 error after %.3f s: \"%s\"\n",
-              label, s.text().c_str(), rank1Seconds, bad, seconds, message.c_str());
+              label, s.text().c_str(), ranks - 1, othersSeconds, bad, seconds, message.c_str());
 }
 
 // One entry = E and one = -7 on rank 0: whichever claims the error record first is named.
-TEST(GpuDispatch, PrologueBadIndexBecomesDeviceError) {
-  MEGAMOE_REQUIRE_TWO_SM90A_GPUS();
-  runBadIndexCase({16, -7}, "one entry = E, one = -7");
+TEST_P(GpuDispatch, PrologueBadIndexBecomesDeviceError) {
+  MEGAMOE_REQUIRE_SM90A_RANKS(backend_, ranks());
+  runBadIndexCase(ranks(), {16, -7}, "one entry = E, one = -7");
 }
 
 // Only -7: the error names the value as the signed entry, -7 (not its 32-bit pattern 4294967289).
-TEST(GpuDispatch, PrologueNegativeBadIndexNamesItsValue) {
-  MEGAMOE_REQUIRE_TWO_SM90A_GPUS();
-  runBadIndexCase({-7}, "one entry = -7");
+TEST_P(GpuDispatch, PrologueNegativeBadIndexNamesItsValue) {
+  MEGAMOE_REQUIRE_SM90A_RANKS(backend_, ranks());
+  runBadIndexCase(ranks(), {-7}, "one entry = -7");
 }
 
 }  // namespace
