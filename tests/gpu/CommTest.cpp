@@ -1,7 +1,15 @@
-// GPU tier for the communication kernels over the symmetric heap, on two GPUs: ping_pong and a2a_rows in mode A
-// (one process drives both GPUs) and mode B (one process per GPU, re-executing this binary), epochs across calls
-// and across 10,000 CUDA-graph replays, a bounded wait that times out into a device error, and peer-store bandwidth
-// against the copy engine. Skips, saying why, without two CUDA devices.
+// GPU tier for the communication kernels over the symmetric heap at 2 and at 8 ranks (GpuComm.*/Ranks2, /Ranks8),
+// rank r on GPU r % deviceCount (on one GPU every rank shares it, each with its own stream): ping_pong, a2a_rows and
+// peer_store in mode A (one process drives every rank) and mode B (one process per rank, re-executing this binary),
+// epochs across calls and across 10,000 CUDA-graph replays, a bounded wait that times out into a device error, and
+// peer-store bandwidth against the copy engine. ping_pong is written for ranks 0 and 1 of a heap (peer = 1 - rank), so
+// its 8-rank cases run 4 pairs of ranks, each pair its own heap, side by side. Skips, saying why, without a CUDA
+// device or when a device the ranks run on is not sm_90a; never for too few GPUs.
+// Residency on one GPU: every rank's kernels must be resident at once. ping_pong and epoch_advance are one block;
+// a2a_rows launches nranks x kBlocksPerPeer (16) blocks of 256 threads a rank, 1024 blocks at 8 ranks, which fit an
+// H200 together (132 SMs x 8 blocks of 256 threads), and only block (p, 0) of each group ever waits (nranks² = 64
+// blocks), so the copying blocks always finish and free their SMs even where fewer fit. kBlocksPerPeer is a constant
+// of the kernel (its block index decides the peer), not something a launch could reduce.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -29,12 +37,11 @@ namespace {
 
 using namespace gputest;
 
-constexpr int kRanks = 2;
 // Shapes of the specs in kernels/Kernels.h (not included: it pulls in MLIR) and of this test.
 constexpr int64_t kRounds = 64, kGraphRounds = 2;
 constexpr int64_t kA2aHidden = 7168, kA2aRows = 256, kA2aBlocksPerPeer = 16;
 constexpr int kCalls = 3;
-constexpr uint16_t kSentinel = 0xFFFF;  // bf16 NaN: never drawn from a normal distribution
+constexpr uint16_t kSentinel = 0xFFFF;  // bf16 NaN: never drawn (the send data is finite)
 
 std::string hex16(uint16_t v) {
   char text[8];
@@ -46,7 +53,7 @@ std::string hex16(uint16_t v) {
 
 struct Rank {
   std::unique_ptr<Runtime> runtime;
-  SymmetricHeap* heap = nullptr;  // mode A: owned by the test's vector; mode B: by `ownHeap`
+  SymmetricHeap* heap = nullptr;  // mode A: owned by ModeA::heaps; mode B: by `ownHeap`
   std::unique_ptr<SymmetricHeap> ownHeap;
   StreamHandle stream = nullptr;
   std::shared_ptr<const Kernel> pingPong, epochAdvance, a2a, peerStore;
@@ -55,6 +62,7 @@ struct Rank {
   ~Rank() {
     if (stream) {
       try {
+        runtime->device()->synchronize(stream);
         runtime->device()->destroyStream(stream);
       } catch (...) {
       }
@@ -131,32 +139,39 @@ std::string checkPingPong(const Rank& rank, uint64_t epoch, int64_t rounds) {
   return why.empty() ? "" : "rank " + std::to_string(me) + " after the call at epoch " + std::to_string(epoch) + ":" + why;
 }
 
-// What rank `src` sends in call `call`: [nranks][rows][H] random normal bf16, the same on every process.
+// What rank `src` sends in call `call`: [nranks][rows][H] bf16, uniform in [-1.7, 1.7) (never the NaN sentinel), the
+// same on every process; generated in parallel (14.7M values per rank at 8 ranks).
 std::vector<uint16_t> a2aSendData(uint64_t seed, int call, int src, int nranks) {
-  std::mt19937 rng = rngFrom(seed + 1000003ull * uint64_t(call) + uint64_t(src));
-  return randomBf16(rng, size_t(nranks * kA2aRows * kA2aHidden));
+  return uniformBf16(seed + 1000003ull * uint64_t(call) + uint64_t(src), size_t(nranks * kA2aRows * kA2aHidden), 1.f);
+}
+// Every rank's send data of call `call`.
+std::vector<std::vector<uint16_t>> a2aAllSendData(uint64_t seed, int call, int nranks) {
+  std::vector<std::vector<uint16_t>> sends;
+  for (int src = 0; src < nranks; ++src) sends.push_back(a2aSendData(seed, call, src, nranks));
+  return sends;
 }
 
-// recv on `rank` after a call: slab [src] must equal what src put in send[rank], bit for bit; flags[src] must be
-// (epoch + 1) * blocks. "" when they hold; `mismatches` counts differing elements.
-std::string checkA2a(const Rank& rank, uint64_t seed, int call, uint64_t epoch, size_t* mismatches) {
+// recv on `rank` after a call: slab [src] must equal what src put in send[rank] (sends[src]), bit for bit; flags[src]
+// must be (epoch + 1) * blocks. "" when they hold; `mismatches` counts differing elements.
+std::string checkA2a(const Rank& rank, const std::vector<std::vector<uint16_t>>& sends, int call, uint64_t epoch,
+                     size_t* mismatches) {
   const int me = rank.heap->rank(), nranks = rank.heap->nranks();
   const size_t slab = size_t(kA2aRows * kA2aHidden);
-  std::vector<uint16_t> recv(nranks * slab);
+  std::vector<uint16_t> recv(size_t(nranks) * slab);
   rank.device().copyDeviceToHost(recv.data(), rank.heap->regionAddress("recv"), recv.size() * 2);
   const std::vector<int64_t> flags = rank.readI64("flags", size_t(nranks));
   std::string why;
   *mismatches = 0;
   for (int src = 0; src < nranks; ++src) {
-    const std::vector<uint16_t> sent = a2aSendData(seed, call, src, nranks);
+    const std::vector<uint16_t>& sent = sends[size_t(src)];
+    const size_t from = size_t(src) * slab, at = size_t(me) * slab;
     size_t bad = 0, first = 0;
     for (size_t i = 0; i < slab; ++i)
-      if (recv[src * slab + i] != sent[me * slab + i] && bad++ == 0) first = i;
+      if (recv[from + i] != sent[at + i] && bad++ == 0) first = i;
     *mismatches += bad;
     if (bad)
       why += " recv[" + std::to_string(src) + "]: " + std::to_string(bad) + " elements differ, first at " +
-             std::to_string(first) + " (got " + hex16(recv[src * slab + first]) + ", sent " +
-             hex16(sent[me * slab + first]) + ")";
+             std::to_string(first) + " (got " + hex16(recv[from + first]) + ", sent " + hex16(sent[at + first]) + ")";
     const int64_t expectedFlag = int64_t(epoch + 1) * kA2aBlocksPerPeer;
     if (flags[size_t(src)] != expectedFlag)
       why += " flags[" + std::to_string(src) + "]=" + std::to_string(flags[size_t(src)]) + " (expected " +
@@ -166,65 +181,76 @@ std::string checkA2a(const Rank& rank, uint64_t seed, int call, uint64_t epoch, 
 }
 
 void poisonRecv(const Rank& rank) {
-  const std::vector<uint16_t> sentinel(size_t(rank.heap->nranks() * kA2aRows * kA2aHidden), kSentinel);
-  uploadAndWait(rank.device(), rank.heap->regionAddress("recv"), sentinel.data(), sentinel.size() * 2);
+  fillDevice(rank.device(), rank.heap->regionAddress("recv"), size_t(rank.heap->nranks() * kA2aRows * kA2aHidden),
+             kSentinel);
 }
 
-// ---- mode A: both ranks in this process ----
+// ---- mode A: every rank in this process ----
 
+// `ranks` ranks (rank r on device r % deviceCount) in heaps of `heapRanks` consecutive ranks each: one heap of all
+// of them, or pairs for ping_pong.
 struct ModeA {
-  std::vector<std::unique_ptr<SymmetricHeap>> heaps;
-  Rank ranks[kRanks];
+  std::vector<std::unique_ptr<Rank>> ranks;
+  std::vector<std::unique_ptr<SymmetricHeap>> heaps;  // heaps[r] is rank r's
+  int size() const { return int(ranks.size()); }
+  Rank& operator[](int r) { return *ranks[size_t(r)]; }
+  const Rank& operator[](int r) const { return *ranks[size_t(r)]; }
+  ~ModeA() {
+    // The streams are drained (Rank's destructor) before the heaps go.
+    ranks.clear();
+  }
 };
 
-// Opens devices 0 and 1 and a heap over them with `regions`; loads the comm kernels.
-void openModeA(ModeA& a, const std::vector<RegionSpec>& regions, const RuntimeEnv& env, int64_t rounds) {
-  for (int r = 0; r < kRanks; ++r) openRank(a.ranks[r], r, env);
-  a.heaps = SymmetricHeap::createSingleProcess({a.ranks[0].runtime->device(), a.ranks[1].runtime->device()},
-                                               regions, env);
-  for (int r = 0; r < kRanks; ++r) {
-    a.ranks[r].heap = a.heaps[size_t(r)].get();
-    loadCommKernels(a.ranks[r], rounds);
+// Opens the ranks and their heaps with `regions`; loads the comm kernels.
+void openModeA(ModeA& a, int ranks, int heapRanks, const std::vector<RegionSpec>& regions, const RuntimeEnv& env,
+               int64_t rounds) {
+  const int devices = openBackend(BackendKind::kCuda)->deviceCount();
+  for (int r = 0; r < ranks; ++r) {
+    a.ranks.push_back(std::make_unique<Rank>());
+    openRank(a[r], rankOrdinal(r, devices), env);
+  }
+  for (int first = 0; first < ranks; first += heapRanks) {
+    std::vector<std::shared_ptr<Device>> group;
+    for (int r = first; r < first + heapRanks; ++r) group.push_back(a[r].runtime->device());
+    for (auto& heap : SymmetricHeap::createSingleProcess(group, regions, env)) a.heaps.push_back(std::move(heap));
+  }
+  for (int r = 0; r < ranks; ++r) {
+    a[r].heap = a.heaps[size_t(r)].get();
+    loadCommKernels(a[r], rounds);
   }
 }
-
-#define MEGAMOE_REQUIRE_TWO_SM90A_GPUS()                                                                      \
-  MEGAMOE_REQUIRE_CUDA(backend_);                                                                             \
-  if (backend_->deviceCount() < kRanks)                                                                       \
-    GTEST_SKIP() << "needs " << kRanks << " GPUs, " << backend_->deviceCount() << " visible";                \
-  for (int ordinal = 0; ordinal < kRanks; ++ordinal)                                                          \
-    if (backend_->device(ordinal)->target() != kTarget)                                                       \
-      GTEST_SKIP() << "the test cache holds sm_90a code; device " << ordinal << " is "                        \
-                   << backend_->device(ordinal)->target()
 
 // ---- mode B: this binary re-executed once per rank ----
 
 constexpr const char* kWorkerFlag = "--comm-worker";
 
-// Runs `test` ("ping_pong" | "a2a") as rank `rank` of kRanks: device `rank`, heap over IPC through `path`, a
-// second rendezvous at `path`.sync for the host barriers between calls. Returns the process exit status.
-int runWorker(const std::string& test, int rank, const std::string& path, uint64_t seed) {
+// Runs `test` ("ping_pong" | "a2a") as rank `rank` of `nranks`: device rank % deviceCount, heap over IPC through
+// `path`, a second rendezvous at `path`.sync for the host barriers between calls, every cross-rank wait bounded at
+// `waitTimeoutMs`. Returns the process exit status.
+int runWorker(const std::string& test, int rank, int nranks, const std::string& path, uint64_t seed,
+              uint64_t waitTimeoutMs) {
   try {
-    const RuntimeEnv env = parseEnv();
+    const RuntimeEnv env = envWithWaitTimeout(waitTimeoutMs);
     Rank self;
-    openRank(self, rank, env);
-    self.ownHeap = self.runtime->createHeap(test == "a2a" ? a2aRegions(kRanks) : pingPongRegions(kRounds), rank,
-                                            kRanks, path);
+    openRank(self, rankOrdinal(rank, openBackend(BackendKind::kCuda)->deviceCount()), env);
+    self.ownHeap = self.runtime->createHeap(test == "a2a" ? a2aRegions(nranks) : pingPongRegions(kRounds), rank,
+                                            nranks, path);
     self.heap = self.ownHeap.get();
     loadCommKernels(self, kRounds);
     if (test == "a2a") loadA2a(self);
     // Host barriers: a peer must not write call c + 1's data into our heap before we have read call c's.
-    Rendezvous sync({path + ".sync", rank, kRanks, 0, env.rendezvousTimeoutS}, {});
+    Rendezvous sync({path + ".sync", rank, nranks, 0, env.rendezvousTimeoutS}, {});
     DevicePtr send = 0;
-    if (test == "a2a") send = self.device().allocate(size_t(kRanks * kA2aRows * kA2aHidden) * 2);
+    if (test == "a2a") send = self.device().allocate(size_t(nranks * kA2aRows * kA2aHidden) * 2);
     std::string failure;
     for (int call = 0; call < kCalls && failure.empty(); ++call) {
       const uint64_t epoch = self.readEpoch();
       if (epoch != uint64_t(call)) failure = "epoch " + std::to_string(epoch) + " before call " + std::to_string(call);
       size_t mismatches = 0;
+      std::vector<std::vector<uint16_t>> sends;
       if (test == "a2a") {
-        const std::vector<uint16_t> data = a2aSendData(seed, call, rank, kRanks);
-        uploadAndWait(self.device(), send, data.data(), data.size() * 2);
+        sends = a2aAllSendData(seed, call, nranks);
+        uploadAndWait(self.device(), send, sends[size_t(rank)].data(), sends[size_t(rank)].size() * 2);
         poisonRecv(self);
         sync.barrier("a2a call " + std::to_string(call) + ": recv poisoned");
         self.launchA2a(send);
@@ -234,9 +260,9 @@ int runWorker(const std::string& test, int rank, const std::string& path, uint64
       self.launchEpochAdvance();
       self.heap->checkErrors(self.stream);
       if (failure.empty())
-        failure = test == "a2a" ? checkA2a(self, seed, call, epoch, &mismatches) : checkPingPong(self, epoch, kRounds);
+        failure = test == "a2a" ? checkA2a(self, sends, call, epoch, &mismatches) : checkPingPong(self, epoch, kRounds);
       if (failure.empty() && self.readEpoch() != epoch + 1) failure = "the epoch did not advance";
-      std::printf("mode B rank %d %s call %d at epoch %llu: %s\n", rank, test.c_str(), call,
+      std::printf("mode B rank %d of %d %s call %d at epoch %llu: %s\n", rank, nranks, test.c_str(), call,
                   static_cast<unsigned long long>(epoch), failure.empty() ? "ok" : failure.c_str());
       sync.barrier(test + " call " + std::to_string(call) + ": checked");
     }
@@ -247,200 +273,235 @@ int runWorker(const std::string& test, int rank, const std::string& path, uint64
     }
     return 0;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "mode B rank %d %s: %s\n", rank, test.c_str(), e.what());
+    std::fprintf(stderr, "mode B rank %d of %d %s: %s\n", rank, nranks, test.c_str(), e.what());
     return 1;
   }
 }
 
-// Spawns kRanks workers for `test` and waits for them (bounded); fails the test for a worker that fails or hangs.
-void runModeB(const std::string& test, uint64_t seed) {
-  const std::string path = "/tmp/megamoe-comm-" + std::to_string(::getpid()) + "-" + test + ".sock";
+// Spawns `nranks` workers for `test` and waits for them (bounded); fails the test for a worker that fails or hangs.
+// Workers that share a GPU are separate processes: without MPS their kernels time-slice instead of running side by
+// side, so each wait may last as long as the other processes' time slices; the waits are bounded at 60 s instead of
+// the default 10 s there.
+void runModeB(const std::string& test, int nranks, uint64_t seed, Backend& backend) {
+  const bool shared = backend.deviceCount() < nranks;
+  const uint64_t waitTimeoutMs = shared ? 60000 : parseEnv().waitTimeoutMs;
+  const std::string path =
+      "/tmp/megamoe-comm-" + std::to_string(::getpid()) + "-" + test + "-" + std::to_string(nranks) + ".sock";
   std::vector<std::vector<std::string>> workers;
-  for (int r = 0; r < kRanks; ++r)
-    workers.push_back({kWorkerFlag, test, std::to_string(r), path, std::to_string(seed)});
+  for (int r = 0; r < nranks; ++r)
+    workers.push_back({kWorkerFlag, test, std::to_string(r), std::to_string(nranks), path, std::to_string(seed),
+                       std::to_string(waitTimeoutMs)});
   std::vector<WorkerExit> exits;
-  if (!runSelfWorkers(workers, std::chrono::seconds(180), std::chrono::milliseconds(20), &exits)) return;
+  if (!runSelfWorkers(workers, std::chrono::seconds(240), std::chrono::milliseconds(20), &exits)) return;
   int failed = 0;
   for (size_t r = 0; r < exits.size(); ++r) {
     if (exits[r].hung) ADD_FAILURE() << "mode B rank " << r << " hung";
     else EXPECT_TRUE(exits[r].succeeded()) << "mode B rank " << r << " failed (see its output above)";
     failed += !exits[r].succeeded();
   }
-  std::printf("SUMMARY %s mode B: %d ranks x %d calls, %s\n", test.c_str(), kRanks, kCalls,
+  std::printf("SUMMARY %s mode B: %d ranks (%s, processes%s) x %d calls, %s\n", test.c_str(), nranks,
+              placement(backend, nranks).c_str(), shared ? " sharing a GPU, wait timeout 60 s" : "", kCalls,
               failed ? "FAILED" : "every check held on every rank");
 }
 
 // ---------------------------------------------------------------------------------------------------- tests
 
-TEST(GpuComm, PingPongModeA) {
-  MEGAMOE_REQUIRE_TWO_SM90A_GPUS();
+// The comm tests, at every count of kRankCounts.
+class GpuComm : public ::testing::TestWithParam<int> {
+ protected:
+  int ranks() const { return GetParam(); }
+};
+INSTANTIATE_TEST_SUITE_P(, GpuComm, ::testing::ValuesIn(kRankCounts), rankCountName);
+
+// ranks / 2 pairs, each its own heap, ping-pong side by side for kCalls calls.
+TEST_P(GpuComm, PingPongModeA) {
+  MEGAMOE_REQUIRE_SM90A_RANKS(backend_, ranks());
   ModeA a;
-  openModeA(a, pingPongRegions(kRounds), parseEnv(), kRounds);
+  openModeA(a, ranks(), 2, pingPongRegions(kRounds), parseEnv(), kRounds);
   std::string values;
   for (int call = 0; call < kCalls; ++call) {
-    const uint64_t epoch = a.ranks[0].readEpoch();
-    ASSERT_EQ(epoch, uint64_t(call));
-    ASSERT_EQ(a.ranks[1].readEpoch(), uint64_t(call));
-    // Both ranks launched before either is synchronised: each kernel needs the other running.
-    for (Rank& rank : a.ranks) rank.launchPingPong();
-    for (Rank& rank : a.ranks) rank.launchEpochAdvance();
-    for (Rank& rank : a.ranks) rank.heap->checkErrors(rank.stream);
-    for (Rank& rank : a.ranks) {
-      EXPECT_EQ(checkPingPong(rank, epoch, kRounds), "");
-      EXPECT_EQ(rank.readEpoch(), epoch + 1);
+    for (int r = 0; r < a.size(); ++r) ASSERT_EQ(a[r].readEpoch(), uint64_t(call)) << "rank " << r;
+    const uint64_t epoch = uint64_t(call);
+    // Every rank launched before any is synchronised: each kernel needs its peer running.
+    for (int r = 0; r < a.size(); ++r) a[r].launchPingPong();
+    for (int r = 0; r < a.size(); ++r) a[r].launchEpochAdvance();
+    for (int r = 0; r < a.size(); ++r) a[r].heap->checkErrors(a[r].stream);
+    for (int r = 0; r < a.size(); ++r) {
+      EXPECT_EQ(checkPingPong(a[r], epoch, kRounds), "") << "pair " << r / 2;
+      EXPECT_EQ(a[r].readEpoch(), epoch + 1) << "rank " << r;
     }
-    values += " call" + std::to_string(call) + ":rank0.log[63]=" + std::to_string(a.ranks[0].readI64("log", 64)[63]) +
-              ",rank1.log[62]=" + std::to_string(a.ranks[1].readI64("log", 64)[62]);
+    values += " call" + std::to_string(call) + ":rank0.log[63]=" + std::to_string(a[0].readI64("log", 64)[63]) +
+              ",rank1.log[62]=" + std::to_string(a[1].readI64("log", 64)[62]);
   }
-  std::printf("SUMMARY ping_pong mode A rounds=%lld calls=%d:%s epochs=%llu,%llu\n", (long long)kRounds, kCalls,
-              values.c_str(), (unsigned long long)a.ranks[0].readEpoch(), (unsigned long long)a.ranks[1].readEpoch());
+  std::printf("SUMMARY ping_pong mode A %d pairs (%s) rounds=%lld calls=%d:%s\n", ranks() / 2,
+              placement(*backend_, ranks()).c_str(), (long long)kRounds, kCalls, values.c_str());
 }
 
-TEST(GpuComm, PingPongModeB) {
-  MEGAMOE_REQUIRE_TWO_SM90A_GPUS();
-  runModeB("ping_pong", testSeed());
+// Two processes (ping_pong is a two-rank kernel); on one GPU they share it, time-sliced (see runModeB).
+TEST(GpuCommModeB, PingPong) {
+  MEGAMOE_REQUIRE_SM90A_RANKS(backend_, 2);
+  runModeB("ping_pong", 2, testSeed(), *backend_);
 }
 
-TEST(GpuComm, AllToAllRowsModeA) {
-  MEGAMOE_REQUIRE_TWO_SM90A_GPUS();
+TEST_P(GpuComm, AllToAllRowsModeA) {
+  MEGAMOE_REQUIRE_SM90A_RANKS(backend_, ranks());
+  const int R = ranks();
   const uint64_t seed = testSeed();
   ModeA a;
-  openModeA(a, a2aRegions(kRanks), parseEnv(), kRounds);
-  for (Rank& rank : a.ranks) loadA2a(rank);
-  DevicePtr send[kRanks];
-  for (int r = 0; r < kRanks; ++r) send[r] = a.ranks[r].device().allocate(size_t(kRanks * kA2aRows * kA2aHidden) * 2);
+  openModeA(a, R, R, a2aRegions(R), parseEnv(), kRounds);
+  for (int r = 0; r < R; ++r) loadA2a(a[r]);
+  std::vector<DevicePtr> send(static_cast<size_t>(R));
+  for (int r = 0; r < R; ++r) send[size_t(r)] = a[r].device().allocate(size_t(R * kA2aRows * kA2aHidden) * 2);
   size_t total = 0;
   for (int call = 0; call < kCalls; ++call) {
-    const uint64_t epoch = a.ranks[0].readEpoch();
+    const uint64_t epoch = a[0].readEpoch();
     ASSERT_EQ(epoch, uint64_t(call));
-    for (int r = 0; r < kRanks; ++r) {
-      const std::vector<uint16_t> data = a2aSendData(seed, call, r, kRanks);  // fresh data every call
-      uploadAndWait(a.ranks[r].device(), send[r], data.data(), data.size() * 2);
-      poisonRecv(a.ranks[r]);
+    const std::vector<std::vector<uint16_t>> sends = a2aAllSendData(seed, call, R);  // fresh data every call
+    for (int r = 0; r < R; ++r) {
+      uploadAndWait(a[r].device(), send[size_t(r)], sends[size_t(r)].data(), sends[size_t(r)].size() * 2);
+      poisonRecv(a[r]);
     }
-    for (int r = 0; r < kRanks; ++r) a.ranks[r].launchA2a(send[r]);
-    for (Rank& rank : a.ranks) rank.launchEpochAdvance();
-    for (Rank& rank : a.ranks) rank.heap->checkErrors(rank.stream);
-    for (Rank& rank : a.ranks) {
+    for (int r = 0; r < R; ++r) a[r].launchA2a(send[size_t(r)]);
+    for (int r = 0; r < R; ++r) a[r].launchEpochAdvance();
+    for (int r = 0; r < R; ++r) a[r].heap->checkErrors(a[r].stream);
+    for (int r = 0; r < R; ++r) {
       size_t mismatches = 0;
-      EXPECT_EQ(checkA2a(rank, seed, call, epoch, &mismatches), "");
+      EXPECT_EQ(checkA2a(a[r], sends, call, epoch, &mismatches), "");
       total += mismatches;
-      EXPECT_EQ(rank.readEpoch(), epoch + 1);
+      EXPECT_EQ(a[r].readEpoch(), epoch + 1) << "rank " << r;
     }
   }
-  for (int r = 0; r < kRanks; ++r) a.ranks[r].device().free(send[r]);
-  std::printf("SUMMARY a2a_rows mode A H=%lld rows=%lld ranks=%d calls=%d: mismatched_elements=%zu of %lld\n",
-              (long long)kA2aHidden, (long long)kA2aRows, kRanks, kCalls, total,
-              (long long)(kCalls * kRanks * kRanks * kA2aRows * kA2aHidden));
+  for (int r = 0; r < R; ++r) a[r].device().free(send[size_t(r)]);
+  std::printf("SUMMARY a2a_rows mode A H=%lld rows=%lld ranks=%d (%s) calls=%d: mismatched_elements=%zu of %lld\n",
+              (long long)kA2aHidden, (long long)kA2aRows, R, placement(*backend_, R).c_str(), kCalls, total,
+              (long long)(kCalls * R * R * kA2aRows * kA2aHidden));
 }
 
-TEST(GpuComm, AllToAllRowsModeB) {
-  MEGAMOE_REQUIRE_TWO_SM90A_GPUS();
-  runModeB("a2a", testSeed());
+// One process per rank. At 8 processes on one GPU each a2a call waits on all 7 other processes' kernels, which run
+// in turn (time slices) without MPS: slower than side by side, but every wait ends once each process has had a slice,
+// well inside the 60 s bound runModeB sets there.
+TEST_P(GpuComm, AllToAllRowsModeB) {
+  MEGAMOE_REQUIRE_SM90A_RANKS(backend_, ranks());
+  runModeB("a2a", ranks(), testSeed(), *backend_);
 }
 
-// Each GPU captures one call [ping_pong rounds=2, epoch_advance] into a graph; the host then replays the two graphs
-// alternately 10,000 times without synchronising. Epochs alone keep the calls apart.
-TEST(GpuComm, GraphReplayAdvancesEpochs) {
-  MEGAMOE_REQUIRE_TWO_SM90A_GPUS();
+// Each rank captures one call [ping_pong rounds=2, epoch_advance] into a graph (ranks / 2 pairs, each its own heap);
+// the host then replays every rank's graph in turn 10,000 times without synchronising. Epochs alone keep the calls
+// apart.
+TEST_P(GpuComm, GraphReplayAdvancesEpochs) {
+  MEGAMOE_REQUIRE_SM90A_RANKS(backend_, ranks());
   constexpr int kReplays = 10000;
+  const int R = ranks();
   ModeA a;
-  openModeA(a, pingPongRegions(kGraphRounds), parseEnv(), kGraphRounds);
-  const uint64_t epoch0 = a.ranks[0].readEpoch();
-  ASSERT_EQ(a.ranks[1].readEpoch(), epoch0);
-  GraphHandle graphs[kRanks];
-  for (int r = 0; r < kRanks; ++r) {
-    Rank& rank = a.ranks[r];
+  openModeA(a, R, 2, pingPongRegions(kGraphRounds), parseEnv(), kGraphRounds);
+  const uint64_t epoch0 = a[0].readEpoch();
+  for (int r = 1; r < R; ++r) ASSERT_EQ(a[r].readEpoch(), epoch0) << "rank " << r;
+  std::vector<GraphHandle> graphs(static_cast<size_t>(R), nullptr);
+  for (int r = 0; r < R; ++r) {
+    Rank& rank = a[r];
     rank.device().beginCapture(rank.stream);
     rank.launchPingPong();
     rank.launchEpochAdvance();
-    graphs[r] = rank.device().endCapture(rank.stream);
+    graphs[size_t(r)] = rank.device().endCapture(rank.stream);
   }
   // Capture ran nothing.
-  EXPECT_EQ(a.ranks[0].readEpoch(), epoch0);
-  EXPECT_EQ(a.ranks[0].readI64("flag", 1)[0], 0);
+  for (int r = 0; r < R; ++r) {
+    EXPECT_EQ(a[r].readEpoch(), epoch0) << "rank " << r;
+    EXPECT_EQ(a[r].readI64("flag", 1)[0], 0) << "rank " << r;
+  }
 
   const auto start = std::chrono::steady_clock::now();
   for (int i = 0; i < kReplays; ++i)
-    for (int r = 0; r < kRanks; ++r) a.ranks[r].device().launchGraph(graphs[r], a.ranks[r].stream);
+    for (int r = 0; r < R; ++r) a[r].device().launchGraph(graphs[size_t(r)], a[r].stream);
   const auto enqueued = std::chrono::steady_clock::now();
-  for (Rank& rank : a.ranks) rank.heap->checkErrors(rank.stream);
+  for (int r = 0; r < R; ++r) a[r].heap->checkErrors(a[r].stream);
   const auto end = std::chrono::steady_clock::now();
 
-  // The last replay ran at epoch epoch0 + kReplays - 1: rank 0 sent round 0, rank 1 round 1.
+  // The last replay ran at epoch epoch0 + kReplays - 1: in each pair, rank 0 sent round 0, rank 1 round 1.
   const uint64_t last = epoch0 + kReplays - 1;
-  uint64_t epochs[kRanks];
-  for (int r = 0; r < kRanks; ++r) {
-    epochs[r] = a.ranks[r].readEpoch();
-    EXPECT_EQ(epochs[r], epoch0 + kReplays) << "rank " << r;
-    EXPECT_EQ(checkPingPong(a.ranks[r], last, kGraphRounds), "");
+  std::string epochs;
+  for (int r = 0; r < R; ++r) {
+    const uint64_t epoch = a[r].readEpoch();
+    EXPECT_EQ(epoch, epoch0 + kReplays) << "rank " << r;
+    EXPECT_EQ(checkPingPong(a[r], last, kGraphRounds), "") << "pair " << r / 2;
+    epochs += (epochs.empty() ? "" : ",") + std::to_string(epoch);
   }
-  for (int r = 0; r < kRanks; ++r) a.ranks[r].device().destroyGraph(graphs[r]);
+  for (int r = 0; r < R; ++r) a[r].device().destroyGraph(graphs[size_t(r)]);
   const double wallMs = std::chrono::duration<double, std::milli>(end - start).count();
   const double enqueueMs = std::chrono::duration<double, std::milli>(enqueued - start).count();
-  std::printf("SUMMARY graph replay ping_pong(rounds=2)+epoch_advance x %d per GPU: epochs=%llu,%llu (start %llu) "
-              "rank0.flag=%lld rank1.flag=%lld wall_ms=%.1f enqueue_ms=%.1f us_per_call=%.2f\n",
-              kReplays, (unsigned long long)epochs[0], (unsigned long long)epochs[1], (unsigned long long)epoch0,
-              (long long)a.ranks[0].readI64("flag", 1)[0], (long long)a.ranks[1].readI64("flag", 1)[0], wallMs,
-              enqueueMs, wallMs * 1e3 / kReplays);
+  std::printf("SUMMARY graph replay ping_pong(rounds=2)+epoch_advance x %d per rank, %d pairs (%s): epochs=%s (start "
+              "%llu) rank0.flag=%lld rank1.flag=%lld wall_ms=%.1f enqueue_ms=%.1f us_per_call=%.2f\n",
+              kReplays, R / 2, placement(*backend_, R).c_str(), epochs.c_str(), (unsigned long long)epoch0,
+              (long long)a[0].readI64("flag", 1)[0], (long long)a[1].readI64("flag", 1)[0], wallMs, enqueueMs,
+              wallMs * 1e3 / kReplays);
 }
 
-// Only rank 1 runs ping_pong; its first wait (round 0, sent by the absent rank 0) must time out into a device error
-// naming rank 1 and the flag of peer 0, well within the timeout plus 2 s, after which the heap refuses launches.
-TEST(GpuComm, WaitTimeoutBecomesDeviceError) {
-  MEGAMOE_REQUIRE_TWO_SM90A_GPUS();
+// In each of ranks / 2 pairs only rank 1 runs ping_pong; its first wait (round 0, sent by the absent rank 0) must time
+// out into a device error naming rank 1 and the flag of peer 0, well within the timeout plus 2 s, after which the
+// heap refuses launches. The waiters of all pairs wait side by side.
+TEST_P(GpuComm, WaitTimeoutBecomesDeviceError) {
+  MEGAMOE_REQUIRE_SM90A_RANKS(backend_, ranks());
   constexpr uint64_t kTimeoutMs = 300;
-  const RuntimeEnv env = parseEnv([](const char* name) -> const char* {
-    return std::strcmp(name, "MEGAMOE_WAIT_TIMEOUT_MS") == 0 ? "300" : std::getenv(name);
-  });
+  const RuntimeEnv env = envWithWaitTimeout(kTimeoutMs);
   ASSERT_EQ(env.waitTimeoutMs, kTimeoutMs);
   ModeA a;
-  openModeA(a, pingPongRegions(kRounds), env, kRounds);
-  Rank& waiter = a.ranks[1];
+  openModeA(a, ranks(), 2, pingPongRegions(kRounds), env, kRounds);
 
   const auto start = std::chrono::steady_clock::now();
-  waiter.launchPingPong();
-  std::string message;
-  ErrorCode code = ErrorCode::kOk;
-  try {
-    waiter.heap->checkErrors(waiter.stream);
-  } catch (const Error& e) {
-    message = e.what();
-    code = e.code();
-  }
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  EXPECT_EQ(code, ErrorCode::kDeviceError) << message;
-  EXPECT_LE(seconds, kTimeoutMs / 1000.0 + 2.0);
-  EXPECT_GE(seconds, kTimeoutMs / 1000.0 * 0.9) << "the wait gave up before its timeout";
+  for (int r = 1; r < a.size(); r += 2) a[r].launchPingPong();
   const std::string peerFlag = "flag " + std::to_string(abi::flagId(abi::FlagKind::kUser, 0));
-  EXPECT_NE(message.find("rank 1:"), std::string::npos) << message;
-  EXPECT_NE(message.find("timed out on " + peerFlag + " "), std::string::npos) << message;
-  EXPECT_NE(message.find("(seen 0, expected 1)"), std::string::npos) << message;
-  EXPECT_FALSE(waiter.heap->usable());
+  for (int r = 1; r < a.size(); r += 2) {
+    Rank& waiter = a[r];
+    std::string message;
+    ErrorCode code = ErrorCode::kOk;
+    try {
+      waiter.heap->checkErrors(waiter.stream);
+    } catch (const Error& e) {
+      message = e.what();
+      code = e.code();
+    }
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const std::string at = "pair " + std::to_string(r / 2) + ": ";
+    EXPECT_EQ(code, ErrorCode::kDeviceError) << at << message;
+    EXPECT_LE(seconds, kTimeoutMs / 1000.0 + 2.0) << at;
+    EXPECT_GE(seconds, kTimeoutMs / 1000.0 * 0.9) << at << "the wait gave up before its timeout";
+    EXPECT_NE(message.find("rank 1:"), std::string::npos) << at << message;
+    EXPECT_NE(message.find("timed out on " + peerFlag + " "), std::string::npos) << at << message;
+    EXPECT_NE(message.find("(seen 0, expected 1)"), std::string::npos) << at << message;
+    EXPECT_FALSE(waiter.heap->usable()) << at;
 
-  ErrorCode refused = ErrorCode::kOk;
-  try {
-    waiter.launchPingPong();
-  } catch (const Error& e) {
-    refused = e.code();
+    ErrorCode refused = ErrorCode::kOk;
+    try {
+      waiter.launchPingPong();
+    } catch (const Error& e) {
+      refused = e.code();
+    }
+    EXPECT_EQ(refused, ErrorCode::kHeapUnusable) << at;
+    std::printf("SUMMARY wait timeout (MEGAMOE_WAIT_TIMEOUT_MS=%llu, %s) pair %d: error after %.3f s: \"%s\"; next "
+                "launch: %s\n",
+                (unsigned long long)kTimeoutMs, placement(*backend_, ranks()).c_str(), r / 2, seconds,
+                message.c_str(), errorCodeName(refused));
   }
-  EXPECT_EQ(refused, ErrorCode::kHeapUnusable);
-  std::printf("SUMMARY wait timeout (MEGAMOE_WAIT_TIMEOUT_MS=%llu): error after %.3f s: \"%s\"; next launch: %s\n",
-              (unsigned long long)kTimeoutMs, seconds, message.c_str(), errorCodeName(refused));
 }
 
-// 1 GiB from GPU 0 into GPU 1's heap: peer_store at two grid sizes against the copy engine (cuMemcpyDtoDAsync to
-// the peer's UVA address). Only the copies' correctness is asserted; the numbers are information.
-TEST(GpuComm, PeerStoreBandwidth) {
-  MEGAMOE_REQUIRE_TWO_SM90A_GPUS();
+// 1 GiB from rank 0 into rank R-1's heap (GPU 0 into GPU R-1 with enough GPUs; otherwise the same GPU, so the numbers
+// are on-device copy rates, not a peer link's): peer_store at two grid sizes against the copy engine
+// (cuMemcpyDtoDAsync to the peer's address). Only the copies' correctness is asserted; the numbers are information.
+TEST_P(GpuComm, PeerStoreBandwidth) {
+  MEGAMOE_REQUIRE_SM90A_RANKS(backend_, ranks());
   constexpr size_t kBytes = size_t(1) << 30, kChunk = 16;
-  constexpr int kSms = 132;  // H200; the grid sizes asked for are 2 and 4 blocks per SM
+  const int R = ranks(), target = R - 1;
   const uint64_t seed = testSeed();
   ModeA a;
-  openModeA(a, {{"bw", kBytes, 256}}, parseEnv(), kRounds);
-  Rank& from = a.ranks[0];
-  Rank& to = a.ranks[1];
+  openModeA(a, R, R, {{"bw", kBytes, 256}}, parseEnv(), kRounds);
+  Rank& from = a[0];
+  Rank& to = a[target];
   from.peerStore = loadKernel(*from.runtime, "peer_store", {});
+  const int sms = from.device().multiprocessors();  // the grid sizes asked for are 2 and 4 blocks per SM
+  const bool sameGpu = from.device().ordinal() == to.device().ordinal();
+  const std::string route = "rank 0 (gpu" + std::to_string(from.device().ordinal()) + ") -> rank " +
+                            std::to_string(target) + " (gpu" + std::to_string(to.device().ordinal()) + ")" +
+                            (sameGpu ? ", on-device copies (the ranks share a GPU)" : ", peer link");
 
   // Random 64-bit words: the values only need to be fresh and distinguishable from the zeroed destination.
   std::vector<uint64_t> host(kBytes / 8);
@@ -448,9 +509,9 @@ TEST(GpuComm, PeerStoreBandwidth) {
   for (auto& w : host) w = rng() | 1;  // odd: never zero
   const DevicePtr src = from.device().allocate(kBytes);
   uploadAndWait(from.device(), src, host.data(), kBytes);
-  const DevicePtr dstLocal = from.heap->regionAddress("bw");           // as rank 0 names it
-  const DevicePtr dstOnPeer = from.heap->peerAddress(1, dstLocal);    // GPU 1's memory, UVA address
-  const DevicePtr dstAtPeer = to.heap->regionAddress("bw");           // the same memory, as rank 1 names it
+  const DevicePtr dstLocal = from.heap->regionAddress("bw");                // as rank 0 names it
+  const DevicePtr dstOnPeer = from.heap->peerAddress(target, dstLocal);    // the target's memory, from rank 0
+  const DevicePtr dstAtPeer = to.heap->regionAddress("bw");                // the same memory, as the target names it
 
   // Samples of 4 KiB: the first, the last and 254 random ones. Returns how many differ from the source.
   std::vector<size_t> samples = {0, kBytes / 4096 - 1};
@@ -467,7 +528,7 @@ TEST(GpuComm, PeerStoreBandwidth) {
   };
 
   EventHandle start = from.device().createEvent(), end = from.device().createEvent();
-  auto measure = [&](const char* what, const std::function<void()>& copy) {
+  auto measure = [&](const std::string& what, const std::function<void()>& copy) {
     to.device().memsetZero(dstAtPeer, kBytes, to.stream);
     to.device().synchronize(to.stream);
     for (int i = 0; i < 2; ++i) copy();
@@ -483,37 +544,41 @@ TEST(GpuComm, PeerStoreBandwidth) {
     const int bad = badSamples();
     EXPECT_EQ(bad, 0) << what << ": sampled 4 KiB pages differ from the source";
     const double gbps = double(kBytes) / (medianMs(ms) * 1e-3) / 1e9;
-    std::printf("%s: median %.3f ms, %.1f GB/s, %d of %zu sampled pages wrong\n", what, medianMs(ms), gbps, bad,
-                samples.size());
+    std::printf("%s, %s: median %.3f ms, %.1f GB/s, %d of %zu sampled pages wrong\n", what.c_str(), route.c_str(),
+                medianMs(ms), gbps, bad, samples.size());
     return gbps;
   };
   auto peerStore = [&](uint32_t blocks) {
     return [&, blocks] {
       uint64_t ctx = from.heap->contextAddress(), srcArg = src, dstArg = dstLocal;
-      int32_t chunks = static_cast<int32_t>(kBytes / kChunk), peer = 1, grid = static_cast<int32_t>(blocks);
+      int32_t chunks = static_cast<int32_t>(kBytes / kChunk), peer = target, grid = static_cast<int32_t>(blocks);
       void* params[] = {&ctx, &srcArg, &dstArg, &chunks, &peer, &grid};
       from.launch(*from.peerStore, blocks, params);
     };
   };
-  const double store2 = measure("peer_store grid=264", peerStore(kSms * 2));
-  const double store4 = measure("peer_store grid=528", peerStore(kSms * 4));
-  const double engine = measure("copy engine (cuMemcpyDtoDAsync to the peer)",
+  const uint32_t grid2 = uint32_t(sms * 2), grid4 = uint32_t(sms * 4);
+  const double store2 = measure("peer_store grid=" + std::to_string(grid2), peerStore(grid2));
+  const double store4 = measure("peer_store grid=" + std::to_string(grid4), peerStore(grid4));
+  const double engine = measure("copy engine (cuMemcpyDtoDAsync to the target's address)",
                                 [&] { from.device().copyDeviceToDeviceAsync(dstOnPeer, src, kBytes, from.stream); });
   from.device().destroyEvent(start);
   from.device().destroyEvent(end);
   from.device().free(src);
-  std::printf("BANDWIDTH gpu0->gpu1 bytes=%zu peer_store_grid264_GBps=%.1f peer_store_grid528_GBps=%.1f "
+  std::printf("BANDWIDTH %s gpu%d->gpu%d bytes=%zu peer_store_grid%u_GBps=%.1f peer_store_grid%u_GBps=%.1f "
               "copy_engine_GBps=%.1f ratio_best_peer_store_over_copy_engine=%.3f\n",
-              kBytes, store2, store4, engine, std::max(store2, store4) / engine);
+              sameGpu ? "on-device-copy" : "peer", from.device().ordinal(), to.device().ordinal(), kBytes, grid2,
+              store2, grid4, store4, engine, std::max(store2, store4) / engine);
 }
 
 }  // namespace
 }  // namespace megamoe
 
 int main(int argc, char** argv) {
-  // A mode B worker: --comm-worker TEST RANK PATH SEED.
-  if (argc == 6 && std::strcmp(argv[1], megamoe::kWorkerFlag) == 0)
-    return megamoe::runWorker(argv[2], std::atoi(argv[3]), argv[4], std::strtoull(argv[5], nullptr, 10));
+  megamoe::gputest::initGpuTestProcess();
+  // A mode B worker: --comm-worker TEST RANK NRANKS PATH SEED WAIT_TIMEOUT_MS.
+  if (argc == 8 && std::strcmp(argv[1], megamoe::kWorkerFlag) == 0)
+    return megamoe::runWorker(argv[2], std::atoi(argv[3]), std::atoi(argv[4]), argv[5],
+                              std::strtoull(argv[6], nullptr, 10), std::strtoull(argv[7], nullptr, 10));
   ::testing::InitGoogleTest(&argc, argv);
   megamoe::gputest::initBaseSeed(argc, argv);
   return RUN_ALL_TESTS();
