@@ -1,7 +1,8 @@
 // GPU tier for the runtime: real CUDA memory, streams, events, module loading (PTX through the driver's JIT), launch
-// with more than 48 KB of dynamic shared memory and with clusters, the single-process symmetric heap over every
-// visible GPU, a kernel-reported device error, and the multi-process heap over CUDA IPC. Skips, saying why, where
-// there is no CUDA device.
+// with more than 48 KB of dynamic shared memory and with clusters, a kernel-reported device error, and at 2 and 8
+// ranks (GpuRuntimeRanks.*/Ranks2, /Ranks8; rank r on GPU r % deviceCount, so ranks share a GPU when there are fewer)
+// the single-process symmetric heap and the multi-process heap over CUDA IPC (processes on one GPU map each other's
+// memory too). Skips, saying why, where there is no CUDA device; never for too few GPUs.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -122,9 +123,10 @@ std::vector<uint8_t> ptxImage() {
   return bytes;
 }
 
-std::vector<std::shared_ptr<Device>> allDevices(Backend& backend) {
+// Rank r's device for `ranks` ranks: device r % deviceCount.
+std::vector<std::shared_ptr<Device>> rankDevices(Backend& backend, int ranks) {
   std::vector<std::shared_ptr<Device>> devices;
-  for (int i = 0; i < backend.deviceCount() && i < abi::kMaxRanks; ++i) devices.push_back(backend.device(i));
+  for (int r = 0; r < ranks; ++r) devices.push_back(backend.device(gputest::rankOrdinal(r, backend.deviceCount())));
   return devices;
 }
 
@@ -197,15 +199,20 @@ TEST(GpuRuntime, LaunchWithLargeDynamicSharedMemoryAndClusters) {
   device->unloadModule(module);
 }
 
-TEST(GpuRuntime, SingleProcessHeapOverAllGpusRoundTripsTheContext) {
+// The tests over several ranks, at every count of gputest::kRankCounts.
+class GpuRuntimeRanks : public ::testing::TestWithParam<int> {};
+INSTANTIATE_TEST_SUITE_P(, GpuRuntimeRanks, ::testing::ValuesIn(gputest::kRankCounts), gputest::rankCountName);
+
+TEST_P(GpuRuntimeRanks, SingleProcessHeapRoundTripsTheContext) {
   MEGAMOE_REQUIRE_CUDA(backend);
-  auto devices = allDevices(*backend);
+  auto devices = rankDevices(*backend, GetParam());
   RuntimeEnv env = parseEnv();
   env.waitTimeoutMs = 1234;
   const std::vector<RegionSpec> regions = {{"flags", 4096, 256}, {"pool", 64 << 20, 256}};
   auto heaps = SymmetricHeap::createSingleProcess(devices, regions, env);
   const int nranks = static_cast<int>(heaps.size());
-  std::printf("single-process heap over %d GPU(s), %llu bytes each\n", nranks,
+  ASSERT_EQ(nranks, GetParam());
+  std::printf("single-process heap of %s, %llu bytes each\n", gputest::placement(*backend, nranks).c_str(),
               static_cast<unsigned long long>(heaps[0]->layout().totalBytes()));
   for (int r = 0; r < nranks; ++r) {
     const SymmetricHeap& heap = *heaps[r];
@@ -226,7 +233,8 @@ TEST(GpuRuntime, SingleProcessHeapOverAllGpusRoundTripsTheContext) {
     heap.device().copyDeviceToHost(flags.data(), heap.regionAddress("flags"), flags.size());
     EXPECT_EQ(std::count(flags.begin(), flags.end(), 0), 4096) << "rank " << r;
   }
-  // Each rank writes into its right neighbour through the peer address (P2P over NVLink when there are two).
+  // Each rank writes into its right neighbour through the peer address (P2P over NVLink between GPUs; a plain device
+  // pointer between ranks of one GPU).
   for (int r = 0; r < nranks; ++r) {
     const int peer = (r + 1) % nranks;
     const uint64_t value = 0xabc000 + r;
@@ -305,11 +313,12 @@ int runModeBWorker(int rank, int nranks, const std::string& path) {
   }
 }
 
-TEST(GpuRuntime, MultiProcessHeapOverIpc) {
+// One process per rank, rank r on device r % deviceCount: CUDA IPC works between processes on the same device too.
+TEST_P(GpuRuntimeRanks, MultiProcessHeapOverIpc) {
   MEGAMOE_REQUIRE_CUDA(backend);
-  // Two ranks even on one GPU: CUDA IPC works between processes on the same device too.
-  const int nranks = std::max(2, std::min(backend->deviceCount(), abi::kMaxRanks));
-  const std::string path = "/tmp/megamoe-gpu-ipc-" + std::to_string(::getpid()) + ".sock";
+  const int nranks = GetParam();
+  const std::string path =
+      "/tmp/megamoe-gpu-ipc-" + std::to_string(::getpid()) + "-" + std::to_string(nranks) + ".sock";
   std::vector<std::vector<std::string>> workers;
   for (int r = 0; r < nranks; ++r)
     workers.push_back({"--mode-b-worker", std::to_string(r), std::to_string(nranks), path});
@@ -328,6 +337,7 @@ TEST(GpuRuntime, MultiProcessHeapOverIpc) {
 }  // namespace megamoe
 
 int main(int argc, char** argv) {
+  megamoe::gputest::initGpuTestProcess();
   if (argc == 5 && std::strcmp(argv[1], "--mode-b-worker") == 0)
     return megamoe::runModeBWorker(std::atoi(argv[2]), std::atoi(argv[3]), argv[4]);
   ::testing::InitGoogleTest(&argc, argv);

@@ -402,8 +402,12 @@ void runTmaGroupedGemm(Gpu& gpu, Layout layout, int64_t E = 8, int64_t N = 512, 
   EXPECT_EQ(countersSet, 0u) << "the launch left split counters set";
   const size_t partialsWritten = size_t(std::count_if(after.begin() + ptrdiff_t(counterInts), after.end(),
                                                       [](uint32_t v) { return v != 0xffffffffu; }));
-  if (expectSplit == 1) EXPECT_GT(partialsWritten, 0u) << "no split of the tail ran";
-  if (expectSplit == 0) EXPECT_EQ(partialsWritten, 0u) << "a split ran (max_split " << maxSplit << ")";
+  if (expectSplit == 1) {
+    EXPECT_GT(partialsWritten, 0u) << "no split of the tail ran";
+  }
+  if (expectSplit == 0) {
+    EXPECT_EQ(partialsWritten, 0u) << "a split ran (max_split " << maxSplit << ")";
+  }
   std::printf("SUMMARY %s E=%lld N=%lld %s=%lld pairs=%lld rows=%lld grid=%d max_split=%d: rel_err=%.3e unwritten=%zu "
               "guard_touched=%zu nonzero_empty=%zu rerun=%s partial_floats=%zu\n",
               name, (long long)E, (long long)N, tn ? "M" : "K", (long long)K, (long long)pairs, (long long)rows, grid,
