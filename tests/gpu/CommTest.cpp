@@ -1,10 +1,12 @@
 // GPU tier for the communication kernels over the symmetric heap at 2 and at 8 ranks (GpuComm.*/Ranks2, /Ranks8),
-// rank r on GPU r % deviceCount (on one GPU every rank shares it, each with its own stream): ping_pong, a2a_rows and
-// peer_store in mode A (one process drives every rank) and mode B (one process per rank, re-executing this binary),
-// epochs across calls and across 10,000 CUDA-graph replays, a bounded wait that times out into a device error, and
-// peer-store bandwidth against the copy engine. ping_pong is written for ranks 0 and 1 of a heap (peer = 1 - rank), so
-// its 8-rank cases run 4 pairs of ranks, each pair its own heap, side by side. Skips, saying why, without a CUDA
-// device or when a device the ranks run on is not sm_90a; never for too few GPUs.
+// rank r on GPU r % deviceCount (on one GPU every rank shares it, each with its own stream): ping_pong and a2a_rows in
+// mode A (one process drives every rank), epochs across calls and across 10,000 CUDA-graph replays, a bounded wait
+// that times out into a device error, and peer_store bandwidth against the copy engine. ping_pong is written for
+// ranks 0 and 1 of a heap (peer = 1 - rank), so its 8-rank cases run 4 pairs of ranks, each pair its own heap, side
+// by side. Mode B (one process per rank, re-executing this binary, heaps over CUDA IPC): ping_pong with 2 processes
+// (GpuCommModeB.PingPong), a2a_rows with 2 and 8. Processes sharing a GPU time-slice their kernels unless MPS runs
+// (the tests do not depend on it): their waits are bounded at 60 s instead of 10 s (runModeB). Skips, saying why,
+// without a CUDA device or when a device the ranks run on is not sm_90a; never for too few GPUs.
 // Residency on one GPU: every rank's kernels must be resident at once. ping_pong and epoch_advance are one block;
 // a2a_rows launches nranks x kBlocksPerPeer (16) blocks of 256 threads a rank, 1024 blocks at 8 ranks, which fit an
 // H200 together (132 SMs x 8 blocks of 256 threads), and only block (p, 0) of each group ever waits (nranks² = 64
