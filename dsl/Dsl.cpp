@@ -216,9 +216,29 @@ GlobalPtr Context::peerOffsets() const {
 
 // ---- kernel ----------------------------------------------------------------------------------------------------
 
-Kernel::Kernel(MLIRContext& ctx, std::string name, int64_t blockThreads)
-    : name_(std::move(name)), blockThreads_(blockThreads), b_(&ctx), loc_(NameLoc::get(b_.getStringAttr(name_))),
-      group_{0, blockThreads, 0} {
+namespace {
+const abi::KernelDecl& declared(std::string_view name) {
+  if (const abi::KernelDecl* d = abi::findKernelDecl(name)) return *d;
+  throw std::invalid_argument("kernel '" + std::string(name) + "' has no declaration in compiler/abi/KernelAbi.cpp");
+}
+abi::Elem abiElem(Elem e) {
+  switch (e) {
+    case Elem::bf16: return abi::Elem::kBf16;
+    case Elem::f32: return abi::Elem::kF32;
+    case Elem::i32: return abi::Elem::kI32;
+    case Elem::i64: return abi::Elem::kI64;
+    case Elem::f16: break;
+  }
+  return abi::Elem::kNone;
+}
+}  // namespace
+
+Kernel::Kernel(MLIRContext& ctx, std::string_view name, int64_t blockThreads, bool tensorMaps)
+    : Kernel(ctx, declared(name), blockThreads, tensorMaps) {}
+
+Kernel::Kernel(MLIRContext& ctx, const abi::KernelDecl& decl, int64_t blockThreads, bool tensorMaps)
+    : decl_(decl), tensorMaps_(tensorMaps), name_(decl.name), blockThreads_(blockThreads), b_(&ctx),
+      loc_(NameLoc::get(b_.getStringAttr(name_))), group_{0, blockThreads, 0} {
   ctx.loadDialect<MegaMoeDialect, LLVM::LLVMDialect, gpu::GPUDialect, scf::SCFDialect, arith::ArithDialect,
                   math::MathDialect, vector::VectorDialect>();
   if (blockThreads <= 0 || blockThreads > 1024) throw std::invalid_argument("block size must be 1..1024 threads");
@@ -232,9 +252,45 @@ Kernel::Kernel(MLIRContext& ctx, std::string name, int64_t blockThreads)
   auto fn = LLVM::LLVMFuncOp::create(b_, loc_, name_, fnType);
   fn->setAttr("megamoe.kernel", b_.getUnitAttr());
   fn->setAttr("megamoe.block_threads", b_.getI64IntegerAttr(blockThreads));
+  fn->setAttr("megamoe.signature", b_.getStringAttr(abi::signatureHash(decl_)));
   func_ = fn;
   Block* entry = fn.addEntryBlock(b_);
   b_.setInsertionPointToStart(entry);
+  MLIRContext* c = b_.getContext();
+  for (const abi::ArgDecl& a : decl_.args) {
+    switch (a.kind) {
+      case abi::ArgKind::kPtr:
+      case abi::ArgKind::kContext: args_.push_back(addArg(ptrType(c, kGlobalSpace))); break;
+      case abi::ArgKind::kI32: args_.push_back(addArg(b_.getI32Type())); break;
+      case abi::ArgKind::kI64: args_.push_back(addArg(b_.getI64Type())); break;
+      case abi::ArgKind::kTensorMap: {
+        if (!tensorMaps_) {  // the same argument list on every target: an unused pointer
+          args_.push_back(addArg(ptrType(c, kGlobalSpace)));
+          break;
+        }
+        // By value and grid-constant (../shared/TOOLCHAIN.md): without nvvm.grid_constant LLVM copies the map to
+        // local memory and TMA faults. The generic pointer is the parameter's own address.
+        NamedAttribute attrs[] = {
+            b_.getNamedAttr("llvm.byval", TypeAttr::get(LLVM::LLVMArrayType::get(b_.getI8Type(), 128))),
+            b_.getNamedAttr("llvm.align", b_.getI64IntegerAttr(64)),
+            b_.getNamedAttr("nvvm.grid_constant", b_.getUnitAttr())};
+        args_.push_back(addArg(ptrType(c, 0), b_.getDictionaryAttr(attrs)));
+        break;
+      }
+    }
+  }
+}
+
+Value Kernel::arg(std::string_view name, abi::ArgKind kind, abi::Elem elem) {
+  const int i = decl_.indexOf(name);
+  if (i < 0) throw std::invalid_argument(name_ + " declares no argument '" + std::string(name) + "'");
+  const abi::ArgDecl& a = decl_.args[size_t(i)];
+  if (a.kind != kind || a.elem != elem)
+    throw std::invalid_argument(name_ + "'s argument '" + std::string(name) + "' is declared " +
+                                abi::argKindName(a.kind) + (a.elem != abi::Elem::kNone ? " of " : "") +
+                                abi::elemName(a.elem) + "; the builder reads it as " + abi::argKindName(kind) +
+                                (elem != abi::Elem::kNone ? " of " : "") + abi::elemName(elem));
+  return args_[size_t(i)];
 }
 
 Kernel::~Kernel() = default;
@@ -268,18 +324,16 @@ Value Kernel::addArg(Type t, DictionaryAttr attrs) {
   return arg;
 }
 
-GlobalPtr Kernel::argPtr(Elem e) { return {this, addArg(ptrType(b_.getContext(), kGlobalSpace)), e}; }
-I32 Kernel::argI32() { return {this, addArg(b_.getI32Type())}; }
-I64 Kernel::argI64() { return {this, addArg(b_.getI64Type())}; }
-Context Kernel::argContext() { return {this, addArg(ptrType(b_.getContext(), kGlobalSpace))}; }
-// By value and grid-constant (../shared/TOOLCHAIN.md): without nvvm.grid_constant LLVM copies the map to local
-// memory and TMA faults. The generic pointer is the parameter's own address.
-TensorMap Kernel::argTensorMap() {
-  NamedAttribute attrs[] = {
-      b_.getNamedAttr("llvm.byval", TypeAttr::get(LLVM::LLVMArrayType::get(b_.getI8Type(), 128))),
-      b_.getNamedAttr("llvm.align", b_.getI64IntegerAttr(64)),
-      b_.getNamedAttr("nvvm.grid_constant", b_.getUnitAttr())};
-  return TensorMap(addArg(ptrType(b_.getContext(), 0), b_.getDictionaryAttr(attrs)));
+GlobalPtr Kernel::ptr(std::string_view name, Elem e) {
+  return {this, arg(name, abi::ArgKind::kPtr, abiElem(e)), e};
+}
+I32 Kernel::i32Arg(std::string_view name) { return {this, arg(name, abi::ArgKind::kI32)}; }
+I64 Kernel::i64Arg(std::string_view name) { return {this, arg(name, abi::ArgKind::kI64)}; }
+Context Kernel::context() { return {this, arg("ctx", abi::ArgKind::kContext)}; }
+std::optional<TensorMap> Kernel::tensorMap(std::string_view name) {
+  Value v = arg(name, abi::ArgKind::kTensorMap);
+  if (!tensorMaps_) return std::nullopt;
+  return TensorMap(v);
 }
 
 I32 Kernel::i32(int64_t v) { return constant<32>(this, v); }

@@ -7,10 +7,13 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
+#include "compiler/abi/KernelAbi.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/OwningOpRef.h"
@@ -181,10 +184,18 @@ class Context {
   mlir::Value p_;
 };
 
-// Builds one kernel: a gpu.module holding one llvm.func marked megamoe.kernel with a fixed block size.
+// Builds one kernel: a gpu.module holding one llvm.func marked megamoe.kernel with a fixed block size. Its arguments
+// are the ones its declaration (compiler/abi/KernelAbi.h) lists, declared in order by the constructor; the builder
+// reads them by name, asking for the kind and element type it expects (a mismatch with the declaration throws
+// std::invalid_argument). The declaration's signature hash goes into the function (megamoe.signature) and from there
+// into the cache entry, where the runtime checks it.
 class Kernel {
  public:
-  Kernel(mlir::MLIRContext& ctx, std::string name, int64_t blockThreads);
+  // `tensorMaps`: the build passes the declaration's tensor-map arguments as CUtensorMaps (sm_90a TMA builds);
+  // otherwise they are unused pointers.
+  Kernel(mlir::MLIRContext& ctx, const abi::KernelDecl& decl, int64_t blockThreads, bool tensorMaps = false);
+  // The declared kernel of that name (std::invalid_argument when none is).
+  Kernel(mlir::MLIRContext& ctx, std::string_view name, int64_t blockThreads, bool tensorMaps = false);
   ~Kernel();
   Kernel(const Kernel&) = delete;
   Kernel& operator=(const Kernel&) = delete;
@@ -192,12 +203,13 @@ class Kernel {
   const std::string& name() const { return name_; }
   int64_t blockThreads() const { return blockThreads_; }
 
-  // Arguments, in order (declare them first).
-  GlobalPtr argPtr(Elem e);
-  I32 argI32();
-  I64 argI64();
-  Context argContext();
-  TensorMap argTensorMap();
+  // Arguments by their declared names.
+  GlobalPtr ptr(std::string_view name, Elem e);
+  I32 i32Arg(std::string_view name);
+  I64 i64Arg(std::string_view name);
+  Context context();  // "ctx"
+  // The map where the build passes CUtensorMaps, else nothing (the argument is an unused pointer).
+  std::optional<TensorMap> tensorMap(std::string_view name);
 
   // Constants and ids.
   I32 i32(int64_t v);
@@ -344,6 +356,11 @@ class Kernel {
 
  private:
   mlir::Value addArg(mlir::Type t, mlir::DictionaryAttr attrs = {});
+  // The declared argument `name`, checked against the kind and element the builder asks for.
+  mlir::Value arg(std::string_view name, abi::ArgKind kind, abi::Elem elem = abi::Elem::kNone);
+  abi::KernelDecl decl_;
+  bool tensorMaps_;
+  std::vector<mlir::Value> args_;  // in decl_.args order
   std::string name_;
   int64_t blockThreads_;
   mlir::OpBuilder b_;

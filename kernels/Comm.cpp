@@ -10,7 +10,7 @@ using namespace dsl;
 
 mlir::OwningOpRef<mlir::ModuleOp> buildEpochAdvance(mlir::MLIRContext& mctx, const EpochAdvanceSpec&) {
   Kernel k(mctx, EpochAdvanceSpec::kName, 32);
-  Context ctx = k.argContext();
+  Context ctx = k.context();
   k.returnIf(!(k.threadIdx() == 0));
   ctx.epochSlot().storeI64(ctx.epoch() + 1);
   return k.finish();
@@ -18,9 +18,9 @@ mlir::OwningOpRef<mlir::ModuleOp> buildEpochAdvance(mlir::MLIRContext& mctx, con
 
 mlir::OwningOpRef<mlir::ModuleOp> buildPingPong(mlir::MLIRContext& mctx, const PingPongSpec& s) {
   Kernel k(mctx, PingPongSpec::kName, 32);
-  Context ctx = k.argContext();
-  GlobalPtr flag = k.argPtr(Elem::i64);
-  GlobalPtr log = k.argPtr(Elem::i64);
+  Context ctx = k.context();
+  GlobalPtr flag = k.ptr("flag", Elem::i64);
+  GlobalPtr log = k.ptr("log", Elem::i64);
   k.returnIf(!(k.threadIdx() == 0));
   I32 rank = ctx.rank();
   I32 peer = k.i32(1) - rank;
@@ -41,11 +41,11 @@ mlir::OwningOpRef<mlir::ModuleOp> buildPingPong(mlir::MLIRContext& mctx, const P
 mlir::OwningOpRef<mlir::ModuleOp> buildAllToAllRows(mlir::MLIRContext& mctx, const AllToAllRowsSpec& s) {
   using S = AllToAllRowsSpec;
   Kernel k(mctx, S::kName, S::kBlockThreads);
-  Context ctx = k.argContext();
-  GlobalPtr send = k.argPtr(Elem::bf16);
-  GlobalPtr recv = k.argPtr(Elem::bf16);
-  GlobalPtr flags = k.argPtr(Elem::i64);
-  I32 rows = k.argI32();
+  Context ctx = k.context();
+  GlobalPtr send = k.ptr("send", Elem::bf16);
+  GlobalPtr recv = k.ptr("recv", Elem::bf16);
+  GlobalPtr flags = k.ptr("flags", Elem::i64);
+  I32 rows = k.i32Arg("rows");
   I32 rank = ctx.rank();
   I32 peer = k.blockIdx() / S::kBlocksPerPeer;
   I32 part = k.blockIdx() % S::kBlocksPerPeer;
@@ -73,12 +73,12 @@ mlir::OwningOpRef<mlir::ModuleOp> buildAllToAllRows(mlir::MLIRContext& mctx, con
 mlir::OwningOpRef<mlir::ModuleOp> buildPeerStore(mlir::MLIRContext& mctx, const PeerStoreSpec&) {
   using S = PeerStoreSpec;
   Kernel k(mctx, S::kName, S::kBlockThreads);
-  Context ctx = k.argContext();
-  GlobalPtr src = k.argPtr(Elem::bf16);
-  GlobalPtr dst = k.argPtr(Elem::bf16);
-  I32 chunks = k.argI32();  // 16-byte chunks (< 2^31: 32 GB)
-  I32 peer = k.argI32();
-  I32 grid = k.argI32();    // blocks launched
+  Context ctx = k.context();
+  GlobalPtr src = k.ptr("src", Elem::bf16);
+  GlobalPtr dst = k.ptr("dst", Elem::bf16);
+  I32 chunks = k.i32Arg("chunks");  // 16-byte chunks (< 2^31: 32 GB)
+  I32 peer = k.i32Arg("peer");
+  I32 grid = k.i32Arg("grid");    // blocks launched
   GlobalPtr remote = k.peer(ctx, dst, peer);
   I32 stride = grid * S::kBlockThreads;
   I32 self = k.blockIdx() * S::kBlockThreads + k.threadIdx();

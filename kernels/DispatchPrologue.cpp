@@ -11,21 +11,21 @@ mlir::OwningOpRef<mlir::ModuleOp> buildDispatchPrologue(mlir::MLIRContext& mctx,
   using S = DispatchPrologueSpec;
   const int64_t E = s.experts, R = s.ranks, local = E / R, T = S::kBlockThreads;
   Kernel k(mctx, S::kName, T);
-  Context ctx = k.argContext();
-  GlobalPtr topkIdx = k.argPtr(Elem::i32);
-  I32 tokens = k.argI32();
-  GlobalPtr counts = k.argPtr(Elem::i32);  // heap [2][R][E]
-  GlobalPtr flags = k.argPtr(Elem::i64);   // heap [R]
-  GlobalPtr sendSlot = k.argPtr(Elem::i32);
-  GlobalPtr poolOffsets = k.argPtr(Elem::i32);
-  GlobalPtr sendList = k.argPtr(Elem::i32);
-  GlobalPtr sendOff = k.argPtr(Elem::i32);
-  GlobalPtr sendBase = k.argPtr(Elem::i32);
-  GlobalPtr arrivals = k.argPtr(Elem::i64);  // heap [2][R][E/R]
-  GlobalPtr done = k.argPtr(Elem::i64);      // heap [2][R]
-  GlobalPtr routeEpoch = k.argPtr(Elem::i64);
-  GlobalPtr scratch = k.argPtr(Elem::i32);   // [kScratchHeader + blocks * E], zero between launches
-  I32 blocks = k.argI32();                   // the launch's blocks
+  Context ctx = k.context();
+  GlobalPtr topkIdx = k.ptr("topk_idx", Elem::i32);
+  I32 tokens = k.i32Arg("tokens");
+  GlobalPtr counts = k.ptr("counts", Elem::i32);  // heap [2][R][E]
+  GlobalPtr flags = k.ptr("flags", Elem::i64);   // heap [R]
+  GlobalPtr sendSlot = k.ptr("send_slot", Elem::i32);
+  GlobalPtr poolOffsets = k.ptr("pool_offsets", Elem::i32);
+  GlobalPtr sendList = k.ptr("send_list", Elem::i32);
+  GlobalPtr sendOff = k.ptr("send_off", Elem::i32);
+  GlobalPtr sendBase = k.ptr("send_base", Elem::i32);
+  GlobalPtr arrivals = k.ptr("arrivals", Elem::i64);  // heap [2][R][E/R]
+  GlobalPtr done = k.ptr("done", Elem::i64);      // heap [2][R]
+  GlobalPtr routeEpoch = k.ptr("route_epoch", Elem::i64);
+  GlobalPtr scratch = k.ptr("scratch", Elem::i32);   // [kScratchHeader + blocks * E], zero between launches
+  I32 blocks = k.i32Arg("blocks");                   // the launch's blocks
   GlobalPtr arrived = scratch.as(Elem::i64);  // the blocks' meeting counter (i64 [0])
   GlobalPtr left = scratch + k.i64(2);        // blocks past the meeting (i32 [2]); the last resets both
   GlobalPtr partial = scratch + k.i64(S::kScratchHeader);  // [block][expert]: the block's picks of the expert

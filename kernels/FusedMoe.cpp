@@ -57,30 +57,30 @@ mlir::OwningOpRef<mlir::ModuleOp> buildDispatchGemm(mlir::MLIRContext& mctx, con
   G::Tiles c = g.tiles(arch, ws);
   const int64_t E = s.experts, R = s.ranks, local = E / R, H = s.hidden, I = s.intermediate;
   if (ws) c.stages = WarpSpecialized::stagesFor(c, {local + 1, 1, 1}, pairs);  // the unit table: in the staging tile
-  Kernel k(mctx, S::kName, c.threads);
-  Context ctx = k.argContext();
-  GlobalPtr src = k.argPtr(Elem::bf16);
-  GlobalPtr topkWeights = k.argPtr(Elem::f32);
-  GlobalPtr sendList = k.argPtr(Elem::i32);
-  GlobalPtr sendOff = k.argPtr(Elem::i32);
-  GlobalPtr sendBase = k.argPtr(Elem::i32);
-  GlobalPtr counts = k.argPtr(Elem::i32);
-  GlobalPtr arrivals = k.argPtr(Elem::i64);
-  GlobalPtr routeEpoch = k.argPtr(Elem::i64);
-  GlobalPtr pool = k.argPtr(Elem::bf16);
-  GlobalPtr poolSrc = k.argPtr(Elem::i32);
-  GlobalPtr poolW = k.argPtr(Elem::f32);
-  GlobalPtr poolOffsets = k.argPtr(Elem::i32);
-  GlobalPtr weights = k.argPtr(Elem::bf16);
-  GlobalPtr extra = k.argPtr(Elem::bf16);
-  GlobalPtr out = k.argPtr(Elem::bf16);
-  GlobalPtr tickets = k.argPtr(Elem::i32);
-  I32 pushBlocks = k.argI32();
-  I32 grid = k.argI32();
-  Legs legs = decodeLegs(k.argI32());
-  GlobalPtr topkIdx = k.argPtr(Elem::i32);
-  I32 recvStride = k.argI32();
-  const TensorMapArgs maps = tensorMapArgs(k, ws);  // sm_90a TN: dh's and the pool's rows; NT: the pool's and w1's
+  Kernel k(mctx, S::kName, c.threads, /*tensorMaps=*/ws);
+  Context ctx = k.context();
+  GlobalPtr src = k.ptr("src", Elem::bf16);
+  GlobalPtr topkWeights = k.ptr("topk_weights", Elem::f32);
+  GlobalPtr sendList = k.ptr("send_list", Elem::i32);
+  GlobalPtr sendOff = k.ptr("send_off", Elem::i32);
+  GlobalPtr sendBase = k.ptr("send_base", Elem::i32);
+  GlobalPtr counts = k.ptr("counts", Elem::i32);
+  GlobalPtr arrivals = k.ptr("arrivals", Elem::i64);
+  GlobalPtr routeEpoch = k.ptr("route_epoch", Elem::i64);
+  GlobalPtr pool = k.ptr("pool", Elem::bf16);
+  GlobalPtr poolSrc = k.ptr("pool_src", Elem::i32);
+  GlobalPtr poolW = k.ptr("pool_w", Elem::f32);
+  GlobalPtr poolOffsets = k.ptr("pool_offsets", Elem::i32);
+  GlobalPtr weights = k.ptr("weights", Elem::bf16);
+  GlobalPtr extra = k.ptr("extra", Elem::bf16);
+  GlobalPtr out = k.ptr("out", Elem::bf16);
+  GlobalPtr tickets = k.ptr("tickets", Elem::i32);
+  I32 pushBlocks = k.i32Arg("push_blocks");
+  I32 grid = k.i32Arg("grid");
+  Legs legs = decodeLegs(k.i32Arg("legs"));
+  GlobalPtr topkIdx = k.ptr("topk_idx", Elem::i32);
+  I32 recvStride = k.i32Arg("recv_stride");
+  const TensorMapArgs maps = tensorMapArgs(k);  // sm_90a TN: dh's and the pool's rows; NT: the pool's and w1's
   const bool dedup = s.dedup != 0;
 
   // A failed prologue (an expert index out of range) leaves nothing to do here; the peers' waits time out.
@@ -282,24 +282,24 @@ mlir::OwningOpRef<mlir::ModuleOp> buildGemmCombine(mlir::MLIRContext& mctx, cons
   G::Tiles c = g.tiles(arch, ws);
   const int64_t E = s.experts, R = s.ranks, local = E / R, H = s.hidden;
   if (ws) c.stages = WarpSpecialized::stagesFor(c, {local + 1, 1}, pairs);
-  Kernel k(mctx, S::kName, c.threads);
-  Context ctx = k.argContext();
-  GlobalPtr a = k.argPtr(Elem::bf16);
-  GlobalPtr b = k.argPtr(Elem::bf16);
-  GlobalPtr poolOffsets = k.argPtr(Elem::i32);
-  GlobalPtr poolSrc = k.argPtr(Elem::i32);
-  GlobalPtr comb = k.argPtr(Elem::bf16);
-  GlobalPtr done = k.argPtr(Elem::i64);
-  GlobalPtr topkIdx = k.argPtr(Elem::i32);
-  GlobalPtr topkWeights = k.argPtr(Elem::f32);
-  I32 tokens = k.argI32();
-  GlobalPtr y = k.argPtr(Elem::bf16);
-  GlobalPtr dw = k.argPtr(Elem::f32);
-  GlobalPtr dTopkWeights = k.argPtr(Elem::f32);
-  GlobalPtr tickets = k.argPtr(Elem::i32);
-  I32 grid = k.argI32();
-  Legs legs = decodeLegs(k.argI32());
-  const TensorMapArgs maps = tensorMapArgs(k, ws);  // sm_90a NN: dh's rows and w1; NT: act's rows and w2
+  Kernel k(mctx, S::kName, c.threads, /*tensorMaps=*/ws);
+  Context ctx = k.context();
+  GlobalPtr a = k.ptr("a", Elem::bf16);
+  GlobalPtr b = k.ptr("b", Elem::bf16);
+  GlobalPtr poolOffsets = k.ptr("pool_offsets", Elem::i32);
+  GlobalPtr poolSrc = k.ptr("pool_src", Elem::i32);
+  GlobalPtr comb = k.ptr("comb", Elem::bf16);
+  GlobalPtr done = k.ptr("done", Elem::i64);
+  GlobalPtr topkIdx = k.ptr("topk_idx", Elem::i32);
+  GlobalPtr topkWeights = k.ptr("topk_weights", Elem::f32);
+  I32 tokens = k.i32Arg("tokens");
+  GlobalPtr y = k.ptr("y", Elem::bf16);
+  GlobalPtr dw = k.ptr("dw", Elem::f32);
+  GlobalPtr dTopkWeights = k.ptr("d_topk_weights", Elem::f32);
+  GlobalPtr tickets = k.ptr("tickets", Elem::i32);
+  I32 grid = k.i32Arg("grid");
+  Legs legs = decodeLegs(k.i32Arg("legs"));
+  const TensorMapArgs maps = tensorMapArgs(k);  // sm_90a NN: dh's rows and w1; NT: act's rows and w2
 
   k.returnIf(!k.errorClear(ctx));
   Rings rings = allocateRings(k, g, c, ws ? 64 : 0);
@@ -419,14 +419,14 @@ mlir::OwningOpRef<mlir::ModuleOp> buildSwigluBwd(mlir::MLIRContext& mctx, const 
   using S = SwigluBwdSpec;
   const int64_t I = s.intermediate, T = S::kBlockThreads;
   Kernel k(mctx, S::kName, T);
-  Context ctx = k.argContext();
-  GlobalPtr gIn = k.argPtr(Elem::bf16);   // g, overwritten by w * act
-  GlobalPtr h = k.argPtr(Elem::bf16);     // h, overwritten by dh
-  GlobalPtr poolW = k.argPtr(Elem::f32);
-  GlobalPtr poolSrc = k.argPtr(Elem::i32);
-  GlobalPtr rowsAt = k.argPtr(Elem::i32);
-  GlobalPtr dw = k.argPtr(Elem::f32);
-  I32 grid = k.argI32();
+  Context ctx = k.context();
+  GlobalPtr gIn = k.ptr("g", Elem::bf16);   // g, overwritten by w * act
+  GlobalPtr h = k.ptr("h", Elem::bf16);     // h, overwritten by dh
+  GlobalPtr poolW = k.ptr("pool_w", Elem::f32);
+  GlobalPtr poolSrc = k.ptr("pool_src", Elem::i32);
+  GlobalPtr rowsAt = k.ptr("rows_at", Elem::i32);
+  GlobalPtr dw = k.ptr("dw", Elem::f32);
+  I32 grid = k.i32Arg("grid");
   k.returnIf(!k.errorClear(ctx));
   SharedTile partial = k.sharedTile(Elem::f32, 1, T);
   I32 tid = k.threadIdx();
@@ -477,10 +477,10 @@ mlir::OwningOpRef<mlir::ModuleOp> buildSwigluBwd(mlir::MLIRContext& mctx, const 
 mlir::OwningOpRef<mlir::ModuleOp> buildStageBegin(mlir::MLIRContext& mctx, const StageBeginSpec& s) {
   const int64_t R = s.ranks, local = s.experts / s.ranks, T = 256;
   Kernel k(mctx, StageBeginSpec::kName, T);
-  Context ctx = k.argContext();
-  GlobalPtr arrivals = k.argPtr(Elem::i64);
-  GlobalPtr done = k.argPtr(Elem::i64);
-  GlobalPtr barrier = k.argPtr(Elem::i64);
+  Context ctx = k.context();
+  GlobalPtr arrivals = k.ptr("arrivals", Elem::i64);
+  GlobalPtr done = k.ptr("done", Elem::i64);
+  GlobalPtr barrier = k.ptr("barrier", Elem::i64);
   k.returnIf(!k.errorClear(ctx));
   I32 tid = k.threadIdx();
   I64 epoch = ctx.epoch();

@@ -9,10 +9,10 @@ using namespace dsl;
 mlir::OwningOpRef<mlir::ModuleOp> buildGemmNt(mlir::MLIRContext& ctx, const GemmNtSpec& s) {
   using S = GemmNtSpec;
   Kernel k(ctx, S::kName, S::kBlockThreads);
-  GlobalPtr a = k.argPtr(Elem::bf16);  // [M, K]
-  GlobalPtr b = k.argPtr(Elem::bf16);  // [N, K]
-  GlobalPtr c = k.argPtr(Elem::bf16);  // [M, N]
-  I32 m = k.argI32();
+  GlobalPtr a = k.ptr("a", Elem::bf16);  // [M, K]
+  GlobalPtr b = k.ptr("b", Elem::bf16);  // [N, K]
+  GlobalPtr c = k.ptr("c", Elem::bf16);  // [M, N]
+  I32 m = k.i32Arg("m");
 
   I32 m0 = k.blockIdx(1) * S::kBlockM;
   k.returnIf(m0 >= m);

@@ -18,24 +18,24 @@ mlir::OwningOpRef<mlir::ModuleOp> buildGroupedGemm(mlir::MLIRContext& ctx, const
   const bool splitTail = tma && c.warpSpecialized && s.layout != S::kTN;
   if (c.warpSpecialized)  // tables: the tile table, and the split tail's i32 [2] (an empty table adds nothing)
     c.stages = WarpSpecialized::stagesFor(c, {s.experts + 1, splitTail ? 2 : 0}, tma && pairs);
-  Kernel k(ctx, tensorMaps ? S::tmaName(s.layout) : S::name(s.layout), c.threads);
-  GlobalPtr a = k.argPtr(Elem::bf16);
-  GlobalPtr b = k.argPtr(Elem::bf16);
-  GlobalPtr out = k.argPtr(Elem::bf16);
-  GlobalPtr offsets = k.argPtr(Elem::i32);
+  Kernel k(ctx, tensorMaps ? S::tmaName(s.layout) : S::name(s.layout), c.threads, tma);
+  GlobalPtr a = k.ptr("a", Elem::bf16);
+  GlobalPtr b = k.ptr("b", Elem::bf16);
+  GlobalPtr out = k.ptr("c", Elem::bf16);
+  GlobalPtr offsets = k.ptr("offsets", Elem::i32);
   // The `_tma` kernels draw their tiles from tickets (i32 [2], zero before the first launch; the kernel leaves it
   // zero): blocks sharing an operand then run close together in time, where the static order let them drift apart
   // and re-read B from HBM (bench/results/2026-11-30-h200-dynamic-tiles). Pairs draw them per pair.
   std::optional<GlobalPtr> tickets, splitScratch;
   std::optional<I32> maxSplit;
   if (tensorMaps) {
-    tickets = k.argPtr(Elem::i32);
-    splitScratch = k.argPtr(Elem::i32);  // every `_tma` kernel takes them; only splitTail ones use them
-    maxSplit = k.argI32();
+    tickets = k.ptr("tickets", Elem::i32);
+    splitScratch = k.ptr("split", Elem::i32);  // every `_tma` kernel takes them; only splitTail ones use them
+    maxSplit = k.i32Arg("max_split");
   }
-  I32 grid = k.argI32();
+  I32 grid = k.i32Arg("grid");
   TensorMapArgs maps;
-  if (tensorMaps) maps = tensorMapArgs(k, tma);  // gfx950: the same argument list, the maps unused
+  if (tensorMaps) maps = tensorMapArgs(k);  // gfx950: the same argument list, the maps unused
   // Pairs: blocks run in clusters of two sharing B's tile (multicast); the grid must then be even.
   std::optional<I32> rank;
   if (tma && pairs) {

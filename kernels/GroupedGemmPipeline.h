@@ -151,19 +151,11 @@ struct TileScheduler {
 };
 
 // The two trailing tensor-map arguments of a kernel that may run the warp-specialised TMA engine: CUtensorMaps where
-// it does (`tma`), otherwise two unused pointers, so that the argument list is the same on every target.
+// the kernel was built with tensor maps (dsl::Kernel's tensorMaps), otherwise unused pointers (empty here).
 struct TensorMapArgs {
   std::optional<dsl::TensorMap> a, b;
 };
-inline TensorMapArgs tensorMapArgs(dsl::Kernel& k, bool tma) {
-  if (!tma) {
-    k.argPtr(dsl::Elem::bf16);
-    k.argPtr(dsl::Elem::bf16);
-    return {};
-  }
-  dsl::TensorMap a = k.argTensorMap();
-  return {a, k.argTensorMap()};
-}
+inline TensorMapArgs tensorMapArgs(dsl::Kernel& k) { return {k.tensorMap("map_a"), k.tensorMap("map_b")}; }
 
 // The end of a dynamic tile loop (tickets drawn from tickets[0], global i32 [2] zero at launch): the calling thread,
 // one per block, counts its block done in tickets[1]; the last of `grid` blocks resets both for the next launch.

@@ -25,7 +25,8 @@ struct KernelSpec {
 struct KernelInfo {
   std::string name;
   std::string summary;
-  std::vector<std::string> constantNames;
+  // The specialisation constants, in the cache key's order: the kernel's declaration's (compiler/abi/KernelAbi.h).
+  std::vector<std::string> constantNames() const;
   // "" when the spec is valid; otherwise a message naming the violated constraint.
   std::function<std::string(const KernelSpec&)> validate;
   // The IR is target-neutral; `arch` only picks tuning choices (tile shapes) where one size does not fit both.

@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <stdexcept>
 
+#include "compiler/abi/KernelAbi.h"
 #include "kernels/Kernels.h"
 
 namespace megamoe::kernels {
@@ -29,6 +30,12 @@ std::string KernelSpec::describe() const {
   for (size_t i = 0; i < constants.size(); ++i)
     s += (i ? "," : "") + constants[i].first + "=" + std::to_string(constants[i].second);
   return s + "]";
+}
+
+std::vector<std::string> KernelInfo::constantNames() const {
+  const abi::KernelDecl* decl = abi::findKernelDecl(name);
+  if (!decl) throw std::logic_error("kernel " + name + " has no declaration in compiler/abi/KernelAbi.cpp");
+  return {decl->constants.begin(), decl->constants.end()};
 }
 
 namespace {
@@ -59,7 +66,6 @@ KernelInfo groupedGemmInfo(GroupedGemmSpec::Layout layout, bool tensorMaps = fal
           : layout == S::kNT   ? "grouped bf16 GEMM C = A B[e]^T over device-side group offsets (persistent)"
           : layout == S::kNN ? "grouped bf16 GEMM C = A B[e] over device-side group offsets (persistent)"
                              : "grouped bf16 GEMM C[e] = A_e^T B_e, K = group size (weight gradients)",
-          tensorMaps ? std::vector<std::string>{"E", "N", third, "pairs"} : std::vector<std::string>{"E", "N", third},
           [layout, third, tensorMaps](const KernelSpec& s) {
             std::string e = s.get("E") > 0 && s.get("E") <= 1024
                                 ? ""
@@ -89,7 +95,6 @@ const std::vector<KernelInfo>& registry() {
   static const std::vector<KernelInfo> kernels = {
       {SwigluSpec::kName,
        "SwiGLU forward over [M, 2I] gate|up rows, bf16, optional clamp",
-       {"I", "clamp_milli"},
        [](const KernelSpec& s) {
          std::string e = positiveMultiple("I", s.get("I"), SwigluSpec::kVector, "16-byte bf16 vectors");
          if (e.empty() && s.get("clamp_milli") < 0) e = "clamp_milli must be >= 0 (0 disables the clamp)";
@@ -100,7 +105,6 @@ const std::vector<KernelInfo>& registry() {
        }},
       {GemmNtSpec::kName,
        "one-expert bf16 GEMM C = A B^T through the MMA atom (64x128 tiles)",
-       {"N", "K"},
        [](const KernelSpec& s) {
          std::string e = positiveMultiple("N", s.get("N"), GemmNtSpec::kBlockN, "BLOCK_N");
          if (e.empty()) e = positiveMultiple("K", s.get("K"), GemmNtSpec::kBlockK, "BLOCK_K, one swizzled 128-byte row");
@@ -115,7 +119,6 @@ const std::vector<KernelInfo>& registry() {
       groupedGemmInfo(GroupedGemmSpec::kTN, /*tensorMaps=*/true),
       {DispatchPrologueSpec::kName,
        "routing tables on the device: per-expert counts all-gathered, pool offsets, each pick's pool row",
-       {"E", "topk", "ranks"},
        [](const KernelSpec& s) {
          const int64_t e = s.get("E"), topk = s.get("topk"), r = s.get("ranks");
          if (r < 1 || r > 8) return "ranks=" + std::to_string(r) + " must be 1..8";
@@ -130,7 +133,6 @@ const std::vector<KernelInfo>& registry() {
       {DispatchGemmSpec::kName,
        "fused dispatch + grouped GEMM: rows pushed to the owners, each tile starts once its rows arrived (NT + SwiGLU "
        "forward, NN dgrad, TN wgrad)",
-       {"E", "ranks", "topk", "H", "I", "clamp_milli", "layout", "save_h", "dedup"},
        [](const KernelSpec& s) {
          std::string e = validateFused(s);
          if (e.empty() && s.get("clamp_milli") < 0) e = "clamp_milli must be >= 0 (0 disables the clamp)";
@@ -149,7 +151,6 @@ const std::vector<KernelInfo>& registry() {
       {GemmCombineSpec::kName,
        "fused grouped GEMM + combine: rows stored at their home rank, then the top-k sum in fp32 (NT forward "
        "weighted, NN backward dx)",
-       {"E", "ranks", "topk", "H", "I", "layout"},
        [](const KernelSpec& s) {
          std::string e = validateFused(s);
          if (e.empty() && s.get("layout") != 0 && s.get("layout") != 1) e = "layout must be 0 (NT) or 1 (NN)";
@@ -162,7 +163,6 @@ const std::vector<KernelInfo>& registry() {
        }},
       {SwigluBwdSpec::kName,
        "SwiGLU backward per received row: dh over h, w * act over g, d topk weight to the home rank",
-       {"I", "clamp_milli"},
        [](const KernelSpec& s) {
          std::string e = positiveMultiple("I", s.get("I"), 8, "16-byte bf16 vectors");
          if (e.empty() && s.get("clamp_milli") < 0) e = "clamp_milli must be >= 0 (0 disables the clamp)";
@@ -173,7 +173,6 @@ const std::vector<KernelInfo>& registry() {
        }},
       {StageBeginSpec::kName,
        "start of a backward stage: zero the other parity's counters, then a rank barrier",
-       {"E", "ranks"},
        [](const KernelSpec& s) {
          const int64_t e = s.get("E"), r = s.get("ranks");
          if (r < 1 || r > 8) return "ranks=" + std::to_string(r) + " must be 1..8";
@@ -186,24 +185,20 @@ const std::vector<KernelInfo>& registry() {
        }},
       {EpochAdvanceSpec::kName,
        "advance the rank's epoch by one (launched last in a call; stream-ordered, graph-capturable)",
-       {},
        [](const KernelSpec&) { return std::string(); },
        [](mlir::MLIRContext& ctx, const KernelSpec&, Arch) { return buildEpochAdvance(ctx, EpochAdvanceSpec{}); }},
       {PingPongSpec::kName,
        "cross-rank ping-pong between ranks 0 and 1 through the symmetric heap",
-       {"rounds"},
        [](const KernelSpec& s) {
          return s.get("rounds") > 0 ? std::string() : "rounds=" + std::to_string(s.get("rounds")) + " must be > 0";
        },
        [](mlir::MLIRContext& ctx, const KernelSpec& s, Arch) { return buildPingPong(ctx, PingPongSpec{s.get("rounds")}); }},
       {AllToAllRowsSpec::kName,
        "all-to-all of bf16 rows [nranks][rows][H] through the symmetric heap, flag per source rank",
-       {"H"},
        [](const KernelSpec& s) { return positiveMultiple("H", s.get("H"), 8, "16-byte bf16 vectors"); },
        [](mlir::MLIRContext& ctx, const KernelSpec& s, Arch) { return buildAllToAllRows(ctx, AllToAllRowsSpec{s.get("H")}); }},
       {PeerStoreSpec::kName,
        "stream 16-byte chunks into a peer's heap (peer bandwidth benchmark)",
-       {},
        [](const KernelSpec&) { return std::string(); },
        [](mlir::MLIRContext& ctx, const KernelSpec&, Arch) { return buildPeerStore(ctx, PeerStoreSpec{}); }},
   };

@@ -8,9 +8,9 @@ using namespace dsl;
 
 mlir::OwningOpRef<mlir::ModuleOp> buildSwiglu(mlir::MLIRContext& ctx, const SwigluSpec& s) {
   Kernel k(ctx, SwigluSpec::kName, SwigluSpec::kBlockThreads);
-  GlobalPtr h = k.argPtr(Elem::bf16);    // [M, 2I]: gate | up
-  GlobalPtr out = k.argPtr(Elem::bf16);  // [M, I]
-  I32 rows = k.argI32();
+  GlobalPtr h = k.ptr("h", Elem::bf16);    // [M, 2I]: gate | up
+  GlobalPtr out = k.ptr("out", Elem::bf16);  // [M, I]
+  I32 rows = k.i32Arg("rows");
 
   const int64_t vectorsPerRow = s.intermediate / SwigluSpec::kVector;
   I32 v = k.blockIdx() * SwigluSpec::kBlockThreads + k.threadIdx();

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "compiler/abi/DeviceAbi.h"
 #include "megamoe/Error.h"
 #include "megamoe/MoeLayer.h"
 #include "megamoe/Runtime.h"
@@ -20,13 +21,15 @@ static_assert(MEGAMOE_BACKWARD_STAGE_COUNT == int(megamoe::BackwardStage::kCount
 static_assert(MEGAMOE_LEG_FUSED == int(megamoe::Leg::kFused) && MEGAMOE_LEG_COMM_ONLY == int(megamoe::Leg::kCommOnly) &&
                   MEGAMOE_LEG_GEMM_ONLY == int(megamoe::Leg::kGemmOnly),
               "megamoe.h legs mirror MoeLayer.h");
+static_assert(MEGAMOE_MAX_RANKS == megamoe::abi::kMaxRanks, "megamoe.h's rank bound mirrors DeviceAbi.h");
 
 struct megamoe_kernel {
   std::shared_ptr<const megamoe::Kernel> kernel;
 };
 
 struct megamoe_runtime {
-  std::unique_ptr<megamoe::Runtime> runtime;
+  // Shared with the layers created from it, which launch through it: destroying the handle drops this reference.
+  std::shared_ptr<megamoe::Runtime> runtime;
   std::mutex mutex;
   std::vector<std::unique_ptr<megamoe_kernel>> kernels;
 };
@@ -36,6 +39,7 @@ struct megamoe_heap {
 };
 
 struct megamoe_layer {
+  std::shared_ptr<megamoe::Runtime> runtime;  // outlives `layer` (declared first, destroyed last)
   std::unique_ptr<megamoe::MoeLayer> layer;
 };
 
@@ -75,7 +79,19 @@ void requireArg(const T* p, const char* what) {
 
 std::string orEmpty(const char* s) { return s ? s : ""; }
 
-megamoe::MoeLayerConfig toConfig(const megamoe_layer_config* c) {
+[[noreturn]] void invalid(const std::string& message) {
+  throw megamoe::Error(megamoe::ErrorCode::kInvalidArgument, message);
+}
+
+// A count of ranks, checked before any array of that many slots is read or written.
+void requireRankCount(size_t nranks) {
+  if (nranks < 1 || nranks > size_t(MEGAMOE_MAX_RANKS))
+    invalid("nranks=" + std::to_string(nranks) + " must be 1.." + std::to_string(MEGAMOE_MAX_RANKS) + " (one node)");
+}
+
+// The layer configuration for `ranks` ranks, checked in MoeLayer::validate's order (ranks, each field, their
+// products, then dtype: the C value, which MoeLayerConfig cannot hold).
+megamoe::MoeLayerConfig toConfig(const megamoe_layer_config* c, int ranks) {
   requireArg(c, "config");
   megamoe::MoeLayerConfig out;
   out.hidden = c->hidden;
@@ -87,10 +103,11 @@ megamoe::MoeLayerConfig toConfig(const megamoe_layer_config* c) {
   out.training = c->training != 0;
   out.dedupTokens = c->dedup_tokens != 0;
   out.smBudget = c->sm_budget;
+  out.dtype = megamoe::DType::kBf16;
+  if (auto e = megamoe::MoeLayer::validate(out, ranks); !e.empty()) invalid("MoE layer: " + e);
   if (c->dtype != MEGAMOE_DTYPE_BF16)
     throw megamoe::Error(megamoe::ErrorCode::kInvalidArgument,
                          "dtype=" + std::to_string(c->dtype) + " must be MEGAMOE_DTYPE_BF16: the kernels are bf16 only");
-  out.dtype = megamoe::DType::kBf16;
   return out;
 }
 
@@ -127,7 +144,7 @@ int megamoe_runtime_create(const char* backend, int device, megamoe_runtime** ou
     requireArg(out, "out");
     *out = nullptr;
     auto handle = std::make_unique<megamoe_runtime>();
-    handle->runtime = std::make_unique<megamoe::Runtime>(orEmpty(backend), device, megamoe::parseEnv());
+    handle->runtime = std::make_shared<megamoe::Runtime>(orEmpty(backend), device, megamoe::parseEnv());
     *out = handle.release();
   });
 }
@@ -188,6 +205,7 @@ int megamoe_launch(megamoe_runtime* runtime, const megamoe_kernel* kernel, const
     requireArg(runtime, "runtime");
     requireArg(kernel, "kernel");
     requireArg(dims, "dims");
+    requireArg(params, "params");
     megamoe::LaunchDims d;
     d.grid = {dims->grid[0], dims->grid[1], dims->grid[2]};
     d.block = {dims->block[0], dims->block[1], dims->block[2]};
@@ -228,13 +246,12 @@ int megamoe_heap_create_local(megamoe_runtime* const* runtimes, size_t nranks, c
   return guarded([&] {
     requireArg(out_heaps, "out_heaps");
     requireArg(runtimes, "runtimes");
-    for (size_t i = 0; i < nranks; ++i) out_heaps[i] = nullptr;
+    requireRankCount(nranks);
     std::vector<std::shared_ptr<megamoe::Device>> devices;
     for (size_t i = 0; i < nranks; ++i) {
-      requireArg(runtimes[i], "runtimes[i]");
+      requireArg(runtimes[i], ("runtimes[" + std::to_string(i) + "]").c_str());
       devices.push_back(runtimes[i]->runtime->device());
     }
-    if (nranks == 0) throw megamoe::Error(megamoe::ErrorCode::kInvalidArgument, "nranks must be at least 1");
     auto heaps = megamoe::SymmetricHeap::createSingleProcess(devices, toRegions(regions, region_count),
                                                              runtimes[0]->runtime->env());
     std::vector<std::unique_ptr<megamoe_heap>> handles;
@@ -280,10 +297,14 @@ int megamoe_layer_create(megamoe_runtime* runtime, const megamoe_layer_config* c
     requireArg(out, "out");
     *out = nullptr;
     requireArg(runtime, "runtime");
+    // The first violated constraint in a fixed order: the configuration and the ranks, the rank, then the path.
+    const megamoe::MoeLayerConfig checked = toConfig(config, nranks);
+    if (rank < 0 || rank >= nranks)
+      invalid("rank=" + std::to_string(rank) + " must be in [0, nranks=" + std::to_string(nranks) + ")");
     if (nranks > 1) requireArg(rendezvous_path, "rendezvous_path");
     auto handle = std::make_unique<megamoe_layer>();
-    handle->layer =
-        megamoe::MoeLayer::create(*runtime->runtime, toConfig(config), rank, nranks, orEmpty(rendezvous_path));
+    handle->runtime = runtime->runtime;
+    handle->layer = megamoe::MoeLayer::create(*runtime->runtime, checked, rank, nranks, orEmpty(rendezvous_path));
     *out = handle.release();
   });
 }
@@ -293,17 +314,18 @@ int megamoe_layer_create_local(megamoe_runtime* const* runtimes, size_t nranks, 
   return guarded([&] {
     requireArg(out_layers, "out_layers");
     requireArg(runtimes, "runtimes");
-    for (size_t i = 0; i < nranks; ++i) out_layers[i] = nullptr;
+    requireRankCount(nranks);
     std::vector<megamoe::Runtime*> rts;
     for (size_t i = 0; i < nranks; ++i) {
-      requireArg(runtimes[i], "runtimes[i]");
+      requireArg(runtimes[i], ("runtimes[" + std::to_string(i) + "]").c_str());
       rts.push_back(runtimes[i]->runtime.get());
     }
-    auto layers = megamoe::MoeLayer::createLocal(rts, toConfig(config));
+    auto layers = megamoe::MoeLayer::createLocal(rts, toConfig(config, int(nranks)));
     std::vector<std::unique_ptr<megamoe_layer>> handles;
-    for (auto& l : layers) {
+    for (size_t i = 0; i < nranks; ++i) {
       handles.push_back(std::make_unique<megamoe_layer>());
-      handles.back()->layer = std::move(l);
+      handles.back()->runtime = runtimes[i]->runtime;  // layer i launches through runtimes[i]
+      handles.back()->layer = std::move(layers[i]);
     }
     for (size_t i = 0; i < nranks; ++i) out_layers[i] = handles[i].release();
   });

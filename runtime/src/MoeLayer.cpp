@@ -5,6 +5,10 @@
 #include "megamoe/MoeLayer.h"
 
 #include <algorithm>
+#include <cstdio>
+#include <initializer_list>
+#include <limits>
+#include <optional>
 
 #include "megamoe/Error.h"
 #include "megamoe/Runtime.h"
@@ -28,6 +32,10 @@ std::string multipleOf(const char* what, int64_t value, int64_t of, const char* 
 }
 
 [[noreturn]] void invalid(const std::string& message) { throw Error(ErrorCode::kInvalidArgument, message); }
+
+// The most blocks the layer launches (one per SM of its budget; H200: 132, MI355X: 256) times the most threads a
+// block has (the hardware's limit): the stride of the kernels' grid-stride loops.
+constexpr int64_t kMaxGridBlocks = 1024, kMaxBlockThreads = 1024, kMaxGridThreads = kMaxGridBlocks * kMaxBlockThreads;
 
 // GroupedGemmSpec::Layout values (kernels/Kernels.h).
 constexpr int64_t kLayoutNT = 0, kLayoutNN = 1, kLayoutTN = 2;
@@ -57,13 +65,11 @@ struct Regions {
   }
 };
 
-// The most SMs a budget may name (no GPU of one node has more).
-constexpr int64_t kMaxSmBudget = 1024;
 // The SM budget's device-independent rules (MoeLayerConfig::smBudget); resolveSmBudget adds the device's.
 std::string smBudgetError(int64_t budget) {
-  if (budget < 0 || budget > kMaxSmBudget || budget % 2 != 0)
+  if (budget < 0 || budget > kMaxGridBlocks || budget % 2 != 0)
     return "sm_budget=" + std::to_string(budget) + " must be 0 (the default) or an even number of SMs up to " +
-           std::to_string(kMaxSmBudget) + " (the cluster-pair kernels launch whole pairs of blocks)";
+           std::to_string(kMaxGridBlocks) + " (the cluster-pair kernels launch whole pairs of blocks)";
   return "";
 }
 
@@ -86,29 +92,114 @@ int resolveSmBudget(const MoeLayerConfig& c, const RuntimeEnv& env, Device& devi
   return int(budget);
 }
 
+// Upper bounds of the configuration's fields. Each field is bounded before any product of fields is formed, so that
+// no product wraps around int64, and the bounds keep every i32 the kernels derive from a configuration in range.
+// H, I <= 2^16: the grouped GEMMs (128 x 128 tiles or wider) count tiles and pass row strides (up to 2I) in i32;
+// the largest tile count, the dW GEMMs' E/R * (H / 128) * (2I / 128), is then at most 2^10 * 2^9 * 2^10 = 2^29.
+constexpr int64_t kMaxHidden = int64_t(1) << 16, kMaxIntermediate = int64_t(1) << 16;
+constexpr int64_t kMaxExperts = 1024;  // the grouped GEMMs' shared tile table (kernels/Registry.cpp)
+constexpr int64_t kMaxTopk = 32;       // the combine and the dedup push unroll a loop over the picks of a token
+constexpr int64_t kMaxTokens = kMaxPicks - 1;   // a pick id t * topk + j keeps 24 bits in pool_src
+constexpr int64_t kMaxClampMilli = 1000000000;  // a clamp of 10^6: the field counts thousandths
+constexpr int64_t kInt32End = int64_t(1) << 31;  // the first value an i32 cannot hold
+// The i32 kernel arguments and loop bounds that follow from the bounds above (MoeLayer::forward, backward).
+static_assert(kMaxTokens < kInt32End, "tokens and recv_stride (= max_tokens) are i32 arguments");
+static_assert(abi::kMaxRanks * kMaxPicks < kInt32End, "pool_src = source rank * 2^24 + pick is an i32");
+static_assert(kMaxPicks + kMaxGridBlocks * 8 <= kInt32End, "swiglu_bwd: row r < 2^24 steps by rowGrid = grid * 8");
+static_assert(kMaxExperts * (kMaxHidden / 128) * (2 * kMaxIntermediate / 128) + kMaxGridThreads <= kInt32End,
+              "grouped GEMM tile indices step by at most the grid past the tile count");
+
+// a * b * ... when it fits int64 (and hence size_t on the 64-bit hosts the runtime builds for), else nullopt.
+std::optional<int64_t> product(std::initializer_list<int64_t> factors) {
+  int64_t p = 1;
+  for (int64_t f : factors)
+    if (__builtin_mul_overflow(p, f, &p)) return std::nullopt;
+  if (uint64_t(p) > std::numeric_limits<size_t>::max()) return std::nullopt;
+  return p;
+}
+
+std::string inRange(const char* what, int64_t value, int64_t lo, int64_t hi, const char* why) {
+  if (value >= lo && value <= hi) return "";
+  return std::string(what) + "=" + std::to_string(value) + " must be " + std::to_string(lo) + ".." +
+         std::to_string(hi) + " (" + why + ")";
+}
+
+// A device pointer the kernels access in loads and stores of `bytes` (0 passes: the null checks come first).
+void requireAligned(const char* call, const char* name, DevicePtr p, uint64_t bytes, const char* why) {
+  if (p % bytes == 0) return;
+  char hex[32];
+  std::snprintf(hex, sizeof hex, "0x%llx", static_cast<unsigned long long>(p));
+  invalid(std::string(call) + ": " + name + "=" + hex + " must be " + std::to_string(bytes) + "-byte aligned (" +
+          why + ")");
+}
+
+// validate() keeps the kernels' i32 grid-stride loops in range for grids of up to kMaxGridBlocks blocks.
+void requireGridInBounds(uint32_t grid) {
+  if (grid > kMaxGridBlocks)
+    throw Error(ErrorCode::kUnsupported, "the layer's grid of " + std::to_string(grid) + " blocks exceeds the " +
+                                             std::to_string(kMaxGridBlocks) +
+                                             " that MoeLayer::validate bounds the kernels' i32 indices for");
+}
+
 }  // namespace
 
 std::string MoeLayer::validate(const MoeLayerConfig& c, int ranks) {
+  // Each field on its own, in this order (the first violated one is named), then their products.
   if (ranks < 1 || ranks > abi::kMaxRanks)
     return "ranks=" + std::to_string(ranks) + " must be 1.." + std::to_string(abi::kMaxRanks) + " (one node)";
-  if (c.experts < 1 || c.experts > 1024 || c.experts % ranks != 0)
-    return "experts=" + std::to_string(c.experts) + " must be 1..1024 and a multiple of ranks=" + std::to_string(ranks);
-  if (c.topk < 1 || c.topk > c.experts) return "topk=" + std::to_string(c.topk) + " must be 1..experts";
+  if (c.experts < 1 || c.experts > kMaxExperts || c.experts % ranks != 0)
+    return "experts=" + std::to_string(c.experts) + " must be 1.." + std::to_string(kMaxExperts) +
+           " and a multiple of ranks=" + std::to_string(ranks);
+  if (c.topk < 1 || c.topk > std::min(c.experts, kMaxTopk))
+    return "topk=" + std::to_string(c.topk) + " must be 1..min(experts, " + std::to_string(kMaxTopk) + ")";
   if (auto e = multipleOf("hidden", c.hidden, 128, "the L2 tile width and the L1 K step"); !e.empty()) return e;
+  if (auto e = inRange("hidden", c.hidden, 128, kMaxHidden, "i32 tile counts and strides"); !e.empty()) return e;
   if (auto e = multipleOf("intermediate", c.intermediate, 128, "the gate|up halves of an L1 tile"); !e.empty())
     return e;
-  if (c.maxTokens < 1) return "max_tokens=" + std::to_string(c.maxTokens) + " must be >= 1";
-  if (poolRows(c, ranks) >= kMaxPicks)
-    return "ranks * max_tokens * topk = " + std::to_string(poolRows(c, ranks)) + " must be < 2^24 (pool row ids)";
-  if (c.maxTokens * (c.hidden / 8) >= (int64_t(1) << 31))
-    return "max_tokens * hidden / 8 must be < 2^31 (32-bit vector indices of the combine's weighted sum)";
-  if (c.swigluClampMilli < 0) return "swiglu_clamp_milli must be >= 0 (0 = no clamp)";
+  if (auto e = inRange("intermediate", c.intermediate, 128, kMaxIntermediate, "i32 tile counts and strides");
+      !e.empty())
+    return e;
+  if (auto e = inRange("max_tokens", c.maxTokens, 1, kMaxTokens, "2^24 - 1: pick ids keep 24 bits"); !e.empty())
+    return e;
+  if (auto e = inRange("swiglu_clamp_milli", c.swigluClampMilli, 0, kMaxClampMilli, "thousandths; 0 = no clamp");
+      !e.empty())
+    return e;
+  // The bounds above keep every product below far inside int64; each is still computed with an overflow check.
+  const auto rows = product({ranks, c.maxTokens, c.topk});
+  if (!rows || *rows >= kMaxPicks)
+    return "ranks * max_tokens * topk = " + (rows ? std::to_string(*rows) : std::string("(overflow)")) +
+           " must be < 2^24 (pool row ids)";
+  // grouped_gemm_combine's weighted sum runs i over [0, tokens * H / 8) in i32 steps of grid * block threads: its
+  // last i plus one stride must still fit an i32 (kernels/FusedMoe.cpp, the combine's step 3).
+  const auto vectors = product({c.maxTokens, c.hidden / 8});
+  if (!vectors || *vectors > kInt32End - kMaxGridThreads)
+    return "max_tokens * hidden / 8 = " + (vectors ? std::to_string(*vectors) : std::string("(overflow)")) +
+           " must be <= 2^31 - 2^20 (the combine's i32 vector index steps by up to " +
+           std::to_string(kMaxGridBlocks) + " blocks x " + std::to_string(kMaxBlockThreads) + " threads)";
+  // Every heap region and local buffer (heapRegions(), the constructor): the largest of each shape.
+  const struct {
+    const char* name;
+    std::optional<int64_t> bytes;
+  } sizes[] = {
+      {"moe.pool", product({*rows, c.hidden, kBf16})},
+      {"act", product({*rows, c.intermediate, kBf16})},
+      {"h", product({*rows, 2, c.intermediate, kBf16})},
+      {"moe.comb", product({c.maxTokens, c.topk, c.hidden, kBf16})},
+      {"moe.pool_src", product({*rows, 4})},
+      {"send_slot", product({c.maxTokens, c.topk, 4})},
+      {"moe.counts", product({2, ranks, c.experts, 4})},
+      {"dispatch_prologue scratch", product({4 + kPrologueBlocks * c.experts, 4})},
+  };
+  for (const auto& s : sizes)
+    if (!s.bytes) return std::string(s.name) + "'s size overflows 64 bits";
   if (c.dtype != DType::kBf16) return "dtype must be bf16: the kernels are generated for bf16 only";
   if (auto e = smBudgetError(c.smBudget); !e.empty()) return e;
   return "";
 }
 
 std::vector<RegionSpec> MoeLayer::heapRegions(const MoeLayerConfig& c, int ranks) {
+  // The sizes are products of the fields: free of overflow for a valid configuration only.
+  if (auto e = validate(c, ranks); !e.empty()) invalid("MoE layer: " + e);
   const uint64_t R = uint64_t(ranks), E = uint64_t(c.experts), local = E / R;
   return {
       {"moe.counts", 2 * R * E * 4, 16},                      // [2][R][E] i32: the all-gathered pick counts
@@ -343,8 +434,11 @@ void MoeLayer::forward(const ForwardArgs& a, StreamHandle stream) {
   if (!a.w1 || !a.w2) invalid("forward: w1 and w2 must not be null (every rank computes its experts)");
   if (a.tokens > 0 && (!a.x || !a.topkIdx || !a.topkWeights || !a.y))
     invalid("forward: x, topk_idx, topk_weights and y must not be null when tokens > 0");
-  for (DevicePtr p : {a.x, a.y, a.w1, a.w2})
-    if (p % 16 != 0) invalid("forward: x, y, w1 and w2 must be 16-byte aligned (16-byte vector accesses)");
+  for (const auto& [name, p] : {std::pair{"x", a.x}, {"y", a.y}, {"w1", a.w1}, {"w2", a.w2}})
+    requireAligned("forward", name, p, 16, "16-byte vector accesses");
+  requireAligned("forward", "topk_idx", a.topkIdx, 4, "i32 loads");
+  requireAligned("forward", "topk_weights", a.topkWeights, 4, "f32 loads");
+  requireGridInBounds(impl_->grid);
   heap_->requireUsable();
   Impl& m = *impl_;
   Regions& r = m.regions;
@@ -395,8 +489,13 @@ void MoeLayer::backward(const BackwardArgs& a, StreamHandle stream) {
   if (!a.w1 || !a.w2 || !a.dW1 || !a.dW2) invalid("backward: w1, w2, dW1 and dW2 must not be null");
   if (a.tokens > 0 && (!a.dy || !a.x || !a.topkIdx || !a.topkWeights || !a.dx || !a.dTopkWeights))
     invalid("backward: dy, x, topk_idx, topk_weights, dx and d_topk_weights must not be null when tokens > 0");
-  for (DevicePtr p : {a.dy, a.x, a.dx, a.w1, a.w2, a.dW1, a.dW2})
-    if (p % 16 != 0) invalid("backward: dy, x, dx, w1, w2, dW1 and dW2 must be 16-byte aligned");
+  for (const auto& [name, p] : {std::pair{"dy", a.dy}, {"x", a.x}, {"dx", a.dx}, {"w1", a.w1}, {"w2", a.w2},
+                                {"dW1", a.dW1}, {"dW2", a.dW2}})
+    requireAligned("backward", name, p, 16, "16-byte vector accesses");
+  requireAligned("backward", "topk_idx", a.topkIdx, 4, "i32 loads");
+  requireAligned("backward", "topk_weights", a.topkWeights, 4, "f32 loads");
+  requireAligned("backward", "d_topk_weights", a.dTopkWeights, 4, "f32 stores");
+  requireGridInBounds(m.grid);
   heap_->requireUsable();
   Regions& r = m.regions;
   const int64_t local = c.experts / ranks();

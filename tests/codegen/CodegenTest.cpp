@@ -322,8 +322,10 @@ TEST(Codegen, BulkStoreMovesWholeSixteenByteChunks) {
   mlir::DialectRegistry registry;
   registerAllDialects(registry);
   mlir::MLIRContext ctx(registry, mlir::MLIRContext::Threading::DISABLED);
-  dsl::Kernel k(ctx, "bulk_store_guard", 128);
-  dsl::GlobalPtr out = k.argPtr(dsl::Elem::bf16);
+  const megamoe::abi::KernelDecl decl{"bulk_store_guard", {}, {{"out", megamoe::abi::ArgKind::kPtr, megamoe::abi::Elem::kBf16}},
+                                      megamoe::abi::GridRule::kCovering};
+  dsl::Kernel k(ctx, decl, 128);
+  dsl::GlobalPtr out = k.ptr("out", dsl::Elem::bf16);
   dsl::SharedTile rows = k.dynamicSharedTile(dsl::Elem::bf16, 8, 64, 1);
   EXPECT_THROW(k.bulkStore(rows, k.i32(0), out, 8), std::invalid_argument);
   EXPECT_THROW(k.bulkStore(rows, k.i32(0), out, 0), std::invalid_argument);

@@ -185,7 +185,7 @@ int generate(const Args& a) {
       if (eq == std::string::npos) throw Usage("--spec expects NAME=VALUE pairs, got '" + kv + "'");
       given[kv.substr(0, eq)] = parseInt("--spec " + kv.substr(0, eq), kv.substr(eq + 1));
     }
-    for (const auto& name : info->constantNames) {
+    for (const auto& name : info->constantNames()) {
       if (!given.count(name)) throw Usage(info->name + " needs --spec " + name + "=...");
       spec.constants.push_back({name, given[name]});
       given.erase(name);
@@ -365,7 +365,7 @@ int main(int argc, char** argv) {
     if (a.command == "kernels") {
       for (const auto& k : kernels::registry()) {
         std::string names;
-        for (const auto& n : k.constantNames) names += (names.empty() ? "" : ",") + n + "=...";
+        for (const auto& n : k.constantNames()) names += (names.empty() ? "" : ",") + n + "=...";
         std::printf("%-12s --spec %-20s %s\n", k.name.c_str(), names.c_str(), k.summary.c_str());
       }
       return 0;

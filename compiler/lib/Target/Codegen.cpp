@@ -1,6 +1,8 @@
 // Codegen in process for both targets, plus the static facts over each object. See Codegen.h.
 #include "megamoe/Target/Codegen.h"
 
+#include "compiler/abi/KernelAbi.h"
+
 #include <dlfcn.h>
 #include <nvJitLink.h>
 #include <unistd.h>
@@ -334,6 +336,7 @@ std::string StaticFacts::json() const {
 std::string CompiledKernel::metadataJson() const {
   std::ostringstream o;
   o << "{\"symbol\":\"" << name << "\",\"block_threads\":" << blockThreads << ",\"shared_bytes\":" << dynamicSharedBytes
+    << ",\"signature\":\"" << signature << "\",\"abi_version\":" << abi::kKernelAbiVersion
     << ",\"compile_ms\":{\"lower\":" << lowerMs << ",\"optimize\":" << optimizeMs << ",\"codegen\":" << codegenMs
     << ",\"link\":" << linkMs << "},\"static\":" << facts.json() << "}";
   return o.str();
@@ -356,6 +359,7 @@ std::optional<CompiledKernel> compileKernel(mlir::ModuleOp source, const TargetO
     k.name = f.getName().str();
     if (auto t = f->getAttrOfType<mlir::IntegerAttr>("megamoe.block_threads")) k.blockThreads = t.getInt();
     if (auto s = f->getAttrOfType<mlir::IntegerAttr>("megamoe.dynamic_shared_bytes")) k.dynamicSharedBytes = s.getInt();
+    if (auto sig = f->getAttrOfType<mlir::StringAttr>("megamoe.signature")) k.signature = sig.str();
   });
   module->walk([&](MmaTileOp) { k.facts.expectsMma = true; });
   if (k.name.empty()) {

@@ -8,6 +8,8 @@
 // Layouts (bf16 unless said): x [tokens, H]; topk_idx int32 [tokens, topk] (-1 = no expert; rank r owns experts
 // [r * E/R, (r + 1) * E/R)); topk_weights fp32 [tokens, topk]; w1 [E/R, 2I, H] (rows [0, I) gate, [I, 2I) up);
 // w2 [E/R, H, I]; y [tokens, H]. Token counts may differ between ranks and calls (0 .. max_tokens).
+// Lifetimes: a layer uses its Runtime for every launch, so the Runtime must outlive it (the C ABI's handles keep
+// it alive for the caller, see megamoe.h); the layer owns its heap. Streams: see forward().
 #pragma once
 #include <array>
 #include <cstdint>
@@ -89,9 +91,12 @@ struct BackwardArgs {
 
 class MoeLayer {
  public:
-  // "" when the layer can be built for `ranks` ranks; else the violated constraint.
+  // "" when the layer can be built for `ranks` ranks; else the first violated constraint (field, value, bound):
+  // ranks, then each field on its own (experts, topk, hidden, intermediate, max_tokens, swiglu_clamp_milli), then
+  // their products (pool rows < 2^24, the i32 indices the kernels derive, the buffer sizes), then dtype.
   static std::string validate(const MoeLayerConfig& config, int ranks);
-  // The heap regions every rank allocates (same list on every rank).
+  // The heap regions every rank allocates (same list on every rank). Throws Error(kInvalidArgument) for a
+  // configuration that fails validate().
   static std::vector<RegionSpec> heapRegions(const MoeLayerConfig& config, int ranks);
   // The kernels a layer loads, as cache keys without target/options (the list megamoe-cache must generate; the
   // codegen tier checks it against kernels::layerKernels).
@@ -118,13 +123,19 @@ class MoeLayer {
   SymmetricHeap& heap() { return *heap_; }
 
   // Enqueues one forward on `stream` (capturable in a graph). Host-visible bad input (a null pointer, tokens out
-  // of [0, max_tokens]) throws Error(kInvalidArgument) naming the constraint before anything is enqueued; an expert
-  // index outside [-1, E) is seen on the device: it sets the rank's error record (kBadIndex), the later kernels of
-  // the call write nothing, and the peers' waits end in a bounded timeout.
+  // of [0, max_tokens], x / y / w1 / w2 not 16-byte or topk_idx / topk_weights not 4-byte aligned) throws
+  // Error(kInvalidArgument) naming the argument before anything is enqueued; an expert index outside [-1, E) is
+  // seen on the device: it sets the rank's error record (kBadIndex), the later kernels of the call write nothing,
+  // and the peers' waits end in a bounded timeout.
+  // Returning means enqueued, not done: a device error recorded by this call (or an earlier one) surfaces only at
+  // checkErrors(); until then calls keep returning normally. Every call of one layer (forward, backward, the stage
+  // times, checkErrors) must be ordered on one stream, or by the caller across streams: the next call reuses the
+  // layer's buffers without a host synchronisation, and calls on unordered streams race on them (not detected).
   void forward(const ForwardArgs& args, StreamHandle stream);
 
-  // Enqueues the backward of the last forward (config.training must be set). Throws Error(kInvalidArgument) when
-  // there was no forward, tokens differ from it, or a pointer is null; nothing is enqueued then.
+  // Enqueues the backward of the last forward (config.training must be set), on the forward's stream (as above).
+  // Throws Error(kInvalidArgument) when there was no forward, tokens differ from it, or a pointer is null or
+  // misaligned (16 bytes; topk_idx, topk_weights and d_topk_weights 4 bytes); nothing is enqueued then.
   void backward(const BackwardArgs& args, StreamHandle stream);
 
   // Legs of the fused operators, forward and backward (the backward's dispatches take `dispatch`).

@@ -1,6 +1,16 @@
 /* C ABI of the megamoe runtime, for C, ctypes and Rust FFI: opaque handles, plain structs of fixed-width
  * integers, and an int status from every function (0 = MEGAMOE_OK). After a failure, megamoe_last_error() returns
- * the message on the calling thread; every call clears it first, so after a success it is "". */
+ * the message on the calling thread; every call clears it first, so after a success it is "".
+ *
+ * Handles and lifetimes. Every *_destroy accepts NULL; destroying a handle twice, or using one after its destroy,
+ * is undefined (nothing can detect it), except as said here:
+ *   - a layer keeps its runtime alive: megamoe_runtime_destroy drops the caller's reference only, and a layer
+ *     created from the runtime (megamoe_layer_create, _create_local) stays usable until megamoe_layer_destroy;
+ *   - a heap does not need its runtime: it stays valid after megamoe_runtime_destroy;
+ *   - a kernel (megamoe_kernel_load) belongs to its runtime and is invalid once the runtime is destroyed.
+ * Device work is asynchronous: a call that enqueues kernels (megamoe_launch, megamoe_layer_forward, _backward)
+ * returns MEGAMOE_OK once they are enqueued, even when a kernel then records a device error; the error surfaces at
+ * the next megamoe_check_errors / megamoe_layer_check_errors. */
 #ifndef MEGAMOE_MEGAMOE_H
 #define MEGAMOE_MEGAMOE_H
 
@@ -31,6 +41,9 @@ extern "C" {
 #define MEGAMOE_ERROR_INVALID_ENV 10
 #define MEGAMOE_ERROR_UNSUPPORTED 11
 #define MEGAMOE_ERROR_INTERNAL 12
+
+/* Most ranks (GPUs of one node) a heap or a layer spans: the bound of every nranks. */
+#define MEGAMOE_MAX_RANKS 8
 
 typedef struct megamoe_runtime megamoe_runtime; /* one device */
 typedef struct megamoe_kernel megamoe_kernel;   /* owned by its runtime; valid until the runtime is destroyed */
@@ -70,7 +83,8 @@ MEGAMOE_API const char* megamoe_status_name(int status);
 
 /* backend: "cuda", "hip", or NULL/"auto" (MEGAMOE_BACKEND, else CUDA then HIP). */
 MEGAMOE_API int megamoe_runtime_create(const char* backend, int device, megamoe_runtime** out);
-/* NULL is accepted. Kernels of the runtime become invalid; heaps stay valid. */
+/* NULL is accepted. Kernels of the runtime become invalid; heaps stay valid; layers keep the runtime alive (the
+ * device and its loaded kernels) until the last of them is destroyed. */
 MEGAMOE_API int megamoe_runtime_destroy(megamoe_runtime* runtime);
 MEGAMOE_API int megamoe_device_count(const char* backend, int* count);
 
@@ -78,9 +92,10 @@ MEGAMOE_API int megamoe_device_count(const char* backend, int* count);
  * MEGAMOE_ERROR_KERNEL_NOT_FOUND naming the key, the cache and generate_hint (the command that builds it). */
 MEGAMOE_API int megamoe_kernel_load(megamoe_runtime* runtime, const megamoe_kernel_key* key,
                                     const char* generate_hint, megamoe_kernel** out);
+/* block_threads and shared_bytes may each be NULL (not wanted). */
 MEGAMOE_API int megamoe_kernel_info(const megamoe_kernel* kernel, int* block_threads, int* shared_bytes);
 
-/* params: the usual array of pointers to each argument. heap may be NULL; a heap that saw a device error refuses
+/* params: the usual array of pointers to each argument (never NULL). heap may be NULL; a heap that saw a device error refuses
  * (MEGAMOE_ERROR_HEAP_UNUSABLE). stream: the native stream handle, NULL for the default stream. */
 MEGAMOE_API int megamoe_launch(megamoe_runtime* runtime, const megamoe_kernel* kernel,
                                const megamoe_launch_dims* dims, void* stream, void** params,
@@ -95,7 +110,8 @@ MEGAMOE_API int megamoe_tensor_map_bf16(megamoe_runtime* runtime, uint64_t base,
 /* One process per GPU: this process is `rank` of `nranks`; all meet at rendezvous_path (ignored when nranks is 1). */
 MEGAMOE_API int megamoe_heap_create(megamoe_runtime* runtime, const megamoe_region_spec* regions, size_t region_count,
                                     int rank, int nranks, const char* rendezvous_path, megamoe_heap** out);
-/* One process drives all GPUs: heap i (rank i) on runtimes[i]'s device; out_heaps has nranks slots. */
+/* One process drives all GPUs: heap i (rank i) on runtimes[i]'s device; nranks is 1..MEGAMOE_MAX_RANKS, runtimes
+ * and out_heaps have nranks slots. out_heaps is written on success only. */
 MEGAMOE_API int megamoe_heap_create_local(megamoe_runtime* const* runtimes, size_t nranks,
                                           const megamoe_region_spec* regions, size_t region_count,
                                           megamoe_heap** out_heaps);
@@ -149,19 +165,25 @@ typedef struct megamoe_layer_config {
 MEGAMOE_API int megamoe_tensor_map_bf16(megamoe_runtime* runtime, uint64_t base, int rank, const uint64_t* dims,
                                         const uint64_t* strides, const uint32_t* box, void* out128);
 
-/* One process per GPU: this process is `rank` of `nranks`; all meet at rendezvous_path. */
+/* One process per GPU: this process is `rank` of `nranks`; all meet at rendezvous_path (may be NULL when nranks
+ * is 1). An invalid call names its first violated constraint, in this order: the configuration with nranks (as
+ * MoeLayer::validate), rank, rendezvous_path. */
 MEGAMOE_API int megamoe_layer_create(megamoe_runtime* runtime, const megamoe_layer_config* config, int rank,
                                      int nranks, const char* rendezvous_path, megamoe_layer** out);
-/* One process drives all GPUs: layer i (rank i) on runtimes[i]'s device; out_layers has nranks slots. */
+/* One process drives all GPUs: layer i (rank i) on runtimes[i]'s device; nranks is 1..MEGAMOE_MAX_RANKS, runtimes
+ * and out_layers have nranks slots. out_layers is written on success only. */
 MEGAMOE_API int megamoe_layer_create_local(megamoe_runtime* const* runtimes, size_t nranks,
                                            const megamoe_layer_config* config, megamoe_layer** out_layers);
 /* NULL is accepted. */
 MEGAMOE_API int megamoe_layer_destroy(megamoe_layer* layer);
-/* Device addresses; y [tokens, hidden] bf16 is written. Nothing is synchronised; stream NULL = default stream. */
+/* Device addresses; y [tokens, hidden] bf16 is written. Nothing is synchronised; stream NULL = default stream.
+ * x, y, w1, w2 are 16-byte aligned, topk_idx and topk_weights 4-byte aligned. Every call of one layer (forward,
+ * backward, stage times, check_errors) must be ordered on one stream, or the caller orders the streams: the layer's
+ * buffers are reused by the next call without a host synchronisation. MEGAMOE_OK means enqueued (see above). */
 MEGAMOE_API int megamoe_layer_forward(megamoe_layer* layer, uint64_t x, int64_t tokens, uint64_t topk_idx,
                                       uint64_t topk_weights, uint64_t w1, uint64_t w2, uint64_t y, void* stream);
 /* The backward of the last forward (training layers): dx [tokens, hidden] bf16, d_topk_weights fp32 [tokens, topk],
- * dW1 / dW2 in w1's / w2's layouts. */
+ * dW1 / dW2 in w1's / w2's layouts. Alignment and stream ordering as the forward's; d_topk_weights 4-byte aligned. */
 MEGAMOE_API int megamoe_layer_backward(megamoe_layer* layer, uint64_t dy, uint64_t x, int64_t tokens, uint64_t topk_idx,
                                        uint64_t topk_weights, uint64_t w1, uint64_t w2, uint64_t dx,
                                        uint64_t d_topk_weights, uint64_t dw1, uint64_t dw2, void* stream);

@@ -1,11 +1,17 @@
 // MoeLayer's host side without a GPU: the configuration constraints, the heap regions every rank allocates, the
-// kernels it loads, and the C ABI's argument checks. The forward itself runs in tests/gpu/LayerTest.cpp.
+// kernels it loads, and the argument checks of forward and backward (a layer on the fake HIP device, its kernels
+// stand-ins). The forward itself runs in tests/gpu/LayerTest.cpp.
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <string>
 
+#include "FakeLayerKernels.h"
+#include "TestSupport.h"
+#include "megamoe/Error.h"
 #include "megamoe/HeapLayout.h"
 #include "megamoe/MoeLayer.h"
+#include "megamoe/Runtime.h"
 
 namespace megamoe {
 namespace {
@@ -87,6 +93,126 @@ TEST(MoeLayer, LoadsTheForwardKernelsAndForTrainingTheBackwardOnes) {
   ASSERT_EQ(dedupSpecs.size(), backward.size());
   EXPECT_EQ(dedupSpecs[1].second.back(), (std::pair<std::string, int64_t>{"dedup", 1}));
   for (size_t i = 2; i < dedupSpecs.size(); ++i) EXPECT_EQ(dedupSpecs[i], backward[i]) << dedupSpecs[i].first;
+}
+
+// Hardening item 2: every field has an upper bound, checked before any product of fields is formed (these wrapped
+// around int64 and passed: 2^62 + 1 tokens x topk 4 made 4 picks).
+TEST(MoeLayer, EveryFieldIsBoundedBeforeItsProducts) {
+  struct Case {
+    MoeLayerConfig config;
+    int ranks;
+    const char* names;
+  };
+  const int64_t huge = int64_t(1) << 62;
+  const Case cases[] = {
+      {{512, 256, 16, 4, huge + 1, 0}, 1, "max_tokens=4611686018427387905"},
+      {{512, huge, 16, 4, 64, 0}, 1, "intermediate=4611686018427387904"},
+      {{huge, 256, 16, 4, 64, 0}, 1, "hidden=4611686018427387904"},
+      {{65536 + 128, 256, 16, 4, 64, 0}, 1, "hidden=65664"},
+      {{512, 65536 + 128, 16, 4, 64, 0}, 1, "intermediate=65664"},
+      {{512, 256, 64, 33, 64, 0}, 1, "topk=33"},
+      {{512, 256, 1025, 4, 64, 0}, 1, "experts=1025"},
+      {{512, 256, 16, 1, int64_t(1) << 24, 0}, 1, "max_tokens=16777216"},
+      {{512, 256, 16, 4, 64, 1000000001}, 1, "swiglu_clamp_milli=1000000001"},
+      {{-1, -1, -1, -1, -1, -1}, 1, "experts=-1"},  // an uninitialised config: the first field in check order
+  };
+  for (const Case& c : cases) {
+    const std::string error = MoeLayer::validate(c.config, c.ranks);
+    EXPECT_NE(error.find(c.names), std::string::npos) << "expected '" << c.names << "' in: " << error;
+  }
+  // Each bound itself is allowed.
+  EXPECT_EQ(MoeLayer::validate({65536, 65536, 16, 4, 64, 0}, 1), "");
+  EXPECT_EQ(MoeLayer::validate({512, 256, 32, 32, 64, 1000000000}, 1), "");
+  EXPECT_EQ(MoeLayer::validate({128, 128, 1024, 1, (int64_t(1) << 24) - 1, 0}, 1), "");
+  // A heap layout is never computed from a configuration that fails validation.
+  EXPECT_THROW(MoeLayer::heapRegions({512, 256, 16, 4, huge + 1, 0}, 1), Error);
+}
+
+// Hardening item 13: the combine's weighted sum steps a 32-bit index i over [0, max_tokens * hidden / 8) by grid x
+// block threads (at most 2^20): the last i + stride must still fit. hidden 2048 is 256 vectors a token.
+TEST(MoeLayer, CombineIndexFitsInt32AtTheEdge) {
+  const int64_t edge = ((int64_t(1) << 31) - (int64_t(1) << 20)) / 256;  // 8384512 tokens
+  EXPECT_EQ(MoeLayer::validate({2048, 128, 1, 1, edge, 0}, 1), "");
+  const std::string error = MoeLayer::validate({2048, 128, 1, 1, edge + 1, 0}, 1);
+  EXPECT_NE(error.find("max_tokens * hidden / 8 = 2146435328"), std::string::npos) << error;
+  EXPECT_NE(error.find("2^31 - 2^20"), std::string::npos) << error;
+}
+
+void expectInvalid(const std::function<void()>& call, const std::string& names) {
+  try {
+    call();
+    ADD_FAILURE() << "no error; expected one naming '" << names << "'";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument) << e.what();
+    EXPECT_NE(std::string(e.what()).find(names), std::string::npos) << e.what();
+  }
+}
+
+// A training layer of one rank on the fake HIP device (mode A), its kernels stand-ins that record their launch.
+class MoeLayerOnFakeHip : public ::testing::Test {
+ protected:
+  static MoeLayerConfig config() {
+    MoeLayerConfig c{512, 256, 16, 4, 64, 0};
+    c.training = true;
+    return c;
+  }
+  void SetUp() override {
+    RuntimeEnv env = parseEnv();
+    env.hipLibrary = test::FakeHip::path();
+    env.cacheDir = dir.path();
+    runtime = std::make_unique<Runtime>(BackendKind::kHip, 0, env);
+    test::storeFakeLayerKernels(dir.path(), config(), 1);
+    layer = std::move(MoeLayer::createLocal({runtime.get()}, config()).at(0));
+  }
+  // Device addresses are never dereferenced by the stand-ins: any aligned values do.
+  static ForwardArgs forwardArgs() { return {0x10000, 4, 0x20000, 0x30000, 0x40000, 0x50000, 0x60000}; }
+  static BackwardArgs backwardArgs() {
+    return {0x70000, 0x10000, 4, 0x20000, 0x30000, 0x40000, 0x50000, 0x80000, 0x90000, 0xa0000, 0xb0000};
+  }
+  test::TempDir dir;
+  std::unique_ptr<Runtime> runtime;
+  std::unique_ptr<MoeLayer> layer;
+};
+
+// Hardening item 10: the routing arrays are read as i32 / f32 (kernels/DispatchPrologue.cpp, FusedMoe.cpp): a
+// misaligned one is an invalid argument naming it, not a device fault; nothing is launched.
+TEST_F(MoeLayerOnFakeHip, MisalignedRoutingArraysAreRefusedByName) {
+  layer->forward(forwardArgs(), nullptr);
+  const int launches = test::FakeHip::get().launchCount();
+  ForwardArgs f = forwardArgs();
+  f.topkIdx += 2;
+  expectInvalid([&] { layer->forward(f, nullptr); }, "forward: topk_idx=0x20002 must be 4-byte aligned");
+  f = forwardArgs();
+  f.topkWeights += 1;
+  expectInvalid([&] { layer->forward(f, nullptr); }, "forward: topk_weights=0x30001 must be 4-byte aligned");
+  BackwardArgs b = backwardArgs();
+  b.dTopkWeights += 2;
+  expectInvalid([&] { layer->backward(b, nullptr); }, "backward: d_topk_weights=0x90002 must be 4-byte aligned");
+  b = backwardArgs();
+  b.topkIdx += 3;
+  expectInvalid([&] { layer->backward(b, nullptr); }, "backward: topk_idx=0x20003 must be 4-byte aligned");
+  b = backwardArgs();
+  b.topkWeights += 2;
+  expectInvalid([&] { layer->backward(b, nullptr); }, "backward: topk_weights=0x30002 must be 4-byte aligned");
+  EXPECT_EQ(test::FakeHip::get().launchCount(), launches) << "nothing may be enqueued";
+  layer->backward(backwardArgs(), nullptr);  // the aligned call still goes through
+  EXPECT_GT(test::FakeHip::get().launchCount(), launches);
+}
+
+// The 16-byte checks name the argument too.
+TEST_F(MoeLayerOnFakeHip, ForwardChecksNameTheArgument) {
+  ForwardArgs f = forwardArgs();
+  f.w2 += 8;
+  expectInvalid([&] { layer->forward(f, nullptr); }, "forward: w2=0x50008 must be 16-byte aligned");
+  f = forwardArgs();
+  f.tokens = 65;
+  expectInvalid([&] { layer->forward(f, nullptr); }, "tokens=65 must be in [0, max_tokens=64]");
+  const int launches = test::FakeHip::get().launchCount();
+  layer->forward(forwardArgs(), nullptr);
+  FakeHipLaunch prologue{};
+  test::FakeHip::get().launch(launches, &prologue);
+  EXPECT_STREQ(prologue.name, "dispatch_prologue");
+  EXPECT_EQ(prologue.params[1], 0x20000u);  // topk_idx
 }
 
 }  // namespace

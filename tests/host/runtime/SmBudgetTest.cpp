@@ -1,6 +1,6 @@
 // The layer's SM budget (MoeLayerConfig::smBudget, MEGAMOE_SM_BUDGET) on the fake HIP backend (256 compute units):
 // its validation, its default for ranks that share a device, and that every persistent kernel of a forward and a
-// backward launches at most the budget's blocks. The layer's kernels are fake ones stored under the real names.
+// backward launches at most the budget's blocks. The layer's kernels are stand-ins (FakeLayerKernels.h).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -8,10 +8,9 @@
 #include <string>
 #include <vector>
 
+#include "FakeLayerKernels.h"
 #include "TestSupport.h"
-#include "compiler/cache/KernelCache.h"
 #include "megamoe/Error.h"
-#include "megamoe/KernelLoader.h"
 #include "megamoe/MoeLayer.h"
 #include "megamoe/Runtime.h"
 
@@ -72,14 +71,7 @@ class SmBudgetOnFakeHip : public ::testing::Test {
     });
     env.hipLibrary = test::FakeHip::path();
     env.cacheDir = dir.path();
-    for (const auto& [name, spec] : MoeLayer::kernelSpecs(config, nranks)) {
-      cache::KernelKey key{name, spec, "gfx950", defaultTargetOptions("gfx950"), "fp"};
-      const std::string image = "FAKEHIP\n" + name + " 1\n";  // records the first argument only
-      std::vector<uint8_t> bytes(image.begin(), image.end());
-      bytes.push_back(0);
-      cache::KernelCache(dir.path())
-          .store(key, bytes, R"({"symbol":")" + name + R"(","block_threads":128,"shared_bytes":0})");
-    }
+    test::storeFakeLayerKernels(dir.path(), config, nranks);
     runtimes.clear();
     for (int r = 0; r < nranks; ++r) runtimes.push_back(std::make_unique<Runtime>(BackendKind::kHip, 0, env));
     std::vector<Runtime*> raw;

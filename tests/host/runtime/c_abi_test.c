@@ -140,11 +140,45 @@ int main(void) {
     CHECK_STATUS(megamoe_runtime_destroy(second), MEGAMOE_OK);
   }
 
+  { /* Hardening item 9: the rank count is checked before anything is written; on an error nothing is. */
+    megamoe_runtime* many[MEGAMOE_MAX_RANKS + 1];
+    megamoe_heap* heaps[MEGAMOE_MAX_RANKS + 1];
+    megamoe_layer* layers[MEGAMOE_MAX_RANKS + 1];
+    megamoe_region_spec regions[1] = {{"flags", 64, 64}};
+    megamoe_layer_config good = {512, 256, 16, 4, 64, 0, 0, MEGAMOE_DTYPE_BF16, 0, 0};
+    const size_t counts[3] = {(size_t)-1, 0, MEGAMOE_MAX_RANKS + 1};
+    size_t c, i;
+    for (i = 0; i <= MEGAMOE_MAX_RANKS; ++i) many[i] = runtime;
+    for (c = 0; c < 3; ++c) {
+      int untouched = 1;
+      for (i = 0; i <= MEGAMOE_MAX_RANKS; ++i) {
+        heaps[i] = (megamoe_heap*)8;
+        layers[i] = (megamoe_layer*)8;
+      }
+      CHECK_STATUS(megamoe_heap_create_local(many, counts[c], regions, 1, heaps), MEGAMOE_ERROR_INVALID_ARGUMENT);
+      CHECK(contains(megamoe_last_error(), "nranks="));
+      CHECK_STATUS(megamoe_layer_create_local(many, counts[c], &good, layers), MEGAMOE_ERROR_INVALID_ARGUMENT);
+      CHECK(contains(megamoe_last_error(), "nranks="));
+      for (i = 0; i <= MEGAMOE_MAX_RANKS; ++i) untouched &= heaps[i] == (megamoe_heap*)8 && layers[i] == (megamoe_layer*)8;
+      CHECK(untouched);
+    }
+    many[1] = NULL;
+    CHECK_STATUS(megamoe_heap_create_local(many, 2, regions, 1, heaps), MEGAMOE_ERROR_INVALID_ARGUMENT);
+    CHECK(contains(megamoe_last_error(), "runtimes[1] must not be NULL"));
+    CHECK(heaps[0] == (megamoe_heap*)8);
+    CHECK_STATUS(megamoe_layer_create_local(many, 2, &good, layers), MEGAMOE_ERROR_INVALID_ARGUMENT);
+    CHECK(contains(megamoe_last_error(), "runtimes[1] must not be NULL"));
+    CHECK(layers[0] == (megamoe_layer*)8);
+    CHECK_STATUS(megamoe_layer_create_local(many, 1, NULL, layers), MEGAMOE_ERROR_INVALID_ARGUMENT);
+    CHECK(contains(megamoe_last_error(), "config must not be NULL"));
+  }
+
   { /* The layer: bad configurations name the constraint; an empty cache names the command that fills it. */
     megamoe_layer* layer = (megamoe_layer*)1;
     megamoe_layer_config bad = {7100, 2048, 256, 8, 8192, 0, 0, MEGAMOE_DTYPE_BF16, 0, 0};
     megamoe_layer_config good = {512, 256, 16, 4, 64, 0, 1, MEGAMOE_DTYPE_BF16, 1, 0};
     megamoe_layer_config fp8 = {512, 256, 16, 4, 64, 0, 1, 7, 0, 0};
+    megamoe_layer_config garbage, wraps;
     float ms[MEGAMOE_STAGE_COUNT];
     CHECK_STATUS(megamoe_layer_create(NULL, &good, 0, 1, NULL, &layer), MEGAMOE_ERROR_INVALID_ARGUMENT);
     CHECK(layer == NULL);
@@ -155,6 +189,34 @@ int main(void) {
     CHECK_STATUS(megamoe_layer_create(runtime, &good, 0, 1, NULL, &layer), MEGAMOE_ERROR_KERNEL_NOT_FOUND);
     CHECK(contains(megamoe_last_error(), "megamoe-cache generate --kernel dispatch_prologue"));
     CHECK(layer == NULL);
+    /* Hardening item 2: an uninitialised config names its first field in check order; products of fields that
+     * wrap around int64 are refused by the fields' bounds (they used to pass, down to the kernel lookup). */
+    memset(&garbage, 0xff, sizeof garbage);
+    CHECK_STATUS(megamoe_layer_create(runtime, &garbage, 0, 1, NULL, &layer), MEGAMOE_ERROR_INVALID_ARGUMENT);
+    CHECK(contains(megamoe_last_error(), "experts=-1"));
+    memset(&garbage, 0x7f, sizeof garbage);
+    CHECK_STATUS(megamoe_layer_create(runtime, &garbage, 0, 1, NULL, &layer), MEGAMOE_ERROR_INVALID_ARGUMENT);
+    CHECK(contains(megamoe_last_error(), "experts=9187201950435737471"));
+    wraps = good;
+    wraps.max_tokens = ((int64_t)1 << 62) + 1;
+    CHECK_STATUS(megamoe_layer_create(runtime, &wraps, 0, 1, NULL, &layer), MEGAMOE_ERROR_INVALID_ARGUMENT);
+    CHECK(contains(megamoe_last_error(), "max_tokens=4611686018427387905"));
+    wraps = good;
+    wraps.intermediate = (int64_t)1 << 62;
+    CHECK_STATUS(megamoe_layer_create(runtime, &wraps, 0, 1, NULL, &layer), MEGAMOE_ERROR_INVALID_ARGUMENT);
+    CHECK(contains(megamoe_last_error(), "intermediate=4611686018427387904"));
+    CHECK(layer == NULL);
+    /* Hardening item 17: the config and the ranks are checked before the rendezvous path. */
+    CHECK_STATUS(megamoe_layer_create(runtime, &good, 0, 9, NULL, &layer), MEGAMOE_ERROR_INVALID_ARGUMENT);
+    CHECK(contains(megamoe_last_error(), "ranks=9"));
+    wraps = good;
+    wraps.experts = 3;
+    CHECK_STATUS(megamoe_layer_create(runtime, &wraps, 0, 2, NULL, &layer), MEGAMOE_ERROR_INVALID_ARGUMENT);
+    CHECK(contains(megamoe_last_error(), "experts=3"));
+    CHECK_STATUS(megamoe_layer_create(runtime, &good, 2, 2, NULL, &layer), MEGAMOE_ERROR_INVALID_ARGUMENT);
+    CHECK(contains(megamoe_last_error(), "rank=2 must be in [0, nranks=2)"));
+    CHECK_STATUS(megamoe_layer_create(runtime, &good, 0, 2, NULL, &layer), MEGAMOE_ERROR_INVALID_ARGUMENT);
+    CHECK(contains(megamoe_last_error(), "rendezvous_path must not be NULL"));
     CHECK_STATUS(megamoe_layer_forward(NULL, 0, 0, 0, 0, 0, 0, 0, NULL), MEGAMOE_ERROR_INVALID_ARGUMENT);
     CHECK_STATUS(megamoe_layer_set_legs(NULL, 0, 0), MEGAMOE_ERROR_INVALID_ARGUMENT);
     CHECK_STATUS(megamoe_layer_stage_ms(NULL, ms), MEGAMOE_ERROR_INVALID_ARGUMENT);

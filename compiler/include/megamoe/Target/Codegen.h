@@ -35,12 +35,14 @@ struct CompiledKernel {
   std::string name;              // kernel name (DSL), also the code object's symbol
   int64_t blockThreads = 0;
   int64_t dynamicSharedBytes = 0;
+  std::string signature;         // the declaration's signature hash (compiler/abi/KernelAbi.h)
   std::vector<uint8_t> binary;   // cubin or HSACO
   std::string assembly;          // PTX or AMDGCN assembly (for static checks and lit-style inspection)
   StaticFacts facts;
   double lowerMs = 0, optimizeMs = 0, codegenMs = 0, linkMs = 0;
   double totalMs() const { return lowerMs + optimizeMs + codegenMs + linkMs; }
-  // JSON the cache stores beside the binary; the runtime reads symbol, block_threads, shared_bytes.
+  // JSON the cache stores beside the binary; the runtime reads symbol, block_threads, shared_bytes and checks
+  // signature and abi_version against its own declaration of the kernel.
   std::string metadataJson() const;
 };
 

@@ -1,0 +1,121 @@
+// Every kernel's declaration (KernelAbi.h). kernels/Kernels.h says what each argument means.
+#include "compiler/abi/KernelAbi.h"
+
+#include <cstdio>
+
+namespace megamoe::abi {
+namespace {
+
+// Shorthands for the table below.
+constexpr ArgDecl ctx{"ctx", ArgKind::kContext};
+constexpr ArgDecl bf16(std::string_view n) { return {n, ArgKind::kPtr, Elem::kBf16}; }
+constexpr ArgDecl f32(std::string_view n) { return {n, ArgKind::kPtr, Elem::kF32}; }
+constexpr ArgDecl i32p(std::string_view n) { return {n, ArgKind::kPtr, Elem::kI32}; }
+constexpr ArgDecl i64p(std::string_view n) { return {n, ArgKind::kPtr, Elem::kI64}; }
+constexpr ArgDecl i32(std::string_view n) { return {n, ArgKind::kI32}; }
+constexpr ArgDecl map(std::string_view n) { return {n, ArgKind::kTensorMap}; }
+
+std::vector<KernelDecl> declarations() {
+  const std::vector<ArgDecl> groupedTma = {bf16("a"), bf16("b"), bf16("c"), i32p("offsets"), i32p("tickets"),
+                                           i32p("split"), i32("max_split"), i32("grid"), map("map_a"), map("map_b")};
+  const std::vector<ArgDecl> grouped = {bf16("a"), bf16("b"), bf16("c"), i32p("offsets"), i32("grid")};
+  return {
+      {"swiglu_fwd", {"I", "clamp_milli"}, {bf16("h"), bf16("out"), i32("rows")}, GridRule::kCovering},
+      {"gemm_nt", {"N", "K"}, {bf16("a"), bf16("b"), bf16("c"), i32("m")}, GridRule::kCovering},
+      {"grouped_gemm_nt", {"E", "N", "K"}, grouped, GridRule::kResident},
+      {"grouped_gemm_nn", {"E", "N", "K"}, grouped, GridRule::kResident},
+      {"grouped_gemm_tn", {"E", "N", "M"}, grouped, GridRule::kResident},
+      {"grouped_gemm_nt_tma", {"E", "N", "K", "pairs"}, groupedTma, GridRule::kResidentPairs},
+      {"grouped_gemm_nn_tma", {"E", "N", "K", "pairs"}, groupedTma, GridRule::kResidentPairs},
+      {"grouped_gemm_tn_tma", {"E", "N", "M", "pairs"}, groupedTma, GridRule::kResident},
+      {"dispatch_prologue",
+       {"E", "topk", "ranks"},
+       {ctx, i32p("topk_idx"), i32("tokens"), i32p("counts"), i64p("flags"), i32p("send_slot"),
+        i32p("pool_offsets"), i32p("send_list"), i32p("send_off"), i32p("send_base"), i64p("arrivals"),
+        i64p("done"), i64p("route_epoch"), i32p("scratch"), i32("blocks")},
+       GridRule::kResident},
+      {"dispatch_grouped_gemm",
+       {"E", "ranks", "topk", "H", "I", "clamp_milli", "layout", "save_h", "dedup"},
+       {ctx, bf16("src"), f32("topk_weights"), i32p("send_list"), i32p("send_off"), i32p("send_base"),
+        i32p("counts"), i64p("arrivals"), i64p("route_epoch"), bf16("pool"), i32p("pool_src"), f32("pool_w"),
+        i32p("pool_offsets"), bf16("weights"), bf16("extra"), bf16("out"), i32p("tickets"), i32("push_blocks"),
+        i32("grid"), i32("legs"), i32p("topk_idx"), i32("recv_stride"), map("map_a"), map("map_b")},
+       GridRule::kResidentPairs},
+      {"grouped_gemm_combine",
+       {"E", "ranks", "topk", "H", "I", "layout"},
+       {ctx, bf16("a"), bf16("b"), i32p("pool_offsets"), i32p("pool_src"), bf16("comb"), i64p("done"),
+        i32p("topk_idx"), f32("topk_weights"), i32("tokens"), bf16("y"), f32("dw"), f32("d_topk_weights"),
+        i32p("tickets"), i32("grid"), i32("legs"), map("map_a"), map("map_b")},
+       GridRule::kResidentPairs},
+      {"swiglu_bwd",
+       {"I", "clamp_milli"},
+       {ctx, bf16("g"), bf16("h"), f32("pool_w"), i32p("pool_src"), i32p("rows_at"), f32("dw"), i32("grid")},
+       GridRule::kCovering},
+      {"stage_begin", {"E", "ranks"}, {ctx, i64p("arrivals"), i64p("done"), i64p("barrier")}, GridRule::kOne},
+      {"epoch_advance", {}, {ctx}, GridRule::kOne},
+      {"ping_pong", {"rounds"}, {ctx, i64p("flag"), i64p("log")}, GridRule::kOne},
+      {"a2a_rows", {"H"}, {ctx, bf16("send"), bf16("recv"), i64p("flags"), i32("rows")}, GridRule::kResident},
+      {"peer_store", {}, {ctx, bf16("src"), bf16("dst"), i32("chunks"), i32("peer"), i32("grid")},
+       GridRule::kCovering},
+  };
+}
+
+}  // namespace
+
+const char* argKindName(ArgKind kind) {
+  switch (kind) {
+    case ArgKind::kPtr: return "ptr";
+    case ArgKind::kI32: return "i32";
+    case ArgKind::kI64: return "i64";
+    case ArgKind::kContext: return "context";
+    case ArgKind::kTensorMap: return "tensor_map";
+  }
+  return "?";
+}
+
+const char* elemName(Elem elem) {
+  switch (elem) {
+    case Elem::kNone: return "";
+    case Elem::kBf16: return "bf16";
+    case Elem::kF32: return "f32";
+    case Elem::kI32: return "i32";
+    case Elem::kI64: return "i64";
+  }
+  return "?";
+}
+
+std::string signatureText(const KernelDecl& d) {
+  std::string s = "v" + std::to_string(kKernelAbiVersion) + " " + std::string(d.name) + "(";
+  for (size_t i = 0; i < d.constants.size(); ++i) s += (i ? "," : "") + std::string(d.constants[i]);
+  s += ")";
+  for (size_t i = 0; i < d.args.size(); ++i) {
+    const ArgDecl& a = d.args[i];
+    s += (i ? "," : " ") + std::string(a.name) + ":" + argKindName(a.kind);
+    if (a.kind == ArgKind::kPtr) s += std::string(":") + elemName(a.elem);
+  }
+  return s;
+}
+
+std::string signatureHash(const KernelDecl& decl) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : signatureText(decl)) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
+  return hex;
+}
+
+const std::vector<KernelDecl>& kernelDecls() {
+  static const std::vector<KernelDecl> all = declarations();
+  return all;
+}
+
+const KernelDecl* findKernelDecl(std::string_view name) {
+  for (const KernelDecl& d : kernelDecls())
+    if (d.name == name) return &d;
+  return nullptr;
+}
+
+}  // namespace megamoe::abi

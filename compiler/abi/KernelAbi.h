@@ -1,0 +1,66 @@
+// The declared contract of every generated kernel: its name, its specialisation constants (the cache key's), its
+// arguments by name and type, and its launch rule. One declaration per kernel, read by both sides: the DSL declares
+// a kernel's arguments from it (dsl::Kernel::declare, checked by name and type), the compiler writes its signature
+// hash into each cache entry, and the runtime refuses an entry whose signature differs from its own declaration and
+// fills launch arguments by name (runtime/include/megamoe/KernelArgs.h). Plain C++, no LLVM: runtime/ includes it.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace megamoe::abi {
+
+// Bumped when the meaning of a declaration changes without its text changing (e.g. an argument's units).
+inline constexpr int kKernelAbiVersion = 1;
+
+enum class ArgKind : uint8_t {
+  kPtr,        // a device address of `elem` elements (8 bytes)
+  kI32,        // a 32-bit integer
+  kI64,        // a 64-bit integer
+  kContext,    // the rank's DeviceContext (a device address; compiler/abi/DeviceAbi.h)
+  kTensorMap,  // a CUtensorMap passed by value (128 bytes) where the target has TMA (sm_90a); elsewhere an unused
+               // 8-byte pointer, so the list is the same on every target
+};
+enum class Elem : uint8_t { kNone, kBf16, kF32, kI32, kI64 };
+
+struct ArgDecl {
+  std::string_view name;
+  ArgKind kind;
+  Elem elem = Elem::kNone;  // kPtr only
+};
+
+// How the host sizes a launch.
+enum class GridRule : uint8_t {
+  kOne,         // one block
+  kCovering,    // enough blocks to cover the work (the kernel's loop bounds say how)
+  kResident,    // persistent: every block resident at once (they wait for each other); at most the SM budget
+  kResidentPairs,  // as kResident, in clusters of two where the build runs as cluster pairs: the grid is even
+};
+
+struct KernelDecl {
+  std::string_view name;
+  std::vector<std::string_view> constants;  // the specialisation, in the cache key's order
+  std::vector<ArgDecl> args;                // in parameter order
+  GridRule grid;                            // (block threads: the build's, in the entry's metadata)
+
+  // Index of argument `name`, or -1.
+  int indexOf(std::string_view arg) const {
+    for (size_t i = 0; i < args.size(); ++i)
+      if (args[i].name == arg) return int(i);
+    return -1;
+  }
+};
+
+const char* argKindName(ArgKind kind);
+const char* elemName(Elem elem);
+// The canonical text of a declaration (what its hash covers): "v1 name(c1,c2) arg:kind:elem,...".
+std::string signatureText(const KernelDecl& decl);
+// FNV-1a 64 of signatureText, as 16 lowercase hex digits.
+std::string signatureHash(const KernelDecl& decl);
+
+// Every kernel's declaration, and one by name (nullptr for a name no kernel has).
+const std::vector<KernelDecl>& kernelDecls();
+const KernelDecl* findKernelDecl(std::string_view name);
+
+}  // namespace megamoe::abi

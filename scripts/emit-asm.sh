@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Compiles every kernel the layer (all presets at EP 2 and 8), the GPU tests and the benchmarks use, for sm_90a and
+# gfx950, into a scratch cache, and writes each one's PTX / AMDGCN assembly into DIR: a refactor proves that it
+# leaves the generated code alone with `diff -r` of two such folders (before / after).
+# Usage: scripts/emit-asm.sh DIR   (MEGAMOE_CACHE_TOOL overrides build/bin/megamoe-cache)
+set -euo pipefail
+dir=${1:?usage: scripts/emit-asm.sh DIR}
+cd "$(dirname "$0")/.."
+tool=${MEGAMOE_CACHE_TOOL:-build/bin/megamoe-cache}
+mkdir -p "$dir"
+scratch=$(mktemp -d)
+trap 'rm -rf "$scratch"' EXIT
+common=(--targets sm_90a,gfx950 --force --cache-dir "$scratch" --emit-asm "$dir" --quiet)
+for preset in $("$tool" presets | awk 'NF {print $1}'); do
+  "$tool" generate --preset "$preset" --ep 2,8 "${common[@]}" >/dev/null
+done
+# The single kernels of the GPU tests and the benchmarks: every "kernel spec" line of the two generator scripts.
+grep -hoE '^\s*"[a-z_0-9]+ [^"]*"' scripts/gen-gpu-test-cache.sh | tr -d '"' | while read -r kernel spec; do
+  args=(generate --kernel "$kernel" "${common[@]}")
+  [ "$spec" != "-" ] && args+=(--spec "$spec")
+  "$tool" "${args[@]}" >/dev/null
+done
+echo "assembly of $(ls "$dir" | wc -l) kernel builds in $dir"

@@ -1,0 +1,83 @@
+// The C ABI (libmegamoe) over layers and kernels on the fake HIP device: what needs a loadable kernel, which the C
+// test (c_abi_test.c) cannot store: handle lifetimes (a layer keeps its runtime alive) and launch argument checks.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "FakeLayerKernels.h"
+#include "TestSupport.h"
+#include "megamoe/megamoe.h"
+
+namespace megamoe {
+namespace {
+
+constexpr uint64_t kW1 = 0x40000, kW2 = 0x50000;  // never dereferenced by the stand-in kernels
+
+class CApiOnFakeHip : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    MoeLayerConfig c;
+    c.hidden = config.hidden;
+    c.intermediate = config.intermediate;
+    c.experts = config.experts;
+    c.topk = config.topk;
+    c.maxTokens = config.max_tokens;
+    test::storeFakeLayerKernels(dir.path(), c, 1);
+    ASSERT_EQ(megamoe_runtime_create("hip", 0, &runtime), MEGAMOE_OK) << megamoe_last_error();
+  }
+  void TearDown() override { EXPECT_EQ(megamoe_runtime_destroy(runtime), MEGAMOE_OK); }
+
+  test::TempDir dir;
+  test::ScopedEnv hip{"MEGAMOE_HIP_LIBRARY", test::FakeHip::path()};
+  test::ScopedEnv cache{"MEGAMOE_CACHE_DIR", dir.path().c_str()};
+  megamoe_layer_config config{512, 256, 16, 4, 64, 0, 0, MEGAMOE_DTYPE_BF16, 0};
+  megamoe_runtime* runtime = nullptr;
+};
+
+// Hardening item 8: destroying the runtime drops the caller's reference only; the layer still launches on its
+// device and is destroyed last (the ASan tier reports the use after free this was).
+TEST_F(CApiOnFakeHip, LayerOutlivesItsRuntime) {
+  megamoe_layer* layer = nullptr;
+  ASSERT_EQ(megamoe_layer_create(runtime, &config, 0, 1, nullptr, &layer), MEGAMOE_OK) << megamoe_last_error();
+  ASSERT_EQ(megamoe_runtime_destroy(runtime), MEGAMOE_OK);
+  runtime = nullptr;
+  const int launches = test::FakeHip::get().launchCount();
+  EXPECT_EQ(megamoe_layer_forward(layer, 0, 0, 0, 0, kW1, kW2, 0, nullptr), MEGAMOE_OK) << megamoe_last_error();
+  EXPECT_GT(test::FakeHip::get().launchCount(), launches);
+  EXPECT_EQ(megamoe_layer_check_errors(layer, nullptr), MEGAMOE_OK) << megamoe_last_error();
+  EXPECT_EQ(megamoe_layer_destroy(layer), MEGAMOE_OK);
+}
+
+TEST_F(CApiOnFakeHip, LocalLayerOutlivesItsRuntime) {
+  megamoe_layer* layers[1] = {nullptr};
+  ASSERT_EQ(megamoe_layer_create_local(&runtime, 1, &config, layers), MEGAMOE_OK) << megamoe_last_error();
+  ASSERT_EQ(megamoe_runtime_destroy(runtime), MEGAMOE_OK);
+  runtime = nullptr;
+  EXPECT_EQ(megamoe_layer_forward(layers[0], 0, 0, 0, 0, kW1, kW2, 0, nullptr), MEGAMOE_OK) << megamoe_last_error();
+  EXPECT_EQ(megamoe_layer_destroy(layers[0]), MEGAMOE_OK);
+}
+
+// Hardening item 16: a launch without its parameter array is an invalid argument, not a read through NULL.
+TEST_F(CApiOnFakeHip, LaunchRefusesNullParams) {
+  megamoe_kernel_key key{};
+  key.kernel = "epoch_advance";
+  const std::string options = defaultTargetOptions("gfx950");
+  key.options = options.c_str();
+  megamoe_kernel* kernel = nullptr;
+  ASSERT_EQ(megamoe_kernel_load(runtime, &key, nullptr, &kernel), MEGAMOE_OK) << megamoe_last_error();
+  megamoe_launch_dims dims{};
+  dims.grid[0] = dims.grid[1] = dims.grid[2] = 1;
+  dims.block[0] = 256;
+  dims.block[1] = dims.block[2] = 1;
+  const int launches = test::FakeHip::get().launchCount();
+  EXPECT_EQ(megamoe_launch(runtime, kernel, &dims, nullptr, nullptr, nullptr), MEGAMOE_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(megamoe_last_error()).find("params must not be NULL"), std::string::npos)
+      << megamoe_last_error();
+  EXPECT_EQ(test::FakeHip::get().launchCount(), launches);
+  uint64_t context = 0;
+  void* params[] = {&context};
+  EXPECT_EQ(megamoe_launch(runtime, kernel, &dims, nullptr, params, nullptr), MEGAMOE_OK) << megamoe_last_error();
+}
+
+}  // namespace
+}  // namespace megamoe
