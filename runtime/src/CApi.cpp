@@ -135,7 +135,7 @@ extern "C" {
 const char* megamoe_last_error(void) { return lastError.c_str(); }
 
 const char* megamoe_status_name(int status) {
-  if (status < 0 || status > MEGAMOE_ERROR_INTERNAL) return "unknown status";
+  if (status < 0 || status > MEGAMOE_ERROR_STALE_KERNEL) return "unknown status";
   return megamoe::errorCodeName(static_cast<megamoe::ErrorCode>(status));
 }
 

@@ -18,8 +18,8 @@ cache::KernelKey swigluKey() {
   return key;
 }
 
-const char* kMetadata = R"({"symbol":"swiglu_fwd_kernel","block_threads":256,"shared_bytes":65536,
-                            "compile":{"ms":12,"passes":["a","b"]}})";
+const std::string kMetadata = R"({"symbol":"swiglu_fwd_kernel","block_threads":256,"shared_bytes":65536,
+                            "compile":{"ms":12,"passes":["a","b"]})" + test::signatureMembers("swiglu_fwd") + "}";
 
 // Unregisters the JIT hook however the test ends.
 struct JitGuard {
