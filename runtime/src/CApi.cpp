@@ -199,6 +199,44 @@ int megamoe_kernel_info(const megamoe_kernel* kernel, int* block_threads, int* s
   });
 }
 
+static_assert(MEGAMOE_ARG_PTR == int(megamoe::abi::ArgKind::kPtr) &&
+                  MEGAMOE_ARG_I32 == int(megamoe::abi::ArgKind::kI32) &&
+                  MEGAMOE_ARG_I64 == int(megamoe::abi::ArgKind::kI64) &&
+                  MEGAMOE_ARG_CONTEXT == int(megamoe::abi::ArgKind::kContext) &&
+                  MEGAMOE_ARG_TENSOR_MAP == int(megamoe::abi::ArgKind::kTensorMap),
+              "megamoe.h's MEGAMOE_ARG_* are abi::ArgKind's values");
+
+int megamoe_kernel_arg_count(const megamoe_kernel* kernel, size_t* count) {
+  return guarded([&] {
+    requireArg(kernel, "kernel");
+    requireArg(count, "count");
+    const megamoe::abi::KernelDecl* decl = kernel->kernel->decl();
+    *count = decl ? decl->args.size() : 0;
+  });
+}
+
+int megamoe_kernel_arg(const megamoe_kernel* kernel, size_t index, const char** name, int* kind, const char** elem) {
+  return guarded([&] {
+    requireArg(kernel, "kernel");
+    const megamoe::abi::KernelDecl* decl = kernel->kernel->decl();
+    if (!decl || index >= decl->args.size())
+      invalid("index=" + std::to_string(index) + " must be below the kernel's " +
+              std::to_string(decl ? decl->args.size() : 0) + " declared arguments");
+    const megamoe::abi::ArgDecl& a = decl->args[index];
+    if (name) *name = a.name.data();  // the declarations' names are NUL-terminated literals
+    if (kind) *kind = int(a.kind);
+    if (elem) *elem = megamoe::abi::elemName(a.elem);
+  });
+}
+
+int megamoe_split_scratch_bytes(int64_t grid, uint64_t* bytes, uint64_t* zeroed_bytes) {
+  return guarded([&] {
+    if (grid < 1 || grid > 1024) invalid("grid=" + std::to_string(grid) + " must be 1..1024");
+    if (bytes) *bytes = uint64_t(megamoe::abi::splitScratchBytes(grid));
+    if (zeroed_bytes) *zeroed_bytes = uint64_t(megamoe::abi::splitCounterBytes(grid));
+  });
+}
+
 int megamoe_launch(megamoe_runtime* runtime, const megamoe_kernel* kernel, const megamoe_launch_dims* dims,
                    void* stream, void** params, const megamoe_heap* heap) {
   return guarded([&] {
