@@ -52,27 +52,77 @@ bool isHexDigest(const std::string& s) {
 // ---------------------------------------------------------------------------------------------------------------
 // Files
 
-// Reads a whole file, `path` relative to the directory `dirFd` (or AT_FDCWD). Returns 0 or an errno value; EFBIG
-// when the file is larger than maxBytes (nothing is read then). `fileSize` receives the size fstat reported.
-int readFileAt(int dirFd, const std::string& path, std::vector<uint8_t>& out, size_t maxBytes,
-               uint64_t* fileSize = nullptr) {
+// Returned by readFileAt for anything but a regular file; never an errno value.
+constexpr int kNotRegularFile = -1;
+
+struct FileRead {
+  int err = 0;          // 0, an errno value, or kNotRegularFile
+  mode_t type = 0;      // S_IFMT bits of what is there (for kNotRegularFile)
+  uint64_t size = 0;    // the size fstat reported
+};
+
+const char* fileTypeName(mode_t type) {
+  switch (type & S_IFMT) {
+    case S_IFIFO: return "a FIFO";
+    case S_IFSOCK: return "a socket";
+    case S_IFCHR: return "a character device";
+    case S_IFBLK: return "a block device";
+    case S_IFDIR: return "a directory";
+    case S_IFLNK: return "a symbolic link";
+    default: return "not a plain file";
+  }
+}
+
+// Why `name` could not be read, for an entry's problem text.
+std::string readProblem(const std::string& name, const FileRead& r) {
+  if (r.err == ENOENT) return name + " is missing";
+  if (r.err == kNotRegularFile) return name + " is not a regular file (" + fileTypeName(r.type) + ")";
+  if (r.err == EFBIG) return name + " is too large (" + std::to_string(r.size) + " bytes)";
+  return "cannot read " + name + ": " + std::strerror(r.err);
+}
+
+// Reads a whole regular file, `path` relative to the directory `dirFd` (or AT_FDCWD). err is EFBIG when the file is
+// larger than maxBytes (nothing is read then). Anything but a regular file is refused unopened where possible, and
+// the open itself neither follows a symbolic link nor waits (a FIFO blocks a plain open until a writer comes).
+FileRead readFileAt(int dirFd, const std::string& path, std::vector<uint8_t>& out, size_t maxBytes) {
+  FileRead r;
   out.clear();
-  int fd = ::openat(dirFd, path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return errno;
   struct stat st;
-  if (::fstat(fd, &st) != 0) {
-    int err = errno;
-    ::close(fd);
-    return err;
+  if (::fstatat(dirFd, path.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
+    r.err = errno;
+    return r;
   }
-  if (fileSize) *fileSize = uint64_t(st.st_size);
   if (!S_ISREG(st.st_mode)) {
-    ::close(fd);
-    return EISDIR;
+    r.err = kNotRegularFile;
+    r.type = st.st_mode;
+    return r;
   }
-  if (uint64_t(st.st_size) > maxBytes) {
-    ::close(fd);
-    return EFBIG;
+  int fd = ::openat(dirFd, path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK | O_NOFOLLOW);
+  if (fd < 0) {
+    r.err = errno;
+    if (r.err == ELOOP) {  // replaced by a symbolic link since the fstatat
+      r.err = kNotRegularFile;
+      r.type = S_IFLNK;
+    }
+    return r;
+  }
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  if (::fstat(fd, &st) != 0) {
+    r.err = errno;
+    return r;
+  }
+  r.size = uint64_t(st.st_size);
+  if (!S_ISREG(st.st_mode)) {  // replaced since the fstatat
+    r.err = kNotRegularFile;
+    r.type = st.st_mode;
+    return r;
+  }
+  if (r.size > maxBytes) {
+    r.err = EFBIG;
+    return r;
   }
   out.resize(size_t(st.st_size));
   size_t done = 0;
@@ -80,23 +130,22 @@ int readFileAt(int dirFd, const std::string& path, std::vector<uint8_t>& out, si
     ssize_t n = ::read(fd, out.data() + done, out.size() - done);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) {
-      int err = errno;
-      ::close(fd);
-      return err;
+      r.err = errno;
+      out.clear();
+      return r;
     }
     if (n == 0) break;  // shrank since fstat: the caller's size checks see the short result
     done += size_t(n);
   }
   out.resize(done);
-  ::close(fd);
-  return 0;
+  return r;
 }
 
-int readTextFileAt(int dirFd, const std::string& path, std::string& out, size_t maxBytes) {
+FileRead readTextFileAt(int dirFd, const std::string& path, std::string& out, size_t maxBytes) {
   std::vector<uint8_t> bytes;
-  int err = readFileAt(dirFd, path, bytes, maxBytes);
+  FileRead r = readFileAt(dirFd, path, bytes, maxBytes);
   out.assign(bytes.begin(), bytes.end());
-  return err;
+  return r;
 }
 
 // Creates `path` (which must not exist) holding exactly `data`; throws CacheError naming the path.
@@ -353,9 +402,8 @@ LoadedEntry loadEntry(const std::string& dir, const std::string& digest, Check c
   } closer{dirFd};
 
   std::string text;
-  if (int err = readTextFileAt(dirFd, kManifestName, text, kMaxManifestBytes)) {
-    e.problem = err == ENOENT ? std::string("manifest.json is missing")
-                              : std::string("cannot read manifest.json: ") + std::strerror(err);
+  if (FileRead r = readTextFileAt(dirFd, kManifestName, text, kMaxManifestBytes); r.err) {
+    e.problem = readProblem(kManifestName, r);
     return e;
   }
   if (!parseManifest(text, e.manifest, e.problem)) return e;
@@ -380,9 +428,13 @@ LoadedEntry loadEntry(const std::string& dir, const std::string& digest, Check c
   };
   if (check == Check::kCheap) {
     struct stat binaryStat;
-    if (::fstatat(dirFd, kBinaryName, &binaryStat, 0) != 0) {
+    if (::fstatat(dirFd, kBinaryName, &binaryStat, AT_SYMLINK_NOFOLLOW) != 0) {
       e.problem = errno == ENOENT ? std::string("code.bin is missing")
                                   : std::string("cannot stat code.bin: ") + std::strerror(errno);
+      return e;
+    }
+    if (!S_ISREG(binaryStat.st_mode)) {
+      e.problem = readProblem(kBinaryName, FileRead{kNotRegularFile, binaryStat.st_mode, 0});
       return e;
     }
     e.binaryBytes = uint64_t(binaryStat.st_size);
@@ -390,14 +442,12 @@ LoadedEntry loadEntry(const std::string& dir, const std::string& digest, Check c
     return e;
   }
 
-  uint64_t fileSize = 0;
-  int err = readFileAt(dirFd, kBinaryName, e.binary, size_t(std::min<uint64_t>(m.binarySize, SIZE_MAX)), &fileSize);
-  e.binaryBytes = fileSize;
-  if (err == EFBIG) {
-    e.problem = sizeProblem(fileSize);
-  } else if (err) {
-    e.problem = err == ENOENT ? std::string("code.bin is missing")
-                              : std::string("cannot read code.bin: ") + std::strerror(err);
+  FileRead r = readFileAt(dirFd, kBinaryName, e.binary, size_t(std::min<uint64_t>(m.binarySize, SIZE_MAX)));
+  e.binaryBytes = r.size;
+  if (r.err == EFBIG) {
+    e.problem = sizeProblem(r.size);
+  } else if (r.err) {
+    e.problem = readProblem(kBinaryName, r);
   } else if (e.binary.size() != m.binarySize) {
     e.problem = sizeProblem(e.binary.size());
   } else if (sha256Hex(e.binary.data(), e.binary.size()) != m.binarySha256) {
@@ -462,7 +512,7 @@ struct Layout {
   // The digest index/<lookupDigest> names, or "" when absent or malformed.
   std::string readIndex(const std::string& lookupDigest) const {
     std::string text;
-    if (readTextFileAt(AT_FDCWD, indexFile(lookupDigest), text, kMaxIndexBytes) != 0) return "";
+    if (readTextFileAt(AT_FDCWD, indexFile(lookupDigest), text, kMaxIndexBytes).err) return "";
     while (!text.empty() && (text.back() == '\n' || text.back() == ' ' || text.back() == '\r')) text.pop_back();
     return isHexDigest(text) ? text : "";
   }

@@ -1,14 +1,17 @@
 // KernelCache in one process: round trips, fingerprint-less lookup, corruption handling, errors, maintenance.
 // Every test gets a fresh temporary root and random payloads.
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <sys/time.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <optional>
 #include <random>
@@ -40,6 +43,44 @@ std::vector<std::string> namesIn(const std::string& dir) {
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(dir, ec)) names.push_back(entry.path().filename().string());
   return names;
+}
+
+// Runs `body` in a forked child that alarm() kills after `seconds`, so a hang fails the test instead of stalling
+// the suite. Returns "" when the body returned "" (success), else its text or why the child did not finish.
+std::string inBoundedChild(unsigned seconds, const std::function<std::string()>& body) {
+  int fds[2];
+  if (::pipe(fds) != 0) return "pipe failed";
+  pid_t pid = ::fork();
+  if (pid < 0) return "fork failed";
+  if (pid == 0) {
+    ::close(fds[0]);
+    ::alarm(seconds);
+    std::string text;
+    try {
+      text = body();
+    } catch (const std::exception& e) {
+      text = std::string("exception: ") + e.what();
+    }
+    if (!text.empty() && ::write(fds[1], text.data(), text.size()) < 0) ::_exit(3);
+    ::_exit(text.empty() ? 0 : 1);
+  }
+  ::close(fds[1]);
+  std::string text;
+  char buffer[4096];
+  for (ssize_t n; (n = ::read(fds[0], buffer, sizeof buffer)) != 0;) {
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) break;
+    text.append(buffer, size_t(n));
+  }
+  ::close(fds[0]);
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (WIFSIGNALED(status))
+    return WTERMSIG(status) == SIGALRM ? "hung: still running after " + std::to_string(seconds) + " s"
+                                       : "killed by signal " + std::to_string(WTERMSIG(status));
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) return text.empty() ? "child failed" : text;
+  return "";
 }
 
 class KernelCacheTest : public ::testing::Test {
@@ -236,6 +277,7 @@ enum class Corruption {
   kManifestSizeLies,
   kManifestKeyEdited,
   kEntryIsAFile,
+  kBinaryIsASymlink,
 };
 
 const char* corruptionName(Corruption c) {
@@ -250,6 +292,7 @@ const char* corruptionName(Corruption c) {
     case Corruption::kManifestSizeLies: return "ManifestSizeLies";
     case Corruption::kManifestKeyEdited: return "ManifestKeyEdited";
     case Corruption::kEntryIsAFile: return "EntryIsAFile";
+    case Corruption::kBinaryIsASymlink: return "BinaryIsASymlink";
   }
   return "?";
 }
@@ -304,6 +347,12 @@ void corrupt(const std::string& dir, Corruption kind, std::mt19937_64& rng) {
     case Corruption::kEntryIsAFile:
       fs::remove_all(dir);
       writeBytes(dir, "not a directory");
+      break;
+    case Corruption::kBinaryIsASymlink:
+      // Same bytes, but behind a link: entries only ever hold files written by store(), so a link is tampering.
+      writeBytes(dir + "/../../code.bin.elsewhere", binary);  // the cache root, outside entries/
+      ASSERT_EQ(::unlink(binaryPath.c_str()), 0);
+      ASSERT_EQ(::symlink("../../code.bin.elsewhere", binaryPath.c_str()), 0);
       break;
   }
 }
@@ -369,8 +418,57 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(Corruption::kTruncateBinary, Corruption::kAppendToBinary, Corruption::kFlipBinaryByte,
                       Corruption::kDeleteBinary, Corruption::kGarbageManifest, Corruption::kEmptyManifest,
                       Corruption::kDeleteManifest, Corruption::kManifestSizeLies, Corruption::kManifestKeyEdited,
-                      Corruption::kEntryIsAFile),
+                      Corruption::kEntryIsAFile, Corruption::kBinaryIsASymlink),
     [](const ::testing::TestParamInfo<Corruption>& info) { return std::string(corruptionName(info.param)); });
+
+// ---------------------------------------------------------------------------------------------------------------
+// Non-regular files: a FIFO in place of a file must not block any operation (opening one for reading waits for a
+// writer), and is reported as what it is.
+
+class KernelCacheFifoTest : public KernelCacheTest, public ::testing::WithParamInterface<std::string> {};
+
+TEST_P(KernelCacheFifoTest, FifoInAnEntryIsReportedAndRemovedWithoutBlocking) {
+  KernelCache cache(root_);
+  cache.store(key(), {1, 2, 3}, "meta");
+  std::string path = entryDir(key()) + "/" + GetParam();
+  ASSERT_EQ(::unlink(path.c_str()), 0);
+  ASSERT_EQ(::mkfifo(path.c_str(), 0644), 0);
+
+  std::string failure = inBoundedChild(10, [&]() -> std::string {
+    std::string problems;
+    for (const EntryInfo& info : cache.list())
+      if (info.valid || info.problem.find(GetParam() + " is not a regular file") == std::string::npos)
+        problems += "list: " + info.problem + "\n";
+    std::vector<EntryInfo> checked = cache.verify();
+    if (checked.size() != 1 || checked[0].valid ||
+        checked[0].problem.find(GetParam() + " is not a regular file (a FIFO)") == std::string::npos)
+      problems += "verify: " + (checked.empty() ? std::string("no entry") : checked[0].problem) + "\n";
+    if (cache.lookupAnyFingerprint(key("swiglu_fwd", "other"))) problems += "lookupAnyFingerprint: a hit\n";
+    if (cache.lookup(key())) problems += "lookup: a hit\n";
+    if (fs::exists(entryDir(key()))) problems += "lookup: the entry is still there\n";
+    if (cache.store(key(), {4, 5}, "new").binary != std::vector<uint8_t>{4, 5}) problems += "store: wrong entry\n";
+    return problems;
+  });
+  EXPECT_EQ(failure, "");
+}
+
+INSTANTIATE_TEST_SUITE_P(Files, KernelCacheFifoTest, ::testing::Values("code.bin", "manifest.json"),
+                         [](const ::testing::TestParamInfo<std::string>& info) {
+                           return info.param == "code.bin" ? std::string("Binary") : std::string("Manifest");
+                         });
+
+TEST_F(KernelCacheTest, FifoAsIndexFileIsAMissWithoutBlocking) {
+  KernelCache cache(root_);
+  KernelKey k = key();
+  std::string indexFile = root_ + "/index/" + k.lookupDigest();
+  ASSERT_EQ(::mkfifo(indexFile.c_str(), 0644), 0);
+  std::string failure = inBoundedChild(10, [&]() -> std::string {
+    if (cache.lookupAnyFingerprint(k)) return "lookupAnyFingerprint: a hit";
+    cache.prune("");
+    return "";
+  });
+  EXPECT_EQ(failure, "");
+}
 
 // ---------------------------------------------------------------------------------------------------------------
 // Errors and the default root
