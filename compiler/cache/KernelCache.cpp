@@ -29,7 +29,8 @@
 namespace megamoe::cache {
 namespace {
 
-constexpr int kManifestFormat = 1;
+// 2: entry_sha256 covers the metadata. Format 1 entries are invalid (rebuilt), since nothing vouches for theirs.
+constexpr int kManifestFormat = 2;
 constexpr size_t kMaxManifestBytes = size_t(64) << 20;   // far above any real manifest; bounds reads of garbage
 constexpr size_t kMaxIndexBytes = 4096;
 constexpr int64_t kStaleTempSeconds = 3600;
@@ -250,6 +251,29 @@ class TempDirGuard {
 // ---------------------------------------------------------------------------------------------------------------
 // Manifest
 
+// "<bytes>:<text>": length-prefixed, so no two different field lists serialise alike.
+void appendField(std::string& out, const std::string& text) {
+  out += std::to_string(text.size());
+  out += ':';
+  out += text;
+}
+
+// The leading tag keeps digest and lookupDigest apart and versions the scheme.
+std::string serialiseKey(const KernelKey& key, bool withFingerprint) {
+  std::string out;
+  appendField(out, withFingerprint ? "megamoe.kernel-key.v1" : "megamoe.kernel-lookup-key.v1");
+  appendField(out, key.kernel);
+  appendField(out, std::to_string(key.spec.size()));
+  for (const auto& [name, value] : key.spec) {
+    appendField(out, name);
+    appendField(out, std::to_string(value));
+  }
+  appendField(out, key.target);
+  appendField(out, key.options);
+  if (withFingerprint) appendField(out, key.fingerprint);
+  return out;
+}
+
 struct Manifest {
   KernelKey key;
   std::string digest;
@@ -258,7 +282,23 @@ struct Manifest {
   std::string binarySha256;
   int64_t created = 0;
   std::string metadata;
+  std::string entrySha256;
 };
+
+// SHA-256 over every other manifest field, so that an edit of any of them, the launch metadata (symbol,
+// block_threads, shared_bytes, ...) included, makes the entry invalid; code.bin is covered through binary_sha256.
+std::string computeEntrySha256(const Manifest& m) {
+  std::string out;
+  appendField(out, "megamoe.cache-entry.v2");
+  appendField(out, serialiseKey(m.key, true));
+  appendField(out, m.digest);
+  appendField(out, m.lookupDigest);
+  appendField(out, std::to_string(m.binarySize));
+  appendField(out, m.binarySha256);
+  appendField(out, std::to_string(m.created));
+  appendField(out, m.metadata);
+  return sha256Hex(out);
+}
 
 std::string renderManifest(const Manifest& m) {
   std::string out = "{\n";
@@ -275,6 +315,7 @@ std::string renderManifest(const Manifest& m) {
     out += "\": " + value + ",\n";
   };
   integerField("format", std::to_string(kManifestFormat));
+  stringField("entry_sha256", m.entrySha256);
   stringField("digest", m.digest);
   stringField("lookup_digest", m.lookupDigest);
   stringField("kernel", m.key.kernel);
@@ -320,12 +361,14 @@ bool parseManifest(const std::string& text, Manifest& m, std::string& problem) {
   const json::Value* format = field("format", K::kInteger);
   if (!format) return false;
   if (format->integer != kManifestFormat) {
-    problem = "manifest.json has unsupported format " + std::to_string(format->integer);
+    problem = "manifest.json has format " + std::to_string(format->integer) + ", expected " +
+              std::to_string(kManifestFormat) +
+              (format->integer < kManifestFormat ? " (from an older megamoe, without a checksum over its metadata)" : "");
     return false;
   }
-  const json::Value *digest, *lookupDigest, *kernel, *spec, *target, *options, *fingerprint, *size, *sha, *created,
+  const json::Value *entrySha256, *digest, *lookupDigest, *kernel, *spec, *target, *options, *fingerprint, *size, *sha, *created,
       *metadata;
-  if (!(digest = field("digest", K::kString)) || !(lookupDigest = field("lookup_digest", K::kString)) ||
+  if (!(entrySha256 = field("entry_sha256", K::kString)) || !(digest = field("digest", K::kString)) || !(lookupDigest = field("lookup_digest", K::kString)) ||
       !(kernel = field("kernel", K::kString)) || !(spec = field("spec", K::kArray)) ||
       !(target = field("target", K::kString)) || !(options = field("options", K::kString)) ||
       !(fingerprint = field("fingerprint", K::kString)) || !(size = field("binary_size", K::kInteger)) ||
@@ -355,6 +398,7 @@ bool parseManifest(const std::string& text, Manifest& m, std::string& problem) {
   m.binarySha256 = sha->text;
   m.created = created->integer;
   m.metadata = metadata->text;
+  m.entrySha256 = entrySha256->text;
   return true;
 }
 
@@ -419,6 +463,10 @@ LoadedEntry loadEntry(const std::string& dir, const std::string& digest, Check c
   }
   if (m.lookupDigest != m.key.lookupDigest()) {
     e.problem = "manifest lookup_digest does not match its key fields";
+    return e;
+  }
+  if (m.entrySha256 != computeEntrySha256(m)) {
+    e.problem = "manifest entry_sha256 does not match its fields (the manifest was edited or corrupted)";
     return e;
   }
 
@@ -525,28 +573,6 @@ CacheEntry toCacheEntry(LoadedEntry&& loaded, std::string dir) {
   entry.binary = std::move(loaded.binary);
   entry.metadata = std::move(loaded.manifest.metadata);
   return entry;
-}
-
-// Length-prefixed fields ("<bytes>:<text>"), so no two different keys serialise alike; the leading tag keeps
-// digest and lookupDigest apart and versions the scheme.
-std::string serialiseKey(const KernelKey& key, bool withFingerprint) {
-  std::string out;
-  auto field = [&out](const std::string& text) {
-    out += std::to_string(text.size());
-    out += ':';
-    out += text;
-  };
-  field(withFingerprint ? "megamoe.kernel-key.v1" : "megamoe.kernel-lookup-key.v1");
-  field(key.kernel);
-  field(std::to_string(key.spec.size()));
-  for (const auto& [name, value] : key.spec) {
-    field(name);
-    field(std::to_string(value));
-  }
-  field(key.target);
-  field(key.options);
-  if (withFingerprint) field(key.fingerprint);
-  return out;
 }
 
 std::string nonEmptyEnv(const char* name) {
@@ -661,6 +687,7 @@ CacheEntry KernelCache::store(const KernelKey& key, const std::vector<uint8_t>& 
   manifest.binarySha256 = sha256Hex(binary.data(), binary.size());
   manifest.created = int64_t(std::time(nullptr));
   manifest.metadata = metadata;
+  manifest.entrySha256 = computeEntrySha256(manifest);
   const std::string& digest = manifest.digest;
   std::string dir = layout.entry(digest);
 

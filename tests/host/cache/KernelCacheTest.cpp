@@ -421,6 +421,55 @@ INSTANTIATE_TEST_SUITE_P(
                       Corruption::kEntryIsAFile, Corruption::kBinaryIsASymlink),
     [](const ::testing::TestParamInfo<Corruption>& info) { return std::string(corruptionName(info.param)); });
 
+// The metadata the runtime launches with (symbol, block_threads, shared_bytes) is covered by a checksum like the
+// code: an edited value must not pass verify() or be returned by a lookup.
+TEST_F(KernelCacheTest, EditedMetadataIsInvalid) {
+  KernelCache cache(root_);
+  const std::string metadata = R"({"symbol":"swiglu_fwd_kernel","block_threads":256,"shared_bytes":0})";
+  cache.store(key(), randomBytes(), metadata);
+  std::string manifestPath = entryDir(key()) + "/manifest.json";
+  std::string manifest = readText(manifestPath);
+  const std::string stored = R"(block_threads\":256)";
+  size_t at = manifest.find(stored);
+  ASSERT_NE(at, std::string::npos) << manifest;
+  manifest.replace(at, stored.size(), R"(block_threads\":512)");
+  writeBytes(manifestPath, manifest);
+
+  for (const std::vector<EntryInfo>& infos : {cache.list(), cache.verify()}) {
+    ASSERT_EQ(infos.size(), 1u);
+    EXPECT_FALSE(infos[0].valid);
+    EXPECT_NE(infos[0].problem.find("entry_sha256"), std::string::npos) << infos[0].problem;
+  }
+  EXPECT_FALSE(cache.lookupAnyFingerprint(key("swiglu_fwd", "other")).has_value());
+  EXPECT_FALSE(cache.lookup(key()).has_value());
+  EXPECT_FALSE(fs::exists(entryDir(key())));
+}
+
+// Entries written before the checksum existed (format 1) are not trusted: invalid, and rebuilt.
+TEST_F(KernelCacheTest, FormatOneEntryIsInvalidAndRebuilt) {
+  KernelCache cache(root_);
+  cache.store(key(), {1, 2, 3}, "old");
+  std::string manifestPath = entryDir(key()) + "/manifest.json";
+  std::string manifest = readText(manifestPath);
+  size_t field = manifest.find("  \"entry_sha256\": ");
+  ASSERT_NE(field, std::string::npos) << manifest;
+  manifest.erase(field, manifest.find('\n', field) + 1 - field);
+  size_t format = manifest.find("\"format\": 2");
+  ASSERT_NE(format, std::string::npos) << manifest;
+  manifest.replace(format, 11, "\"format\": 1");
+  writeBytes(manifestPath, manifest);
+
+  std::vector<EntryInfo> checked = cache.verify();
+  ASSERT_EQ(checked.size(), 1u);
+  EXPECT_FALSE(checked[0].valid);
+  EXPECT_NE(checked[0].problem.find("format 1"), std::string::npos) << checked[0].problem;
+  bool hit = true;
+  CacheEntry rebuilt = cache.getOrBuild(key(), [] { return KernelCache::Built{{4, 5}, "new"}; }, &hit);
+  EXPECT_FALSE(hit);
+  EXPECT_EQ(rebuilt.metadata, "new");
+  EXPECT_TRUE(cache.verify().at(0).valid);
+}
+
 // ---------------------------------------------------------------------------------------------------------------
 // Non-regular files: a FIFO in place of a file must not block any operation (opening one for reading waits for a
 // writer), and is reported as what it is.

@@ -2,6 +2,10 @@
 // per-(device, digest) module cache, with modules loaded on the fake HIP device.
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <iterator>
+#include <string>
+
 #include "TestSupport.h"
 #include "megamoe/Error.h"
 #include "megamoe/KernelLoader.h"
@@ -161,6 +165,34 @@ TEST_F(KernelLoaderTest, BadMetadataNamesTheEntry) {
     EXPECT_EQ(e.code(), ErrorCode::kBadMetadata);
     EXPECT_NE(std::string(e.what()).find(entry.dir), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("block_threads"), std::string::npos) << e.what();
+  }
+}
+
+// A manifest edited after the store (here the launch's block size) must not be launched with: the entry fails its
+// checksum, so the loader misses.
+TEST_F(KernelLoaderTest, EditedMetadataIsNotLoaded) {
+  cache::KernelKey stored = swigluKey();
+  stored.fingerprint = "fp";
+  const auto entry =
+      cache::KernelCache(dir.path()).store(stored, test::fakeImage("FAKEHIP\nswiglu_fwd_kernel 2\n"), kMetadata);
+  const std::string path = entry.dir + "/manifest.json";
+  std::string manifest;
+  {
+    std::ifstream in(path, std::ios::binary);
+    manifest.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  const std::string field = R"(block_threads\":256)";
+  const size_t at = manifest.find(field);
+  ASSERT_NE(at, std::string::npos) << manifest;
+  manifest.replace(at, field.size(), R"(block_threads\":512)");
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << manifest;
+
+  KernelLoader loader;
+  try {
+    auto kernel = loader.load(device, swigluKey(), "regenerate");
+    FAIL() << "loaded with block_threads " << kernel->metadata().blockThreads;
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kKernelNotFound) << e.what();
   }
 }
 
