@@ -21,6 +21,7 @@
 #include <filesystem>
 #include <map>
 #include <random>
+#include <set>
 #include <system_error>
 #include <tuple>
 
@@ -557,14 +558,56 @@ struct Layout {
     }
   }
 
-  // The digest index/<lookupDigest> names, or "" when absent or malformed.
-  std::string readIndex(const std::string& lookupDigest) const {
+  // writeIndex for callers that can do without the index: lookups scan entries/ when it misses, so failing to
+  // write it (a read-only cache, a full disk) costs only speed. Returns whether the index was written.
+  bool tryWriteIndex(const std::string& lookupDigest, const std::string& digest) const {
+    try {
+      writeIndex(lookupDigest, digest);
+      return true;
+    } catch (const CacheError&) {
+      return false;
+    }
+  }
+
+  // The digest index/<lookupDigest> names, or "" when absent or malformed; then `problem`, if given, says why.
+  std::string readIndex(const std::string& lookupDigest, std::string* problem = nullptr) const {
+    const std::string name = "index/" + lookupDigest;
     std::string text;
-    if (readTextFileAt(AT_FDCWD, indexFile(lookupDigest), text, kMaxIndexBytes).err) return "";
+    if (FileRead r = readTextFileAt(AT_FDCWD, indexFile(lookupDigest), text, kMaxIndexBytes); r.err) {
+      if (problem) *problem = readProblem(name, r);
+      return "";
+    }
     while (!text.empty() && (text.back() == '\n' || text.back() == ' ' || text.back() == '\r')) text.pop_back();
-    return isHexDigest(text) ? text : "";
+    if (isHexDigest(text)) return text;
+    if (problem) *problem = name + " does not hold an entry digest";
+    return "";
   }
 };
+
+// Ordering of entries of one lookup key: later `created` first, then the larger digest, so that every process
+// (and prune) picks the same "newest" entry.
+bool newerThan(int64_t created, const std::string& digest, int64_t otherCreated, const std::string& otherDigest) {
+  return std::tie(created, digest) > std::tie(otherCreated, otherDigest);
+}
+
+// The entries whose manifests claim `key` (fingerprint aside), newest first. Manifests only: the caller still
+// checks the binary of the one it takes.
+std::vector<std::string> entriesForLookupKey(const Layout& layout, const KernelKey& key,
+                                             const std::string& lookupDigest) {
+  std::vector<std::pair<int64_t, std::string>> found;
+  for (const std::string& name : listDirectory(layout.entries())) {
+    if (!isHexDigest(name)) continue;
+    LoadedEntry e = loadEntry(layout.entry(name), name, Check::kCheap);
+    if (e.valid() && e.manifest.lookupDigest == lookupDigest && sameKeyIgnoringFingerprint(e.manifest.key, key))
+      found.emplace_back(e.manifest.created, name);
+  }
+  std::sort(found.begin(), found.end(), [](const auto& a, const auto& b) {
+    return newerThan(a.first, a.second, b.first, b.second);
+  });
+  std::vector<std::string> digests;
+  for (auto& [created, digest] : found) digests.push_back(std::move(digest));
+  return digests;
+}
 
 CacheEntry toCacheEntry(LoadedEntry&& loaded, std::string dir) {
   CacheEntry entry;
@@ -655,23 +698,43 @@ std::optional<CacheEntry> KernelCache::lookup(const KernelKey& key) const {
     layout.removeEntry(digest, /*keepIfValid=*/true);
     return std::nullopt;
   }
+  // Repair an index that leads nowhere (missing, garbage, dangling), so that cache-only lookups take the shortcut
+  // again. One naming an existing entry is left alone: lookupAnyFingerprint checks that entry's key itself.
+  const std::string lookupDigest = key.lookupDigest();
+  const std::string indexed = layout.readIndex(lookupDigest);
+  struct stat st;
+  if (indexed != digest && (indexed.empty() || ::stat(layout.entry(indexed).c_str(), &st) != 0))
+    layout.tryWriteIndex(lookupDigest, digest);
   return toCacheEntry(std::move(loaded), std::move(dir));
 }
 
 std::optional<CacheEntry> KernelCache::lookupAnyFingerprint(const KernelKey& key) const {
   Layout layout{root_};
-  std::string digest = layout.readIndex(key.lookupDigest());
-  if (digest.empty()) return std::nullopt;
-  std::string dir = layout.entry(digest);
-  LoadedEntry loaded = loadEntry(dir, digest, Check::kFull);
-  if (loaded.missing) return std::nullopt;
-  if (!loaded.valid()) {
-    layout.removeEntry(digest, /*keepIfValid=*/true);
-    return std::nullopt;
+  const std::string lookupDigest = key.lookupDigest();
+  const std::string indexed = layout.readIndex(lookupDigest);
+  if (!indexed.empty()) {
+    std::string dir = layout.entry(indexed);
+    LoadedEntry loaded = loadEntry(dir, indexed, Check::kFull);
+    if (loaded.valid() && sameKeyIgnoringFingerprint(loaded.manifest.key, key))
+      return toCacheEntry(std::move(loaded), std::move(dir));
+    // A valid entry for another key (a hand-edited index) is not ours to delete.
+    if (!loaded.missing && !loaded.valid()) layout.removeEntry(indexed, /*keepIfValid=*/true);
   }
-  // A valid entry for another key (a hand-edited index) is not ours to delete: just a miss.
-  if (!sameKeyIgnoringFingerprint(loaded.manifest.key, key)) return std::nullopt;
-  return toCacheEntry(std::move(loaded), std::move(dir));
+  // The index is a shortcut, not the record: it can be missing, garbage or stale (store() renames the entry into
+  // place before it writes the index, and that write can fail), so the entries themselves decide.
+  for (const std::string& digest : entriesForLookupKey(layout, key, lookupDigest)) {
+    if (digest == indexed) continue;  // tried above
+    std::string dir = layout.entry(digest);
+    LoadedEntry loaded = loadEntry(dir, digest, Check::kFull);
+    if (loaded.missing) continue;
+    if (!loaded.valid() || !sameKeyIgnoringFingerprint(loaded.manifest.key, key)) {
+      if (!loaded.valid()) layout.removeEntry(digest, /*keepIfValid=*/true);
+      continue;
+    }
+    layout.tryWriteIndex(lookupDigest, digest);
+    return toCacheEntry(std::move(loaded), std::move(dir));
+  }
+  return std::nullopt;
 }
 
 CacheEntry KernelCache::store(const KernelKey& key, const std::vector<uint8_t>& binary,
@@ -709,7 +772,8 @@ CacheEntry KernelCache::store(const KernelKey& key, const std::vector<uint8_t>& 
   for (int attempt = 0; attempt < 3; ++attempt) {
     if (::rename(temp.c_str(), dir.c_str()) == 0) {
       guard.release();
-      layout.writeIndex(manifest.lookupDigest, digest);
+      // The entry is published; lookups find it without the index, so a failed index write is not a failed store.
+      layout.tryWriteIndex(manifest.lookupDigest, digest);
       CacheEntry entry;
       entry.key = key;
       entry.dir = dir;
@@ -724,7 +788,7 @@ CacheEntry KernelCache::store(const KernelKey& key, const std::vector<uint8_t>& 
     LoadedEntry existing = loadEntry(dir, digest, Check::kFull);
     if (existing.missing) continue;
     if (existing.valid() && sameKey(existing.manifest.key, key)) {
-      layout.writeIndex(manifest.lookupDigest, digest);
+      layout.tryWriteIndex(manifest.lookupDigest, digest);
       return toCacheEntry(std::move(existing), dir);
     }
     if (removedCorrupt) break;
@@ -797,21 +861,58 @@ std::vector<EntryInfo> infos(std::vector<ScannedEntry>&& scanned) {
 
 std::vector<EntryInfo> KernelCache::list() const { return infos(scanEntries(Layout{root_}, Check::kCheap)); }
 
-std::vector<EntryInfo> KernelCache::verify() const { return infos(scanEntries(Layout{root_}, Check::kFull)); }
+std::vector<EntryInfo> KernelCache::verify() const {
+  Layout layout{root_};
+  std::vector<ScannedEntry> scanned = scanEntries(layout, Check::kFull);
+  std::map<std::string, const ScannedEntry*> byDigest;
+  std::map<std::string, std::set<std::string>> validByLookupDigest;
+  for (const ScannedEntry& s : scanned) {
+    byDigest[s.info.digest] = &s;
+    if (s.info.valid) validByLookupDigest[s.lookupDigest].insert(s.info.digest);
+  }
+  // Each key with a valid entry should have an index naming one of them.
+  std::map<std::string, std::string> indexProblems;
+  for (const auto& [lookupDigest, digests] : validByLookupDigest) {
+    std::string problem;
+    const std::string indexed = layout.readIndex(lookupDigest, &problem);
+    if (!indexed.empty() && !digests.count(indexed)) {
+      auto target = byDigest.find(indexed);
+      problem = "index/" + lookupDigest + " names " + indexed +
+                (target == byDigest.end()        ? ", which does not exist"
+                 : !target->second->info.valid ? ", which is invalid"
+                                                 : ", an entry of another kernel key");
+    }
+    if (!problem.empty()) indexProblems[lookupDigest] = problem + " (lookups scan the entries; prune repairs it)";
+  }
+  for (ScannedEntry& s : scanned) {
+    auto problem = s.info.valid ? indexProblems.find(s.lookupDigest) : indexProblems.end();
+    if (problem != indexProblems.end()) s.info.indexProblem = problem->second;
+  }
+  return infos(std::move(scanned));
+}
 
 int KernelCache::prune(const std::string& keepFingerprint) const {
   Layout layout{root_};
   int removed = 0;
-  // Newest surviving entry per lookup key, to re-point index files whose entry goes away.
-  std::map<std::string, std::pair<int64_t, std::string>> survivors;
+  struct Survivors {
+    int64_t newestCreated = 0;
+    std::string newest;           // what the index names when it has to change
+    std::set<std::string> all;
+    bool indexed = false;         // the index names one of `all` (now)
+  };
+  std::map<std::string, Survivors> survivors;  // by lookup digest
+  std::set<std::string> scannedDigests;
   for (const ScannedEntry& s : scanEntries(layout, Check::kFull)) {
+    scannedDigests.insert(s.info.digest);
     if (!s.info.valid) {
       removed += layout.removeEntry(s.info.digest, /*keepIfValid=*/true);
     } else if (!keepFingerprint.empty() && s.fingerprint != keepFingerprint) {
       removed += layout.removeEntry(s.info.digest, /*keepIfValid=*/false);
     } else {
-      auto& newest = survivors[s.lookupDigest];
-      if (newest.second.empty() || s.created >= newest.first) newest = {s.created, s.info.digest};
+      Survivors& key = survivors[s.lookupDigest];
+      if (key.newest.empty() || newerThan(s.created, s.info.digest, key.newestCreated, key.newest))
+        key.newestCreated = s.created, key.newest = s.info.digest;
+      key.all.insert(s.info.digest);
     }
   }
 
@@ -822,21 +923,26 @@ int KernelCache::prune(const std::string& keepFingerprint) const {
     if (::lstat(path.c_str(), &st) == 0 && now - int64_t(st.st_mtime) > kStaleTempSeconds) removeTree(path);
   }
 
+  // Every index names a surviving entry of its key (re-pointed at the newest when it does not), or goes. An entry
+  // stored since the scan above is left named: its store just wrote that index.
   for (const std::string& name : listDirectory(layout.index())) {
-    std::string target = layout.readIndex(name);
+    const std::string target = layout.readIndex(name);
     struct stat st;
-    if (!target.empty() && ::stat(layout.entry(target).c_str(), &st) == 0) continue;
-    auto survivor = survivors.find(name);
-    if (survivor != survivors.end() && ::stat(layout.entry(survivor->second.second).c_str(), &st) == 0) {
-      try {
-        layout.writeIndex(name, survivor->second.second);
+    const bool storedSinceScan =
+        !target.empty() && !scannedDigests.count(target) && ::stat(layout.entry(target).c_str(), &st) == 0;
+    auto key = survivors.find(name);
+    if (key != survivors.end()) {
+      if (storedSinceScan || key->second.all.count(target) || layout.tryWriteIndex(name, key->second.newest)) {
+        key->second.indexed = true;
         continue;
-      } catch (const CacheError&) {
-        // fall through: a dangling index is worse than none
       }
+    } else if (storedSinceScan) {
+      continue;
     }
-    ::unlink(layout.indexFile(name).c_str());
+    ::unlink(layout.indexFile(name).c_str());  // a dangling index is worse than none
   }
+  for (const auto& [lookupDigest, key] : survivors)
+    if (!key.indexed) layout.tryWriteIndex(lookupDigest, key.newest);
   return removed;
 }
 

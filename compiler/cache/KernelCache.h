@@ -48,6 +48,9 @@ struct EntryInfo {
   int64_t mtime = 0;                // seconds since epoch
   bool valid = false;
   std::string problem;              // why it is invalid (empty when valid)
+  // verify() only, valid entries: why index/<lookupDigest> does not lead to a valid entry of this key (missing,
+  // garbage, dangling, another key's entry). Lookups still find the entry; prune() repairs the index.
+  std::string indexProblem;
 };
 
 class KernelCache {

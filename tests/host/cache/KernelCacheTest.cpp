@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
@@ -16,6 +17,7 @@
 #include <optional>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "compiler/cache/KernelCache.h"
@@ -226,6 +228,103 @@ TEST_F(KernelCacheTest, LookupAnyFingerprintRejectsBadIndexFiles) {
   writeBytes(indexFile, other.digest() + "\n");
   EXPECT_FALSE(cache.lookupAnyFingerprint(mine).has_value());
   EXPECT_TRUE(cache.lookup(other).has_value());
+}
+
+// What can happen to index/<lookupDigest> of a stored entry: deleted, garbage, naming a removed entry, naming a
+// valid entry of another key, or never written (store renames the entry into place before it writes the index).
+enum class IndexDamage { kMissing, kGarbage, kDangling, kOtherKey };
+
+class KernelCacheIndexTest : public KernelCacheTest, public ::testing::WithParamInterface<IndexDamage> {
+ protected:
+  // Stores key() and one other kernel, then damages key()'s index.
+  void storeAndDamage(KernelCache& cache) {
+    cache.store(key(), {1, 2, 3}, "mine");
+    cache.store(key("other"), {4, 5, 6}, "other");
+    switch (GetParam()) {
+      case IndexDamage::kMissing: ASSERT_EQ(::unlink(indexFile().c_str()), 0); break;
+      case IndexDamage::kGarbage: writeBytes(indexFile(), "\x01garbage\n"); break;
+      case IndexDamage::kDangling: writeBytes(indexFile(), std::string(64, 'a') + "\n"); break;
+      case IndexDamage::kOtherKey: writeBytes(indexFile(), key("other").digest() + "\n"); break;
+    }
+  }
+  std::string indexFile() const { return root_ + "/index/" + key().lookupDigest(); }
+  bool indexIsRepaired() const { return readText(indexFile()) == key().digest() + "\n"; }
+};
+
+TEST_P(KernelCacheIndexTest, LookupAnyFingerprintFindsTheEntryAndRepairsTheIndex) {
+  KernelCache cache(root_);
+  storeAndDamage(cache);
+  if (HasFatalFailure()) return;
+  std::optional<CacheEntry> any = cache.lookupAnyFingerprint(key("swiglu_fwd", "runtime"));
+  ASSERT_TRUE(any.has_value());
+  EXPECT_EQ(any->dir, entryDir(key()));
+  EXPECT_EQ(any->metadata, "mine");
+  EXPECT_TRUE(indexIsRepaired()) << readText(indexFile());
+  EXPECT_TRUE(cache.lookup(key("other")).has_value()) << "the other key's entry must be left alone";
+}
+
+TEST_P(KernelCacheIndexTest, ExactHitRepairsTheIndex) {
+  KernelCache cache(root_);
+  storeAndDamage(cache);
+  if (HasFatalFailure()) return;
+  ASSERT_TRUE(cache.lookup(key()).has_value());
+  // An index naming a valid entry is left to lookupAnyFingerprint, which checks the key.
+  if (GetParam() != IndexDamage::kOtherKey) EXPECT_TRUE(indexIsRepaired()) << readText(indexFile());
+}
+
+TEST_P(KernelCacheIndexTest, VerifyReportsAndPruneRepairs) {
+  KernelCache cache(root_);
+  storeAndDamage(cache);
+  if (HasFatalFailure()) return;
+  std::vector<EntryInfo> checked = cache.verify();
+  ASSERT_EQ(checked.size(), 2u);
+  for (const EntryInfo& info : checked) {
+    EXPECT_TRUE(info.valid) << info.problem;
+    if (info.digest == key().digest())
+      EXPECT_NE(info.indexProblem.find("index/" + key().lookupDigest()), std::string::npos) << info.indexProblem;
+    else
+      EXPECT_EQ(info.indexProblem, "") << info.description;
+  }
+  EXPECT_EQ(cache.prune(""), 0);
+  EXPECT_TRUE(indexIsRepaired()) << readText(indexFile());
+  for (const EntryInfo& info : cache.verify()) EXPECT_EQ(info.indexProblem, "") << info.description;
+}
+
+INSTANTIATE_TEST_SUITE_P(Damage, KernelCacheIndexTest,
+                         ::testing::Values(IndexDamage::kMissing, IndexDamage::kGarbage, IndexDamage::kDangling,
+                                           IndexDamage::kOtherKey),
+                         [](const ::testing::TestParamInfo<IndexDamage>& info) {
+                           switch (info.param) {
+                             case IndexDamage::kMissing: return "Missing";
+                             case IndexDamage::kGarbage: return "Garbage";
+                             case IndexDamage::kDangling: return "Dangling";
+                             case IndexDamage::kOtherKey: return "OtherKey";
+                           }
+                           return "Unknown";
+                         });
+
+// Without an index, the newest entry of the key (by its manifest's created time) is the one found.
+TEST_F(KernelCacheTest, LookupAnyFingerprintWithoutIndexPrefersTheNewestValidEntry) {
+  KernelCache cache(root_);
+  cache.store(key("swiglu_fwd", "fp-a"), {1}, "a");
+  cache.store(key("swiglu_fwd", "fp-b"), {2}, "b");
+  cache.store(key("swiglu_fwd", "fp-c"), {3}, "c");
+  // created is whole seconds: make "b" the newest by rewriting it with a later time through the public path.
+  fs::remove_all(entryDir(key("swiglu_fwd", "fp-b")));
+  std::this_thread::sleep_for(std::chrono::milliseconds(1100));
+  cache.store(key("swiglu_fwd", "fp-b"), {2}, "b");
+  ASSERT_EQ(::unlink((root_ + "/index/" + key().lookupDigest()).c_str()), 0);
+  std::optional<CacheEntry> any = cache.lookupAnyFingerprint(key("swiglu_fwd", "runtime"));
+  ASSERT_TRUE(any.has_value());
+  EXPECT_EQ(any->metadata, "b");
+
+  // A newest entry that turns out corrupt is removed and the next one served.
+  ASSERT_EQ(::unlink((root_ + "/index/" + key().lookupDigest()).c_str()), 0);
+  writeBytes(entryDir(key("swiglu_fwd", "fp-b")) + "/code.bin", "X");  // same size, other bytes
+  any = cache.lookupAnyFingerprint(key("swiglu_fwd", "runtime"));
+  ASSERT_TRUE(any.has_value());
+  EXPECT_NE(any->metadata, "b");
+  EXPECT_FALSE(fs::exists(entryDir(key("swiglu_fwd", "fp-b"))));
 }
 
 TEST_F(KernelCacheTest, GetOrBuildBuildsOnceThenHits) {

@@ -2,6 +2,7 @@
 // per-(device, digest) module cache, with modules loaded on the fake HIP device.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <string>
@@ -52,6 +53,17 @@ TEST_F(KernelLoaderTest, UsesMegamoeCacheDirAndFindsAnyFingerprint) {
   EXPECT_EQ(kernel->metadata().symbol, "swiglu_fwd_kernel");
   EXPECT_EQ(kernel->metadata().blockThreads, 256);
   EXPECT_EQ(kernel->metadata().sharedBytes, 65536);
+  EXPECT_EQ(kernel->digest(), stored.digest());
+}
+
+// The index is a shortcut only: an entry whose index file is gone (or was never written) is still found.
+TEST_F(KernelLoaderTest, FindsAnyFingerprintWithoutTheIndex) {
+  cache::KernelKey stored = swigluKey();
+  stored.fingerprint = "megamoe-0.1+llvm-22+gen-abc";
+  cache::KernelCache(dir.path()).store(stored, test::fakeImage("FAKEHIP\nswiglu_fwd_kernel 2\n"), kMetadata);
+  std::filesystem::remove_all(dir.path() + "/index");
+  KernelLoader loader;
+  auto kernel = loader.load(device, swigluKey(), "unused");
   EXPECT_EQ(kernel->digest(), stored.digest());
 }
 
