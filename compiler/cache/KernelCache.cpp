@@ -202,6 +202,39 @@ int makeDirectories(const std::string& path, std::string& failedAt) {
   }
 }
 
+// The target of `path` when it is a symbolic link to nothing, else "".
+std::string danglingLinkTarget(const std::string& path) {
+  struct stat st;
+  if (::lstat(path.c_str(), &st) != 0 || !S_ISLNK(st.st_mode)) return "";
+  if (::stat(path.c_str(), &st) == 0 || errno != ENOENT) return "";
+  std::error_code ec;
+  std::string target = std::filesystem::read_symlink(path, ec).string();
+  return ec || target.empty() ? "?" : target;
+}
+
+// Why `root` cannot be a cache directory, as the rest of a sentence starting with the root's name ("is not a
+// directory", "cannot be used: ..."), or "" when it can: a directory, or absent (store() creates it). Reading
+// needs nothing more, so write access is left to store() to find out.
+std::string rootProblem(const std::string& root) {
+  struct stat st;
+  if (::stat(root.c_str(), &st) == 0) return S_ISDIR(st.st_mode) ? "" : "is not a directory";
+  // Walk down from the top to name the component at fault.
+  for (size_t slash = root.find('/', 1);; slash = root.find('/', slash + 1)) {
+    const std::string prefix = root.substr(0, slash);
+    const bool isRoot = slash == std::string::npos;
+    if (::stat(prefix.c_str(), &st) != 0) {
+      const int err = errno;
+      if (std::string target = danglingLinkTarget(prefix); !target.empty())
+        return (isRoot ? "is" : "cannot be used: '" + prefix + "' is") + " a dangling symbolic link to '" + target +
+               "'";
+      if (err == ENOENT) return "";
+      return "cannot be used: cannot access '" + prefix + "': " + std::strerror(err);
+    }
+    if (!S_ISDIR(st.st_mode)) return isRoot ? "is not a directory" : "cannot be used: '" + prefix + "' is not a directory";
+    if (isRoot) return "";  // it appeared since the first stat
+  }
+}
+
 std::vector<std::string> listDirectory(const std::string& path) {
   std::vector<std::string> names;
   DIR* dir = ::opendir(path.c_str());
@@ -525,10 +558,6 @@ struct Layout {
     }
     return 0;
   }
-  void createOrThrow() const {
-    std::string failedAt;
-    if (int err = create(failedAt)) throwIo("cannot create the cache directory", failedAt, err);
-  }
 
   // Removes entries/<name> without racing readers or writers: rename it into tmp/ first, so a concurrent store
   // of the same digest can land at once. With `keepIfValid`, an entry that turns out valid once moved (another
@@ -663,29 +692,20 @@ std::string KernelCache::defaultRoot() {
 }
 
 KernelCache::KernelCache(std::string root) : root_(std::move(root)) {
-  auto notWritable = [this](const std::string& reason) {
-    return CacheError("kernel cache directory '" + root_ + "' is not writable: " + reason +
-                      " (set MEGAMOE_CACHE_DIR to a writable directory)");
+  auto unusable = [this](const std::string& problem) {
+    return CacheError("kernel cache directory '" + root_ + "' " + problem +
+                      " (set MEGAMOE_CACHE_DIR to a usable directory)");
   };
-  if (root_.empty()) throw notWritable("the path is empty");
+  if (root_.empty()) throw unusable("cannot be used: the path is empty");
   if (root_[0] != '/') {
     std::error_code ec;
     std::filesystem::path cwd = std::filesystem::current_path(ec);
-    if (ec) throw notWritable("cannot resolve the relative path: " + ec.message());
+    if (ec) throw unusable("cannot be used: cannot resolve the relative path: " + ec.message());
     root_ = joinPath(cwd.string(), root_);
   }
   while (root_.size() > 1 && root_.back() == '/') root_.pop_back();
-
-  std::string failedAt;
-  Layout layout{root_};
-  if (int err = layout.create(failedAt)) throw notWritable("cannot create '" + failedAt + "': " + std::strerror(err));
-  // mkdir above may have found everything in place; only creating a file proves we can write (root ignores modes,
-  // a read-only mount does not).
-  std::string probe = joinPath(layout.tmp(), "probe." + uniqueSuffix());
-  int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-  if (fd < 0) throw notWritable("cannot create a file in '" + layout.tmp() + "': " + std::strerror(errno));
-  ::close(fd);
-  ::unlink(probe.c_str());
+  // Nothing is created here: a read-only cache (a read-only mount, another user's cache) must serve lookups.
+  if (std::string problem = rootProblem(root_); !problem.empty()) throw unusable(problem);
 }
 
 std::optional<CacheEntry> KernelCache::lookup(const KernelKey& key) const {
@@ -740,7 +760,18 @@ std::optional<CacheEntry> KernelCache::lookupAnyFingerprint(const KernelKey& key
 CacheEntry KernelCache::store(const KernelKey& key, const std::vector<uint8_t>& binary,
                               const std::string& metadata) const {
   Layout layout{root_};
-  layout.createOrThrow();  // someone may have removed the tree since construction
+  // The only place that needs write access, so the only one that says it lacks it.
+  auto cannotCreate = [&](const std::string& path, int err) {
+    const bool denied = err == EACCES || err == EPERM || err == EROFS;
+    std::string target = danglingLinkTarget(path);
+    return CacheError("cannot store " + key.describe() + ": kernel cache directory '" + root_ + "' " +
+                      (denied ? "is not writable" : "cannot be written") + ": " +
+                      (target.empty() ? "cannot create '" + path + "': " + std::strerror(err)
+                                      : "'" + path + "' is a dangling symbolic link to '" + target + "'") +
+                      (denied ? " (a store needs write access; set MEGAMOE_CACHE_DIR to a writable directory)" : ""));
+  };
+  std::string failedAt;
+  if (int err = layout.create(failedAt)) throw cannotCreate(failedAt, err);
 
   Manifest manifest;
   manifest.key = key;
@@ -758,7 +789,8 @@ CacheEntry KernelCache::store(const KernelKey& key, const std::vector<uint8_t>& 
   for (int attempt = 0;; ++attempt) {
     temp = joinPath(layout.tmp(), digest + "." + uniqueSuffix());
     if (::mkdir(temp.c_str(), 0755) == 0) break;
-    if (errno != EEXIST || attempt == 8) throwIo("cannot create the temp directory", temp, errno);
+    const int err = errno;
+    if (err != EEXIST || attempt == 8) throw cannotCreate(temp, err);
   }
   TempDirGuard guard(temp);
   writeNewFile(joinPath(temp, kBinaryName), binary.data(), binary.size());

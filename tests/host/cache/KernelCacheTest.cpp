@@ -1,5 +1,7 @@
 // KernelCache in one process: round trips, fingerprint-less lookup, corruption handling, errors, maintenance.
 // Every test gets a fresh temporary root and random payloads.
+#include <fcntl.h>
+#include <grp.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -7,9 +9,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -269,7 +273,9 @@ TEST_P(KernelCacheIndexTest, ExactHitRepairsTheIndex) {
   if (HasFatalFailure()) return;
   ASSERT_TRUE(cache.lookup(key()).has_value());
   // An index naming a valid entry is left to lookupAnyFingerprint, which checks the key.
-  if (GetParam() != IndexDamage::kOtherKey) EXPECT_TRUE(indexIsRepaired()) << readText(indexFile());
+  if (GetParam() != IndexDamage::kOtherKey) {
+    EXPECT_TRUE(indexIsRepaired()) << readText(indexFile());
+  }
 }
 
 TEST_P(KernelCacheIndexTest, VerifyReportsAndPruneRepairs) {
@@ -280,10 +286,11 @@ TEST_P(KernelCacheIndexTest, VerifyReportsAndPruneRepairs) {
   ASSERT_EQ(checked.size(), 2u);
   for (const EntryInfo& info : checked) {
     EXPECT_TRUE(info.valid) << info.problem;
-    if (info.digest == key().digest())
+    if (info.digest == key().digest()) {
       EXPECT_NE(info.indexProblem.find("index/" + key().lookupDigest()), std::string::npos) << info.indexProblem;
-    else
+    } else {
       EXPECT_EQ(info.indexProblem, "") << info.description;
+    }
   }
   EXPECT_EQ(cache.prune(""), 0);
   EXPECT_TRUE(indexIsRepaired()) << readText(indexFile());
@@ -607,6 +614,7 @@ INSTANTIATE_TEST_SUITE_P(Files, KernelCacheFifoTest, ::testing::Values("code.bin
 
 TEST_F(KernelCacheTest, FifoAsIndexFileIsAMissWithoutBlocking) {
   KernelCache cache(root_);
+  cache.store(key("other"), {1}, "");  // creates the layout
   KernelKey k = key();
   std::string indexFile = root_ + "/index/" + k.lookupDigest();
   ASSERT_EQ(::mkfifo(indexFile.c_str(), 0644), 0);
@@ -621,30 +629,45 @@ TEST_F(KernelCacheTest, FifoAsIndexFileIsAMissWithoutBlocking) {
 // ---------------------------------------------------------------------------------------------------------------
 // Errors and the default root
 
-void expectNotWritableError(const std::string& root) {
+void expectUnusableRootError(const std::string& root, const std::string& why) {
   try {
     KernelCache cache(root);
     ADD_FAILURE() << "no CacheError for " << root;
   } catch (const CacheError& e) {
     std::string message = e.what();
     EXPECT_NE(message.find("'" + root + "'"), std::string::npos) << message;
-    EXPECT_NE(message.find("not writable"), std::string::npos) << message;
+    EXPECT_NE(message.find(why), std::string::npos) << message;
     EXPECT_NE(message.find("MEGAMOE_CACHE_DIR"), std::string::npos) << message;
   }
 }
 
-TEST_F(KernelCacheTest, UnwritableRootThrowsNamingThePath) {
+TEST_F(KernelCacheTest, UnusableRootThrowsNamingThePath) {
   std::string file = scratch_ + "/regular-file";
   writeBytes(file, "x");
-  expectNotWritableError(file + "/cache");           // parent is a regular file
-  expectNotWritableError(file + "/deeper/cache");    // ... further up
-  expectNotWritableError(file);                      // the root itself is a file
+  expectUnusableRootError(file + "/cache", "'" + file + "' is not a directory");         // parent is a file
+  expectUnusableRootError(file + "/deeper/cache", "'" + file + "' is not a directory");  // ... further up
+  expectUnusableRootError(file, "is not a directory");                                   // the root itself
   EXPECT_THROW(KernelCache(""), CacheError);
+}
+
+// Item 17: a MEGAMOE_CACHE_DIR that is a dangling link says so, naming the link's target.
+TEST_F(KernelCacheTest, DanglingSymlinkRootIsNamedAsSuch) {
+  std::string target = scratch_ + "/unmounted/cache";
+  std::string link = scratch_ + "/link";
+  ASSERT_EQ(::symlink(target.c_str(), link.c_str()), 0);
+  expectUnusableRootError(link, "'" + link + "' is a dangling symbolic link to '" + target + "'");
+  // A dangling link further up the path is named too.
+  expectUnusableRootError(link + "/megamoe", "'" + link + "' is a dangling symbolic link to '" + target + "'");
+  // Once the target exists, the link is an ordinary root.
+  fs::create_directories(target);
+  KernelCache cache(link);
+  cache.store(key(), {1, 2}, "");
+  EXPECT_TRUE(cache.lookup(key()).has_value());
 }
 
 TEST_F(KernelCacheTest, StoreIntoBrokenLayoutThrowsNamingThePath) {
   KernelCache cache(root_);
-  fs::remove_all(root_ + "/entries");
+  fs::create_directories(root_ + "/tmp");
   writeBytes(root_ + "/entries", "in the way");
   try {
     cache.store(key(), {1, 2, 3}, "");
@@ -676,6 +699,82 @@ TEST_F(KernelCacheTest, RelativeRootBecomesAbsolute) {
   EXPECT_EQ(cache->root(), expected);
   CacheEntry stored = cache->store(key(), {7}, "");
   EXPECT_EQ(stored.dir.rfind(expected + "/entries/", 0), 0u) << stored.dir;
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Read-only caches (item 6): lookups, list and verify need no write access; a store says it does.
+
+// chmod -R: read-only (a-w) or back to writable for the owner; readable and searchable by everyone either way, so
+// that the unprivileged child below can read the tree.
+void setTreeWritable(const std::string& top, bool writable) {
+  auto apply = [writable](const fs::path& path) {
+    const bool dir = fs::is_directory(fs::symlink_status(path));
+    ::chmod(path.c_str(), writable ? (dir ? 0755 : 0644) : (dir ? 0555 : 0444));
+  };
+  std::error_code ec;
+  for (auto it = fs::recursive_directory_iterator(top, ec); !ec && it != fs::recursive_directory_iterator();
+       it.increment(ec))
+    apply(it->path());
+  apply(top);
+}
+
+// In a forked child: leaves the process unable to write to a read-only tree. Root ignores file modes, so it drops
+// to uid/gid 65534 (nobody). Returns "" or "SKIP: why" when no such condition can be made here.
+std::string loseWriteAccess(const std::string& probeDir) {
+  if (::geteuid() == 0 && (::setgroups(0, nullptr) != 0 || ::setgid(65534) != 0 || ::setuid(65534) != 0))
+    return std::string("SKIP: cannot drop root privileges to uid 65534: ") + std::strerror(errno);
+  std::string probe = probeDir + "/write-probe";
+  int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0600);
+  if (fd >= 0) {
+    ::close(fd);
+    ::unlink(probe.c_str());
+    return "SKIP: the read-only tree is still writable here";
+  }
+  return "";
+}
+
+TEST_F(KernelCacheTest, ReadOnlyCacheServesLookupsListAndVerify) {
+  KernelCache writer(root_);
+  writer.store(key(), {1, 2, 3}, "indexed");
+  writer.store(key("unindexed"), {4, 5}, "scanned");
+  ASSERT_EQ(::unlink((root_ + "/index/" + key("unindexed").lookupDigest()).c_str()), 0);
+  ::chmod(scratch_.c_str(), 0755);  // mkdtemp made it 0700
+  setTreeWritable(root_, false);
+
+  std::string failure = inBoundedChild(20, [&]() -> std::string {
+    if (std::string skip = loseWriteAccess(root_); !skip.empty()) return skip;
+    std::string problems;
+    try {
+      KernelCache cache(root_);
+      if (!cache.lookup(key())) problems += "lookup missed\n";
+      std::optional<CacheEntry> any = cache.lookupAnyFingerprint(key("swiglu_fwd", "other"));
+      if (!any || any->metadata != "indexed") problems += "lookupAnyFingerprint missed\n";
+      any = cache.lookupAnyFingerprint(key("unindexed", "other"));
+      if (!any || any->metadata != "scanned") problems += "lookupAnyFingerprint without an index missed\n";
+      if (cache.list().size() != 2) problems += "list: not 2 entries\n";
+      for (const EntryInfo& info : cache.verify())
+        if (!info.valid) problems += "verify: " + info.problem + "\n";
+      try {
+        cache.store(key("new"), {6}, "");
+        problems += "store into a read-only cache succeeded\n";
+      } catch (const CacheError& e) {
+        std::string message = e.what();
+        for (const std::string& part : {"'" + root_ + "'", std::string("not writable"),
+                                        std::string(std::strerror(EACCES)), std::string("new[I=2048,clamp=0]")})
+          if (message.find(part) == std::string::npos) problems += "store error lacks " + part + ": " + message + "\n";
+      }
+      // A root that does not exist yet (below a read-only directory) is an empty cache, not an error.
+      KernelCache missing(root_ + "/entries/../absent");
+      if (missing.lookup(key()) || !missing.list().empty()) problems += "absent root: not empty\n";
+    } catch (const std::exception& e) {
+      problems += std::string("threw: ") + e.what() + "\n";
+    }
+    return problems;
+  });
+  setTreeWritable(root_, true);
+  if (failure.rfind("SKIP: ", 0) == 0) GTEST_SKIP() << failure.substr(6);
+  EXPECT_EQ(failure, "");
+  EXPECT_TRUE(namesIn(root_ + "/tmp").empty());
 }
 
 // Sets or unsets environment variables for one scope.
