@@ -22,7 +22,9 @@ bool integerOrAbsent(const json::Value& object, const char* name, const std::str
   return false;
 }
 
-void add(json::Value& object, const char* name, json::Value value) { object.object.emplace_back(name, std::move(value)); }
+void add(json::Value& object, const char* name, json::Value value) {
+  object.object.emplace_back(name, std::move(value));
+}
 
 }  // namespace
 

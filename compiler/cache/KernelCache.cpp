@@ -230,7 +230,8 @@ std::string rootProblem(const std::string& root) {
       if (err == ENOENT) return "";
       return "cannot be used: cannot access '" + prefix + "': " + std::strerror(err);
     }
-    if (!S_ISDIR(st.st_mode)) return isRoot ? "is not a directory" : "cannot be used: '" + prefix + "' is not a directory";
+    if (!S_ISDIR(st.st_mode))
+      return isRoot ? "is not a directory" : "cannot be used: '" + prefix + "' is not a directory";
     if (isRoot) return "";  // it appeared since the first stat
   }
 }
@@ -396,13 +397,14 @@ bool parseManifest(const std::string& text, Manifest& m, std::string& problem) {
   if (!format) return false;
   if (format->integer != kManifestFormat) {
     problem = "manifest.json has format " + std::to_string(format->integer) + ", expected " +
-              std::to_string(kManifestFormat) +
-              (format->integer < kManifestFormat ? " (from an older megamoe, without a checksum over its metadata)" : "");
+              std::to_string(kManifestFormat);
+    if (format->integer < kManifestFormat) problem += " (from an older megamoe, without a checksum over its metadata)";
     return false;
   }
-  const json::Value *entrySha256, *digest, *lookupDigest, *kernel, *spec, *target, *options, *fingerprint, *size, *sha, *created,
-      *metadata;
-  if (!(entrySha256 = field("entry_sha256", K::kString)) || !(digest = field("digest", K::kString)) || !(lookupDigest = field("lookup_digest", K::kString)) ||
+  const json::Value *entrySha256, *digest, *lookupDigest, *kernel, *spec, *target, *options, *fingerprint, *size,
+      *sha, *created, *metadata;
+  if (!(entrySha256 = field("entry_sha256", K::kString)) || !(digest = field("digest", K::kString)) ||
+      !(lookupDigest = field("lookup_digest", K::kString)) ||
       !(kernel = field("kernel", K::kString)) || !(spec = field("spec", K::kArray)) ||
       !(target = field("target", K::kString)) || !(options = field("options", K::kString)) ||
       !(fingerprint = field("fingerprint", K::kString)) || !(size = field("binary_size", K::kInteger)) ||
