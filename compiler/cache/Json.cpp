@@ -1,6 +1,8 @@
-// JSON reader and string writer (see Json.h).
+// JSON reader and writer (see Json.h).
 #include "compiler/cache/Json.h"
 
+#include <charconv>
+#include <cmath>
 #include <cstring>
 
 namespace megamoe::json {
@@ -261,6 +263,85 @@ void appendQuoted(std::string& out, const std::string& s) {
     }
   }
   out += '"';
+}
+
+Value stringValue(std::string s) {
+  Value v;
+  v.kind = Value::Kind::kString;
+  v.text = std::move(s);
+  return v;
+}
+
+Value integerValue(int64_t i) {
+  Value v;
+  v.kind = Value::Kind::kInteger;
+  v.integer = i;
+  v.text = std::to_string(i);
+  return v;
+}
+
+Value numberValue(double d) {
+  Value v;
+  if (!std::isfinite(d)) return v;  // kNull
+  char buffer[64];
+  auto result = std::to_chars(buffer, buffer + sizeof buffer, d);
+  v.kind = Value::Kind::kNumber;
+  v.text.assign(buffer, result.ptr);
+  return v;
+}
+
+Value boolValue(bool b) {
+  Value v;
+  v.kind = Value::Kind::kBool;
+  v.boolean = b;
+  return v;
+}
+
+Value objectValue() {
+  Value v;
+  v.kind = Value::Kind::kObject;
+  return v;
+}
+
+Value arrayValue() {
+  Value v;
+  v.kind = Value::Kind::kArray;
+  return v;
+}
+
+void appendValue(std::string& out, const Value& value) {
+  using K = Value::Kind;
+  switch (value.kind) {
+    case K::kNull: out += "null"; break;
+    case K::kBool: out += value.boolean ? "true" : "false"; break;
+    case K::kInteger: out += std::to_string(value.integer); break;
+    case K::kNumber: out += value.text.empty() ? "null" : value.text; break;
+    case K::kString: appendQuoted(out, value.text); break;
+    case K::kArray:
+      out += '[';
+      for (size_t i = 0; i < value.array.size(); ++i) {
+        if (i) out += ',';
+        appendValue(out, value.array[i]);
+      }
+      out += ']';
+      break;
+    case K::kObject:
+      out += '{';
+      for (size_t i = 0; i < value.object.size(); ++i) {
+        if (i) out += ',';
+        appendQuoted(out, value.object[i].first);
+        out += ':';
+        appendValue(out, value.object[i].second);
+      }
+      out += '}';
+      break;
+  }
+}
+
+std::string render(const Value& value) {
+  std::string out;
+  appendValue(out, value);
+  return out;
 }
 
 }  // namespace megamoe::json

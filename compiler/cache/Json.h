@@ -1,5 +1,6 @@
-// The project's one JSON reader (RFC 8259 values into a small tree), LLVM-free: the cache reads its manifests with
-// it and the runtime the kernel metadata the compiler attaches to each entry (runtime/include/megamoe/Json.h).
+// The project's one JSON reader and writer (RFC 8259 values to and from a small tree), LLVM-free: the cache reads
+// and writes its manifests with it, the runtime reads the kernel metadata the compiler attaches to each entry
+// (runtime/include/megamoe/Json.h), and megamoe-cache writes its reports with it (compiler/cache/CacheReport.h).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -38,8 +39,22 @@ struct ParseError {
 // input; never throws for bad input.
 bool parse(const std::string& text, Value& out, ParseError& error, const ParseOptions& options = {});
 
-// Appends `s` as a JSON string literal. Bytes >= 0x80 are copied verbatim, so any byte string round-trips through
-// parse() exactly.
+// Appends `s` as a JSON string literal: quote, backslash and every control character escaped (\u00XX where there
+// is no short form). Bytes >= 0x80 are copied verbatim, so any byte string round-trips through parse() exactly.
 void appendQuoted(std::string& out, const std::string& s);
+
+// Values to write. numberValue keeps the shortest text that reads back as the same double; a NaN or infinity,
+// which JSON cannot hold, becomes null.
+Value stringValue(std::string s);
+Value integerValue(int64_t i);
+Value numberValue(double d);
+Value boolValue(bool b);
+Value objectValue();  // empty; add members to .object in the order they are to be written
+Value arrayValue();   // empty; add elements to .array
+
+// Compact JSON text (no whitespace) for `value`, which parse() reads back as the same tree. kInteger is written
+// from `integer`, kNumber from `text` (the literal parse() kept, or numberValue's); strings via appendQuoted.
+std::string render(const Value& value);
+void appendValue(std::string& out, const Value& value);
 
 }  // namespace megamoe::json

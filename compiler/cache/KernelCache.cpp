@@ -21,6 +21,7 @@
 #include <filesystem>
 #include <map>
 #include <random>
+#include <set>
 #include <system_error>
 #include <tuple>
 
@@ -29,7 +30,8 @@
 namespace megamoe::cache {
 namespace {
 
-constexpr int kManifestFormat = 1;
+// 2: entry_sha256 covers the metadata. Format 1 entries are invalid (rebuilt), since nothing vouches for theirs.
+constexpr int kManifestFormat = 2;
 constexpr size_t kMaxManifestBytes = size_t(64) << 20;   // far above any real manifest; bounds reads of garbage
 constexpr size_t kMaxIndexBytes = 4096;
 constexpr int64_t kStaleTempSeconds = 3600;
@@ -52,27 +54,77 @@ bool isHexDigest(const std::string& s) {
 // ---------------------------------------------------------------------------------------------------------------
 // Files
 
-// Reads a whole file, `path` relative to the directory `dirFd` (or AT_FDCWD). Returns 0 or an errno value; EFBIG
-// when the file is larger than maxBytes (nothing is read then). `fileSize` receives the size fstat reported.
-int readFileAt(int dirFd, const std::string& path, std::vector<uint8_t>& out, size_t maxBytes,
-               uint64_t* fileSize = nullptr) {
+// Returned by readFileAt for anything but a regular file; never an errno value.
+constexpr int kNotRegularFile = -1;
+
+struct FileRead {
+  int err = 0;          // 0, an errno value, or kNotRegularFile
+  mode_t type = 0;      // S_IFMT bits of what is there (for kNotRegularFile)
+  uint64_t size = 0;    // the size fstat reported
+};
+
+const char* fileTypeName(mode_t type) {
+  switch (type & S_IFMT) {
+    case S_IFIFO: return "a FIFO";
+    case S_IFSOCK: return "a socket";
+    case S_IFCHR: return "a character device";
+    case S_IFBLK: return "a block device";
+    case S_IFDIR: return "a directory";
+    case S_IFLNK: return "a symbolic link";
+    default: return "not a plain file";
+  }
+}
+
+// Why `name` could not be read, for an entry's problem text.
+std::string readProblem(const std::string& name, const FileRead& r) {
+  if (r.err == ENOENT) return name + " is missing";
+  if (r.err == kNotRegularFile) return name + " is not a regular file (" + fileTypeName(r.type) + ")";
+  if (r.err == EFBIG) return name + " is too large (" + std::to_string(r.size) + " bytes)";
+  return "cannot read " + name + ": " + std::strerror(r.err);
+}
+
+// Reads a whole regular file, `path` relative to the directory `dirFd` (or AT_FDCWD). err is EFBIG when the file is
+// larger than maxBytes (nothing is read then). Anything but a regular file is refused unopened where possible, and
+// the open itself neither follows a symbolic link nor waits (a FIFO blocks a plain open until a writer comes).
+FileRead readFileAt(int dirFd, const std::string& path, std::vector<uint8_t>& out, size_t maxBytes) {
+  FileRead r;
   out.clear();
-  int fd = ::openat(dirFd, path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return errno;
   struct stat st;
-  if (::fstat(fd, &st) != 0) {
-    int err = errno;
-    ::close(fd);
-    return err;
+  if (::fstatat(dirFd, path.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
+    r.err = errno;
+    return r;
   }
-  if (fileSize) *fileSize = uint64_t(st.st_size);
   if (!S_ISREG(st.st_mode)) {
-    ::close(fd);
-    return EISDIR;
+    r.err = kNotRegularFile;
+    r.type = st.st_mode;
+    return r;
   }
-  if (uint64_t(st.st_size) > maxBytes) {
-    ::close(fd);
-    return EFBIG;
+  int fd = ::openat(dirFd, path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK | O_NOFOLLOW);
+  if (fd < 0) {
+    r.err = errno;
+    if (r.err == ELOOP) {  // replaced by a symbolic link since the fstatat
+      r.err = kNotRegularFile;
+      r.type = S_IFLNK;
+    }
+    return r;
+  }
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  if (::fstat(fd, &st) != 0) {
+    r.err = errno;
+    return r;
+  }
+  r.size = uint64_t(st.st_size);
+  if (!S_ISREG(st.st_mode)) {  // replaced since the fstatat
+    r.err = kNotRegularFile;
+    r.type = st.st_mode;
+    return r;
+  }
+  if (r.size > maxBytes) {
+    r.err = EFBIG;
+    return r;
   }
   out.resize(size_t(st.st_size));
   size_t done = 0;
@@ -80,23 +132,22 @@ int readFileAt(int dirFd, const std::string& path, std::vector<uint8_t>& out, si
     ssize_t n = ::read(fd, out.data() + done, out.size() - done);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) {
-      int err = errno;
-      ::close(fd);
-      return err;
+      r.err = errno;
+      out.clear();
+      return r;
     }
     if (n == 0) break;  // shrank since fstat: the caller's size checks see the short result
     done += size_t(n);
   }
   out.resize(done);
-  ::close(fd);
-  return 0;
+  return r;
 }
 
-int readTextFileAt(int dirFd, const std::string& path, std::string& out, size_t maxBytes) {
+FileRead readTextFileAt(int dirFd, const std::string& path, std::string& out, size_t maxBytes) {
   std::vector<uint8_t> bytes;
-  int err = readFileAt(dirFd, path, bytes, maxBytes);
+  FileRead r = readFileAt(dirFd, path, bytes, maxBytes);
   out.assign(bytes.begin(), bytes.end());
-  return err;
+  return r;
 }
 
 // Creates `path` (which must not exist) holding exactly `data`; throws CacheError naming the path.
@@ -151,6 +202,40 @@ int makeDirectories(const std::string& path, std::string& failedAt) {
   }
 }
 
+// The target of `path` when it is a symbolic link to nothing, else "".
+std::string danglingLinkTarget(const std::string& path) {
+  struct stat st;
+  if (::lstat(path.c_str(), &st) != 0 || !S_ISLNK(st.st_mode)) return "";
+  if (::stat(path.c_str(), &st) == 0 || errno != ENOENT) return "";
+  std::error_code ec;
+  std::string target = std::filesystem::read_symlink(path, ec).string();
+  return ec || target.empty() ? "?" : target;
+}
+
+// Why `root` cannot be a cache directory, as the rest of a sentence starting with the root's name ("is not a
+// directory", "cannot be used: ..."), or "" when it can: a directory, or absent (store() creates it). Reading
+// needs nothing more, so write access is left to store() to find out.
+std::string rootProblem(const std::string& root) {
+  struct stat st;
+  if (::stat(root.c_str(), &st) == 0) return S_ISDIR(st.st_mode) ? "" : "is not a directory";
+  // Walk down from the top to name the component at fault.
+  for (size_t slash = root.find('/', 1);; slash = root.find('/', slash + 1)) {
+    const std::string prefix = root.substr(0, slash);
+    const bool isRoot = slash == std::string::npos;
+    if (::stat(prefix.c_str(), &st) != 0) {
+      const int err = errno;
+      if (std::string target = danglingLinkTarget(prefix); !target.empty())
+        return (isRoot ? "is" : "cannot be used: '" + prefix + "' is") + " a dangling symbolic link to '" + target +
+               "'";
+      if (err == ENOENT) return "";
+      return "cannot be used: cannot access '" + prefix + "': " + std::strerror(err);
+    }
+    if (!S_ISDIR(st.st_mode))
+      return isRoot ? "is not a directory" : "cannot be used: '" + prefix + "' is not a directory";
+    if (isRoot) return "";  // it appeared since the first stat
+  }
+}
+
 std::vector<std::string> listDirectory(const std::string& path) {
   std::vector<std::string> names;
   DIR* dir = ::opendir(path.c_str());
@@ -201,6 +286,29 @@ class TempDirGuard {
 // ---------------------------------------------------------------------------------------------------------------
 // Manifest
 
+// "<bytes>:<text>": length-prefixed, so no two different field lists serialise alike.
+void appendField(std::string& out, const std::string& text) {
+  out += std::to_string(text.size());
+  out += ':';
+  out += text;
+}
+
+// The leading tag keeps digest and lookupDigest apart and versions the scheme.
+std::string serialiseKey(const KernelKey& key, bool withFingerprint) {
+  std::string out;
+  appendField(out, withFingerprint ? "megamoe.kernel-key.v1" : "megamoe.kernel-lookup-key.v1");
+  appendField(out, key.kernel);
+  appendField(out, std::to_string(key.spec.size()));
+  for (const auto& [name, value] : key.spec) {
+    appendField(out, name);
+    appendField(out, std::to_string(value));
+  }
+  appendField(out, key.target);
+  appendField(out, key.options);
+  if (withFingerprint) appendField(out, key.fingerprint);
+  return out;
+}
+
 struct Manifest {
   KernelKey key;
   std::string digest;
@@ -209,7 +317,23 @@ struct Manifest {
   std::string binarySha256;
   int64_t created = 0;
   std::string metadata;
+  std::string entrySha256;
 };
+
+// SHA-256 over every other manifest field, so that an edit of any of them, the launch metadata (symbol,
+// block_threads, shared_bytes, ...) included, makes the entry invalid; code.bin is covered through binary_sha256.
+std::string computeEntrySha256(const Manifest& m) {
+  std::string out;
+  appendField(out, "megamoe.cache-entry.v2");
+  appendField(out, serialiseKey(m.key, true));
+  appendField(out, m.digest);
+  appendField(out, m.lookupDigest);
+  appendField(out, std::to_string(m.binarySize));
+  appendField(out, m.binarySha256);
+  appendField(out, std::to_string(m.created));
+  appendField(out, m.metadata);
+  return sha256Hex(out);
+}
 
 std::string renderManifest(const Manifest& m) {
   std::string out = "{\n";
@@ -226,6 +350,7 @@ std::string renderManifest(const Manifest& m) {
     out += "\": " + value + ",\n";
   };
   integerField("format", std::to_string(kManifestFormat));
+  stringField("entry_sha256", m.entrySha256);
   stringField("digest", m.digest);
   stringField("lookup_digest", m.lookupDigest);
   stringField("kernel", m.key.kernel);
@@ -271,12 +396,15 @@ bool parseManifest(const std::string& text, Manifest& m, std::string& problem) {
   const json::Value* format = field("format", K::kInteger);
   if (!format) return false;
   if (format->integer != kManifestFormat) {
-    problem = "manifest.json has unsupported format " + std::to_string(format->integer);
+    problem = "manifest.json has format " + std::to_string(format->integer) + ", expected " +
+              std::to_string(kManifestFormat);
+    if (format->integer < kManifestFormat) problem += " (from an older megamoe, without a checksum over its metadata)";
     return false;
   }
-  const json::Value *digest, *lookupDigest, *kernel, *spec, *target, *options, *fingerprint, *size, *sha, *created,
-      *metadata;
-  if (!(digest = field("digest", K::kString)) || !(lookupDigest = field("lookup_digest", K::kString)) ||
+  const json::Value *entrySha256, *digest, *lookupDigest, *kernel, *spec, *target, *options, *fingerprint, *size,
+      *sha, *created, *metadata;
+  if (!(entrySha256 = field("entry_sha256", K::kString)) || !(digest = field("digest", K::kString)) ||
+      !(lookupDigest = field("lookup_digest", K::kString)) ||
       !(kernel = field("kernel", K::kString)) || !(spec = field("spec", K::kArray)) ||
       !(target = field("target", K::kString)) || !(options = field("options", K::kString)) ||
       !(fingerprint = field("fingerprint", K::kString)) || !(size = field("binary_size", K::kInteger)) ||
@@ -306,6 +434,7 @@ bool parseManifest(const std::string& text, Manifest& m, std::string& problem) {
   m.binarySha256 = sha->text;
   m.created = created->integer;
   m.metadata = metadata->text;
+  m.entrySha256 = entrySha256->text;
   return true;
 }
 
@@ -353,9 +482,8 @@ LoadedEntry loadEntry(const std::string& dir, const std::string& digest, Check c
   } closer{dirFd};
 
   std::string text;
-  if (int err = readTextFileAt(dirFd, kManifestName, text, kMaxManifestBytes)) {
-    e.problem = err == ENOENT ? std::string("manifest.json is missing")
-                              : std::string("cannot read manifest.json: ") + std::strerror(err);
+  if (FileRead r = readTextFileAt(dirFd, kManifestName, text, kMaxManifestBytes); r.err) {
+    e.problem = readProblem(kManifestName, r);
     return e;
   }
   if (!parseManifest(text, e.manifest, e.problem)) return e;
@@ -373,6 +501,10 @@ LoadedEntry loadEntry(const std::string& dir, const std::string& digest, Check c
     e.problem = "manifest lookup_digest does not match its key fields";
     return e;
   }
+  if (m.entrySha256 != computeEntrySha256(m)) {
+    e.problem = "manifest entry_sha256 does not match its fields (the manifest was edited or corrupted)";
+    return e;
+  }
 
   auto sizeProblem = [&](uint64_t actual) {
     return "code.bin has " + std::to_string(actual) + " bytes, the manifest records " +
@@ -380,9 +512,13 @@ LoadedEntry loadEntry(const std::string& dir, const std::string& digest, Check c
   };
   if (check == Check::kCheap) {
     struct stat binaryStat;
-    if (::fstatat(dirFd, kBinaryName, &binaryStat, 0) != 0) {
+    if (::fstatat(dirFd, kBinaryName, &binaryStat, AT_SYMLINK_NOFOLLOW) != 0) {
       e.problem = errno == ENOENT ? std::string("code.bin is missing")
                                   : std::string("cannot stat code.bin: ") + std::strerror(errno);
+      return e;
+    }
+    if (!S_ISREG(binaryStat.st_mode)) {
+      e.problem = readProblem(kBinaryName, FileRead{kNotRegularFile, binaryStat.st_mode, 0});
       return e;
     }
     e.binaryBytes = uint64_t(binaryStat.st_size);
@@ -390,14 +526,12 @@ LoadedEntry loadEntry(const std::string& dir, const std::string& digest, Check c
     return e;
   }
 
-  uint64_t fileSize = 0;
-  int err = readFileAt(dirFd, kBinaryName, e.binary, size_t(std::min<uint64_t>(m.binarySize, SIZE_MAX)), &fileSize);
-  e.binaryBytes = fileSize;
-  if (err == EFBIG) {
-    e.problem = sizeProblem(fileSize);
-  } else if (err) {
-    e.problem = err == ENOENT ? std::string("code.bin is missing")
-                              : std::string("cannot read code.bin: ") + std::strerror(err);
+  FileRead r = readFileAt(dirFd, kBinaryName, e.binary, size_t(std::min<uint64_t>(m.binarySize, SIZE_MAX)));
+  e.binaryBytes = r.size;
+  if (r.err == EFBIG) {
+    e.problem = sizeProblem(r.size);
+  } else if (r.err) {
+    e.problem = readProblem(kBinaryName, r);
   } else if (e.binary.size() != m.binarySize) {
     e.problem = sizeProblem(e.binary.size());
   } else if (sha256Hex(e.binary.data(), e.binary.size()) != m.binarySha256) {
@@ -425,10 +559,6 @@ struct Layout {
       }
     }
     return 0;
-  }
-  void createOrThrow() const {
-    std::string failedAt;
-    if (int err = create(failedAt)) throwIo("cannot create the cache directory", failedAt, err);
   }
 
   // Removes entries/<name> without racing readers or writers: rename it into tmp/ first, so a concurrent store
@@ -459,14 +589,56 @@ struct Layout {
     }
   }
 
-  // The digest index/<lookupDigest> names, or "" when absent or malformed.
-  std::string readIndex(const std::string& lookupDigest) const {
+  // writeIndex for callers that can do without the index: lookups scan entries/ when it misses, so failing to
+  // write it (a read-only cache, a full disk) costs only speed. Returns whether the index was written.
+  bool tryWriteIndex(const std::string& lookupDigest, const std::string& digest) const {
+    try {
+      writeIndex(lookupDigest, digest);
+      return true;
+    } catch (const CacheError&) {
+      return false;
+    }
+  }
+
+  // The digest index/<lookupDigest> names, or "" when absent or malformed; then `problem`, if given, says why.
+  std::string readIndex(const std::string& lookupDigest, std::string* problem = nullptr) const {
+    const std::string name = "index/" + lookupDigest;
     std::string text;
-    if (readTextFileAt(AT_FDCWD, indexFile(lookupDigest), text, kMaxIndexBytes) != 0) return "";
+    if (FileRead r = readTextFileAt(AT_FDCWD, indexFile(lookupDigest), text, kMaxIndexBytes); r.err) {
+      if (problem) *problem = readProblem(name, r);
+      return "";
+    }
     while (!text.empty() && (text.back() == '\n' || text.back() == ' ' || text.back() == '\r')) text.pop_back();
-    return isHexDigest(text) ? text : "";
+    if (isHexDigest(text)) return text;
+    if (problem) *problem = name + " does not hold an entry digest";
+    return "";
   }
 };
+
+// Ordering of entries of one lookup key: later `created` first, then the larger digest, so that every process
+// (and prune) picks the same "newest" entry.
+bool newerThan(int64_t created, const std::string& digest, int64_t otherCreated, const std::string& otherDigest) {
+  return std::tie(created, digest) > std::tie(otherCreated, otherDigest);
+}
+
+// The entries whose manifests claim `key` (fingerprint aside), newest first. Manifests only: the caller still
+// checks the binary of the one it takes.
+std::vector<std::string> entriesForLookupKey(const Layout& layout, const KernelKey& key,
+                                             const std::string& lookupDigest) {
+  std::vector<std::pair<int64_t, std::string>> found;
+  for (const std::string& name : listDirectory(layout.entries())) {
+    if (!isHexDigest(name)) continue;
+    LoadedEntry e = loadEntry(layout.entry(name), name, Check::kCheap);
+    if (e.valid() && e.manifest.lookupDigest == lookupDigest && sameKeyIgnoringFingerprint(e.manifest.key, key))
+      found.emplace_back(e.manifest.created, name);
+  }
+  std::sort(found.begin(), found.end(), [](const auto& a, const auto& b) {
+    return newerThan(a.first, a.second, b.first, b.second);
+  });
+  std::vector<std::string> digests;
+  for (auto& [created, digest] : found) digests.push_back(std::move(digest));
+  return digests;
+}
 
 CacheEntry toCacheEntry(LoadedEntry&& loaded, std::string dir) {
   CacheEntry entry;
@@ -475,28 +647,6 @@ CacheEntry toCacheEntry(LoadedEntry&& loaded, std::string dir) {
   entry.binary = std::move(loaded.binary);
   entry.metadata = std::move(loaded.manifest.metadata);
   return entry;
-}
-
-// Length-prefixed fields ("<bytes>:<text>"), so no two different keys serialise alike; the leading tag keeps
-// digest and lookupDigest apart and versions the scheme.
-std::string serialiseKey(const KernelKey& key, bool withFingerprint) {
-  std::string out;
-  auto field = [&out](const std::string& text) {
-    out += std::to_string(text.size());
-    out += ':';
-    out += text;
-  };
-  field(withFingerprint ? "megamoe.kernel-key.v1" : "megamoe.kernel-lookup-key.v1");
-  field(key.kernel);
-  field(std::to_string(key.spec.size()));
-  for (const auto& [name, value] : key.spec) {
-    field(name);
-    field(std::to_string(value));
-  }
-  field(key.target);
-  field(key.options);
-  if (withFingerprint) field(key.fingerprint);
-  return out;
 }
 
 std::string nonEmptyEnv(const char* name) {
@@ -544,29 +694,20 @@ std::string KernelCache::defaultRoot() {
 }
 
 KernelCache::KernelCache(std::string root) : root_(std::move(root)) {
-  auto notWritable = [this](const std::string& reason) {
-    return CacheError("kernel cache directory '" + root_ + "' is not writable: " + reason +
-                      " (set MEGAMOE_CACHE_DIR to a writable directory)");
+  auto unusable = [this](const std::string& problem) {
+    return CacheError("kernel cache directory '" + root_ + "' " + problem +
+                      " (set MEGAMOE_CACHE_DIR to a usable directory)");
   };
-  if (root_.empty()) throw notWritable("the path is empty");
+  if (root_.empty()) throw unusable("cannot be used: the path is empty");
   if (root_[0] != '/') {
     std::error_code ec;
     std::filesystem::path cwd = std::filesystem::current_path(ec);
-    if (ec) throw notWritable("cannot resolve the relative path: " + ec.message());
+    if (ec) throw unusable("cannot be used: cannot resolve the relative path: " + ec.message());
     root_ = joinPath(cwd.string(), root_);
   }
   while (root_.size() > 1 && root_.back() == '/') root_.pop_back();
-
-  std::string failedAt;
-  Layout layout{root_};
-  if (int err = layout.create(failedAt)) throw notWritable("cannot create '" + failedAt + "': " + std::strerror(err));
-  // mkdir above may have found everything in place; only creating a file proves we can write (root ignores modes,
-  // a read-only mount does not).
-  std::string probe = joinPath(layout.tmp(), "probe." + uniqueSuffix());
-  int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-  if (fd < 0) throw notWritable("cannot create a file in '" + layout.tmp() + "': " + std::strerror(errno));
-  ::close(fd);
-  ::unlink(probe.c_str());
+  // Nothing is created here: a read-only cache (a read-only mount, another user's cache) must serve lookups.
+  if (std::string problem = rootProblem(root_); !problem.empty()) throw unusable(problem);
 }
 
 std::optional<CacheEntry> KernelCache::lookup(const KernelKey& key) const {
@@ -579,29 +720,60 @@ std::optional<CacheEntry> KernelCache::lookup(const KernelKey& key) const {
     layout.removeEntry(digest, /*keepIfValid=*/true);
     return std::nullopt;
   }
+  // Repair an index that leads nowhere (missing, garbage, dangling), so that cache-only lookups take the shortcut
+  // again. One naming an existing entry is left alone: lookupAnyFingerprint checks that entry's key itself.
+  const std::string lookupDigest = key.lookupDigest();
+  const std::string indexed = layout.readIndex(lookupDigest);
+  struct stat st;
+  if (indexed != digest && (indexed.empty() || ::stat(layout.entry(indexed).c_str(), &st) != 0))
+    layout.tryWriteIndex(lookupDigest, digest);
   return toCacheEntry(std::move(loaded), std::move(dir));
 }
 
 std::optional<CacheEntry> KernelCache::lookupAnyFingerprint(const KernelKey& key) const {
   Layout layout{root_};
-  std::string digest = layout.readIndex(key.lookupDigest());
-  if (digest.empty()) return std::nullopt;
-  std::string dir = layout.entry(digest);
-  LoadedEntry loaded = loadEntry(dir, digest, Check::kFull);
-  if (loaded.missing) return std::nullopt;
-  if (!loaded.valid()) {
-    layout.removeEntry(digest, /*keepIfValid=*/true);
-    return std::nullopt;
+  const std::string lookupDigest = key.lookupDigest();
+  const std::string indexed = layout.readIndex(lookupDigest);
+  if (!indexed.empty()) {
+    std::string dir = layout.entry(indexed);
+    LoadedEntry loaded = loadEntry(dir, indexed, Check::kFull);
+    if (loaded.valid() && sameKeyIgnoringFingerprint(loaded.manifest.key, key))
+      return toCacheEntry(std::move(loaded), std::move(dir));
+    // A valid entry for another key (a hand-edited index) is not ours to delete.
+    if (!loaded.missing && !loaded.valid()) layout.removeEntry(indexed, /*keepIfValid=*/true);
   }
-  // A valid entry for another key (a hand-edited index) is not ours to delete: just a miss.
-  if (!sameKeyIgnoringFingerprint(loaded.manifest.key, key)) return std::nullopt;
-  return toCacheEntry(std::move(loaded), std::move(dir));
+  // The index is a shortcut, not the record: it can be missing, garbage or stale (store() renames the entry into
+  // place before it writes the index, and that write can fail), so the entries themselves decide.
+  for (const std::string& digest : entriesForLookupKey(layout, key, lookupDigest)) {
+    if (digest == indexed) continue;  // tried above
+    std::string dir = layout.entry(digest);
+    LoadedEntry loaded = loadEntry(dir, digest, Check::kFull);
+    if (loaded.missing) continue;
+    if (!loaded.valid() || !sameKeyIgnoringFingerprint(loaded.manifest.key, key)) {
+      if (!loaded.valid()) layout.removeEntry(digest, /*keepIfValid=*/true);
+      continue;
+    }
+    layout.tryWriteIndex(lookupDigest, digest);
+    return toCacheEntry(std::move(loaded), std::move(dir));
+  }
+  return std::nullopt;
 }
 
 CacheEntry KernelCache::store(const KernelKey& key, const std::vector<uint8_t>& binary,
                               const std::string& metadata) const {
   Layout layout{root_};
-  layout.createOrThrow();  // someone may have removed the tree since construction
+  // The only place that needs write access, so the only one that says it lacks it.
+  auto cannotCreate = [&](const std::string& path, int err) {
+    const bool denied = err == EACCES || err == EPERM || err == EROFS;
+    std::string target = danglingLinkTarget(path);
+    return CacheError("cannot store " + key.describe() + ": kernel cache directory '" + root_ + "' " +
+                      (denied ? "is not writable" : "cannot be written") + ": " +
+                      (target.empty() ? "cannot create '" + path + "': " + std::strerror(err)
+                                      : "'" + path + "' is a dangling symbolic link to '" + target + "'") +
+                      (denied ? " (a store needs write access; set MEGAMOE_CACHE_DIR to a writable directory)" : ""));
+  };
+  std::string failedAt;
+  if (int err = layout.create(failedAt)) throw cannotCreate(failedAt, err);
 
   Manifest manifest;
   manifest.key = key;
@@ -611,6 +783,7 @@ CacheEntry KernelCache::store(const KernelKey& key, const std::vector<uint8_t>& 
   manifest.binarySha256 = sha256Hex(binary.data(), binary.size());
   manifest.created = int64_t(std::time(nullptr));
   manifest.metadata = metadata;
+  manifest.entrySha256 = computeEntrySha256(manifest);
   const std::string& digest = manifest.digest;
   std::string dir = layout.entry(digest);
 
@@ -618,7 +791,8 @@ CacheEntry KernelCache::store(const KernelKey& key, const std::vector<uint8_t>& 
   for (int attempt = 0;; ++attempt) {
     temp = joinPath(layout.tmp(), digest + "." + uniqueSuffix());
     if (::mkdir(temp.c_str(), 0755) == 0) break;
-    if (errno != EEXIST || attempt == 8) throwIo("cannot create the temp directory", temp, errno);
+    const int err = errno;
+    if (err != EEXIST || attempt == 8) throw cannotCreate(temp, err);
   }
   TempDirGuard guard(temp);
   writeNewFile(joinPath(temp, kBinaryName), binary.data(), binary.size());
@@ -632,7 +806,8 @@ CacheEntry KernelCache::store(const KernelKey& key, const std::vector<uint8_t>& 
   for (int attempt = 0; attempt < 3; ++attempt) {
     if (::rename(temp.c_str(), dir.c_str()) == 0) {
       guard.release();
-      layout.writeIndex(manifest.lookupDigest, digest);
+      // The entry is published; lookups find it without the index, so a failed index write is not a failed store.
+      layout.tryWriteIndex(manifest.lookupDigest, digest);
       CacheEntry entry;
       entry.key = key;
       entry.dir = dir;
@@ -647,7 +822,7 @@ CacheEntry KernelCache::store(const KernelKey& key, const std::vector<uint8_t>& 
     LoadedEntry existing = loadEntry(dir, digest, Check::kFull);
     if (existing.missing) continue;
     if (existing.valid() && sameKey(existing.manifest.key, key)) {
-      layout.writeIndex(manifest.lookupDigest, digest);
+      layout.tryWriteIndex(manifest.lookupDigest, digest);
       return toCacheEntry(std::move(existing), dir);
     }
     if (removedCorrupt) break;
@@ -720,21 +895,58 @@ std::vector<EntryInfo> infos(std::vector<ScannedEntry>&& scanned) {
 
 std::vector<EntryInfo> KernelCache::list() const { return infos(scanEntries(Layout{root_}, Check::kCheap)); }
 
-std::vector<EntryInfo> KernelCache::verify() const { return infos(scanEntries(Layout{root_}, Check::kFull)); }
+std::vector<EntryInfo> KernelCache::verify() const {
+  Layout layout{root_};
+  std::vector<ScannedEntry> scanned = scanEntries(layout, Check::kFull);
+  std::map<std::string, const ScannedEntry*> byDigest;
+  std::map<std::string, std::set<std::string>> validByLookupDigest;
+  for (const ScannedEntry& s : scanned) {
+    byDigest[s.info.digest] = &s;
+    if (s.info.valid) validByLookupDigest[s.lookupDigest].insert(s.info.digest);
+  }
+  // Each key with a valid entry should have an index naming one of them.
+  std::map<std::string, std::string> indexProblems;
+  for (const auto& [lookupDigest, digests] : validByLookupDigest) {
+    std::string problem;
+    const std::string indexed = layout.readIndex(lookupDigest, &problem);
+    if (!indexed.empty() && !digests.count(indexed)) {
+      auto target = byDigest.find(indexed);
+      problem = "index/" + lookupDigest + " names " + indexed +
+                (target == byDigest.end()        ? ", which does not exist"
+                 : !target->second->info.valid ? ", which is invalid"
+                                                 : ", an entry of another kernel key");
+    }
+    if (!problem.empty()) indexProblems[lookupDigest] = problem + " (lookups scan the entries; prune repairs it)";
+  }
+  for (ScannedEntry& s : scanned) {
+    auto problem = s.info.valid ? indexProblems.find(s.lookupDigest) : indexProblems.end();
+    if (problem != indexProblems.end()) s.info.indexProblem = problem->second;
+  }
+  return infos(std::move(scanned));
+}
 
 int KernelCache::prune(const std::string& keepFingerprint) const {
   Layout layout{root_};
   int removed = 0;
-  // Newest surviving entry per lookup key, to re-point index files whose entry goes away.
-  std::map<std::string, std::pair<int64_t, std::string>> survivors;
+  struct Survivors {
+    int64_t newestCreated = 0;
+    std::string newest;           // what the index names when it has to change
+    std::set<std::string> all;
+    bool indexed = false;         // the index names one of `all` (now)
+  };
+  std::map<std::string, Survivors> survivors;  // by lookup digest
+  std::set<std::string> scannedDigests;
   for (const ScannedEntry& s : scanEntries(layout, Check::kFull)) {
+    scannedDigests.insert(s.info.digest);
     if (!s.info.valid) {
       removed += layout.removeEntry(s.info.digest, /*keepIfValid=*/true);
     } else if (!keepFingerprint.empty() && s.fingerprint != keepFingerprint) {
       removed += layout.removeEntry(s.info.digest, /*keepIfValid=*/false);
     } else {
-      auto& newest = survivors[s.lookupDigest];
-      if (newest.second.empty() || s.created >= newest.first) newest = {s.created, s.info.digest};
+      Survivors& key = survivors[s.lookupDigest];
+      if (key.newest.empty() || newerThan(s.created, s.info.digest, key.newestCreated, key.newest))
+        key.newestCreated = s.created, key.newest = s.info.digest;
+      key.all.insert(s.info.digest);
     }
   }
 
@@ -745,21 +957,26 @@ int KernelCache::prune(const std::string& keepFingerprint) const {
     if (::lstat(path.c_str(), &st) == 0 && now - int64_t(st.st_mtime) > kStaleTempSeconds) removeTree(path);
   }
 
+  // Every index names a surviving entry of its key (re-pointed at the newest when it does not), or goes. An entry
+  // stored since the scan above is left named: its store just wrote that index.
   for (const std::string& name : listDirectory(layout.index())) {
-    std::string target = layout.readIndex(name);
+    const std::string target = layout.readIndex(name);
     struct stat st;
-    if (!target.empty() && ::stat(layout.entry(target).c_str(), &st) == 0) continue;
-    auto survivor = survivors.find(name);
-    if (survivor != survivors.end() && ::stat(layout.entry(survivor->second.second).c_str(), &st) == 0) {
-      try {
-        layout.writeIndex(name, survivor->second.second);
+    const bool storedSinceScan =
+        !target.empty() && !scannedDigests.count(target) && ::stat(layout.entry(target).c_str(), &st) == 0;
+    auto key = survivors.find(name);
+    if (key != survivors.end()) {
+      if (storedSinceScan || key->second.all.count(target) || layout.tryWriteIndex(name, key->second.newest)) {
+        key->second.indexed = true;
         continue;
-      } catch (const CacheError&) {
-        // fall through: a dangling index is worse than none
       }
+    } else if (storedSinceScan) {
+      continue;
     }
-    ::unlink(layout.indexFile(name).c_str());
+    ::unlink(layout.indexFile(name).c_str());  // a dangling index is worse than none
   }
+  for (const auto& [lookupDigest, key] : survivors)
+    if (!key.indexed) layout.tryWriteIndex(lookupDigest, key.newest);
   return removed;
 }
 

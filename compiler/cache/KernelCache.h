@@ -11,7 +11,7 @@
 
 namespace megamoe::cache {
 
-// Thrown for cache errors that must not be silently ignored (unwritable directory, ...).
+// Thrown for cache errors that must not be silently ignored (unusable root, a store into an unwritable one, ...).
 class CacheError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
@@ -48,6 +48,9 @@ struct EntryInfo {
   int64_t mtime = 0;                // seconds since epoch
   bool valid = false;
   std::string problem;              // why it is invalid (empty when valid)
+  // verify() only, valid entries: why index/<lookupDigest> does not lead to a valid entry of this key (missing,
+  // garbage, dangling, another key's entry). Lookups still find the entry; prune() repairs the index.
+  std::string indexProblem;
 };
 
 class KernelCache {
@@ -55,7 +58,10 @@ class KernelCache {
   // $MEGAMOE_CACHE_DIR, else $XDG_CACHE_HOME/megamoe, else $HOME/.cache/megamoe.
   static std::string defaultRoot();
 
-  // Creates the root if missing; throws CacheError naming the path if it cannot be created or written.
+  // Makes `root` absolute and creates nothing: lookups, list() and verify() need only read access (a read-only
+  // mount, another user's cache); store() creates the layout and is the one that reports an unwritable cache.
+  // Throws CacheError naming the path when it cannot be a cache at all (a non-directory or a dangling symbolic link
+  // on the path, ...). An absent root is an empty cache.
   explicit KernelCache(std::string root);
   const std::string& root() const { return root_; }
 
@@ -65,7 +71,8 @@ class KernelCache {
   std::optional<CacheEntry> lookupAnyFingerprint(const KernelKey& key) const;
 
   // Writes into a temp dir under the root, then renames it into place. If another process stored the same key
-  // first, its entry is kept and returned. Throws CacheError on I/O failure.
+  // first, its entry is kept and returned. Throws CacheError on I/O failure, naming the directory and the errno
+  // text ("... is not writable ..." when write access is what is missing).
   CacheEntry store(const KernelKey& key, const std::vector<uint8_t>& binary, const std::string& metadata) const;
 
   struct Built {

@@ -135,7 +135,7 @@ extern "C" {
 const char* megamoe_last_error(void) { return lastError.c_str(); }
 
 const char* megamoe_status_name(int status) {
-  if (status < 0 || status > MEGAMOE_ERROR_INTERNAL) return "unknown status";
+  if (status < 0 || status > MEGAMOE_ERROR_STALE_KERNEL) return "unknown status";
   return megamoe::errorCodeName(static_cast<megamoe::ErrorCode>(status));
 }
 
@@ -196,6 +196,44 @@ int megamoe_kernel_info(const megamoe_kernel* kernel, int* block_threads, int* s
     requireArg(kernel, "kernel");
     if (block_threads) *block_threads = kernel->kernel->metadata().blockThreads;
     if (shared_bytes) *shared_bytes = kernel->kernel->metadata().sharedBytes;
+  });
+}
+
+static_assert(MEGAMOE_ARG_PTR == int(megamoe::abi::ArgKind::kPtr) &&
+                  MEGAMOE_ARG_I32 == int(megamoe::abi::ArgKind::kI32) &&
+                  MEGAMOE_ARG_I64 == int(megamoe::abi::ArgKind::kI64) &&
+                  MEGAMOE_ARG_CONTEXT == int(megamoe::abi::ArgKind::kContext) &&
+                  MEGAMOE_ARG_TENSOR_MAP == int(megamoe::abi::ArgKind::kTensorMap),
+              "megamoe.h's MEGAMOE_ARG_* are abi::ArgKind's values");
+
+int megamoe_kernel_arg_count(const megamoe_kernel* kernel, size_t* count) {
+  return guarded([&] {
+    requireArg(kernel, "kernel");
+    requireArg(count, "count");
+    const megamoe::abi::KernelDecl* decl = kernel->kernel->decl();
+    *count = decl ? decl->args.size() : 0;
+  });
+}
+
+int megamoe_kernel_arg(const megamoe_kernel* kernel, size_t index, const char** name, int* kind, const char** elem) {
+  return guarded([&] {
+    requireArg(kernel, "kernel");
+    const megamoe::abi::KernelDecl* decl = kernel->kernel->decl();
+    if (!decl || index >= decl->args.size())
+      invalid("index=" + std::to_string(index) + " must be below the kernel's " +
+              std::to_string(decl ? decl->args.size() : 0) + " declared arguments");
+    const megamoe::abi::ArgDecl& a = decl->args[index];
+    if (name) *name = a.name.data();  // the declarations' names are NUL-terminated literals
+    if (kind) *kind = int(a.kind);
+    if (elem) *elem = megamoe::abi::elemName(a.elem);
+  });
+}
+
+int megamoe_split_scratch_bytes(int64_t grid, uint64_t* bytes, uint64_t* zeroed_bytes) {
+  return guarded([&] {
+    if (grid < 1 || grid > 1024) invalid("grid=" + std::to_string(grid) + " must be 1..1024");
+    if (bytes) *bytes = uint64_t(megamoe::abi::splitScratchBytes(grid));
+    if (zeroed_bytes) *zeroed_bytes = uint64_t(megamoe::abi::splitCounterBytes(grid));
   });
 }
 

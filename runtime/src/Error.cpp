@@ -18,6 +18,7 @@ const char* errorCodeName(ErrorCode code) {
     case ErrorCode::kInvalidEnv: return "invalid environment variable";
     case ErrorCode::kUnsupported: return "unsupported";
     case ErrorCode::kInternal: return "internal error";
+    case ErrorCode::kStaleKernel: return "stale kernel";
   }
   return "unknown error";
 }

@@ -82,6 +82,12 @@ KernelMetadata parseKernelMetadata(const std::string& text) {
   meta.symbol = symbol->text;
   meta.blockThreads = intField(members, "block_threads", 1);
   meta.sharedBytes = intField(members, "shared_bytes", 0);
+  if (const json::Value* sig = members.find("signature")) {
+    if (sig->kind != json::Value::Kind::kString)
+      throw Error(ErrorCode::kBadMetadata, "kernel metadata field \"signature\" must be a string");
+    meta.signature = sig->text;
+  }
+  if (members.find("abi_version")) meta.abiVersion = intField(members, "abi_version", 1);
   return meta;
 }
 

@@ -15,6 +15,14 @@ KernelLoader::JitCompiler& jitCompiler() {
   return *jit;
 }
 
+// The megamoe-cache command that rebuilds the entry of `key` in place.
+std::string regenerateCommand(const cache::KernelKey& key) {
+  std::string spec;
+  for (const auto& [name, value] : key.spec) spec += (spec.empty() ? "" : ",") + name + "=" + std::to_string(value);
+  return "megamoe-cache generate --kernel " + key.kernel + (spec.empty() ? "" : " --spec " + spec) + " --targets " +
+         key.target + " --force";
+}
+
 }  // namespace
 
 Kernel::Kernel(std::shared_ptr<Device> device, cache::KernelKey key, std::string digest, KernelMetadata metadata,
@@ -102,6 +110,16 @@ std::shared_ptr<const Kernel> KernelLoader::load(const std::shared_ptr<Device>& 
     metadata = parseKernelMetadata(entry.metadata);
   } catch (const Error& e) {
     throw Error(ErrorCode::kBadMetadata, "cache entry " + entry.dir + " for " + resolved.describe() + ": " + e.what());
+  }
+  if (const abi::KernelDecl* decl = abi::findKernelDecl(resolved.kernel)) {
+    const std::string want = abi::signatureHash(*decl);
+    if (metadata.signature != want || metadata.abiVersion != abi::kKernelAbiVersion)
+      throw Error(ErrorCode::kStaleKernel,
+                  "cache entry " + entry.dir + " for " + resolved.describe() + " was built for argument signature " +
+                      (metadata.signature.empty() ? std::string("(none recorded)") : metadata.signature) +
+                      " at kernel ABI " + std::to_string(metadata.abiVersion) + ", this runtime declares " + want +
+                      " at kernel ABI " + std::to_string(abi::kKernelAbiVersion) + " (" + abi::signatureText(*decl) +
+                      "); regenerate it with: " + regenerateCommand(resolved));
   }
   ModuleHandle module = device->loadModule(entry.binary.data(), entry.binary.size());
   FunctionHandle function = nullptr;

@@ -271,7 +271,7 @@ struct MoeLayer::Impl {
   // The backward's TN tensor maps (kernels/Kernels.h: grouped_gemm_tn_tma for dW2, dispatch_grouped_gemm TN for
   // dW1): the pool (dy rows, then x rows), act and dh, fixed for the layer; zeros (read as unused pointers) where
   // the backend has no TMA.
-  using TensorMap = std::array<uint8_t, 128>;
+  using TensorMap = TensorMapBytes;
   TensorMap poolMap{}, actMap{}, dhMap{}, noMap{};
   // The dx combine's A (dh), the forward dispatch's (the pool's rows) and the forward combine's (act) in 64-column x
   // 128-row boxes (grouped_gemm_{nn,nt}_tma's A).
@@ -298,19 +298,48 @@ struct MoeLayer::Impl {
     } catch (...) {
     }
   }
-  void launch(KernelIndex index, uint32_t blocks, StreamHandle stream, std::vector<void*> params,
-              const SymmetricHeap& heap) {
+  // The arguments of kernel `index`, by name (compiler/abi/KernelAbi.h), with the rank's context set.
+  KernelArgs args(KernelIndex index) {
+    KernelArgs a(kernelSpecName(index));
+    a.context(regions.ctx);
+    return a;
+  }
+  // The dispatch's arguments every layout shares: the routing tables and the receive pool.
+  KernelArgs dispatchArgs(KernelIndex index, int32_t legs, uint64_t topkIdx, uint64_t topkWeights, int64_t recvStride) {
+    KernelArgs a = args(index);
+    a.ptr("topk_weights", topkWeights).ptr("send_list", sendList).ptr("send_off", sendOff).ptr("send_base", sendBase);
+    a.ptr("counts", regions.counts).ptr("arrivals", regions.arrivals).ptr("route_epoch", routeEpoch);
+    a.ptr("pool", regions.pool).ptr("pool_src", regions.poolSrc).ptr("pool_w", regions.poolW);
+    a.ptr("pool_offsets", poolOffsets).ptr("topk_idx", topkIdx).i32("legs", legs).i32("recv_stride", recvStride);
+    return a;
+  }
+  // The combine's: where rows go home and how they are summed.
+  KernelArgs combineArgs(KernelIndex index, int32_t legs, uint64_t topkIdx, uint64_t topkWeights, int64_t tokens) {
+    KernelArgs a = args(index);
+    a.ptr("pool_offsets", poolOffsets).ptr("pool_src", regions.poolSrc).ptr("comb", regions.comb);
+    a.ptr("done", regions.done).ptr("topk_idx", topkIdx).ptr("topk_weights", topkWeights).i32("tokens", tokens);
+    a.ptr("dw", regions.dw).i32("legs", legs);
+    return a;
+  }
+  void launch(KernelIndex index, uint32_t blocks, StreamHandle stream, KernelArgs& args, const SymmetricHeap& heap) {
     const Kernel& kernel = *kernels.at(index);
     LaunchDims dims;
     dims.grid = {blocks, 1, 1};
     dims.block = {uint32_t(kernel.metadata().blockThreads), 1, 1};
     dims.sharedBytes = uint32_t(kernel.metadata().sharedBytes);
-    runtime.launch(kernel, dims, stream, params.data(), &heap);
+    runtime.launch(kernel, dims, stream, args, &heap);
   }
   // stage_begin: the other parity's counters zeroed, then all ranks meet.
   void stageBegin(StreamHandle stream, const SymmetricHeap& heap) {
-    launch(kStageBegin, 1, stream, {&regions.ctx, &regions.arrivals, &regions.done, &regions.barrier}, heap);
+    KernelArgs a = args(kStageBegin);
+    a.ptr("arrivals", regions.arrivals).ptr("done", regions.done).ptr("barrier", regions.barrier);
+    launch(kStageBegin, 1, stream, a, heap);
   }
+  void epochAdvance(StreamHandle stream, const SymmetricHeap& heap) {
+    KernelArgs a = args(kEpochAdvance);
+    launch(kEpochAdvance, 1, stream, a, heap);
+  }
+  const std::string& kernelSpecName(KernelIndex index) const { return kernels.at(index)->key().kernel; }
   template <size_t N>
   void mark(std::array<EventHandle, N>& at, size_t index, StreamHandle stream) {
     if (profiling) device.recordEvent(at[index], stream);
@@ -442,39 +471,36 @@ void MoeLayer::forward(const ForwardArgs& a, StreamHandle stream) {
   heap_->requireUsable();
   Impl& m = *impl_;
   Regions& r = m.regions;
-  uint64_t x = a.x, idx = a.topkIdx, weights = a.topkWeights, w1 = a.w1, w2 = a.w2, y = a.y, none = 0;
-  int32_t tokens = int32_t(a.tokens), recvStride = int32_t(c.maxTokens);
-  int32_t dispatchLegs = legBits(m.dispatchLeg), combineLegs = legBits(m.combineLeg);
-  uint64_t tickets0 = m.tickets, tickets1 = m.tickets + 8;
+  const int32_t dispatchLegs = legBits(m.dispatchLeg), combineLegs = legBits(m.combineLeg);
 
   m.mark(m.events, size_t(Stage::kPrologue), stream);
-  int32_t prologueBlocks = kPrologueBlocks;
-  m.launch(kPrologue, uint32_t(prologueBlocks), stream,
-           {&r.ctx, &idx, &tokens, &r.counts, &r.flags, &m.sendSlot, &m.poolOffsets, &m.sendList, &m.sendOff,
-            &m.sendBase, &r.arrivals, &r.done, &m.routeEpoch, &m.prologueScratch, &prologueBlocks},
-           *heap_);
+  KernelArgs prologue = m.args(kPrologue);
+  prologue.ptr("topk_idx", a.topkIdx).i32("tokens", a.tokens).ptr("counts", r.counts).ptr("flags", r.flags);
+  prologue.ptr("send_slot", m.sendSlot).ptr("pool_offsets", m.poolOffsets).ptr("send_list", m.sendList);
+  prologue.ptr("send_off", m.sendOff).ptr("send_base", m.sendBase).ptr("arrivals", r.arrivals).ptr("done", r.done);
+  prologue.ptr("route_epoch", m.routeEpoch).ptr("scratch", m.prologueScratch).i32("blocks", kPrologueBlocks);
+  m.launch(kPrologue, uint32_t(kPrologueBlocks), stream, prologue, *heap_);
   // The dispatch and the combine (kernels/Kernels.h DispatchGemmSpec, GemmCombineSpec) run as cluster pairs on
   // sm_90a (m.pairGrid, m.pairPush); w1 [E/R * 2I, H] and w2 [E/R * H, I] in 64 x 128 boxes, encoded per call (a
   // CUDA graph captures them by value).
   const int64_t local = c.experts / ranks();
-  Impl::TensorMap w1Rows = m.boxes(w1, local * 2 * c.intermediate, c.hidden, 128);
-  Impl::TensorMap w2Rows = m.boxes(w2, local * c.hidden, c.intermediate, 128);
   m.mark(m.events, size_t(Stage::kDispatchGemm), stream);
-  m.launch(kDispatchNT, uint32_t(m.pairGrid), stream,
-           {&r.ctx, &x, &weights, &m.sendList, &m.sendOff, &m.sendBase, &r.counts, &r.arrivals, &m.routeEpoch,
-            &r.pool, &r.poolSrc, &r.poolW, &m.poolOffsets, &w1, c.training ? &m.h : &none, &m.act, &tickets0,
-            &m.pairPush, &m.pairGrid, &dispatchLegs, &idx, &recvStride, m.poolRowsMap.data(), w1Rows.data()},
-           *heap_);
+  KernelArgs dispatch = m.dispatchArgs(kDispatchNT, dispatchLegs, a.topkIdx, a.topkWeights, c.maxTokens);
+  dispatch.ptr("src", a.x).ptr("weights", a.w1).ptr("extra", c.training ? m.h : 0).ptr("out", m.act);
+  dispatch.ptr("tickets", m.tickets).i32("push_blocks", m.pairPush).i32("grid", m.pairGrid);
+  dispatch.tensorMap("map_a", m.poolRowsMap).tensorMap("map_b", m.boxes(a.w1, local * 2 * c.intermediate, c.hidden, 128));
+  m.launch(kDispatchNT, uint32_t(m.pairGrid), stream, dispatch, *heap_);
   // Profiling: the combine's stage time is its own, not how much later the peer finished its dispatch (the rank
   // barrier of stage_begin; its counter zeroing repeats the prologue's: the other parity is idle in this call).
   if (m.profiling) m.stageBegin(stream, *heap_);
   m.mark(m.events, size_t(Stage::kGemmCombine), stream);
-  m.launch(kCombineNT, uint32_t(m.pairGrid), stream,
-           {&r.ctx, &m.act, &w2, &m.poolOffsets, &r.poolSrc, &r.comb, &r.done, &idx, &weights, &tokens, &y, &r.dw,
-            &none, &tickets1, &m.pairGrid, &combineLegs, m.actRowsMap.data(), w2Rows.data()},
-           *heap_);
+  KernelArgs combine = m.combineArgs(kCombineNT, combineLegs, a.topkIdx, a.topkWeights, a.tokens);
+  combine.ptr("a", m.act).ptr("b", a.w2).ptr("y", a.y).ptr("d_topk_weights", 0).ptr("tickets", m.tickets + 8);
+  combine.i32("grid", m.pairGrid).tensorMap("map_a", m.actRowsMap);
+  combine.tensorMap("map_b", m.boxes(a.w2, local * c.hidden, c.intermediate, 128));
+  m.launch(kCombineNT, uint32_t(m.pairGrid), stream, combine, *heap_);
   m.mark(m.events, size_t(Stage::kCount), stream);
-  m.launch(kEpochAdvance, 1, stream, {&r.ctx}, *heap_);
+  m.epochAdvance(stream, *heap_);
   m.lastForwardTokens = a.tokens;
 }
 
@@ -499,18 +525,10 @@ void MoeLayer::backward(const BackwardArgs& a, StreamHandle stream) {
   heap_->requireUsable();
   Regions& r = m.regions;
   const int64_t local = c.experts / ranks();
-  uint64_t dy = a.dy, x = a.x, idx = a.topkIdx, weights = a.topkWeights, w1 = a.w1, w2 = a.w2, dx = a.dx,
-           dTopk = a.dTopkWeights, dW1 = a.dW1, dW2 = a.dW2, none = 0, rowsAt = m.poolOffsets + uint64_t(local) * 4;
-  int32_t tokens = int32_t(a.tokens), grid = int32_t(m.grid), push = m.pushBlocks, recvStride = int32_t(c.maxTokens);
-  int32_t rowGrid = int32_t(m.grid) * 8, dispatchLegs = legBits(m.dispatchLeg), combineLegs = legBits(m.combineLeg);
-  uint64_t tickets0 = m.tickets, tickets1 = m.tickets + 8, tickets2 = m.tickets + 16;
-  // The dx combine's B (kernels/Kernels.h GemmCombineSpec): w1 [E/R * 2I, H] as K x N slabs, encoded per call (a
-  // CUDA graph captures it by value).
-  Impl::TensorMap w1Map = m.boxes64(w1, local * 2 * c.intermediate, c.hidden);
-  // The dgrad dispatch's B: w2 [E/R * H, I] as K x N slabs. It runs as cluster pairs on sm_90a (DispatchGemmSpec).
-  Impl::TensorMap w2Map = m.boxes64(w2, local * c.hidden, c.intermediate);
+  const int32_t grid = int32_t(m.grid), rowGrid = int32_t(m.grid) * 8;
+  const int32_t dispatchLegs = legBits(m.dispatchLeg), combineLegs = legBits(m.combineLeg);
   auto begin = [&] { m.stageBegin(stream, *heap_); };
-  auto advance = [&] { m.launch(kEpochAdvance, 1, stream, {&r.ctx}, *heap_); };
+  auto advance = [&] { m.epochAdvance(stream, *heap_); };
   // Stage times cover the stage's own kernels: not stage_begin's barrier, i.e. not how late a peer finished the
   // previous stage.
   auto start = [&](BackwardStage stage) { m.mark(m.backwardEvents, 2 * size_t(stage), stream); };
@@ -518,40 +536,43 @@ void MoeLayer::backward(const BackwardArgs& a, StreamHandle stream) {
 
   begin();
   start(BackwardStage::kDgradDispatch);
-  m.launch(kDispatchNN, uint32_t(m.pairGrid), stream,
-           {&r.ctx, &dy, &weights, &m.sendList, &m.sendOff, &m.sendBase, &r.counts, &r.arrivals, &m.routeEpoch,
-            &r.pool, &r.poolSrc, &r.poolW, &m.poolOffsets, &w2, &none, &m.act, &tickets0, &m.pairPush, &m.pairGrid,
-            &dispatchLegs, &idx, &recvStride, m.poolRowsMap.data(), w2Map.data()},
-           *heap_);
+  // dy re-dispatched; B is w2 [E/R * H, I] as K x N slabs, encoded per call (a CUDA graph captures it by value). It
+  // runs as cluster pairs on sm_90a (DispatchGemmSpec).
+  KernelArgs dgrad = m.dispatchArgs(kDispatchNN, dispatchLegs, a.topkIdx, a.topkWeights, c.maxTokens);
+  dgrad.ptr("src", a.dy).ptr("weights", a.w2).ptr("extra", 0).ptr("out", m.act).ptr("tickets", m.tickets);
+  dgrad.i32("push_blocks", m.pairPush).i32("grid", m.pairGrid).tensorMap("map_a", m.poolRowsMap);
+  dgrad.tensorMap("map_b", m.boxes64(a.w2, local * c.hidden, c.intermediate));
+  m.launch(kDispatchNN, uint32_t(m.pairGrid), stream, dgrad, *heap_);
   end(BackwardStage::kDgradDispatch);
   advance();
   start(BackwardStage::kSwigluBackward);
-  m.launch(kSwigluBwd, uint32_t(rowGrid), stream,
-           {&r.ctx, &m.act, &m.h, &r.poolW, &r.poolSrc, &rowsAt, &r.dw, &rowGrid}, *heap_);
+  KernelArgs swiglu = m.args(kSwigluBwd);
+  swiglu.ptr("g", m.act).ptr("h", m.h).ptr("pool_w", r.poolW).ptr("pool_src", r.poolSrc);
+  swiglu.ptr("rows_at", m.poolOffsets + uint64_t(local) * 4).ptr("dw", r.dw).i32("grid", rowGrid);
+  m.launch(kSwigluBwd, uint32_t(rowGrid), stream, swiglu, *heap_);
   end(BackwardStage::kSwigluBackward);
   start(BackwardStage::kWgradW2);
-  uint64_t noSplit = 0;  // TN takes no split-K tail (kernels/Kernels.h): no scratch, max_split 0
-  int32_t maxSplit = 0;
-  m.launch(kWgradTN, m.grid, stream,
-           {&r.pool, &m.act, &dW2, &m.poolOffsets, &tickets2, &noSplit, &maxSplit, &grid, m.poolMap.data(),
-            m.actMap.data()},
-           *heap_);
+  KernelArgs wgrad(m.kernelSpecName(kWgradTN));  // TN takes no split-K tail (kernels/Kernels.h): no scratch
+  wgrad.ptr("a", r.pool).ptr("b", m.act).ptr("c", a.dW2).ptr("offsets", m.poolOffsets).ptr("tickets", m.tickets + 16);
+  wgrad.ptr("split", 0).i32("max_split", 0).i32("grid", grid).tensorMap("map_a", m.poolMap).tensorMap("map_b", m.actMap);
+  m.launch(kWgradTN, m.grid, stream, wgrad, *heap_);
   end(BackwardStage::kWgradW2);
   begin();
   start(BackwardStage::kWgradW1Dispatch);
-  m.launch(kDispatchTN, m.grid, stream,
-           {&r.ctx, &x, &weights, &m.sendList, &m.sendOff, &m.sendBase, &r.counts, &r.arrivals, &m.routeEpoch,
-            &r.pool, &r.poolSrc, &r.poolW, &m.poolOffsets, &w1, &m.h, &dW1, &tickets0, &push, &grid, &dispatchLegs,
-            &idx, &recvStride, m.dhMap.data(), m.poolMap.data()},
-           *heap_);
+  KernelArgs wgradW1 = m.dispatchArgs(kDispatchTN, dispatchLegs, a.topkIdx, a.topkWeights, c.maxTokens);
+  wgradW1.ptr("src", a.x).ptr("weights", a.w1).ptr("extra", m.h).ptr("out", a.dW1).ptr("tickets", m.tickets);
+  wgradW1.i32("push_blocks", m.pushBlocks).i32("grid", grid).tensorMap("map_a", m.dhMap).tensorMap("map_b", m.poolMap);
+  m.launch(kDispatchTN, m.grid, stream, wgradW1, *heap_);
   end(BackwardStage::kWgradW1Dispatch);
   advance();
   begin();
   start(BackwardStage::kDgradCombine);
-  m.launch(kCombineNN, m.grid, stream,
-           {&r.ctx, &m.h, &w1, &m.poolOffsets, &r.poolSrc, &r.comb, &r.done, &idx, &weights, &tokens, &dx, &r.dw,
-            &dTopk, &tickets1, &grid, &combineLegs, m.dhRowsMap.data(), w1Map.data()},
-           *heap_);
+  // dx rows; B is w1 [E/R * 2I, H] as K x N slabs (kernels/Kernels.h GemmCombineSpec), encoded per call.
+  KernelArgs dgradCombine = m.combineArgs(kCombineNN, combineLegs, a.topkIdx, a.topkWeights, a.tokens);
+  dgradCombine.ptr("a", m.h).ptr("b", a.w1).ptr("y", a.dx).ptr("d_topk_weights", a.dTopkWeights);
+  dgradCombine.ptr("tickets", m.tickets + 8).i32("grid", grid).tensorMap("map_a", m.dhRowsMap);
+  dgradCombine.tensorMap("map_b", m.boxes64(a.w1, local * 2 * c.intermediate, c.hidden));
+  m.launch(kCombineNN, m.grid, stream, dgradCombine, *heap_);
   end(BackwardStage::kDgradCombine);
   advance();
 }

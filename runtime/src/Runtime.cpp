@@ -71,6 +71,14 @@ void Runtime::launch(const Kernel& kernel, const LaunchDims& dims, StreamHandle 
   device_->launch(kernel.function(), effective, stream, params);
 }
 
+void Runtime::launch(const Kernel& kernel, const LaunchDims& dims, StreamHandle stream, KernelArgs& args,
+                     const SymmetricHeap* heap) {
+  if (kernel.decl() != &args.decl())
+    throw Error(ErrorCode::kInvalidArgument, "kernel " + kernel.key().describe() + " launched with the arguments of " +
+                                                 std::string(args.decl().name));
+  launch(kernel, dims, stream, args.params(), heap);
+}
+
 std::unique_ptr<SymmetricHeap> Runtime::createHeap(const std::vector<RegionSpec>& regions, int rank, int nranks,
                                                    const std::string& rendezvousPath) {
   return SymmetricHeap::createMultiProcess(device_, regions, rank, nranks, rendezvousPath, env_);

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "compiler/cache/CacheReport.h"
 #include "kernels/Jit.h"
 
 using namespace megamoe;
@@ -77,16 +78,6 @@ int64_t parseInt(const std::string& flag, const std::string& v) {
   }
 }
 
-std::string jsonEscape(const std::string& s) {
-  std::string o;
-  for (char c : s) {
-    if (c == '"' || c == '\\') o += '\\';
-    if (c == '\n') { o += "\\n"; continue; }
-    o += c;
-  }
-  return o;
-}
-
 struct Args {
   std::string command;
   std::map<std::string, std::string> flags;
@@ -121,14 +112,8 @@ Args parseArgs(int argc, char** argv) {
   return a;
 }
 
-struct Row {
-  std::string kernel, target, ranks, status, error;
-  int64_t dynamicShared = 0;
-  bool hit = false;
-  double ms = 0, hitMs = 0;
-  std::optional<CompiledKernel> compiled;
-  std::string staticJson;
-};
+// Metadata facts and the --json report come from compiler/cache/CacheReport.h (host-tested, LLVM-free).
+using Row = cache::GenerateRow;
 
 void progress(bool quiet, size_t done, size_t total, const std::string& what) {
   if (quiet) return;
@@ -138,32 +123,6 @@ void progress(bool quiet, size_t done, size_t total, const std::string& what) {
                std::string(width - filled, '.').c_str(), done, total, what.c_str());
   if (done == total) std::fprintf(stderr, "\n");
   std::fflush(stderr);
-}
-
-// Pulls the "static" object out of the metadata JSON the compiler stored (for cache hits).
-std::string staticOf(const std::string& metadata) {
-  size_t at = metadata.find("\"static\":");
-  if (at == std::string::npos) return "{}";
-  std::string s = metadata.substr(at + 9);
-  if (!s.empty() && s.back() == '}') s.pop_back();
-  return s;
-}
-
-std::string field(const std::string& json, const std::string& name) {
-  size_t at = json.find("\"" + name + "\":");
-  if (at == std::string::npos) return "?";
-  at += name.size() + 3;
-  size_t end = json.find_first_of(",}", at);
-  std::string v = json.substr(at, end - at);
-  if (!v.empty() && v.front() == '"') v = v.substr(1, v.size() - 2);
-  return v;
-}
-
-// Static + dynamic shared memory (LDS on gfx950) per block.
-std::string sharedColumn(const Row& r) {
-  std::string st = field(r.staticJson, "shared_bytes");
-  if (st == "?") return st;
-  return std::to_string(std::stoll(st) + r.dynamicShared);
 }
 
 int generate(const Args& a) {
@@ -247,18 +206,19 @@ int generate(const Args& a) {
         kernels::JitResult j = kernels::getKernel(w.spec, t, cache, a.has("--force"));
         r.hit = j.hit;
         r.ms = j.ms;
-        r.staticJson = staticOf(j.entry.metadata);
-        std::string dyn = field(j.entry.metadata, "shared_bytes");  // the top-level (dynamic) one comes first
-        r.dynamicShared = dyn == "?" ? 0 : std::stoll(dyn);
+        std::string metadataProblem;
+        const bool metadataOk = cache::readKernelFacts(j.entry.metadata, r.facts, metadataProblem);
         // The load path the runtime takes: lookup + read of the stored entry.
         auto h0 = std::chrono::steady_clock::now();
         auto again = cache.lookup(kernels::keyFor(w.spec, t));
-        r.hitMs = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - h0).count();
-        bool ok = again && field(r.staticJson, "violations") == "[]";
+        r.loadMs = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - h0).count();
+        bool ok = again && metadataOk && r.facts.staticChecksPassed();
         if (!ok) {
           ++failures;
           r.status = "FAIL";
-          r.error = again ? "static checks: " + r.staticJson : "entry unreadable after store";
+          r.error = !again        ? "entry unreadable after store"
+                    : !metadataOk ? "invalid entry: " + metadataProblem
+                                  : "static checks: " + megamoe::json::render(r.facts.staticFacts);
         } else {
           r.status = "ok";
         }
@@ -266,7 +226,6 @@ int generate(const Args& a) {
           std::string file = a.get("--emit-asm") + "/" + r.kernel + "." + r.target + (t.arch() == Arch::sm_90a ? ".ptx" : ".s");
           std::ofstream(file) << j.compiled->assembly;
         }
-        r.compiled = std::move(j.compiled);
       } catch (const std::exception& e) {
         ++failures;
         r.status = "FAIL";
@@ -287,10 +246,10 @@ int generate(const Args& a) {
   for (const auto& r : rows) {
     if (!r.hit && r.status == "ok") maxCold = std::max(maxCold, r.ms);
     std::printf("%-34s %-7s %-5s %-5s %9.1f %8.2f %5s %5s %7s %8s %5s  %s\n", r.kernel.c_str(), r.target.c_str(),
-                r.ranks.c_str(), r.hit ? "hit" : "miss", r.hit ? 0.0 : r.ms, r.hitMs,
-                field(r.staticJson, "registers").c_str(), field(r.staticJson, "agprs").c_str(),
-                field(r.staticJson, "scratch_bytes").c_str(), sharedColumn(r).c_str(),
-                field(r.staticJson, "mma_instructions").c_str(), r.status.c_str());
+                r.ranks.c_str(), r.hit ? "hit" : "miss", r.hit ? 0.0 : r.ms, r.loadMs,
+                r.facts.column("registers").c_str(), r.facts.column("agprs").c_str(),
+                r.facts.column("scratch_bytes").c_str(), r.facts.sharedColumn().c_str(),
+                r.facts.column("mma_instructions").c_str(), r.status.c_str());
     if (!r.error.empty()) std::printf("    error: %s\n", r.error.c_str());
   }
   std::printf("\n%zu entries, %d failed; total %.2f s; slowest cold JIT %.0f ms\n", rows.size(), failures,
@@ -299,17 +258,7 @@ int generate(const Args& a) {
 
   if (a.has("--json")) {
     std::ofstream j(a.get("--json"));
-    j << "{\"shape\":\"" << jsonEscape(shapeName) << "\",\"cache\":\"" << jsonEscape(cache.root())
-      << "\",\"fingerprint\":\"" << jsonEscape(compilerFingerprint()) << "\",\"total_ms\":" << totalMs
-      << ",\"failures\":" << failures << ",\"kernels\":[";
-    for (size_t i = 0; i < rows.size(); ++i) {
-      const Row& r = rows[i];
-      j << (i ? "," : "") << "{\"kernel\":\"" << jsonEscape(r.kernel) << "\",\"target\":\"" << r.target
-        << "\",\"ep\":\"" << r.ranks << "\",\"hit\":" << (r.hit ? "true" : "false") << ",\"ms\":" << r.ms
-        << ",\"load_ms\":" << r.hitMs << ",\"dynamic_shared_bytes\":" << r.dynamicShared << ",\"status\":\"" << r.status << "\",\"error\":\"" << jsonEscape(r.error)
-        << "\",\"static\":" << (r.staticJson.empty() ? "{}" : r.staticJson) << "}";
-    }
-    j << "]}\n";
+    j << cache::generateJson({shapeName, cache.root(), compilerFingerprint(), totalMs, failures}, rows);
     if (!j) throw std::runtime_error("cannot write " + a.get("--json"));
   }
   return failures ? 1 : 0;
@@ -319,23 +268,21 @@ int list(const Args& a, bool verify) {
   cache::KernelCache cache(a.has("--cache-dir") ? a.get("--cache-dir") : cache::KernelCache::defaultRoot());
   auto entries = verify ? cache.verify() : cache.list();
   std::printf("cache: %s (%zu entries)\n", cache.root().c_str(), entries.size());
-  int bad = 0;
+  int bad = 0, badIndex = 0;
   for (const auto& e : entries) {
     std::printf("%-8s %-12.12s %-48s %10llu B  %s\n", e.valid ? "ok" : "INVALID", e.digest.c_str(),
                 e.description.c_str(), (unsigned long long)e.bytes, e.problem.c_str());
+    if (!e.indexProblem.empty()) std::printf("%-8s %s\n", "INDEX", e.indexProblem.c_str());  // verify only
     bad += !e.valid;
+    badIndex += !e.indexProblem.empty();
   }
-  if (verify) std::printf("%d invalid\n", bad);
+  if (verify) std::printf("%d invalid, %d with a bad index\n", bad, badIndex);
   if (a.has("--json")) {
     std::ofstream j(a.get("--json"));
-    j << "[";
-    for (size_t i = 0; i < entries.size(); ++i)
-      j << (i ? "," : "") << "{\"digest\":\"" << entries[i].digest << "\",\"kernel\":\""
-        << jsonEscape(entries[i].description) << "\",\"bytes\":" << entries[i].bytes
-        << ",\"valid\":" << (entries[i].valid ? "true" : "false") << "}";
-    j << "]\n";
+    j << cache::entriesJson(entries);
+    if (!j) throw std::runtime_error("cannot write " + a.get("--json"));
   }
-  return verify && bad ? 1 : 0;
+  return verify && (bad || badIndex) ? 1 : 0;
 }
 
 }  // namespace

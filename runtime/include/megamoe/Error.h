@@ -21,6 +21,7 @@ enum class ErrorCode : int {
   kInvalidEnv = 10,       // a MEGAMOE_* environment variable holds a bad value
   kUnsupported = 11,      // the backend or device cannot do what was asked
   kInternal = 12,         // anything else (a bug, or an unexpected system error)
+  kStaleKernel = 13,      // a cache entry's signature differs from the runtime's declaration of the kernel
 };
 
 const char* errorCodeName(ErrorCode code);

@@ -20,10 +20,13 @@ struct KernelMetadata {
   std::string symbol;    // kernel function name in the code object
   int blockThreads = 0;  // threads per block (> 0)
   int sharedBytes = 0;   // dynamic shared memory bytes per block (>= 0)
+  std::string signature;  // the declaration's signature hash the kernel was built from ("" when absent)
+  int abiVersion = 0;     // abi::kKernelAbiVersion at build time (0 when absent)
 };
 
-// Requires "symbol" (non-empty string), "block_threads" (integer > 0), "shared_bytes" (integer >= 0); other members
-// are ignored. Throws Error(kBadMetadata) naming the field.
+// Requires "symbol" (non-empty string), "block_threads" (integer > 0), "shared_bytes" (integer >= 0); reads
+// "signature" (string) and "abi_version" (integer) when present; other members are ignored. Throws
+// Error(kBadMetadata) naming the field.
 KernelMetadata parseKernelMetadata(const std::string& json);
 
 }  // namespace megamoe

@@ -10,6 +10,7 @@
 #include <string>
 #include <utility>
 
+#include "compiler/abi/KernelAbi.h"
 #include "compiler/cache/KernelCache.h"
 #include "megamoe/Backend.h"
 #include "megamoe/Json.h"
@@ -30,6 +31,8 @@ class Kernel {
   const std::string& digest() const { return digest_; }  // the entry's full digest (with fingerprint)
   const KernelMetadata& metadata() const { return metadata_; }
   FunctionHandle function() const { return function_; }
+  // The kernel's declaration (compiler/abi/KernelAbi.h); nullptr for a kernel no declaration names (test stand-ins).
+  const abi::KernelDecl* decl() const { return abi::findKernelDecl(key_.kernel); }
 
  private:
   std::shared_ptr<Device> device_;
@@ -61,7 +64,9 @@ class KernelLoader {
   cache::CacheEntry find(const cache::KernelKey& key, const std::string& generateHint) const;
 
   // find() + load on `device`, cached per (device, digest). An empty key.target means the device's target; a
-  // target the device cannot run is an Error(kInvalidArgument).
+  // target the device cannot run is an Error(kInvalidArgument). An entry of a declared kernel whose signature (or
+  // kernel-ABI version) differs from the declaration's is refused: Error(kStaleKernel) naming the kernel, both
+  // hashes and `generateHint`.
   std::shared_ptr<const Kernel> load(const std::shared_ptr<Device>& device, const cache::KernelKey& key,
                                      const std::string& generateHint);
 

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "megamoe/Backend.h"
+#include "megamoe/KernelArgs.h"
 #include "megamoe/KernelLoader.h"
 #include "megamoe/SymmetricHeap.h"
 #include "megamoe/env.h"
@@ -29,6 +30,10 @@ class Runtime {
   // memory is at least the kernel's shared_bytes. With a heap, refuses (Error(kHeapUnusable)) once the heap has
   // seen a device error.
   void launch(const Kernel& kernel, const LaunchDims& dims, StreamHandle stream, void** params,
+              const SymmetricHeap* heap = nullptr);
+  // The same with arguments by name: `args` must be the kernel's declaration's (Error(kInvalidArgument) otherwise,
+  // or when an argument was not set).
+  void launch(const Kernel& kernel, const LaunchDims& dims, StreamHandle stream, KernelArgs& args,
               const SymmetricHeap* heap = nullptr);
 
   // Mode B heap on this runtime's device (see SymmetricHeap::createMultiProcess).

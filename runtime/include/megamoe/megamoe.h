@@ -41,6 +41,7 @@ extern "C" {
 #define MEGAMOE_ERROR_INVALID_ENV 10
 #define MEGAMOE_ERROR_UNSUPPORTED 11
 #define MEGAMOE_ERROR_INTERNAL 12
+#define MEGAMOE_ERROR_STALE_KERNEL 13 /* a cache entry built for another argument signature: regenerate it */
 
 /* Most ranks (GPUs of one node) a heap or a layer spans: the bound of every nranks. */
 #define MEGAMOE_MAX_RANKS 8
@@ -94,6 +95,22 @@ MEGAMOE_API int megamoe_kernel_load(megamoe_runtime* runtime, const megamoe_kern
                                     const char* generate_hint, megamoe_kernel** out);
 /* block_threads and shared_bytes may each be NULL (not wanted). */
 MEGAMOE_API int megamoe_kernel_info(const megamoe_kernel* kernel, int* block_threads, int* shared_bytes);
+
+/* The kernel's declared arguments (its signature), in parameter order, so that callers fill params by name:
+ * megamoe_kernel_arg_count gives how many; megamoe_kernel_arg the index-th one's name, kind (MEGAMOE_ARG_*) and, for
+ * pointers, element type ("bf16", "f32", "i32", "i64"; "" otherwise). Strings live as long as the library. A kernel
+ * no declaration names (none the project generates) has count 0. */
+#define MEGAMOE_ARG_PTR 0        /* 8-byte device address */
+#define MEGAMOE_ARG_I32 1        /* 4-byte integer */
+#define MEGAMOE_ARG_I64 2        /* 8-byte integer */
+#define MEGAMOE_ARG_CONTEXT 3    /* 8-byte device address of the rank's context (megamoe_heap_context) */
+#define MEGAMOE_ARG_TENSOR_MAP 4 /* 128 bytes (megamoe_tensor_map_bf16); an unused pointer off CUDA */
+MEGAMOE_API int megamoe_kernel_arg_count(const megamoe_kernel* kernel, size_t* count);
+MEGAMOE_API int megamoe_kernel_arg(const megamoe_kernel* kernel, size_t index, const char** name, int* kind,
+                                   const char** elem);
+/* Bytes of the split scratch a grouped_gemm_*_tma launch of `grid` blocks takes, and how many of its first bytes
+ * must be zero before the first launch (each launch leaves them zero). */
+MEGAMOE_API int megamoe_split_scratch_bytes(int64_t grid, uint64_t* bytes, uint64_t* zeroed_bytes);
 
 /* params: the usual array of pointers to each argument (never NULL). heap may be NULL; a heap that saw a device error refuses
  * (MEGAMOE_ERROR_HEAP_UNUSABLE). stream: the native stream handle, NULL for the default stream. */

@@ -1,18 +1,27 @@
 // KernelCache in one process: round trips, fingerprint-less lookup, corruption handling, errors, maintenance.
 // Every test gets a fresh temporary root and random payloads.
+#include <fcntl.h>
+#include <grp.h>
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <sys/time.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <chrono>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <optional>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "compiler/cache/KernelCache.h"
@@ -40,6 +49,44 @@ std::vector<std::string> namesIn(const std::string& dir) {
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(dir, ec)) names.push_back(entry.path().filename().string());
   return names;
+}
+
+// Runs `body` in a forked child that alarm() kills after `seconds`, so a hang fails the test instead of stalling
+// the suite. Returns "" when the body returned "" (success), else its text or why the child did not finish.
+std::string inBoundedChild(unsigned seconds, const std::function<std::string()>& body) {
+  int fds[2];
+  if (::pipe(fds) != 0) return "pipe failed";
+  pid_t pid = ::fork();
+  if (pid < 0) return "fork failed";
+  if (pid == 0) {
+    ::close(fds[0]);
+    ::alarm(seconds);
+    std::string text;
+    try {
+      text = body();
+    } catch (const std::exception& e) {
+      text = std::string("exception: ") + e.what();
+    }
+    if (!text.empty() && ::write(fds[1], text.data(), text.size()) < 0) ::_exit(3);
+    ::_exit(text.empty() ? 0 : 1);
+  }
+  ::close(fds[1]);
+  std::string text;
+  char buffer[4096];
+  for (ssize_t n; (n = ::read(fds[0], buffer, sizeof buffer)) != 0;) {
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) break;
+    text.append(buffer, size_t(n));
+  }
+  ::close(fds[0]);
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (WIFSIGNALED(status))
+    return WTERMSIG(status) == SIGALRM ? "hung: still running after " + std::to_string(seconds) + " s"
+                                       : "killed by signal " + std::to_string(WTERMSIG(status));
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) return text.empty() ? "child failed" : text;
+  return "";
 }
 
 class KernelCacheTest : public ::testing::Test {
@@ -187,6 +234,106 @@ TEST_F(KernelCacheTest, LookupAnyFingerprintRejectsBadIndexFiles) {
   EXPECT_TRUE(cache.lookup(other).has_value());
 }
 
+// What can happen to index/<lookupDigest> of a stored entry: deleted, garbage, naming a removed entry, naming a
+// valid entry of another key, or never written (store renames the entry into place before it writes the index).
+enum class IndexDamage { kMissing, kGarbage, kDangling, kOtherKey };
+
+class KernelCacheIndexTest : public KernelCacheTest, public ::testing::WithParamInterface<IndexDamage> {
+ protected:
+  // Stores key() and one other kernel, then damages key()'s index.
+  void storeAndDamage(KernelCache& cache) {
+    cache.store(key(), {1, 2, 3}, "mine");
+    cache.store(key("other"), {4, 5, 6}, "other");
+    switch (GetParam()) {
+      case IndexDamage::kMissing: ASSERT_EQ(::unlink(indexFile().c_str()), 0); break;
+      case IndexDamage::kGarbage: writeBytes(indexFile(), "\x01garbage\n"); break;
+      case IndexDamage::kDangling: writeBytes(indexFile(), std::string(64, 'a') + "\n"); break;
+      case IndexDamage::kOtherKey: writeBytes(indexFile(), key("other").digest() + "\n"); break;
+    }
+  }
+  std::string indexFile() const { return root_ + "/index/" + key().lookupDigest(); }
+  bool indexIsRepaired() const { return readText(indexFile()) == key().digest() + "\n"; }
+};
+
+TEST_P(KernelCacheIndexTest, LookupAnyFingerprintFindsTheEntryAndRepairsTheIndex) {
+  KernelCache cache(root_);
+  storeAndDamage(cache);
+  if (HasFatalFailure()) return;
+  std::optional<CacheEntry> any = cache.lookupAnyFingerprint(key("swiglu_fwd", "runtime"));
+  ASSERT_TRUE(any.has_value());
+  EXPECT_EQ(any->dir, entryDir(key()));
+  EXPECT_EQ(any->metadata, "mine");
+  EXPECT_TRUE(indexIsRepaired()) << readText(indexFile());
+  EXPECT_TRUE(cache.lookup(key("other")).has_value()) << "the other key's entry must be left alone";
+}
+
+TEST_P(KernelCacheIndexTest, ExactHitRepairsTheIndex) {
+  KernelCache cache(root_);
+  storeAndDamage(cache);
+  if (HasFatalFailure()) return;
+  ASSERT_TRUE(cache.lookup(key()).has_value());
+  // An index naming a valid entry is left to lookupAnyFingerprint, which checks the key.
+  if (GetParam() != IndexDamage::kOtherKey) {
+    EXPECT_TRUE(indexIsRepaired()) << readText(indexFile());
+  }
+}
+
+TEST_P(KernelCacheIndexTest, VerifyReportsAndPruneRepairs) {
+  KernelCache cache(root_);
+  storeAndDamage(cache);
+  if (HasFatalFailure()) return;
+  std::vector<EntryInfo> checked = cache.verify();
+  ASSERT_EQ(checked.size(), 2u);
+  for (const EntryInfo& info : checked) {
+    EXPECT_TRUE(info.valid) << info.problem;
+    if (info.digest == key().digest()) {
+      EXPECT_NE(info.indexProblem.find("index/" + key().lookupDigest()), std::string::npos) << info.indexProblem;
+    } else {
+      EXPECT_EQ(info.indexProblem, "") << info.description;
+    }
+  }
+  EXPECT_EQ(cache.prune(""), 0);
+  EXPECT_TRUE(indexIsRepaired()) << readText(indexFile());
+  for (const EntryInfo& info : cache.verify()) EXPECT_EQ(info.indexProblem, "") << info.description;
+}
+
+INSTANTIATE_TEST_SUITE_P(Damage, KernelCacheIndexTest,
+                         ::testing::Values(IndexDamage::kMissing, IndexDamage::kGarbage, IndexDamage::kDangling,
+                                           IndexDamage::kOtherKey),
+                         [](const ::testing::TestParamInfo<IndexDamage>& info) {
+                           switch (info.param) {
+                             case IndexDamage::kMissing: return "Missing";
+                             case IndexDamage::kGarbage: return "Garbage";
+                             case IndexDamage::kDangling: return "Dangling";
+                             case IndexDamage::kOtherKey: return "OtherKey";
+                           }
+                           return "Unknown";
+                         });
+
+// Without an index, the newest entry of the key (by its manifest's created time) is the one found.
+TEST_F(KernelCacheTest, LookupAnyFingerprintWithoutIndexPrefersTheNewestValidEntry) {
+  KernelCache cache(root_);
+  cache.store(key("swiglu_fwd", "fp-a"), {1}, "a");
+  cache.store(key("swiglu_fwd", "fp-b"), {2}, "b");
+  cache.store(key("swiglu_fwd", "fp-c"), {3}, "c");
+  // created is whole seconds: make "b" the newest by rewriting it with a later time through the public path.
+  fs::remove_all(entryDir(key("swiglu_fwd", "fp-b")));
+  std::this_thread::sleep_for(std::chrono::milliseconds(1100));
+  cache.store(key("swiglu_fwd", "fp-b"), {2}, "b");
+  ASSERT_EQ(::unlink((root_ + "/index/" + key().lookupDigest()).c_str()), 0);
+  std::optional<CacheEntry> any = cache.lookupAnyFingerprint(key("swiglu_fwd", "runtime"));
+  ASSERT_TRUE(any.has_value());
+  EXPECT_EQ(any->metadata, "b");
+
+  // A newest entry that turns out corrupt is removed and the next one served.
+  ASSERT_EQ(::unlink((root_ + "/index/" + key().lookupDigest()).c_str()), 0);
+  writeBytes(entryDir(key("swiglu_fwd", "fp-b")) + "/code.bin", "X");  // same size, other bytes
+  any = cache.lookupAnyFingerprint(key("swiglu_fwd", "runtime"));
+  ASSERT_TRUE(any.has_value());
+  EXPECT_NE(any->metadata, "b");
+  EXPECT_FALSE(fs::exists(entryDir(key("swiglu_fwd", "fp-b"))));
+}
+
 TEST_F(KernelCacheTest, GetOrBuildBuildsOnceThenHits) {
   TRACE_SEED();
   KernelCache cache(root_);
@@ -236,6 +383,7 @@ enum class Corruption {
   kManifestSizeLies,
   kManifestKeyEdited,
   kEntryIsAFile,
+  kBinaryIsASymlink,
 };
 
 const char* corruptionName(Corruption c) {
@@ -250,6 +398,7 @@ const char* corruptionName(Corruption c) {
     case Corruption::kManifestSizeLies: return "ManifestSizeLies";
     case Corruption::kManifestKeyEdited: return "ManifestKeyEdited";
     case Corruption::kEntryIsAFile: return "EntryIsAFile";
+    case Corruption::kBinaryIsASymlink: return "BinaryIsASymlink";
   }
   return "?";
 }
@@ -304,6 +453,12 @@ void corrupt(const std::string& dir, Corruption kind, std::mt19937_64& rng) {
     case Corruption::kEntryIsAFile:
       fs::remove_all(dir);
       writeBytes(dir, "not a directory");
+      break;
+    case Corruption::kBinaryIsASymlink:
+      // Same bytes, but behind a link: entries only ever hold files written by store(), so a link is tampering.
+      writeBytes(dir + "/../../code.bin.elsewhere", binary);  // the cache root, outside entries/
+      ASSERT_EQ(::unlink(binaryPath.c_str()), 0);
+      ASSERT_EQ(::symlink("../../code.bin.elsewhere", binaryPath.c_str()), 0);
       break;
   }
 }
@@ -369,36 +524,150 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(Corruption::kTruncateBinary, Corruption::kAppendToBinary, Corruption::kFlipBinaryByte,
                       Corruption::kDeleteBinary, Corruption::kGarbageManifest, Corruption::kEmptyManifest,
                       Corruption::kDeleteManifest, Corruption::kManifestSizeLies, Corruption::kManifestKeyEdited,
-                      Corruption::kEntryIsAFile),
+                      Corruption::kEntryIsAFile, Corruption::kBinaryIsASymlink),
     [](const ::testing::TestParamInfo<Corruption>& info) { return std::string(corruptionName(info.param)); });
+
+// The metadata the runtime launches with (symbol, block_threads, shared_bytes) is covered by a checksum like the
+// code: an edited value must not pass verify() or be returned by a lookup.
+TEST_F(KernelCacheTest, EditedMetadataIsInvalid) {
+  KernelCache cache(root_);
+  const std::string metadata = R"({"symbol":"swiglu_fwd_kernel","block_threads":256,"shared_bytes":0})";
+  cache.store(key(), randomBytes(), metadata);
+  std::string manifestPath = entryDir(key()) + "/manifest.json";
+  std::string manifest = readText(manifestPath);
+  const std::string stored = R"(block_threads\":256)";
+  size_t at = manifest.find(stored);
+  ASSERT_NE(at, std::string::npos) << manifest;
+  manifest.replace(at, stored.size(), R"(block_threads\":512)");
+  writeBytes(manifestPath, manifest);
+
+  for (const std::vector<EntryInfo>& infos : {cache.list(), cache.verify()}) {
+    ASSERT_EQ(infos.size(), 1u);
+    EXPECT_FALSE(infos[0].valid);
+    EXPECT_NE(infos[0].problem.find("entry_sha256"), std::string::npos) << infos[0].problem;
+  }
+  EXPECT_FALSE(cache.lookupAnyFingerprint(key("swiglu_fwd", "other")).has_value());
+  EXPECT_FALSE(cache.lookup(key()).has_value());
+  EXPECT_FALSE(fs::exists(entryDir(key())));
+}
+
+// Entries written before the checksum existed (format 1) are not trusted: invalid, and rebuilt.
+TEST_F(KernelCacheTest, FormatOneEntryIsInvalidAndRebuilt) {
+  KernelCache cache(root_);
+  cache.store(key(), {1, 2, 3}, "old");
+  std::string manifestPath = entryDir(key()) + "/manifest.json";
+  std::string manifest = readText(manifestPath);
+  size_t field = manifest.find("  \"entry_sha256\": ");
+  ASSERT_NE(field, std::string::npos) << manifest;
+  manifest.erase(field, manifest.find('\n', field) + 1 - field);
+  size_t format = manifest.find("\"format\": 2");
+  ASSERT_NE(format, std::string::npos) << manifest;
+  manifest.replace(format, 11, "\"format\": 1");
+  writeBytes(manifestPath, manifest);
+
+  std::vector<EntryInfo> checked = cache.verify();
+  ASSERT_EQ(checked.size(), 1u);
+  EXPECT_FALSE(checked[0].valid);
+  EXPECT_NE(checked[0].problem.find("format 1"), std::string::npos) << checked[0].problem;
+  bool hit = true;
+  CacheEntry rebuilt = cache.getOrBuild(key(), [] { return KernelCache::Built{{4, 5}, "new"}; }, &hit);
+  EXPECT_FALSE(hit);
+  EXPECT_EQ(rebuilt.metadata, "new");
+  EXPECT_TRUE(cache.verify().at(0).valid);
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Non-regular files: a FIFO in place of a file must not block any operation (opening one for reading waits for a
+// writer), and is reported as what it is.
+
+class KernelCacheFifoTest : public KernelCacheTest, public ::testing::WithParamInterface<std::string> {};
+
+TEST_P(KernelCacheFifoTest, FifoInAnEntryIsReportedAndRemovedWithoutBlocking) {
+  KernelCache cache(root_);
+  cache.store(key(), {1, 2, 3}, "meta");
+  std::string path = entryDir(key()) + "/" + GetParam();
+  ASSERT_EQ(::unlink(path.c_str()), 0);
+  ASSERT_EQ(::mkfifo(path.c_str(), 0644), 0);
+
+  std::string failure = inBoundedChild(10, [&]() -> std::string {
+    std::string problems;
+    for (const EntryInfo& info : cache.list())
+      if (info.valid || info.problem.find(GetParam() + " is not a regular file") == std::string::npos)
+        problems += "list: " + info.problem + "\n";
+    std::vector<EntryInfo> checked = cache.verify();
+    if (checked.size() != 1 || checked[0].valid ||
+        checked[0].problem.find(GetParam() + " is not a regular file (a FIFO)") == std::string::npos)
+      problems += "verify: " + (checked.empty() ? std::string("no entry") : checked[0].problem) + "\n";
+    if (cache.lookupAnyFingerprint(key("swiglu_fwd", "other"))) problems += "lookupAnyFingerprint: a hit\n";
+    if (cache.lookup(key())) problems += "lookup: a hit\n";
+    if (fs::exists(entryDir(key()))) problems += "lookup: the entry is still there\n";
+    if (cache.store(key(), {4, 5}, "new").binary != std::vector<uint8_t>{4, 5}) problems += "store: wrong entry\n";
+    return problems;
+  });
+  EXPECT_EQ(failure, "");
+}
+
+INSTANTIATE_TEST_SUITE_P(Files, KernelCacheFifoTest, ::testing::Values("code.bin", "manifest.json"),
+                         [](const ::testing::TestParamInfo<std::string>& info) {
+                           return info.param == "code.bin" ? std::string("Binary") : std::string("Manifest");
+                         });
+
+TEST_F(KernelCacheTest, FifoAsIndexFileIsAMissWithoutBlocking) {
+  KernelCache cache(root_);
+  cache.store(key("other"), {1}, "");  // creates the layout
+  KernelKey k = key();
+  std::string indexFile = root_ + "/index/" + k.lookupDigest();
+  ASSERT_EQ(::mkfifo(indexFile.c_str(), 0644), 0);
+  std::string failure = inBoundedChild(10, [&]() -> std::string {
+    if (cache.lookupAnyFingerprint(k)) return "lookupAnyFingerprint: a hit";
+    cache.prune("");
+    return "";
+  });
+  EXPECT_EQ(failure, "");
+}
 
 // ---------------------------------------------------------------------------------------------------------------
 // Errors and the default root
 
-void expectNotWritableError(const std::string& root) {
+void expectUnusableRootError(const std::string& root, const std::string& why) {
   try {
     KernelCache cache(root);
     ADD_FAILURE() << "no CacheError for " << root;
   } catch (const CacheError& e) {
     std::string message = e.what();
     EXPECT_NE(message.find("'" + root + "'"), std::string::npos) << message;
-    EXPECT_NE(message.find("not writable"), std::string::npos) << message;
+    EXPECT_NE(message.find(why), std::string::npos) << message;
     EXPECT_NE(message.find("MEGAMOE_CACHE_DIR"), std::string::npos) << message;
   }
 }
 
-TEST_F(KernelCacheTest, UnwritableRootThrowsNamingThePath) {
+TEST_F(KernelCacheTest, UnusableRootThrowsNamingThePath) {
   std::string file = scratch_ + "/regular-file";
   writeBytes(file, "x");
-  expectNotWritableError(file + "/cache");           // parent is a regular file
-  expectNotWritableError(file + "/deeper/cache");    // ... further up
-  expectNotWritableError(file);                      // the root itself is a file
+  expectUnusableRootError(file + "/cache", "'" + file + "' is not a directory");         // parent is a file
+  expectUnusableRootError(file + "/deeper/cache", "'" + file + "' is not a directory");  // ... further up
+  expectUnusableRootError(file, "is not a directory");                                   // the root itself
   EXPECT_THROW(KernelCache(""), CacheError);
+}
+
+// Item 17: a MEGAMOE_CACHE_DIR that is a dangling link says so, naming the link's target.
+TEST_F(KernelCacheTest, DanglingSymlinkRootIsNamedAsSuch) {
+  std::string target = scratch_ + "/unmounted/cache";
+  std::string link = scratch_ + "/link";
+  ASSERT_EQ(::symlink(target.c_str(), link.c_str()), 0);
+  expectUnusableRootError(link, "'" + link + "' is a dangling symbolic link to '" + target + "'");
+  // A dangling link further up the path is named too.
+  expectUnusableRootError(link + "/megamoe", "'" + link + "' is a dangling symbolic link to '" + target + "'");
+  // Once the target exists, the link is an ordinary root.
+  fs::create_directories(target);
+  KernelCache cache(link);
+  cache.store(key(), {1, 2}, "");
+  EXPECT_TRUE(cache.lookup(key()).has_value());
 }
 
 TEST_F(KernelCacheTest, StoreIntoBrokenLayoutThrowsNamingThePath) {
   KernelCache cache(root_);
-  fs::remove_all(root_ + "/entries");
+  fs::create_directories(root_ + "/tmp");
   writeBytes(root_ + "/entries", "in the way");
   try {
     cache.store(key(), {1, 2, 3}, "");
@@ -430,6 +699,82 @@ TEST_F(KernelCacheTest, RelativeRootBecomesAbsolute) {
   EXPECT_EQ(cache->root(), expected);
   CacheEntry stored = cache->store(key(), {7}, "");
   EXPECT_EQ(stored.dir.rfind(expected + "/entries/", 0), 0u) << stored.dir;
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Read-only caches (item 6): lookups, list and verify need no write access; a store says it does.
+
+// chmod -R: read-only (a-w) or back to writable for the owner; readable and searchable by everyone either way, so
+// that the unprivileged child below can read the tree.
+void setTreeWritable(const std::string& top, bool writable) {
+  auto apply = [writable](const fs::path& path) {
+    const bool dir = fs::is_directory(fs::symlink_status(path));
+    ::chmod(path.c_str(), writable ? (dir ? 0755 : 0644) : (dir ? 0555 : 0444));
+  };
+  std::error_code ec;
+  for (auto it = fs::recursive_directory_iterator(top, ec); !ec && it != fs::recursive_directory_iterator();
+       it.increment(ec))
+    apply(it->path());
+  apply(top);
+}
+
+// In a forked child: leaves the process unable to write to a read-only tree. Root ignores file modes, so it drops
+// to uid/gid 65534 (nobody). Returns "" or "SKIP: why" when no such condition can be made here.
+std::string loseWriteAccess(const std::string& probeDir) {
+  if (::geteuid() == 0 && (::setgroups(0, nullptr) != 0 || ::setgid(65534) != 0 || ::setuid(65534) != 0))
+    return std::string("SKIP: cannot drop root privileges to uid 65534: ") + std::strerror(errno);
+  std::string probe = probeDir + "/write-probe";
+  int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0600);
+  if (fd >= 0) {
+    ::close(fd);
+    ::unlink(probe.c_str());
+    return "SKIP: the read-only tree is still writable here";
+  }
+  return "";
+}
+
+TEST_F(KernelCacheTest, ReadOnlyCacheServesLookupsListAndVerify) {
+  KernelCache writer(root_);
+  writer.store(key(), {1, 2, 3}, "indexed");
+  writer.store(key("unindexed"), {4, 5}, "scanned");
+  ASSERT_EQ(::unlink((root_ + "/index/" + key("unindexed").lookupDigest()).c_str()), 0);
+  ::chmod(scratch_.c_str(), 0755);  // mkdtemp made it 0700
+  setTreeWritable(root_, false);
+
+  std::string failure = inBoundedChild(20, [&]() -> std::string {
+    if (std::string skip = loseWriteAccess(root_); !skip.empty()) return skip;
+    std::string problems;
+    try {
+      KernelCache cache(root_);
+      if (!cache.lookup(key())) problems += "lookup missed\n";
+      std::optional<CacheEntry> any = cache.lookupAnyFingerprint(key("swiglu_fwd", "other"));
+      if (!any || any->metadata != "indexed") problems += "lookupAnyFingerprint missed\n";
+      any = cache.lookupAnyFingerprint(key("unindexed", "other"));
+      if (!any || any->metadata != "scanned") problems += "lookupAnyFingerprint without an index missed\n";
+      if (cache.list().size() != 2) problems += "list: not 2 entries\n";
+      for (const EntryInfo& info : cache.verify())
+        if (!info.valid) problems += "verify: " + info.problem + "\n";
+      try {
+        cache.store(key("new"), {6}, "");
+        problems += "store into a read-only cache succeeded\n";
+      } catch (const CacheError& e) {
+        std::string message = e.what();
+        for (const std::string& part : {"'" + root_ + "'", std::string("not writable"),
+                                        std::string(std::strerror(EACCES)), std::string("new[I=2048,clamp=0]")})
+          if (message.find(part) == std::string::npos) problems += "store error lacks " + part + ": " + message + "\n";
+      }
+      // A root that does not exist yet (below a read-only directory) is an empty cache, not an error.
+      KernelCache missing(root_ + "/entries/../absent");
+      if (missing.lookup(key()) || !missing.list().empty()) problems += "absent root: not empty\n";
+    } catch (const std::exception& e) {
+      problems += std::string("threw: ") + e.what() + "\n";
+    }
+    return problems;
+  });
+  setTreeWritable(root_, true);
+  if (failure.rfind("SKIP: ", 0) == 0) GTEST_SKIP() << failure.substr(6);
+  EXPECT_EQ(failure, "");
+  EXPECT_TRUE(namesIn(root_ + "/tmp").empty());
 }
 
 // Sets or unsets environment variables for one scope.

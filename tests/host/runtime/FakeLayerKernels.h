@@ -18,7 +18,7 @@ inline void storeFakeLayerKernels(const std::string& cacheDir, const MoeLayerCon
     const int recordedParams = name == "dispatch_prologue" ? 2 : 1;
     cache::KernelKey key{name, spec, "gfx950", defaultTargetOptions("gfx950"), "fake"};
     cache.store(key, fakeImage("FAKEHIP\n" + name + " " + std::to_string(recordedParams) + "\n"),
-                R"({"symbol":")" + name + R"(","block_threads":256,"shared_bytes":0})");
+                R"({"symbol":")" + name + R"(","block_threads":256,"shared_bytes":0)" + signatureMembers(name) + "}");
   }
 }
 

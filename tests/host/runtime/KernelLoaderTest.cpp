@@ -2,6 +2,11 @@
 // per-(device, digest) module cache, with modules loaded on the fake HIP device.
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <string>
+
 #include "TestSupport.h"
 #include "megamoe/Error.h"
 #include "megamoe/KernelLoader.h"
@@ -18,8 +23,8 @@ cache::KernelKey swigluKey() {
   return key;
 }
 
-const char* kMetadata = R"({"symbol":"swiglu_fwd_kernel","block_threads":256,"shared_bytes":65536,
-                            "compile":{"ms":12,"passes":["a","b"]}})";
+const std::string kMetadata = R"({"symbol":"swiglu_fwd_kernel","block_threads":256,"shared_bytes":65536,
+                            "compile":{"ms":12,"passes":["a","b"]})" + test::signatureMembers("swiglu_fwd") + "}";
 
 // Unregisters the JIT hook however the test ends.
 struct JitGuard {
@@ -48,6 +53,17 @@ TEST_F(KernelLoaderTest, UsesMegamoeCacheDirAndFindsAnyFingerprint) {
   EXPECT_EQ(kernel->metadata().symbol, "swiglu_fwd_kernel");
   EXPECT_EQ(kernel->metadata().blockThreads, 256);
   EXPECT_EQ(kernel->metadata().sharedBytes, 65536);
+  EXPECT_EQ(kernel->digest(), stored.digest());
+}
+
+// The index is a shortcut only: an entry whose index file is gone (or was never written) is still found.
+TEST_F(KernelLoaderTest, FindsAnyFingerprintWithoutTheIndex) {
+  cache::KernelKey stored = swigluKey();
+  stored.fingerprint = "megamoe-0.1+llvm-22+gen-abc";
+  cache::KernelCache(dir.path()).store(stored, test::fakeImage("FAKEHIP\nswiglu_fwd_kernel 2\n"), kMetadata);
+  std::filesystem::remove_all(dir.path() + "/index");
+  KernelLoader loader;
+  auto kernel = loader.load(device, swigluKey(), "unused");
   EXPECT_EQ(kernel->digest(), stored.digest());
 }
 
@@ -161,6 +177,34 @@ TEST_F(KernelLoaderTest, BadMetadataNamesTheEntry) {
     EXPECT_EQ(e.code(), ErrorCode::kBadMetadata);
     EXPECT_NE(std::string(e.what()).find(entry.dir), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("block_threads"), std::string::npos) << e.what();
+  }
+}
+
+// A manifest edited after the store (here the launch's block size) must not be launched with: the entry fails its
+// checksum, so the loader misses.
+TEST_F(KernelLoaderTest, EditedMetadataIsNotLoaded) {
+  cache::KernelKey stored = swigluKey();
+  stored.fingerprint = "fp";
+  const auto entry =
+      cache::KernelCache(dir.path()).store(stored, test::fakeImage("FAKEHIP\nswiglu_fwd_kernel 2\n"), kMetadata);
+  const std::string path = entry.dir + "/manifest.json";
+  std::string manifest;
+  {
+    std::ifstream in(path, std::ios::binary);
+    manifest.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  const std::string field = R"(block_threads\":256)";
+  const size_t at = manifest.find(field);
+  ASSERT_NE(at, std::string::npos) << manifest;
+  manifest.replace(at, field.size(), R"(block_threads\":512)");
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << manifest;
+
+  KernelLoader loader;
+  try {
+    auto kernel = loader.load(device, swigluKey(), "regenerate");
+    FAIL() << "loaded with block_threads " << kernel->metadata().blockThreads;
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kKernelNotFound) << e.what();
   }
 }
 

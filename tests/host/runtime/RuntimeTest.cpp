@@ -1,6 +1,13 @@
 // Runtime over the fake HIP backend: kernel load from a temp cache, launch checks, and the unusable-heap refusal
 // after a (fake) kernel reported a cross-rank wait timeout.
+#include <fcntl.h>
+#include <grp.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
 
 #include "TestSupport.h"
 #include "megamoe/Error.h"
@@ -105,6 +112,48 @@ TEST(Runtime, AutoBackendReportsWhyEachFailed) {
     EXPECT_NE(std::string(e.what()).find("HIP runtime /nonexistent/libamdhip64.so not found"), std::string::npos);
   }
   EXPECT_THROW(Runtime("opencl", 0, env), Error);
+}
+
+// A cache-only runtime never writes, so a read-only cache (a read-only mount, another user's cache) must serve it.
+// Root ignores file modes, so the child drops to uid 65534 as well as the tree being made read-only.
+TEST(Runtime, ReadOnlyCacheServesACacheOnlyRuntime) {
+  test::TempDir dir;
+  cache::KernelKey key;
+  key.kernel = "probe";
+  key.spec = {{"N", 4}};
+  key.target = "gfx950";
+  key.fingerprint = "fp";
+  cache::KernelCache(dir.path())
+      .store(key, test::fakeImage("FAKEHIP\nfake_report_timeout 1\n"),
+             R"({"symbol":"fake_report_timeout","block_threads":128,"shared_bytes":4096})");
+  for (const auto& entry : std::filesystem::recursive_directory_iterator(dir.path()))
+    ::chmod(entry.path().c_str(), entry.is_directory() ? 0555 : 0444);
+  ::chmod(dir.path().c_str(), 0555);
+
+  test::Child child([&]() -> std::string {
+    if (::geteuid() == 0 && (::setgroups(0, nullptr) != 0 || ::setgid(65534) != 0 || ::setuid(65534) != 0))
+      return std::string("SKIP: cannot drop root privileges to uid 65534: ") + std::strerror(errno);
+    const std::string probe = dir.file("write-probe");
+    if (const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0600); fd >= 0) {
+      ::close(fd);
+      return "SKIP: the read-only cache is still writable here";
+    }
+    RuntimeEnv env = parseEnv();
+    env.hipLibrary = test::FakeHip::path();
+    env.cacheDir = dir.path();
+    Runtime runtime(BackendKind::kHip, 0, env);
+    cache::KernelKey wanted = key;
+    wanted.fingerprint.clear();  // cache-only: any fingerprint
+    return "loaded " + std::to_string(runtime.loadKernel(wanted, "")->metadata().blockThreads);
+  });
+  const test::ChildOutcome outcome = child.wait(60);
+  for (const auto& entry : std::filesystem::recursive_directory_iterator(dir.path()))
+    ::chmod(entry.path().c_str(), entry.is_directory() ? 0755 : 0644);
+  ::chmod(dir.path().c_str(), 0700);
+  ASSERT_TRUE(outcome.finished);
+  if (outcome.ok && outcome.text.rfind("SKIP: ", 0) == 0) GTEST_SKIP() << outcome.text.substr(6);
+  EXPECT_TRUE(outcome.ok) << outcome.text;
+  EXPECT_EQ(outcome.text, "loaded 128");
 }
 
 }  // namespace

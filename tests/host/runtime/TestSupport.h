@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "FakeHipControl.h"
+#include "compiler/abi/KernelAbi.h"
 #include "megamoe/Error.h"
 
 namespace megamoe::test {
@@ -189,6 +190,14 @@ class Child {
 };
 
 // A "code object" for the fake HIP library: its text, NUL-terminated.
+// The metadata members an entry of declared kernel `kernel` needs to pass the loader's signature check (""
+// for a kernel no declaration names), to splice into a metadata object after its first member.
+inline std::string signatureMembers(const std::string& kernel) {
+  const abi::KernelDecl* d = abi::findKernelDecl(kernel);
+  if (!d) return "";
+  return ",\"signature\":\"" + abi::signatureHash(*d) + "\",\"abi_version\":" + std::to_string(abi::kKernelAbiVersion);
+}
+
 inline std::vector<uint8_t> fakeImage(const std::string& text) {
   std::vector<uint8_t> bytes(text.begin(), text.end());
   bytes.push_back(0);

@@ -1,0 +1,86 @@
+// Launch arguments by name (see KernelArgs.h).
+#include "megamoe/KernelArgs.h"
+
+#include <cstring>
+#include <limits>
+#include <string>
+
+#include "megamoe/Error.h"
+
+namespace megamoe {
+namespace {
+
+const abi::KernelDecl& declared(std::string_view kernel) {
+  if (const abi::KernelDecl* d = abi::findKernelDecl(kernel)) return *d;
+  throw Error(ErrorCode::kInvalidArgument,
+              "kernel '" + std::string(kernel) + "' has no declaration (compiler/abi/KernelAbi.cpp)");
+}
+
+}  // namespace
+
+KernelArgs::KernelArgs(const abi::KernelDecl& decl) : decl_(decl), slots_(decl.args.size()) {
+  for (Slot& s : slots_) {
+    std::memset(s.bytes, 0, sizeof s.bytes);
+    s.set = false;
+  }
+}
+
+KernelArgs::KernelArgs(std::string_view kernel) : KernelArgs(declared(kernel)) {}
+
+KernelArgs::Slot& KernelArgs::slot(std::string_view name, abi::ArgKind kind) {
+  const int i = decl_.indexOf(name);
+  if (i < 0)
+    throw Error(ErrorCode::kInvalidArgument,
+                std::string(decl_.name) + " has no argument '" + std::string(name) + "' (" + abi::signatureText(decl_) +
+                    ")");
+  const abi::ArgDecl& a = decl_.args[size_t(i)];
+  if (a.kind != kind)
+    throw Error(ErrorCode::kInvalidArgument, std::string(decl_.name) + "'s argument '" + std::string(name) +
+                                                 "' is a " + abi::argKindName(a.kind) + ", set as a " +
+                                                 abi::argKindName(kind));
+  Slot& s = slots_[size_t(i)];
+  s.set = true;
+  return s;
+}
+
+KernelArgs& KernelArgs::ptr(std::string_view name, DevicePtr value) {
+  std::memcpy(slot(name, abi::ArgKind::kPtr).bytes, &value, sizeof value);
+  return *this;
+}
+
+KernelArgs& KernelArgs::context(DevicePtr value) {
+  std::memcpy(slot("ctx", abi::ArgKind::kContext).bytes, &value, sizeof value);
+  return *this;
+}
+
+KernelArgs& KernelArgs::i32(std::string_view name, int64_t value) {
+  if (value < std::numeric_limits<int32_t>::min() || value > std::numeric_limits<int32_t>::max())
+    throw Error(ErrorCode::kInvalidArgument, std::string(decl_.name) + "'s argument '" + std::string(name) + "' = " +
+                                                 std::to_string(value) + " does not fit an i32");
+  const int32_t v = int32_t(value);
+  std::memcpy(slot(name, abi::ArgKind::kI32).bytes, &v, sizeof v);
+  return *this;
+}
+
+KernelArgs& KernelArgs::i64(std::string_view name, int64_t value) {
+  std::memcpy(slot(name, abi::ArgKind::kI64).bytes, &value, sizeof value);
+  return *this;
+}
+
+KernelArgs& KernelArgs::tensorMap(std::string_view name, const TensorMapBytes& map) {
+  std::memcpy(slot(name, abi::ArgKind::kTensorMap).bytes, map.data(), map.size());
+  return *this;
+}
+
+void** KernelArgs::params() {
+  pointers_.clear();
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    if (!slots_[i].set)
+      throw Error(ErrorCode::kInvalidArgument, std::string(decl_.name) + "'s argument '" +
+                                                   std::string(decl_.args[i].name) + "' was not set");
+    pointers_.push_back(slots_[i].bytes);
+  }
+  return pointers_.data();
+}
+
+}  // namespace megamoe
