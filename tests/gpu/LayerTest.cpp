@@ -1416,7 +1416,8 @@ TEST_P(LayerTest, SmallBackward) {
 // training: one step at token counts that differ between the ranks (EP8: one rank has none) with ~10% -1 picks,
 // checked like the small layer's (every output against the reference, fully written, guards untouched), repeated
 // bitwise identical; then one CUDA-graph replay of the forward with a fresh routing copied in-stream, y against
-// the reference. The weights are 11.3 GB (bf16) over all ranks, their gradients as much again.
+// the reference. The weights are 11.3G parameters (22.5 GB in bf16) over all ranks, on the host (for the reference)
+// and on the device, where their gradients and the repeat's snapshot of them take as much again each.
 class LayerDeepSeekV3 : public ::testing::TestWithParam<int> {};
 INSTANTIATE_TEST_SUITE_P(, LayerDeepSeekV3, ::testing::ValuesIn(kRankCounts), rankCountName);
 
