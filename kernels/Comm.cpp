@@ -32,7 +32,7 @@ mlir::OwningOpRef<mlir::ModuleOp> buildPingPong(mlir::MLIRContext& mctx, const P
         k.peer(ctx, log + k.widen(round), peer).storeI64(value);
         k.signal(k.peer(ctx, flag, peer), value, Scope::system);
       });
-      k.ifThen(!(round % 2 == rank), [&] { k.waitAtLeast(ctx, flag, value, userFlagId(k, peer), Scope::system); });
+      k.ifThen(!(round % 2 == rank), [&] { k.waitAtLeast(ctx, flag, value, peerFlagId(k, peer), Scope::system); });
     });
   });
   return k.finish();
@@ -65,7 +65,7 @@ mlir::OwningOpRef<mlir::ModuleOp> buildAllToAllRows(mlir::MLIRContext& mctx, con
   k.ifThen(k.threadIdx() == 0, [&] {
     k.signal(k.peer(ctx, flags + k.widen(rank), peer), k.i64(1), Scope::system, /*add=*/true);
     // Block (p, 0) also waits for everything rank p sends us.
-    k.ifThen(part == 0, [&] { k.waitAtLeast(ctx, flags + k.widen(peer), expected, userFlagId(k, peer), Scope::system); });
+    k.ifThen(part == 0, [&] { k.waitAtLeast(ctx, flags + k.widen(peer), expected, peerFlagId(k, peer), Scope::system); });
   });
   return k.finish();
 }

@@ -156,7 +156,7 @@ mlir::OwningOpRef<mlir::ModuleOp> buildDispatchPrologue(mlir::MLIRContext& mctx,
   k.ifThen(tid == 0, [&] {
     k.forRange(k.i32(0), ctx.nranks(), k.i32(1), [&](I32 p) {
       k.ifThen(k.errorClear(ctx), [&] {
-        k.waitAtLeast(ctx, flags + k.widen(p), expected, userFlagId(k, p), Scope::system);
+        k.waitAtLeast(ctx, flags + k.widen(p), expected, peerFlagId(k, p), Scope::system);
       });
     });
   });

@@ -8,9 +8,13 @@
 
 namespace megamoe::kernels {
 
-// DeviceError::flag of a kernel's own flag `index` (a peer, a round, or source rank * 65536 + expert).
-inline dsl::I64 userFlagId(dsl::Kernel& k, const dsl::I32& index) {
-  return k.widen(index) + int64_t(abi::flagId(abi::FlagKind::kUser, 0));
+// DeviceError::flag of a wait for peer `peer`'s signal, and of a wait for the rows source rank `source` pushes for
+// local expert `expert`: the host's message then names the rank waited for (describeDeviceError).
+inline dsl::I64 peerFlagId(dsl::Kernel& k, const dsl::I32& peer) {
+  return k.widen(peer) + int64_t(abi::flagId(abi::FlagKind::kPeer, 0));
+}
+inline dsl::I64 arrivalFlagId(dsl::Kernel& k, const dsl::I32& source, const dsl::I32& expert) {
+  return k.widen(source * 65536 + expert) + int64_t(abi::flagId(abi::FlagKind::kArrivals, 0));
 }
 
 // The calling thread, one per block, once its block is done with the counters the blocks share: counts the block in

@@ -109,7 +109,7 @@ mlir::OwningOpRef<mlir::ModuleOp> buildDispatchGemm(mlir::MLIRContext& mctx, con
   };
   auto waitArrivals = [&](const I32& from, const I32& el) {
     k.ifThen(k.errorClear(ctx), [&] {
-      k.waitAtLeast(ctx, arrivedAt(from, el), expectedRows(from, el), userFlagId(k, from * 65536 + el), Scope::system);
+      k.waitAtLeast(ctx, arrivedAt(from, el), expectedRows(from, el), arrivalFlagId(k, from, el), Scope::system);
     });
   };
 
@@ -384,7 +384,7 @@ mlir::OwningOpRef<mlir::ModuleOp> buildGemmCombine(mlir::MLIRContext& mctx, cons
     });
     k.forRange(k.i32(0), ctx.nranks(), k.i32(1), [&](I32 owner) {
       k.ifThen(k.errorClear(ctx), [&] {
-        k.waitAtLeast(ctx, done + (parity * R + k.widen(owner)), k.widen(grid), userFlagId(k, owner), Scope::system);
+        k.waitAtLeast(ctx, done + (parity * R + k.widen(owner)), k.widen(grid), peerFlagId(k, owner), Scope::system);
       });
     });
   });

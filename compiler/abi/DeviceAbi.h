@@ -35,6 +35,8 @@ enum class FlagKind : uint32_t {
   kUser = 0,         // a kernel's own flag; index chosen by the kernel (e.g. expert or peer)
   kRankBarrier = 1,  // rank_barrier slot; index = the peer whose arrival was awaited
   kGridBarrier = 2,  // grid_barrier counter; index 0
+  kPeer = 3,         // a flag one peer signals; index = that peer's rank
+  kArrivals = 4,     // rows one source pushes for one local expert; index = source rank * 65536 + local expert
 };
 inline constexpr uint64_t flagId(FlagKind kind, uint32_t index) {
   return (uint64_t(kind) << 32) | index;

@@ -46,9 +46,23 @@ std::string describeDeviceError(const abi::DeviceError& e) {
   const std::string block = " in block " + std::to_string(e.block);
   switch (static_cast<abi::ErrorCode>(e.code)) {
     case abi::ErrorCode::kNone: return rank + "no error";
-    case abi::ErrorCode::kWaitTimeout:
-      return rank + "cross-rank wait timed out on flag " + std::to_string(e.flag) + " (seen " +
-             std::to_string(e.seen) + ", expected " + std::to_string(e.expected) + ")" + block;
+    case abi::ErrorCode::kWaitTimeout: {
+      // The flag's kind (compiler/abi/DeviceAbi.h FlagKind) says whom the wait was for.
+      const uint64_t index = e.flag & 0xffffffffu;
+      const std::string values = " (seen " + std::to_string(e.seen) + ", expected " + std::to_string(e.expected) + ")";
+      switch (static_cast<abi::FlagKind>(e.flag >> 32)) {
+        case abi::FlagKind::kPeer:
+          return rank + "cross-rank wait for rank " + std::to_string(index) + " timed out" + values + block;
+        case abi::FlagKind::kArrivals:
+          return rank + "cross-rank wait for rank " + std::to_string(index / 65536) + "'s rows of local expert " +
+                 std::to_string(index % 65536) + " timed out" + values + block;
+        case abi::FlagKind::kRankBarrier:
+          return rank + "rank barrier wait for rank " + std::to_string(index) + " timed out" + values + block;
+        case abi::FlagKind::kGridBarrier: return rank + "grid barrier of its own blocks timed out" + values + block;
+        case abi::FlagKind::kUser: break;
+      }
+      return rank + "cross-rank wait timed out on flag " + std::to_string(e.flag) + values + block;
+    }
     case abi::ErrorCode::kBadIndex:
       return rank + "index out of range at site " + std::to_string(e.flag) + " (value " + std::to_string(int64_t(e.seen)) +
              ", bound " + std::to_string(e.expected) + ")" + block;

@@ -1135,7 +1135,7 @@ TEST_P(LayerTest, BadExpertIndexBecomesDeviceError) {
 
 // One random rank's forward is never launched: every other rank's first wait for it (dispatch_prologue's count
 // exchange, which waits for each source rank's flag in turn) times out after 300 ms into a device error whose flag
-// is that rank's exchange flag (FlagKind::kUser, index = the awaited source rank: kernels/DispatchPrologue.cpp), seen
+// is that rank's exchange flag (FlagKind::kPeer, index = the awaited source rank: kernels/DispatchPrologue.cpp), seen
 // 0 of 1 at epoch 0. The absent rank's heap stays usable; the others' refuse further calls.
 TEST_P(LayerTest, AbsentRankMakesEveryOtherRankTimeOut) {
   const int R = ranks();
@@ -1176,9 +1176,7 @@ TEST_P(LayerTest, AbsentRankMakesEveryOtherRankTimeOut) {
     if (r != absent) std::printf(" rank %d after %.3f s: \"%s\";", r, after[size_t(r)], message[size_t(r)].c_str());
   std::printf("\n");
 
-  const std::string awaited = "cross-rank wait timed out on flag " +
-                              std::to_string(abi::flagId(abi::FlagKind::kUser, uint32_t(absent))) +
-                              " (seen 0, expected 1)";
+  const std::string awaited = "cross-rank wait for rank " + std::to_string(absent) + " timed out (seen 0, expected 1)";
   for (int r = 0; r < R; ++r) {
     if (r == absent) continue;
     const std::string& m = message[size_t(r)];

@@ -132,6 +132,21 @@ TEST(SymmetricHeap, DescribesEveryDeviceErrorCode) {
             "rank 3: unknown device error code 77 (flag 1, seen 2, expected 3) in block 4");
 }
 
+// A timed-out wait names whom it waited for, from the flag's kind (abi::FlagKind).
+TEST(SymmetricHeap, TimeoutsNameTheRankWaitedFor) {
+  const uint64_t timeout = uint64_t(abi::ErrorCode::kWaitTimeout);
+  EXPECT_EQ(describeDeviceError({timeout, 0, abi::flagId(abi::FlagKind::kPeer, 3), 0, 1, 14}),
+            "rank 0: cross-rank wait for rank 3 timed out (seen 0, expected 1) in block 14");
+  EXPECT_EQ(describeDeviceError({timeout, 1, abi::flagId(abi::FlagKind::kArrivals, 2 * 65536 + 5), 4, 63, 2}),
+            "rank 1: cross-rank wait for rank 2's rows of local expert 5 timed out (seen 4, expected 63) in block 2");
+  EXPECT_EQ(describeDeviceError({timeout, 2, abi::flagId(abi::FlagKind::kRankBarrier, 7), 0, 1, 0}),
+            "rank 2: rank barrier wait for rank 7 timed out (seen 0, expected 1) in block 0");
+  EXPECT_EQ(describeDeviceError({timeout, 2, abi::flagId(abi::FlagKind::kGridBarrier, 0), 5, 8, 1}),
+            "rank 2: grid barrier of its own blocks timed out (seen 5, expected 8) in block 1");
+  EXPECT_EQ(describeDeviceError({timeout, 0, 7, 3, 4, 12}),
+            "rank 0: cross-rank wait timed out on flag 7 (seen 3, expected 4) in block 12");
+}
+
 TEST(SymmetricHeap, ModeBSingleRankNeedsNoRendezvous) {
   auto heap = SymmetricHeap::createMultiProcess(fakeDevice(0), kRegions, 0, 1, "", fakeEnv());
   const abi::DeviceContext ctx = readContext(*heap);
