@@ -2,7 +2,7 @@
 #include "megamoe/env.h"
 
 #include <cerrno>
-#include <cmath>
+#include <charconv>
 #include <cstdlib>
 
 #include "megamoe/Error.h"
@@ -17,7 +17,8 @@ const std::vector<EnvVar>& envRegistry() {
       {"MEGAMOE_CUDA_LIBRARY", "libcuda.so.1", "CUDA driver library to dlopen"},
       {"MEGAMOE_HIP_LIBRARY", "libamdhip64.so", "HIP runtime library to dlopen (tests point it at a fake)"},
       {"MEGAMOE_RENDEZVOUS_TIMEOUT_S", "30",
-       "seconds a rank waits for the others to join the heap rendezvous (positive, fractions allowed)"},
+       "seconds a rank waits for the others to join the heap rendezvous: 0.001 to 86400, digits with an optional "
+       "'.' and fraction digits (no sign, exponent or blanks)"},
       {"MEGAMOE_WAIT_TIMEOUT_MS", "10000",
        "bound of every cross-rank wait on the device, written into DeviceContext.timeout_ns (positive integer)"},
       {"MEGAMOE_PUSH_BLOCKS", "32",
@@ -37,6 +38,20 @@ std::string defaultOf(const char* name) {
 [[noreturn]] void badValue(const char* name, const std::string& value, const std::string& expected) {
   throw Error(ErrorCode::kInvalidEnv, std::string(name) + "='" + value + "' is invalid: expected " + expected +
                                           " (default " + defaultOf(name) + ")");
+}
+
+// Digits, optionally '.' and digits: no sign, exponent, hex, inf/nan or blanks, and the same in every locale
+// (from_chars never consults it). False for anything else.
+bool parseDecimal(const std::string& text, double* value) {
+  auto digits = [](const std::string& s) {
+    return !s.empty() && s.find_first_not_of("0123456789") == std::string::npos;
+  };
+  const size_t dot = text.find('.');
+  const bool wellFormed = text.size() <= 32 && digits(text.substr(0, dot)) &&
+                          (dot == std::string::npos || digits(text.substr(dot + 1)));
+  if (!wellFormed) return false;
+  const auto result = std::from_chars(text.data(), text.data() + text.size(), *value, std::chars_format::fixed);
+  return result.ec == std::errc() && result.ptr == text.data() + text.size();
 }
 
 std::string textOr(const std::function<const char*(const char*)>& lookup, const char* name) {
@@ -61,11 +76,11 @@ RuntimeEnv parseEnv(const std::function<const char*(const char*)>& lookup) {
 
   {
     const std::string text = textOr(lookup, "MEGAMOE_RENDEZVOUS_TIMEOUT_S");
-    errno = 0;
-    char* end = nullptr;
-    const double value = std::strtod(text.c_str(), &end);
-    if (text.empty() || *end != '\0' || errno != 0 || !std::isfinite(value) || value <= 0 || value > 86400)
-      badValue("MEGAMOE_RENDEZVOUS_TIMEOUT_S", text, "a positive number of seconds, at most 86400");
+    double value = 0;
+    // At least a millisecond: the waits count in milliseconds, so less would be a zero timeout.
+    if (!parseDecimal(text, &value) || value < 0.001 || value > 86400)
+      badValue("MEGAMOE_RENDEZVOUS_TIMEOUT_S", text,
+               "a number of seconds from 0.001 to 86400 written as digits with an optional '.' and fraction digits");
     env.rendezvousTimeoutS = value;
   }
   {
