@@ -19,6 +19,9 @@ const std::vector<EnvVar>& envRegistry() {
       {"MEGAMOE_RENDEZVOUS_TIMEOUT_S", "30",
        "seconds a rank waits for the others to join the heap rendezvous: 0.001 to 86400, digits with an optional "
        "'.' and fraction digits (no sign, exponent or blanks)"},
+      {"MEGAMOE_RENDEZVOUS_SECRET", "",
+       "shared by the ranks of one job (set by the launcher): the heap rendezvous admits only ranks holding the "
+       "same value, so that two jobs of one user never join each other; unset: no secret. Never printed"},
       {"MEGAMOE_WAIT_TIMEOUT_MS", "10000",
        "bound of every cross-rank wait on the device, written into DeviceContext.timeout_ns (positive integer)"},
       {"MEGAMOE_PUSH_BLOCKS", "32",
@@ -83,6 +86,7 @@ RuntimeEnv parseEnv(const std::function<const char*(const char*)>& lookup) {
                "a number of seconds from 0.001 to 86400 written as digits with an optional '.' and fraction digits");
     env.rendezvousTimeoutS = value;
   }
+  env.rendezvousSecret = textOr(lookup, "MEGAMOE_RENDEZVOUS_SECRET");
   {
     const std::string text = textOr(lookup, "MEGAMOE_WAIT_TIMEOUT_MS");
     errno = 0;

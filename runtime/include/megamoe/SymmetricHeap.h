@@ -39,7 +39,8 @@ class SymmetricHeap {
       const RuntimeEnv& env);
 
   // Mode B: this process is `rank` of `nranks`; every rank calls this with the same regions and path. Returns once
-  // every rank has mapped every peer; errors name the rank at fault (see Rendezvous).
+  // every rank has mapped every peer; errors name the rank at fault (see Rendezvous). A peer's heap size and
+  // backend are checked before its memory is mapped.
   static std::unique_ptr<SymmetricHeap> createMultiProcess(const std::shared_ptr<Device>& device,
                                                            const std::vector<RegionSpec>& regions, int rank,
                                                            int nranks, const std::string& rendezvousPath,

@@ -26,7 +26,8 @@ TEST(Env, RegistryIsCompleteAndDocumented) {
     EXPECT_TRUE(names.insert(v.name).second) << "duplicate " << v.name;
   }
   for (const char* expected : {"MEGAMOE_CACHE_DIR", "MEGAMOE_CUDA_LIBRARY", "MEGAMOE_HIP_LIBRARY", "MEGAMOE_BACKEND",
-                               "MEGAMOE_RENDEZVOUS_TIMEOUT_S", "MEGAMOE_WAIT_TIMEOUT_MS", "MEGAMOE_PUSH_BLOCKS"})
+                               "MEGAMOE_RENDEZVOUS_TIMEOUT_S", "MEGAMOE_RENDEZVOUS_SECRET", "MEGAMOE_WAIT_TIMEOUT_MS",
+                               "MEGAMOE_PUSH_BLOCKS"})
     EXPECT_EQ(names.count(expected), 1u) << expected;
 }
 
@@ -37,6 +38,7 @@ TEST(Env, DefaultsWhenUnset) {
   EXPECT_EQ(env.hipLibrary, "libamdhip64.so");
   EXPECT_EQ(env.backend, "auto");
   EXPECT_DOUBLE_EQ(env.rendezvousTimeoutS, 30.0);
+  EXPECT_EQ(env.rendezvousSecret, "");
   EXPECT_EQ(env.waitTimeoutMs, 10000u);
   EXPECT_EQ(env.pushBlocks, 32);
 }
@@ -46,12 +48,14 @@ TEST(Env, ReadsValidValues) {
                                     {"MEGAMOE_HIP_LIBRARY", "/opt/rocm/lib/libamdhip64.so"},
                                     {"MEGAMOE_BACKEND", "hip"},
                                     {"MEGAMOE_RENDEZVOUS_TIMEOUT_S", "0.25"},
+                                    {"MEGAMOE_RENDEZVOUS_SECRET", "launcher-made"},
                                     {"MEGAMOE_WAIT_TIMEOUT_MS", "1500"},
                                     {"MEGAMOE_PUSH_BLOCKS", "48"}});
   EXPECT_EQ(env.cacheDir, "/tmp/c");
   EXPECT_EQ(env.hipLibrary, "/opt/rocm/lib/libamdhip64.so");
   EXPECT_EQ(env.backend, "hip");
   EXPECT_DOUBLE_EQ(env.rendezvousTimeoutS, 0.25);
+  EXPECT_EQ(env.rendezvousSecret, "launcher-made");
   EXPECT_EQ(env.waitTimeoutMs, 1500u);
   EXPECT_EQ(env.pushBlocks, 48);
 }
