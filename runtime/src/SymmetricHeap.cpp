@@ -145,7 +145,8 @@ std::vector<std::unique_ptr<SymmetricHeap>> SymmetricHeap::createSingleProcess(
 std::unique_ptr<SymmetricHeap> SymmetricHeap::createMultiProcess(const std::shared_ptr<Device>& device,
                                                                  const std::vector<RegionSpec>& regions, int rank,
                                                                  int nranks, const std::string& rendezvousPath,
-                                                                 const RuntimeEnv& env) {
+                                                                 const RuntimeEnv& env,
+                                                                 const RendezvousAgreement& agreement) {
   if (!device) throw Error(ErrorCode::kInvalidArgument, "null device for the symmetric heap");
   if (nranks < 1 || nranks > abi::kMaxRanks)
     throw Error(ErrorCode::kInvalidArgument, "a symmetric heap spans 1 to " + std::to_string(abi::kMaxRanks) +
@@ -171,6 +172,7 @@ std::unique_ptr<SymmetricHeap> SymmetricHeap::createMultiProcess(const std::shar
   options.layoutHash = layout.hash() ^ (static_cast<uint64_t>(device->kind()) << 56);
   options.timeoutS = env.rendezvousTimeoutS;
   options.secret = env.rendezvousSecret;
+  options.agreement = agreement;
   heap->rendezvous_ = std::make_unique<Rendezvous>(options, toBytes(mine));
 
   try {

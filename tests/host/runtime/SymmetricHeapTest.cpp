@@ -2,10 +2,14 @@
 // fake IPC over shared memory), the device-error path and the unusable-heap policy, and teardown.
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+
 #include <cstring>
+#include <functional>
 
 #include "TestSupport.h"
 #include "megamoe/Error.h"
+#include "megamoe/MoeLayer.h"
 #include "megamoe/Rendezvous.h"
 #include "megamoe/Runtime.h"
 #include "megamoe/SymmetricHeap.h"
@@ -250,6 +254,72 @@ TEST(SymmetricHeap, ModeBRefusesAPeerPayloadWithAnotherHeapSizeOrBackend) {
       ASSERT_TRUE(o.finished);
       EXPECT_FALSE(o.ok) << "rank 0 mapped a forged payload: " << o.text;
       EXPECT_NE(o.text.find(c.named), std::string::npos) << o.text;
+    }
+  }
+}
+
+// The caller's configuration, agreed at the rendezvous: a difference fails both ranks naming the field, even where
+// the heap layouts are equal.
+TEST(SymmetricHeap, ModeBRanksThatDisagreeNameTheField) {
+  test::TempDir dir;
+  const std::string path = dir.file("heap.sock");
+  std::vector<std::unique_ptr<test::Child>> ranks;
+  for (int r = 0; r < 2; ++r)
+    ranks.push_back(std::make_unique<test::Child>([=]() -> std::string {
+      const RendezvousAgreement agreement = {{"hidden", "7168"}, {"intermediate", r == 1 ? "1024" : "2048"}};
+      SymmetricHeap::createMultiProcess(fakeDevice(r), kRegions, r, 2, path, fakeEnv(), agreement);
+      return "ok";
+    }));
+  for (auto& c : ranks) {
+    const test::ChildOutcome o = c->wait(30);
+    ASSERT_TRUE(o.finished);
+    EXPECT_FALSE(o.ok);
+    EXPECT_NE(o.text.find("rank 1's intermediate=1024 differs from rank 0's intermediate=2048"), std::string::npos)
+        << o.text;
+  }
+}
+
+// MoeLayer::create agrees on every MoeLayerConfig field: two ranks that differ in one fail on both ranks naming
+// it (before any kernel is loaded), whether or not the field changes the heap layout.
+TEST(SymmetricHeap, ModeBLayersThatDifferInOneFieldNameIt) {
+  const MoeLayerConfig base = {512, 256, 16, 4, 64, 0};
+  struct Case {
+    const char* field;
+    std::function<void(MoeLayerConfig&)> change;
+  };
+  const Case cases[] = {
+      {"hidden", [](MoeLayerConfig& c) { c.hidden = 1024; }},
+      {"intermediate", [](MoeLayerConfig& c) { c.intermediate = 512; }},
+      {"experts", [](MoeLayerConfig& c) { c.experts = 32; }},
+      {"topk", [](MoeLayerConfig& c) { c.topk = 2; }},
+      {"max_tokens", [](MoeLayerConfig& c) { c.maxTokens = 128; }},
+      {"swiglu_clamp_milli", [](MoeLayerConfig& c) { c.swigluClampMilli = 7000; }},
+      {"training", [](MoeLayerConfig& c) { c.training = true; }},
+      {"dedup_tokens", [](MoeLayerConfig& c) { c.dedupTokens = true; }},
+  };
+  for (const Case& c : cases) {
+    test::TempDir dir;
+    const std::string path = dir.file("layer.sock");
+    // Empty: a layer that got past the rendezvous would fail to load its kernels instead.
+    const std::string cache = dir.file("cache");
+    ASSERT_EQ(::mkdir(cache.c_str(), 0700), 0);
+    std::vector<std::unique_ptr<test::Child>> ranks;
+    for (int r = 0; r < 2; ++r)
+      ranks.push_back(std::make_unique<test::Child>([=]() -> std::string {
+        RuntimeEnv env = fakeEnv();
+        env.cacheDir = cache;
+        Runtime runtime(BackendKind::kHip, r, env);
+        MoeLayerConfig config = base;
+        if (r == 1) c.change(config);
+        MoeLayer::create(runtime, config, r, 2, path);
+        return "ok";
+      }));
+    for (int r = 0; r < 2; ++r) {
+      const test::ChildOutcome o = ranks[r]->wait(30);
+      ASSERT_TRUE(o.finished) << c.field;
+      EXPECT_FALSE(o.ok) << c.field;
+      EXPECT_NE(o.text.find(std::string("rank 1's ") + c.field + "="), std::string::npos)
+          << "rank " << r << ", " << c.field << ": " << o.text;
     }
   }
 }
