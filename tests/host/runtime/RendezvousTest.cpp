@@ -495,6 +495,24 @@ TEST(Rendezvous, SocketIsOwnerOnlyUnderAPermissiveUmask) {
   expectOk(*rank1, "rank 1");
 }
 
+// Another user's process running a real rank 1 cannot join, even when rank 0 runs under umask 0; the real rank 1
+// still does.
+TEST(Rendezvous, AnotherUserCannotJoinAsARank) {
+  SKIP_UNLESS_ROOT();
+  test::TempDir dir;
+  ASSERT_EQ(::chmod(dir.path().c_str(), 0711), 0);
+  const std::string path = dir.file("rv.sock");
+  auto rank0 = startWith(optionsFor(path, 0, 2, 3, 10.0), [] { ::umask(0); });
+  ASSERT_TRUE(waitForPath(path, 5));
+  auto stranger = startWith(optionsFor(path, 1, 2, 3, 0.5), becomeNobody);
+  const ChildOutcome s = stranger->wait(10);
+  expectError(s, "refuses this user (permission denied)", "uid 65534's rank 1");
+  EXPECT_EQ(s.code, static_cast<int>(ErrorCode::kTimeout));
+  auto rank1 = startRank(path, 1, 2, 3, 10.0);
+  expectOk(*rank0, "rank 0");
+  expectOk(*rank1, "rank 1");
+}
+
 // Past the socket's mode (opened here on purpose), the uid check: another user's well-formed hello for rank 1 is
 // dropped before a byte is read or sent, and the real rank 1 still joins.
 TEST(Rendezvous, AnotherUsersHelloIsDroppedUnanswered) {
