@@ -178,9 +178,9 @@ std::vector<uint8_t> readExactly(int fd, size_t n, double boundS) {
 std::vector<uint8_t> bytesOf(const wire::Header& h, const std::vector<uint8_t>& body = {}) {
   wire::Header copy = h;
   copy.bytes = body.size();
-  std::vector<uint8_t> out(sizeof copy);
+  std::vector<uint8_t> out(sizeof copy + body.size());
   std::memcpy(out.data(), &copy, sizeof copy);
-  out.insert(out.end(), body.begin(), body.end());
+  if (!body.empty()) std::memcpy(out.data() + sizeof copy, body.data(), body.size());
   return out;
 }
 
