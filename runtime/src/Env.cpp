@@ -2,7 +2,7 @@
 #include "megamoe/env.h"
 
 #include <cerrno>
-#include <cmath>
+#include <charconv>
 #include <cstdlib>
 
 #include "megamoe/Error.h"
@@ -17,7 +17,11 @@ const std::vector<EnvVar>& envRegistry() {
       {"MEGAMOE_CUDA_LIBRARY", "libcuda.so.1", "CUDA driver library to dlopen"},
       {"MEGAMOE_HIP_LIBRARY", "libamdhip64.so", "HIP runtime library to dlopen (tests point it at a fake)"},
       {"MEGAMOE_RENDEZVOUS_TIMEOUT_S", "30",
-       "seconds a rank waits for the others to join the heap rendezvous (positive, fractions allowed)"},
+       "seconds a rank waits for the others to join the heap rendezvous: 0.001 to 86400, digits with an optional "
+       "'.' and fraction digits (no sign, exponent or blanks)"},
+      {"MEGAMOE_RENDEZVOUS_SECRET", "",
+       "shared by the ranks of one job (set by the launcher): the heap rendezvous admits only ranks holding the "
+       "same value, so that two jobs of one user never join each other; unset: no secret. Never printed"},
       {"MEGAMOE_WAIT_TIMEOUT_MS", "10000",
        "bound of every cross-rank wait on the device, written into DeviceContext.timeout_ns (positive integer)"},
       {"MEGAMOE_PUSH_BLOCKS", "32",
@@ -43,6 +47,20 @@ std::string defaultOf(const char* name) {
                                           ")");
 }
 
+// Digits, optionally '.' and digits: no sign, exponent, hex, inf/nan or blanks, and the same in every locale
+// (from_chars never consults it). False for anything else.
+bool parseDecimal(const std::string& text, double* value) {
+  auto digits = [](const std::string& s) {
+    return !s.empty() && s.find_first_not_of("0123456789") == std::string::npos;
+  };
+  const size_t dot = text.find('.');
+  const bool wellFormed = text.size() <= 32 && digits(text.substr(0, dot)) &&
+                          (dot == std::string::npos || digits(text.substr(dot + 1)));
+  if (!wellFormed) return false;
+  const auto result = std::from_chars(text.data(), text.data() + text.size(), *value, std::chars_format::fixed);
+  return result.ec == std::errc() && result.ptr == text.data() + text.size();
+}
+
 std::string textOr(const std::function<const char*(const char*)>& lookup, const char* name) {
   const char* value = lookup(name);
   return value ? std::string(value) : defaultOf(name);
@@ -65,13 +83,14 @@ RuntimeEnv parseEnv(const std::function<const char*(const char*)>& lookup) {
 
   {
     const std::string text = textOr(lookup, "MEGAMOE_RENDEZVOUS_TIMEOUT_S");
-    errno = 0;
-    char* end = nullptr;
-    const double value = std::strtod(text.c_str(), &end);
-    if (text.empty() || *end != '\0' || errno != 0 || !std::isfinite(value) || value <= 0 || value > 86400)
-      badValue("MEGAMOE_RENDEZVOUS_TIMEOUT_S", text, "a positive number of seconds, at most 86400");
+    double value = 0;
+    // At least a millisecond: the waits count in milliseconds, so less would be a zero timeout.
+    if (!parseDecimal(text, &value) || value < 0.001 || value > 86400)
+      badValue("MEGAMOE_RENDEZVOUS_TIMEOUT_S", text,
+               "a number of seconds from 0.001 to 86400 written as digits with an optional '.' and fraction digits");
     env.rendezvousTimeoutS = value;
   }
+  env.rendezvousSecret = textOr(lookup, "MEGAMOE_RENDEZVOUS_SECRET");
   {
     const std::string text = textOr(lookup, "MEGAMOE_WAIT_TIMEOUT_MS");
     errno = 0;

@@ -450,8 +450,29 @@ std::vector<std::unique_ptr<MoeLayer>> MoeLayer::createLocal(const std::vector<R
 std::unique_ptr<MoeLayer> MoeLayer::create(Runtime& runtime, const MoeLayerConfig& config, int rank, int ranks,
                                            const std::string& rendezvousPath) {
   if (auto e = validate(config, ranks); !e.empty()) invalid("MoE layer: " + e);
+  // Every rank must build the same layer; the heap layout alone misses most fields (intermediate, training, ...).
+  // "kernels" catches ranks whose builds derive different kernels from the same fields.
+  std::string kernels;
+  for (const auto& [name, spec] : kernelSpecs(config, ranks)) {
+    kernels += (kernels.empty() ? "" : " ") + name + "(";
+    for (size_t i = 0; i < spec.size(); ++i)
+      kernels += (i ? "," : "") + spec[i].first + "=" + std::to_string(spec[i].second);
+    kernels += ")";
+  }
+  const RendezvousAgreement agreement = {
+      {"hidden", std::to_string(config.hidden)},
+      {"intermediate", std::to_string(config.intermediate)},
+      {"experts", std::to_string(config.experts)},
+      {"topk", std::to_string(config.topk)},
+      {"max_tokens", std::to_string(config.maxTokens)},
+      {"swiglu_clamp_milli", std::to_string(config.swigluClampMilli)},
+      {"training", config.training ? "true" : "false"},
+      {"dtype", config.dtype == DType::kBf16 ? "bf16" : std::to_string(int(config.dtype))},
+      {"dedup_tokens", config.dedupTokens ? "true" : "false"},
+      {"kernels", kernels},
+  };
   const int budget = resolveSmBudget(config, runtime.env(), *runtime.device(), 1);
-  auto heap = runtime.createHeap(heapRegions(config, ranks), rank, ranks, rendezvousPath);
+  auto heap = runtime.createHeap(heapRegions(config, ranks), rank, ranks, rendezvousPath, agreement);
   return std::unique_ptr<MoeLayer>(new MoeLayer(runtime, config, std::move(heap), budget));
 }
 

@@ -1,9 +1,10 @@
-// Unix-domain-socket rendezvous for the one-process-per-GPU heap (see Rendezvous.h). Wire format: a fixed header,
-// then `bytes` of body; all integers little-endian host order (the peers share a machine).
+// Unix-domain-socket rendezvous for the one-process-per-GPU heap (see Rendezvous.h; wire format in RendezvousWire.h;
+// who may join, and why the socket is made the way it is: docs/decisions/rendezvous-security.md).
 #include "megamoe/Rendezvous.h"
 
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -13,34 +14,156 @@
 #include <climits>
 #include <cmath>
 #include <cstring>
+#include <set>
 #include <sstream>
 #include <thread>
 
+#include "RendezvousWire.h"
 #include "megamoe/Error.h"
 
 namespace megamoe {
+
+namespace wire {
+namespace {
+
+void putU32(std::vector<uint8_t>& out, uint32_t v) {
+  out.insert(out.end(), reinterpret_cast<const uint8_t*>(&v), reinterpret_cast<const uint8_t*>(&v) + sizeof v);
+}
+void putU64(std::vector<uint8_t>& out, uint64_t v) {
+  out.insert(out.end(), reinterpret_cast<const uint8_t*>(&v), reinterpret_cast<const uint8_t*>(&v) + sizeof v);
+}
+
+// Reads from a body without ever running past its end.
+class Reader {
+ public:
+  explicit Reader(const std::vector<uint8_t>& body) : body_(body) {}
+  bool u32(uint32_t* v) { return take(v, sizeof *v); }
+  bool u64(uint64_t* v) { return take(v, sizeof *v); }
+  bool text(std::string* s) {
+    uint32_t n = 0;
+    if (!u32(&n) || n > left()) return false;
+    s->assign(reinterpret_cast<const char*>(body_.data() + at_), n);
+    at_ += n;
+    return true;
+  }
+  bool bytes(std::vector<uint8_t>* out, uint64_t n) {
+    if (n > left()) return false;
+    out->assign(body_.begin() + static_cast<std::ptrdiff_t>(at_), body_.begin() + static_cast<std::ptrdiff_t>(at_ + n));
+    at_ += n;
+    return true;
+  }
+  size_t left() const { return body_.size() - at_; }
+
+ private:
+  bool take(void* v, size_t n) {
+    if (n > left()) return false;
+    std::memcpy(v, body_.data() + at_, n);
+    at_ += n;
+    return true;
+  }
+  const std::vector<uint8_t>& body_;
+  size_t at_ = 0;
+};
+
+constexpr uint64_t kFnvOffset = 14695981039346656037ull;
+uint64_t fnv1a(uint64_t state, const void* data, size_t n) {
+  const auto* p = static_cast<const uint8_t*>(data);
+  for (size_t i = 0; i < n; ++i) {
+    state ^= p[i];
+    state *= 1099511628211ull;
+  }
+  return state;
+}
+uint64_t fnv1aText(uint64_t state, const std::string& s) {
+  const uint64_t n = s.size();  // length first: "ab"+"c" and "a"+"bc" must differ
+  return fnv1a(fnv1a(state, &n, sizeof n), s.data(), s.size());
+}
+
+}  // namespace
+
+size_t agreementBytes(const RendezvousAgreement& agreement) {
+  size_t n = 0;
+  for (const auto& [name, value] : agreement) n += 8 + name.size() + value.size();
+  return n;
+}
+
+std::vector<uint8_t> encodeHello(const RendezvousAgreement& agreement, const std::vector<uint8_t>& payload) {
+  std::vector<uint8_t> out;
+  out.reserve(4 + agreementBytes(agreement) + payload.size());
+  putU32(out, static_cast<uint32_t>(agreement.size()));
+  for (const auto& [name, value] : agreement) {
+    putU32(out, static_cast<uint32_t>(name.size()));
+    out.insert(out.end(), name.begin(), name.end());
+    putU32(out, static_cast<uint32_t>(value.size()));
+    out.insert(out.end(), value.begin(), value.end());
+  }
+  out.insert(out.end(), payload.begin(), payload.end());
+  return out;
+}
+
+bool decodeHello(const std::vector<uint8_t>& body, RendezvousAgreement* agreement, std::vector<uint8_t>* payload) {
+  Reader in(body);
+  uint32_t count = 0;
+  if (!in.u32(&count) || count > in.left() / 8) return false;  // each entry spends at least 8 bytes
+  agreement->clear();
+  std::set<std::string> names;
+  for (uint32_t i = 0; i < count; ++i) {
+    std::string name, value;
+    if (!in.text(&name) || !in.text(&value) || name.empty() || !names.insert(name).second) return false;
+    agreement->emplace_back(std::move(name), std::move(value));
+  }
+  if (body.size() - in.left() - 4 > Rendezvous::kMaxAgreementBytes || in.left() > Rendezvous::kMaxPayloadBytes)
+    return false;
+  return in.bytes(payload, in.left());
+}
+
+std::vector<uint8_t> encodePayloads(const std::vector<RankEntry>& entries) {
+  std::vector<uint8_t> out;
+  for (const RankEntry& e : entries) {
+    putU64(out, e.layoutHash);
+    putU64(out, e.agreementDigest);
+    putU64(out, e.payload.size());
+    out.insert(out.end(), e.payload.begin(), e.payload.end());
+  }
+  return out;
+}
+
+bool decodePayloads(const std::vector<uint8_t>& body, int nranks, std::vector<RankEntry>* entries) {
+  Reader in(body);
+  entries->assign(static_cast<size_t>(nranks), {});
+  for (RankEntry& e : *entries) {
+    uint64_t n = 0;
+    if (!in.u64(&e.layoutHash) || !in.u64(&e.agreementDigest) || !in.u64(&n) || !in.bytes(&e.payload, n))
+      return false;
+  }
+  return in.left() == 0;
+}
+
+uint64_t agreementDigest(const RendezvousAgreement& agreement) {
+  RendezvousAgreement sorted = agreement;
+  std::sort(sorted.begin(), sorted.end());
+  uint64_t state = fnv1aText(kFnvOffset, "megamoe rendezvous agreement");
+  for (const auto& [name, value] : sorted) state = fnv1aText(fnv1aText(state, name), value);
+  return state;
+}
+
+uint64_t secretDigest(const std::string& secret) {
+  return fnv1aText(fnv1aText(kFnvOffset, "megamoe rendezvous secret"), secret);
+}
+
+}  // namespace wire
+
 namespace {
 
 using Clock = std::chrono::steady_clock;
+using wire::Header;
 
-constexpr uint32_t kMagic = 0x454f4d4du;  // "MMOE"
-constexpr uint32_t kProtocolVersion = 1;
 // A follower waits this much past timeoutS for rank 0's answer, so that rank 0's report of the cause wins.
 constexpr std::chrono::milliseconds kFollowerGrace{1000};
-
-enum MessageType : uint32_t { kHello = 1, kPayloads = 2, kFailure = 3, kBarrier = 4, kBarrierDone = 5 };
-
-struct Header {
-  uint32_t magic = kMagic;
-  uint32_t version = kProtocolVersion;
-  uint32_t type = 0;
-  int32_t rank = 0;
-  int32_t nranks = 0;
-  uint32_t code = 0;  // ErrorCode of a kFailure
-  uint64_t layoutHash = 0;
-  uint64_t bytes = 0;
-};
-static_assert(sizeof(Header) == 40, "wire header must not change silently");
+// Connections rank 0 holds before they have said who they are; more, and the one silent longest is dropped.
+constexpr size_t kMaxPending = 64;
+// A body larger than this on an identified link is garbage (failure reports, barrier stage names).
+constexpr size_t kMaxNoteBytes = 64 * 1024;
 
 enum class Io { kOk, kClosed, kTimeout };
 
@@ -117,13 +240,13 @@ Io sendMessage(int fd, Header header, const void* body, size_t bytes, Clock::tim
   return writeFull(fd, body, bytes, deadline);
 }
 
-// Reads one message. `bodyLimit` guards against garbage sizes; a bad magic or version reads as kOk with
-// header->magic left for the caller to reject.
+// Reads one message from an identified peer. `bodyLimit` guards against garbage sizes; a bad magic or version
+// reads as kOk with header->magic left 0 for the caller to reject.
 Io readMessage(int fd, Header* header, std::vector<uint8_t>* body, size_t bodyLimit, Clock::time_point deadline) {
   const Io io = readFull(fd, header, sizeof *header, deadline);
   if (io != Io::kOk) return io;
   body->clear();
-  if (header->magic != kMagic || header->version != kProtocolVersion || header->bytes > bodyLimit) {
+  if (header->magic != wire::kMagic || header->version != wire::kProtocolVersion || header->bytes > bodyLimit) {
     header->magic = 0;
     return Io::kOk;
   }
@@ -139,31 +262,124 @@ void closeFd(int& fd) noexcept {
 sockaddr_un socketAddress(const std::string& path) {
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
-  if (path.empty() || path.size() >= sizeof(addr.sun_path))
-    throw Error(ErrorCode::kInvalidArgument, "rendezvous socket path '" + path + "' must be 1 to " +
-                                                 std::to_string(sizeof(addr.sun_path) - 1) + " bytes long");
-  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);  // checked by the constructor: fits, no NUL
   return addr;
+}
+
+// Whose process is at the other end of a connected Unix socket (either side: the kernel records both).
+bool peerOf(int fd, ucred* cred) {
+  socklen_t n = sizeof *cred;
+  return ::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, cred, &n) == 0 && n == sizeof *cred;
+}
+
+std::string pidText(const ucred& cred) { return "pid " + std::to_string(cred.pid); }
+
+// What is at `path`, for messages: "a directory", "a socket owned by uid 65534", "nothing".
+std::string occupantOf(const std::string& path) {
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0)
+    return errno == ENOENT ? "nothing" : std::string("something it cannot inspect (") + std::strerror(errno) + ")";
+  const std::string owner = st.st_uid == ::geteuid() ? "" : " owned by uid " + std::to_string(st.st_uid);
+  if (S_ISSOCK(st.st_mode)) return "a socket" + owner;
+  if (S_ISDIR(st.st_mode)) return "a directory" + owner;
+  if (S_ISREG(st.st_mode)) return "a regular file" + owner;
+  if (S_ISLNK(st.st_mode)) return "a symbolic link" + owner;
+  return "a special file" + owner;
+}
+
+// Connections (or listeners) refused as not belonging to this group: kept for the error text, so that a group
+// that fails later says what else knocked, while the strangers themselves never fail it.
+class RefusalLog {
+ public:
+  void add(const std::string& what) {
+    ++count_;
+    for (auto& [text, times] : shown_)
+      if (text == what) {
+        ++times;  // a follower retrying meets the same listener again and again
+        return;
+      }
+    if (shown_.size() < kShown) shown_.emplace_back(what, 1);
+    else ++unshown_;
+  }
+  // "; rank 0 refused 2 connections that were not part of this group: ...; ..." (empty when none).
+  std::string suffix(const std::string& who, const std::string& what) const {
+    if (count_ == 0) return "";
+    std::string out = "; " + who + " refused " + std::to_string(count_) + " " + what + (count_ == 1 ? "" : "s") +
+                      " that " + (count_ == 1 ? "was" : "were") + " not part of this group: ";
+    for (size_t i = 0; i < shown_.size(); ++i)
+      out += (i ? "; " : "") + shown_[i].first +
+             (shown_[i].second > 1 ? " (" + std::to_string(shown_[i].second) + " times)" : "");
+    if (unshown_) out += "; and " + std::to_string(unshown_) + " more";
+    return out;
+  }
+
+ private:
+  static constexpr size_t kShown = 16;
+  std::vector<std::pair<std::string, size_t>> shown_;  // distinct texts, how often each
+  size_t count_ = 0, unshown_ = 0;
+};
+
+// A value as a message shows it: whole when short, else the stretch where it departs from `other`.
+std::string shownValue(const std::string& value, const std::string& other) {
+  constexpr size_t kWhole = 96, kContext = 40;
+  if (value.size() <= kWhole) return value;
+  const size_t at = static_cast<size_t>(
+      std::mismatch(value.begin(), value.end(), other.begin(), other.end()).first - value.begin());
+  const size_t from = at > kContext ? at - kContext : 0;
+  const size_t to = std::min(value.size(), at + kContext);
+  return (from ? "..." : "") + value.substr(from, to - from) + (to < value.size() ? "..." : "");
+}
+
+// How rank `r`'s agreed values differ from rank 0's ("" when they do not).
+std::string agreementDifference(const RendezvousAgreement& mine, const RendezvousAgreement& theirs, int r) {
+  const std::string who = "rank " + std::to_string(r);
+  for (const auto& [name, value] : mine) {
+    auto it = std::find_if(theirs.begin(), theirs.end(), [&](const auto& e) { return e.first == name; });
+    if (it == theirs.end())
+      return who + " does not declare " + name + " (rank 0's " + name + "=" + shownValue(value, "") + ")";
+    if (it->second != value)
+      return who + "'s " + name + "=" + shownValue(it->second, value) + " differs from rank 0's " + name + "=" +
+             shownValue(value, it->second);
+  }
+  for (const auto& [name, value] : theirs) {
+    auto it = std::find_if(mine.begin(), mine.end(), [&](const auto& e) { return e.first == name; });
+    if (it == mine.end())
+      return who + " declares " + name + "=" + shownValue(value, "") + ", which rank 0 does not declare";
+  }
+  return "";
 }
 
 }  // namespace
 
 Rendezvous::Rendezvous(const RendezvousOptions& options, const std::vector<uint8_t>& payload) : options_(options) {
-  if (options.nranks < 1)
-    throw Error(ErrorCode::kInvalidArgument, "rendezvous needs at least one rank, got " +
-                                                 std::to_string(options.nranks));
+  auto invalid = [](const std::string& message) { throw Error(ErrorCode::kInvalidArgument, message); };
+  if (options.nranks < 1) invalid("rendezvous needs at least one rank, got " + std::to_string(options.nranks));
   if (options.rank < 0 || options.rank >= options.nranks)
-    throw Error(ErrorCode::kInvalidArgument, "rank " + std::to_string(options.rank) + " is outside 0.." +
-                                                 std::to_string(options.nranks - 1));
-  if (!(options.timeoutS > 0))
-    throw Error(ErrorCode::kInvalidArgument, "rendezvous timeout must be positive");
+    invalid("rank " + std::to_string(options.rank) + " is outside 0.." + std::to_string(options.nranks - 1));
+  if (!(options.timeoutS > 0)) invalid("rendezvous timeout must be positive");
   if (payload.size() > kMaxPayloadBytes)
-    throw Error(ErrorCode::kInvalidArgument, "rendezvous payload of " + std::to_string(payload.size()) +
-                                                 " bytes exceeds " + std::to_string(kMaxPayloadBytes));
+    invalid("rendezvous payload of " + std::to_string(payload.size()) + " bytes exceeds " +
+            std::to_string(kMaxPayloadBytes));
+  std::set<std::string> names;
+  for (const auto& [name, value] : options.agreement)
+    if (name.empty() || !names.insert(name).second)
+      invalid("rendezvous agreement names must be non-empty and distinct ('" + name + "')");
+  if (wire::agreementBytes(options.agreement) > kMaxAgreementBytes)
+    invalid("rendezvous agreement list of " + std::to_string(wire::agreementBytes(options.agreement)) +
+            " bytes exceeds " + std::to_string(kMaxAgreementBytes));
   if (options.nranks == 1) {
     payloads_.push_back(payload);
     return;
   }
+  const size_t pathLimit = sizeof(sockaddr_un::sun_path) - 1;
+  if (options.path.empty() || options.path.size() > pathLimit)
+    invalid("rendezvous socket path '" + options.path + "' must be 1 to " + std::to_string(pathLimit) +
+            " bytes long");
+  // A leading NUL would make an abstract socket, which has no permissions at all; a NUL elsewhere would cut the
+  // path short.
+  if (options.path.find('\0') != std::string::npos)
+    invalid("rendezvous socket path must be a filesystem path without NUL bytes (abstract socket names, which "
+            "anyone may connect to, are refused)");
   try {
     if (options.rank == 0) lead(payload);
     else follow(payload);
@@ -176,11 +392,74 @@ Rendezvous::Rendezvous(const RendezvousOptions& options, const std::vector<uint8
 Rendezvous::~Rendezvous() { closeAll(); }
 
 void Rendezvous::closeAll() noexcept {
-  if (listenFd_ >= 0) {
-    closeFd(listenFd_);
-    ::unlink(options_.path.c_str());
-  }
+  closeFd(listenFd_);
+  removeOwnSocket();
   for (int& fd : peerFds_) closeFd(fd);
+}
+
+void Rendezvous::removeOwnSocket() noexcept {
+  if (!ownsSocket_) return;
+  ownsSocket_ = false;
+  // Only the file this rank bound: anything else now at the path (a user's file, another group's socket) stays.
+  struct stat st {};
+  if (::lstat(options_.path.c_str(), &st) == 0 && S_ISSOCK(st.st_mode) &&
+      static_cast<uint64_t>(st.st_dev) == socketDevice_ && static_cast<uint64_t>(st.st_ino) == socketInode_)
+    ::unlink(options_.path.c_str());
+}
+
+void Rendezvous::openSocket() {
+  const std::string& path = options_.path;
+  const sockaddr_un addr = socketAddress(path);
+  listenFd_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (listenFd_ < 0)
+    throw Error(ErrorCode::kRendezvous, std::string("cannot create the rendezvous socket: ") + std::strerror(errno));
+  // Linux gives the file bind() creates the socket's own mode, less the umask: set before bind, the file is
+  // owner-only from its first moment whatever the umask (which can only take bits away). No window to close.
+  if (::fchmod(listenFd_, 0600) != 0)
+    throw Error(ErrorCode::kRendezvous, std::string("cannot restrict the rendezvous socket to its owner: ") +
+                                            std::strerror(errno));
+  if (::bind(listenFd_, reinterpret_cast<const sockaddr*>(&addr), sizeof addr) != 0) {
+    const int err = errno;
+    closeFd(listenFd_);
+    // bind never replaces anything: whatever is there stays, and the message says what it is.
+    if (err == EADDRINUSE) {
+      const std::string occupant = occupantOf(path);
+      std::string advice = "choose a path where nothing exists yet";
+      if (occupant.rfind("a socket", 0) == 0)
+        advice = "another rendezvous may be using it, or an earlier run died and left it; rank 0 removes only a "
+                 "socket it created itself: remove it or " + advice;
+      else if (occupant.rfind("a regular file", 0) == 0 || occupant.rfind("a directory", 0) == 0)
+        advice = "left untouched; " + advice;
+      throw Error(ErrorCode::kRendezvous, "rank 0 cannot open the rendezvous at " + path + ": " + occupant +
+                                              " is already at that path (" + advice + ")");
+    }
+    throw Error(ErrorCode::kRendezvous, "rank 0 cannot create the rendezvous socket " + path + ": " +
+                                            std::strerror(err));
+  }
+  // What bind made, checked: our socket, owner-only. Another user's process cannot create a file we own, so a
+  // replacement between bind and this lstat shows as a foreign owner (and is not ours to remove).
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0 || !S_ISSOCK(st.st_mode) || st.st_uid != ::geteuid()) {
+    const std::string occupant = occupantOf(path);
+    closeFd(listenFd_);
+    throw Error(ErrorCode::kRendezvous, "the rendezvous socket rank 0 created at " + path +
+                                            " was replaced at once (now " + occupant +
+                                            "): other users can write to its directory; choose a private one");
+  }
+  ownsSocket_ = true;
+  socketDevice_ = static_cast<uint64_t>(st.st_dev);
+  socketInode_ = static_cast<uint64_t>(st.st_ino);
+  const unsigned mode = st.st_mode & 0777;
+  if ((mode & 077) != 0 || (mode & 0600) != 0600) {
+    std::ostringstream text;
+    text << "the rendezvous socket " << path << " has mode 0" << std::oct << mode
+         << " where rank 0 needs 0600 (owner-only, and the owner may connect): "
+         << ((mode & 077) ? "its filesystem ignores the mode set before bind" : "the umask removes owner bits");
+    throw Error(ErrorCode::kRendezvous, text.str());
+  }
+  if (::listen(listenFd_, 128) != 0)
+    throw Error(ErrorCode::kRendezvous, "rank 0 cannot listen on the rendezvous socket " + path + ": " +
+                                            std::strerror(errno));
 }
 
 void Rendezvous::lead(const std::vector<uint8_t>& payload) {
@@ -188,52 +467,120 @@ void Rendezvous::lead(const std::vector<uint8_t>& payload) {
   const int nranks = options_.nranks;
   const std::string within = " within " + secondsText(options_.timeoutS);
   const auto deadline = after(options_.timeoutS);
-  payloads_.assign(nranks, {});
-  payloads_[0] = payload;
+  const uint64_t mySecret = wire::secretDigest(options_.secret);
+  std::vector<wire::RankEntry> entries(nranks);
+  entries[0] = {options_.layoutHash, wire::agreementDigest(options_.agreement), payload};
   peerFds_.assign(nranks, -1);
-  std::vector<int> pending;  // accepted, not yet identified
+  RefusalLog refused;
 
-  // Every connected process hears why setup failed before rank 0 throws.
-  auto fail = [&](ErrorCode code, const std::string& message) {
+  // Accepted, of this user, not yet identified as a rank: what it has sent so far.
+  struct Pending {
+    int fd = -1;
+    ucred cred{};
+    std::vector<uint8_t> bytes;
+  };
+  std::vector<Pending> pending;
+  auto refuse = [&](Pending& p, const std::string& why) {
+    refused.add(why + " (" + pidText(p.cred) + ")");
+    closeFd(p.fd);
+  };
+
+  // Members (and `alsoTell`, a process identified as a rank of this group) hear why setup failed before rank 0
+  // throws; strangers hear nothing.
+  auto fail = [&](ErrorCode code, const std::string& cause, int alsoTell = -1) {
+    const std::string message = cause + refused.suffix("rank 0", "connection");
     Header h;
-    h.type = kFailure;
+    h.type = wire::kFailure;
     h.code = static_cast<uint32_t>(code);
     const auto sendBy = after(1.0);
     for (int fd : peerFds_)
       if (fd >= 0) sendMessage(fd, h, message.data(), message.size(), sendBy);
-    for (int& fd : pending) {
-      sendMessage(fd, h, message.data(), message.size(), sendBy);
-      closeFd(fd);
-    }
+    if (alsoTell >= 0) sendMessage(alsoTell, h, message.data(), message.size(), sendBy);
+    for (Pending& p : pending) closeFd(p.fd);
     failed_ = true;
     throw Error(code, message);
   };
 
-  const sockaddr_un addr = socketAddress(path);
-  ::unlink(path.c_str());  // a stale socket file from an earlier run would make bind fail
-  listenFd_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (listenFd_ < 0)
-    throw Error(ErrorCode::kRendezvous, std::string("cannot create the rendezvous socket: ") + std::strerror(errno));
-  if (::bind(listenFd_, reinterpret_cast<const sockaddr*>(&addr), sizeof addr) != 0 ||
-      ::listen(listenFd_, nranks + 8) != 0) {
-    const int err = errno;
-    closeFd(listenFd_);  // not bound (or bound but unusable): unlink only what we may have created
-    ::unlink(path.c_str());
-    throw Error(ErrorCode::kRendezvous, "rank 0 cannot listen on the rendezvous socket " + path + ": " +
-                                            std::strerror(err));
-  }
+  openSocket();
+
+  // A pending connection whose hello is complete, checked field by field. Returns the rank it joined as, or -1
+  // when it was refused as a stranger (wrong secret, rank count or rank: not a member of this group).
+  auto admit = [&](Pending& p) -> int {
+    Header h;
+    std::memcpy(&h, p.bytes.data(), sizeof h);
+    const std::vector<uint8_t> body(p.bytes.begin() + sizeof h, p.bytes.end());
+    RendezvousAgreement agreement;
+    std::vector<uint8_t> theirPayload;
+    if (!wire::decodeHello(body, &agreement, &theirPayload)) {
+      refuse(p, "a malformed hello (its agreement list or payload does not parse)");
+      return -1;
+    }
+    const std::string who = "rank " + std::to_string(h.rank);
+    if (peerFds_[h.rank] >= 0)
+      fail(ErrorCode::kRendezvous, who + " joined the rendezvous at " + path + " twice (two processes claim " + who +
+                                       ")", p.fd);
+    // The named values first: they say which field differs, where the layout hash can only say that one does.
+    const std::string difference = agreementDifference(options_.agreement, agreement, h.rank);
+    if (!difference.empty()) fail(ErrorCode::kRendezvous, difference, p.fd);
+    if (h.layoutHash != options_.layoutHash)
+      fail(ErrorCode::kRendezvous, who + "'s heap layout (hash " + hex(h.layoutHash) + ") differs from rank 0's (" +
+                                       hex(options_.layoutHash) +
+                                       "): every rank must declare the same heap regions with the same sizes",
+           p.fd);
+    entries[h.rank] = {h.layoutHash, wire::agreementDigest(agreement), std::move(theirPayload)};
+    peerFds_[h.rank] = p.fd;
+    p.fd = -1;
+    return h.rank;
+  };
+
+  // Reads what has arrived on a pending connection, never blocking; refuses it as soon as what it sent cannot be
+  // a hello of a rank of this group. Returns true when a whole hello is in.
+  auto receive = [&](Pending& p) -> bool {
+    Header h;
+    const bool haveHeader = p.bytes.size() >= sizeof h;
+    if (haveHeader) std::memcpy(&h, p.bytes.data(), sizeof h);
+    const size_t want = haveHeader ? sizeof h + h.bytes - p.bytes.size() : sizeof h - p.bytes.size();
+    const size_t had = p.bytes.size();
+    p.bytes.resize(had + want);
+    const ssize_t got = ::recv(p.fd, p.bytes.data() + had, want, MSG_DONTWAIT);
+    p.bytes.resize(had + static_cast<size_t>(std::max<ssize_t>(got, 0)));
+    if (got < 0) {
+      if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+        refuse(p, std::string("a connection that failed: ") + std::strerror(errno));
+      return false;
+    }
+    if (got == 0) {
+      refuse(p, had == 0 ? "a connection closed without a word"
+                         : "a connection closed after " + std::to_string(had) + " bytes, before a whole hello");
+      return false;
+    }
+    if (!haveHeader && p.bytes.size() == sizeof h) {
+      std::memcpy(&h, p.bytes.data(), sizeof h);
+      const std::string claim = "a hello claiming rank " + std::to_string(h.rank);
+      if (h.magic != wire::kMagic) refuse(p, std::to_string(sizeof h) + " bytes that are not a megamoe hello");
+      else if (h.version != wire::kProtocolVersion)
+        refuse(p, "a megamoe hello of protocol version " + std::to_string(h.version) + " (this is version " +
+                      std::to_string(wire::kProtocolVersion) + ")");
+      else if (h.type != wire::kHello)
+        refuse(p, "a megamoe message of type " + std::to_string(h.type) + ", not a hello");
+      else if (h.bytes > wire::kMaxHelloBytes)
+        refuse(p, "a hello announcing " + std::to_string(h.bytes) + " bytes (at most " +
+                      std::to_string(wire::kMaxHelloBytes) + ")");
+      else if (h.secretDigest != mySecret)
+        refuse(p, claim + " without this group's rendezvous secret (MEGAMOE_RENDEZVOUS_SECRET)");
+      else if (h.nranks != nranks)
+        refuse(p, claim + ": rank " + std::to_string(h.rank) + " expects " + std::to_string(h.nranks) +
+                      " ranks but rank 0 expects " + std::to_string(nranks));
+      else if (h.rank < 1 || h.rank >= nranks)
+        refuse(p, claim + ", outside 1.." + std::to_string(nranks - 1));
+      if (p.fd < 0) return false;
+    }
+    return p.bytes.size() >= sizeof h && p.bytes.size() == sizeof h + h.bytes;
+  };
 
   int joined = 0;
   while (joined < nranks - 1) {
-    std::vector<pollfd> fds;
-    fds.push_back({listenFd_, POLLIN, 0});
-    for (int fd : pending) fds.push_back({fd, POLLIN, 0});
-    for (int r = 1; r < nranks; ++r)
-      if (peerFds_[r] >= 0) fds.push_back({peerFds_[r], POLLIN, 0});
-    const int ready = ::poll(fds.data(), fds.size(), remainingMs(deadline));
-    if (ready < 0 && errno == EINTR) continue;
-    if (ready < 0) fail(ErrorCode::kRendezvous, std::string("rendezvous poll failed: ") + std::strerror(errno));
-    if (ready == 0) {
+    if (Clock::now() >= deadline) {
       std::vector<int> missing;
       for (int r = 1; r < nranks; ++r)
         if (peerFds_[r] < 0) missing.push_back(r);
@@ -242,149 +589,206 @@ void Rendezvous::lead(const std::vector<uint8_t>& payload) {
       fail(ErrorCode::kTimeout, (missing.size() == 1 ? "rank " : "ranks ") + who +
                                     " did not join the rendezvous at " + path + within);
     }
-    if (fds[0].revents & POLLIN) {
-      const int fd = ::accept4(listenFd_, nullptr, nullptr, SOCK_CLOEXEC);
-      if (fd >= 0) pending.push_back(fd);
-      else if (errno != EINTR && errno != EAGAIN && errno != ECONNABORTED)
-        fail(ErrorCode::kRendezvous, std::string("rendezvous accept failed: ") + std::strerror(errno));
-    }
+    std::vector<pollfd> fds;
+    fds.push_back({listenFd_, POLLIN, 0});
+    for (const Pending& p : pending) fds.push_back({p.fd, POLLIN, 0});
+    for (int r = 1; r < nranks; ++r)
+      if (peerFds_[r] >= 0) fds.push_back({peerFds_[r], POLLIN, 0});
+    const int ready = ::poll(fds.data(), fds.size(), remainingMs(deadline));
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready < 0) fail(ErrorCode::kRendezvous, std::string("rendezvous poll failed: ") + std::strerror(errno));
+    if (ready == 0) continue;  // the deadline, reported above
+
     // Ranks already joined must stay quiet until the payloads go out: anything readable is a hang-up.
-    for (const pollfd& p : fds) {
-      if (!p.revents) continue;
-      for (int r = 1; r < nranks; ++r)
-        if (peerFds_[r] == p.fd) {
-          Header h;
-          std::vector<uint8_t> body;
-          if (readMessage(p.fd, &h, &body, 64 * 1024, after(0.5)) == Io::kOk && h.magic && h.type == kFailure)
-            fail(ErrorCode::kRendezvous,
-                 "rank " + std::to_string(r) + " failed during setup: " + std::string(body.begin(), body.end()));
-          fail(ErrorCode::kRendezvous, "rank " + std::to_string(r) + " closed the connection during setup");
-        }
-    }
-    std::vector<int> readyPending;
-    for (const pollfd& p : fds)
-      if (p.revents && std::find(pending.begin(), pending.end(), p.fd) != pending.end()) readyPending.push_back(p.fd);
-    for (int fd : readyPending) {
-      pending.erase(std::find(pending.begin(), pending.end(), fd));
+    for (size_t i = 1 + pending.size(); i < fds.size(); ++i) {
+      if (!fds[i].revents) continue;
+      const int r = static_cast<int>(std::find(peerFds_.begin(), peerFds_.end(), fds[i].fd) - peerFds_.begin());
       Header h;
       std::vector<uint8_t> body;
-      const Io io = readMessage(fd, &h, &body, kMaxPayloadBytes, deadline);
-      if (io != Io::kOk) {
-        ::close(fd);
-        if (io == Io::kTimeout)
-          fail(ErrorCode::kTimeout, "a process connected to the rendezvous at " + path +
-                                        " but did not say which rank it is" + within);
-        fail(ErrorCode::kRendezvous, "a process connected to the rendezvous at " + path +
-                                         " and closed the connection before saying which rank it is");
+      if (readMessage(fds[i].fd, &h, &body, kMaxNoteBytes, after(0.5)) == Io::kOk && h.magic &&
+          h.type == wire::kFailure)
+        fail(ErrorCode::kRendezvous,
+             "rank " + std::to_string(r) + " failed during setup: " + std::string(body.begin(), body.end()));
+      fail(ErrorCode::kRendezvous, "rank " + std::to_string(r) + " closed the connection during setup");
+    }
+    for (size_t i = 0; i < pending.size(); ++i)
+      if (fds[1 + i].revents && receive(pending[i]) && admit(pending[i]) > 0) ++joined;
+    pending.erase(std::remove_if(pending.begin(), pending.end(), [](const Pending& p) { return p.fd < 0; }),
+                  pending.end());
+
+    if (fds[0].revents & POLLIN) {
+      for (;;) {
+        Pending p;
+        p.fd = ::accept4(listenFd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+        if (p.fd < 0) {
+          if (errno == EINTR || errno == ECONNABORTED) continue;
+          if (errno == EAGAIN || errno == EWOULDBLOCK) break;
+          fail(ErrorCode::kRendezvous, std::string("rendezvous accept failed: ") + std::strerror(errno));
+        }
+        // Identified by the kernel, not by what it says: another user's process is dropped before a byte is
+        // read or sent.
+        if (!peerOf(p.fd, &p.cred)) {
+          refused.add(std::string("a connection whose credentials cannot be read: ") + std::strerror(errno));
+          closeFd(p.fd);
+          continue;
+        }
+        if (p.cred.uid != ::geteuid()) {
+          refuse(p, "a process of uid " + std::to_string(p.cred.uid) + ", not this user (uid " +
+                        std::to_string(::geteuid()) + ")");
+          continue;
+        }
+        if (pending.size() >= kMaxPending) {
+          refuse(pending.front(), "a connection that sent no whole hello while " + std::to_string(kMaxPending) +
+                                      " newer ones waited");
+          pending.erase(pending.begin());
+        }
+        pending.push_back(std::move(p));
       }
-      pending.push_back(fd);  // so that fail() tells it too
-      if (!h.magic || h.type != kHello)
-        fail(ErrorCode::kRendezvous, "a process that is not a megamoe rank of this version connected to the "
-                                     "rendezvous at " + path);
-      const std::string who = "rank " + std::to_string(h.rank);
-      if (h.nranks != nranks)
-        fail(ErrorCode::kRendezvous, who + " expects " + std::to_string(h.nranks) + " ranks but rank 0 expects " +
-                                         std::to_string(nranks));
-      if (h.rank == 0 || (h.rank > 0 && h.rank < nranks && peerFds_[h.rank] >= 0))
-        fail(ErrorCode::kRendezvous, who + " joined the rendezvous at " + path + " twice (two processes claim " +
-                                         who + ")");
-      if (h.rank < 0 || h.rank >= nranks)
-        fail(ErrorCode::kRendezvous, "a process claims rank " + std::to_string(h.rank) + ", outside 0.." +
-                                         std::to_string(nranks - 1));
-      if (h.layoutHash != options_.layoutHash)
-        fail(ErrorCode::kRendezvous, who + "'s heap layout (hash " + hex(h.layoutHash) + ") differs from rank 0's (" +
-                                         hex(options_.layoutHash) +
-                                         "): every rank must declare the same heap regions with the same sizes");
-      pending.pop_back();
-      peerFds_[h.rank] = fd;
-      payloads_[h.rank] = std::move(body);
-      ++joined;
     }
   }
   closeFd(listenFd_);
-  ::unlink(path.c_str());
+  removeOwnSocket();
+  for (Pending& p : pending) closeFd(p.fd);  // strangers still silent: closed unanswered
 
-  std::vector<uint8_t> all;
-  for (const auto& p : payloads_) {
-    const uint64_t n = p.size();
-    all.insert(all.end(), reinterpret_cast<const uint8_t*>(&n), reinterpret_cast<const uint8_t*>(&n) + sizeof n);
-    all.insert(all.end(), p.begin(), p.end());
-  }
+  const std::vector<uint8_t> all = wire::encodePayloads(entries);
   Header h;
-  h.type = kPayloads;
+  h.type = wire::kPayloads;
   h.nranks = nranks;
   h.layoutHash = options_.layoutHash;
+  h.secretDigest = mySecret;
   const auto sendBy = after(options_.timeoutS);
   for (int r = 1; r < nranks; ++r)
     if (sendMessage(peerFds_[r], h, all.data(), all.size(), sendBy) != Io::kOk)
       fail(ErrorCode::kRendezvous, "rank " + std::to_string(r) + " closed the connection during setup");
+  payloads_.clear();
+  for (wire::RankEntry& e : entries) payloads_.push_back(std::move(e.payload));
 }
 
 void Rendezvous::follow(const std::vector<uint8_t>& payload) {
   const std::string& path = options_.path;
+  const int nranks = options_.nranks;
   const std::string me = "rank " + std::to_string(options_.rank);
   const std::string within = " within " + secondsText(options_.timeoutS);
   const sockaddr_un addr = socketAddress(path);
   const auto connectBy = after(options_.timeoutS);
+  const uint64_t mySecret = wire::secretDigest(options_.secret);
+  const uint64_t myAgreement = wire::agreementDigest(options_.agreement);
+  RefusalLog refused;
+  // What the last attempt found at the path, for an honest message if rank 0 never answers.
+  enum class Found { kNothing, kNotListening, kDenied, kForeign } found = Found::kNothing;
+  ucred rankZero{};
   peerFds_.assign(1, -1);
   int& fd = peerFds_[0];
   for (;;) {
-    fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    // Non-blocking: a connect to a full backlog fails with EAGAIN and is retried, never waits unbounded.
+    fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (fd < 0)
       throw Error(ErrorCode::kRendezvous, std::string("cannot create a socket: ") + std::strerror(errno));
-    if (::connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof addr) == 0) break;
-    const int err = errno;
-    closeFd(fd);
-    if (err != ENOENT && err != ECONNREFUSED && err != EAGAIN && err != EINTR)
-      throw Error(ErrorCode::kRendezvous, me + " cannot connect to the rendezvous at " + path + ": " +
-                                              std::strerror(err));
-    if (Clock::now() >= connectBy)
-      throw Error(ErrorCode::kTimeout, "rank 0 did not open the rendezvous at " + path + within + " (" + me +
-                                           " gave up waiting)");
+    if (::connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof addr) == 0) {
+      // The listener must be this user's: nothing is sent to anyone else's socket at the path.
+      if (peerOf(fd, &rankZero) && rankZero.uid == ::geteuid()) break;
+      refused.add("a listener of uid " + std::to_string(rankZero.uid) + " (" + pidText(rankZero) +
+                  "), not this user (uid " + std::to_string(::geteuid()) + ")");
+      found = Found::kForeign;
+      closeFd(fd);
+    } else {
+      const int err = errno;
+      closeFd(fd);
+      if (err == ENOENT) found = Found::kNothing;
+      else if (err == ECONNREFUSED) found = Found::kNotListening;
+      else if (err == EACCES || err == EPERM) found = Found::kDenied;
+      else if (err != EAGAIN && err != EINTR)
+        throw Error(ErrorCode::kRendezvous, me + " cannot connect to the rendezvous at " + path + ": " +
+                                                std::strerror(err));
+    }
+    if (Clock::now() >= connectBy) {
+      const std::string occupant = occupantOf(path);
+      if (occupant == "nothing" && found != Found::kForeign) found = Found::kNothing;
+      std::string message;
+      switch (found) {
+        case Found::kNothing:
+          message = "rank 0 did not open the rendezvous at " + path + within + " (nothing is at that path: rank 0 "
+                    "has not started, or it already failed and removed its socket; " + me + " gave up waiting)";
+          break;
+        case Found::kNotListening:
+          message = "no rank 0 accepted " + me + " at " + path + within + ": " + occupant + " is there" +
+                    (occupant.rfind("a socket", 0) == 0
+                         ? " but nobody accepts connections on it (rank 0 closed it or failed, or an earlier run "
+                           "died and left it behind)"
+                         : ", not a rendezvous socket");
+          break;
+        case Found::kDenied:
+          message = "no rank 0 accepted " + me + " at " + path + within + ": " + occupant +
+                    " is there and refuses this user (permission denied)";
+          break;
+        case Found::kForeign:
+          message = "no rank 0 of this user accepted " + me + " at " + path + within;
+          break;
+      }
+      throw Error(ErrorCode::kTimeout, message + refused.suffix(me, "listener"));
+    }
     std::this_thread::sleep_for(std::chrono::milliseconds(std::min(20, remainingMs(connectBy) + 1)));
   }
+  const std::string rankZeroText = "rank 0 (" + pidText(rankZero) + ")";
   // Rank 0 was listening before we connected, so its own deadline ends before this one.
-  const auto answerBy = Clock::now() +
-                        std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(options_.timeoutS)) +
-                        kFollowerGrace;
+  const auto answerBy = after(options_.timeoutS) + kFollowerGrace;
 
   Header hello;
-  hello.type = kHello;
+  hello.type = wire::kHello;
   hello.rank = options_.rank;
-  hello.nranks = options_.nranks;
+  hello.nranks = nranks;
   hello.layoutHash = options_.layoutHash;
-  if (sendMessage(fd, hello, payload.data(), payload.size(), answerBy) != Io::kOk)
-    throw Error(ErrorCode::kRendezvous, "rank 0 closed the connection during setup");
-
+  hello.secretDigest = mySecret;
+  // Rank 0 tells every rank it accepted why it fails; a hang-up without a word means it refused this hello (it
+  // may do so before the hello has been sent in full), or died.
+  const Error refusedUs(ErrorCode::kRendezvous,
+                        rankZeroText + " closed the connection without answering " + me + ": it refused " + me +
+                            "'s hello (another rank count, rank number, protocol version or rendezvous secret; "
+                            "rank 0's own error says which), or it died");
   Header h;
-  std::vector<uint8_t> body;
-  const size_t limit = static_cast<size_t>(options_.nranks) * (kMaxPayloadBytes + sizeof(uint64_t));
-  const Io io = readMessage(fd, &h, &body, limit, answerBy);
-  if (io == Io::kClosed)
-    throw Error(ErrorCode::kRendezvous, "rank 0 closed the connection during setup (" + me +
-                                            " was waiting for the other ranks)");
+  std::vector<uint8_t> answer;
+  const size_t limit = static_cast<size_t>(nranks) * (kMaxPayloadBytes + 3 * sizeof(uint64_t));
+  const std::vector<uint8_t> body = wire::encodeHello(options_.agreement, payload);
+  if (sendMessage(fd, hello, body.data(), body.size(), answerBy) != Io::kOk) {
+    if (readMessage(fd, &h, &answer, kMaxNoteBytes, after(0.5)) == Io::kOk && h.magic && h.type == wire::kFailure)
+      throw Error(static_cast<ErrorCode>(h.code), std::string(answer.begin(), answer.end()));
+    throw refusedUs;
+  }
+  const Io io = readMessage(fd, &h, &answer, limit, answerBy);
+  if (io == Io::kClosed) throw refusedUs;
   if (io == Io::kTimeout)
     throw Error(ErrorCode::kTimeout, "rank 0 did not complete the rendezvous at " + path + within);
-  if (!h.magic) throw Error(ErrorCode::kRendezvous, "rank 0 sent a malformed rendezvous message");
-  if (h.type == kFailure) {
+  if (!h.magic) throw Error(ErrorCode::kRendezvous, rankZeroText + " sent a malformed rendezvous message");
+  if (h.type == wire::kFailure) {
     failed_ = true;
-    throw Error(static_cast<ErrorCode>(h.code), std::string(body.begin(), body.end()));
+    throw Error(static_cast<ErrorCode>(h.code), std::string(answer.begin(), answer.end()));
   }
-  if (h.type != kPayloads || h.nranks != options_.nranks)
-    throw Error(ErrorCode::kRendezvous, "rank 0 sent an unexpected rendezvous message");
-  payloads_.clear();
-  size_t at = 0;
-  for (int r = 0; r < options_.nranks; ++r) {
-    uint64_t n = 0;
-    if (body.size() - at < sizeof n) throw Error(ErrorCode::kRendezvous, "rank 0 sent truncated payloads");
-    std::memcpy(&n, body.data() + at, sizeof n);
-    at += sizeof n;
-    if (n > body.size() - at) throw Error(ErrorCode::kRendezvous, "rank 0 sent truncated payloads");
-    payloads_.emplace_back(body.begin() + at, body.begin() + at + n);
-    at += n;
+  if (h.type != wire::kPayloads || h.nranks != nranks)
+    throw Error(ErrorCode::kRendezvous, rankZeroText + " sent an unexpected rendezvous message");
+  if (h.secretDigest != mySecret)
+    throw Error(ErrorCode::kRendezvous, rankZeroText + " at " + path + " does not hold this group's rendezvous "
+                                                                       "secret (MEGAMOE_RENDEZVOUS_SECRET)");
+  // Rank 0 checked every hello against its own; checked again here, per payload, so that a rank 0 that did not
+  // (another build, a forgery of this user) cannot hand out a payload made for another layout.
+  std::vector<wire::RankEntry> entries;
+  if (!wire::decodePayloads(answer, nranks, &entries))
+    throw Error(ErrorCode::kRendezvous, rankZeroText + " sent truncated payloads");
+  if (h.layoutHash != options_.layoutHash)
+    throw Error(ErrorCode::kRendezvous, "rank 0's heap layout (hash " + hex(h.layoutHash) + ") differs from " + me +
+                                            "'s (" + hex(options_.layoutHash) + ")");
+  for (int r = 0; r < nranks; ++r) {
+    if (entries[r].layoutHash != options_.layoutHash)
+      throw Error(ErrorCode::kRendezvous, "rank " + std::to_string(r) + "'s heap layout (hash " +
+                                              hex(entries[r].layoutHash) + ", as handed out by rank 0) differs from " +
+                                              me + "'s (" + hex(options_.layoutHash) + ")");
+    if (entries[r].agreementDigest != myAgreement)
+      throw Error(ErrorCode::kRendezvous, "rank " + std::to_string(r) + "'s agreed values (as handed out by rank 0) "
+                                              "differ from " + me + "'s");
   }
-  if (payloads_[options_.rank] != payload)
+  if (entries[options_.rank].payload != payload)
     throw Error(ErrorCode::kRendezvous, "rank 0 returned a different payload for " + me);
+  payloads_.clear();
+  for (wire::RankEntry& e : entries) payloads_.push_back(std::move(e.payload));
 }
 
 void Rendezvous::abandon(const std::string& why) noexcept {
@@ -395,7 +799,7 @@ void Rendezvous::abandon(const std::string& why) noexcept {
   failed_ = true;
   try {
     Header h;
-    h.type = kFailure;
+    h.type = wire::kFailure;
     h.rank = options_.rank;
     h.code = static_cast<uint32_t>(ErrorCode::kRendezvous);
     const std::string message =
@@ -420,30 +824,31 @@ void Rendezvous::barrier(const std::string& stage) {
 
   if (options_.rank != 0) {
     Header h;
-    h.type = kBarrier;
+    h.type = wire::kBarrier;
     h.rank = options_.rank;
     h.nranks = options_.nranks;
     const auto answerBy = after(options_.timeoutS) + kFollowerGrace;
     std::vector<uint8_t> body;
     if (sendMessage(peerFds_[0], h, stage.data(), stage.size(), answerBy) != Io::kOk) {
       // Rank 0 may have reported a failure and gone before our message left: its reason is still ours to read.
-      if (readMessage(peerFds_[0], &h, &body, 64 * 1024, after(1.0)) == Io::kOk && h.magic && h.type == kFailure)
+      if (readMessage(peerFds_[0], &h, &body, kMaxNoteBytes, after(1.0)) == Io::kOk && h.magic &&
+          h.type == wire::kFailure)
         broken(static_cast<ErrorCode>(h.code), std::string(body.begin(), body.end()));
       broken(ErrorCode::kRendezvous, "rank 0 closed the connection during " + stage);
     }
-    const Io io = readMessage(peerFds_[0], &h, &body, 64 * 1024, answerBy);
+    const Io io = readMessage(peerFds_[0], &h, &body, kMaxNoteBytes, answerBy);
     if (io == Io::kClosed) broken(ErrorCode::kRendezvous, "rank 0 closed the connection during " + stage);
     if (io == Io::kTimeout) broken(ErrorCode::kTimeout, "rank 0 did not finish " + stage + within);
-    if (h.magic && h.type == kFailure)
+    if (h.magic && h.type == wire::kFailure)
       broken(static_cast<ErrorCode>(h.code), std::string(body.begin(), body.end()));
-    if (!h.magic || h.type != kBarrierDone)
+    if (!h.magic || h.type != wire::kBarrierDone)
       broken(ErrorCode::kRendezvous, "rank 0 sent an unexpected message during " + stage);
     return;
   }
 
   auto fail = [&](ErrorCode code, const std::string& message) {
     Header h;
-    h.type = kFailure;
+    h.type = wire::kFailure;
     h.code = static_cast<uint32_t>(code);
     const auto sendBy = after(1.0);
     for (int fd : peerFds_)
@@ -474,12 +879,13 @@ void Rendezvous::barrier(const std::string& stage) {
       const std::string who = "rank " + std::to_string(r);
       Header h;
       std::vector<uint8_t> body;
-      const Io io = readMessage(peerFds_[r], &h, &body, 64 * 1024, deadline);
+      const Io io = readMessage(peerFds_[r], &h, &body, kMaxNoteBytes, deadline);
       if (io == Io::kClosed) fail(ErrorCode::kRendezvous, who + " closed the connection during " + stage);
       if (io == Io::kTimeout) fail(ErrorCode::kTimeout, who + " did not reach " + stage + within);
       const std::string text(body.begin(), body.end());
-      if (h.magic && h.type == kFailure) fail(ErrorCode::kRendezvous, who + " failed during " + stage + ": " + text);
-      if (!h.magic || h.type != kBarrier)
+      if (h.magic && h.type == wire::kFailure)
+        fail(ErrorCode::kRendezvous, who + " failed during " + stage + ": " + text);
+      if (!h.magic || h.type != wire::kBarrier)
         fail(ErrorCode::kRendezvous, who + " sent an unexpected message during " + stage);
       if (text != stage)
         fail(ErrorCode::kRendezvous, who + " is at " + text + " while rank 0 is at " + stage);
@@ -488,7 +894,7 @@ void Rendezvous::barrier(const std::string& stage) {
     }
   }
   Header done;
-  done.type = kBarrierDone;
+  done.type = wire::kBarrierDone;
   const auto sendBy = after(options_.timeoutS);
   for (int r = 1; r < options_.nranks; ++r) sendMessage(peerFds_[r], done, nullptr, 0, sendBy);
 }

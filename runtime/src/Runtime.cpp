@@ -80,8 +80,9 @@ void Runtime::launch(const Kernel& kernel, const LaunchDims& dims, StreamHandle 
 }
 
 std::unique_ptr<SymmetricHeap> Runtime::createHeap(const std::vector<RegionSpec>& regions, int rank, int nranks,
-                                                   const std::string& rendezvousPath) {
-  return SymmetricHeap::createMultiProcess(device_, regions, rank, nranks, rendezvousPath, env_);
+                                                   const std::string& rendezvousPath,
+                                                   const RendezvousAgreement& agreement) {
+  return SymmetricHeap::createMultiProcess(device_, regions, rank, nranks, rendezvousPath, env_, agreement);
 }
 
 }  // namespace megamoe

@@ -159,7 +159,8 @@ std::vector<std::unique_ptr<SymmetricHeap>> SymmetricHeap::createSingleProcess(
 std::unique_ptr<SymmetricHeap> SymmetricHeap::createMultiProcess(const std::shared_ptr<Device>& device,
                                                                  const std::vector<RegionSpec>& regions, int rank,
                                                                  int nranks, const std::string& rendezvousPath,
-                                                                 const RuntimeEnv& env) {
+                                                                 const RuntimeEnv& env,
+                                                                 const RendezvousAgreement& agreement) {
   if (!device) throw Error(ErrorCode::kInvalidArgument, "null device for the symmetric heap");
   if (nranks < 1 || nranks > abi::kMaxRanks)
     throw Error(ErrorCode::kInvalidArgument, "a symmetric heap spans 1 to " + std::to_string(abi::kMaxRanks) +
@@ -184,19 +185,42 @@ std::unique_ptr<SymmetricHeap> SymmetricHeap::createMultiProcess(const std::shar
   options.nranks = nranks;
   options.layoutHash = layout.hash() ^ (static_cast<uint64_t>(device->kind()) << 56);
   options.timeoutS = env.rendezvousTimeoutS;
+  options.secret = env.rendezvousSecret;
+  options.agreement = agreement;
   heap->rendezvous_ = std::make_unique<Rendezvous>(options, toBytes(mine));
 
   try {
     heap->peerMappings_.assign(nranks, 0);
     std::vector<int64_t> offsets(nranks, 0);
+    // Each peer's payload, field by field, before anything is mapped: the layout hash agreed at the rendezvous is
+    // what the peers said; the payload is what they would have us map.
+    std::vector<IpcPayload> theirs(nranks);
     for (int p = 0; p < nranks; ++p) {
       if (p == rank) continue;
+      const std::string who = "rank " + std::to_string(p) + "'s heap payload";
       const std::vector<uint8_t>& bytes = heap->rendezvous_->payloads()[p];
-      IpcPayload theirs;
-      if (bytes.size() != sizeof theirs)
-        throw Error(ErrorCode::kRendezvous, "rank " + std::to_string(p) + " sent a malformed heap handle");
-      std::memcpy(&theirs, bytes.data(), sizeof theirs);
-      heap->peerMappings_[p] = device->openIpcHandle(theirs.handle);
+      if (bytes.size() != sizeof(IpcPayload))
+        throw Error(ErrorCode::kRendezvous, who + " is " + std::to_string(bytes.size()) + " bytes, not " +
+                                                std::to_string(sizeof(IpcPayload)));
+      std::memcpy(&theirs[p], bytes.data(), sizeof(IpcPayload));
+      if (theirs[p].heapBytes != mine.heapBytes)
+        throw Error(ErrorCode::kRendezvous, who + " has heapBytes=" + std::to_string(theirs[p].heapBytes) +
+                                                ", but rank " + std::to_string(rank) + "'s layout totals " +
+                                                std::to_string(mine.heapBytes) + " bytes");
+      if (theirs[p].backend != mine.backend)
+        throw Error(ErrorCode::kRendezvous,
+                    who + " has backend=" +
+                        (theirs[p].backend <= static_cast<uint32_t>(BackendKind::kHip)
+                             ? std::string(backendKindName(static_cast<BackendKind>(theirs[p].backend)))
+                             : std::to_string(theirs[p].backend)) +
+                        ", but rank " + std::to_string(rank) + "'s is " + backendKindName(device->kind()));
+      if (theirs[p].reserved != 0)
+        throw Error(ErrorCode::kRendezvous, who + " has reserved=" + std::to_string(theirs[p].reserved) +
+                                                " (must be 0: another version of megamoe?)");
+    }
+    for (int p = 0; p < nranks; ++p) {
+      if (p == rank) continue;
+      heap->peerMappings_[p] = device->openIpcHandle(theirs[p].handle);
       offsets[p] = static_cast<int64_t>(heap->peerMappings_[p] - heap->base_);
     }
     heap->writeContext(offsets, env.waitTimeoutMs);

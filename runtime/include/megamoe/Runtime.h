@@ -36,9 +36,10 @@ class Runtime {
   void launch(const Kernel& kernel, const LaunchDims& dims, StreamHandle stream, KernelArgs& args,
               const SymmetricHeap* heap = nullptr);
 
-  // Mode B heap on this runtime's device (see SymmetricHeap::createMultiProcess).
+  // Mode B heap on this runtime's device (see SymmetricHeap::createMultiProcess, also for `agreement`).
   std::unique_ptr<SymmetricHeap> createHeap(const std::vector<RegionSpec>& regions, int rank, int nranks,
-                                            const std::string& rendezvousPath);
+                                            const std::string& rendezvousPath,
+                                            const RendezvousAgreement& agreement = {});
 
  private:
   RuntimeEnv env_;

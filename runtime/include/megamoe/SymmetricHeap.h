@@ -13,11 +13,10 @@
 #include "compiler/abi/DeviceAbi.h"
 #include "megamoe/Backend.h"
 #include "megamoe/HeapLayout.h"
+#include "megamoe/Rendezvous.h"
 #include "megamoe/env.h"
 
 namespace megamoe {
-
-class Rendezvous;
 
 // "rank 0: cross-rank wait timed out on flag 7 (seen 3, expected 4) in block 12"
 std::string describeDeviceError(const abi::DeviceError& error);
@@ -39,11 +38,14 @@ class SymmetricHeap {
       const RuntimeEnv& env);
 
   // Mode B: this process is `rank` of `nranks`; every rank calls this with the same regions and path. Returns once
-  // every rank has mapped every peer; errors name the rank at fault (see Rendezvous).
+  // every rank has mapped every peer; errors name the rank at fault (see Rendezvous). `agreement`: named values
+  // (the caller's configuration) every rank must declare alike; a difference fails every rank naming it. A peer's
+  // heap size and backend are checked before its memory is mapped.
   static std::unique_ptr<SymmetricHeap> createMultiProcess(const std::shared_ptr<Device>& device,
                                                            const std::vector<RegionSpec>& regions, int rank,
                                                            int nranks, const std::string& rendezvousPath,
-                                                           const RuntimeEnv& env);
+                                                           const RuntimeEnv& env,
+                                                           const RendezvousAgreement& agreement = {});
 
   // Closes peer mappings first (IPC close before free), waits for the peers to do the same (mode B, bounded), then
   // frees this rank's allocation.

@@ -23,6 +23,7 @@ struct RuntimeEnv {
   std::string hipLibrary;            // MEGAMOE_HIP_LIBRARY
   std::string backend;               // MEGAMOE_BACKEND: "auto" | "cuda" | "hip"
   double rendezvousTimeoutS = 30.0;  // MEGAMOE_RENDEZVOUS_TIMEOUT_S
+  std::string rendezvousSecret;      // MEGAMOE_RENDEZVOUS_SECRET (empty: none)
   uint64_t waitTimeoutMs = 10000;    // MEGAMOE_WAIT_TIMEOUT_MS
   int pushBlocks = 32;               // MEGAMOE_PUSH_BLOCKS
   int smBudget = 0;                  // MEGAMOE_SM_BUDGET (0: unset, every SM)

@@ -1,6 +1,7 @@
 // The MEGAMOE_* registry and its parser: defaults, valid values, and clear errors for bad ones.
 #include <gtest/gtest.h>
 
+#include <clocale>
 #include <map>
 #include <set>
 
@@ -25,7 +26,8 @@ TEST(Env, RegistryIsCompleteAndDocumented) {
     EXPECT_TRUE(names.insert(v.name).second) << "duplicate " << v.name;
   }
   for (const char* expected : {"MEGAMOE_CACHE_DIR", "MEGAMOE_CUDA_LIBRARY", "MEGAMOE_HIP_LIBRARY", "MEGAMOE_BACKEND",
-                               "MEGAMOE_RENDEZVOUS_TIMEOUT_S", "MEGAMOE_WAIT_TIMEOUT_MS", "MEGAMOE_PUSH_BLOCKS"})
+                               "MEGAMOE_RENDEZVOUS_TIMEOUT_S", "MEGAMOE_RENDEZVOUS_SECRET", "MEGAMOE_WAIT_TIMEOUT_MS",
+                               "MEGAMOE_PUSH_BLOCKS"})
     EXPECT_EQ(names.count(expected), 1u) << expected;
 }
 
@@ -36,6 +38,7 @@ TEST(Env, DefaultsWhenUnset) {
   EXPECT_EQ(env.hipLibrary, "libamdhip64.so");
   EXPECT_EQ(env.backend, "auto");
   EXPECT_DOUBLE_EQ(env.rendezvousTimeoutS, 30.0);
+  EXPECT_EQ(env.rendezvousSecret, "");
   EXPECT_EQ(env.waitTimeoutMs, 10000u);
   EXPECT_EQ(env.pushBlocks, 32);
 }
@@ -45,12 +48,14 @@ TEST(Env, ReadsValidValues) {
                                     {"MEGAMOE_HIP_LIBRARY", "/opt/rocm/lib/libamdhip64.so"},
                                     {"MEGAMOE_BACKEND", "hip"},
                                     {"MEGAMOE_RENDEZVOUS_TIMEOUT_S", "0.25"},
+                                    {"MEGAMOE_RENDEZVOUS_SECRET", "launcher-made"},
                                     {"MEGAMOE_WAIT_TIMEOUT_MS", "1500"},
                                     {"MEGAMOE_PUSH_BLOCKS", "48"}});
   EXPECT_EQ(env.cacheDir, "/tmp/c");
   EXPECT_EQ(env.hipLibrary, "/opt/rocm/lib/libamdhip64.so");
   EXPECT_EQ(env.backend, "hip");
   EXPECT_DOUBLE_EQ(env.rendezvousTimeoutS, 0.25);
+  EXPECT_EQ(env.rendezvousSecret, "launcher-made");
   EXPECT_EQ(env.waitTimeoutMs, 1500u);
   EXPECT_EQ(env.pushBlocks, 48);
 }
@@ -78,6 +83,58 @@ TEST(Env, BadValuesNameTheVariableTheValueAndTheDefault) {
       EXPECT_NE(what.find("default"), std::string::npos) << what;
     }
   }
+}
+
+void expectRejected(const std::string& name, const std::string& value) {
+  try {
+    parseWith({{name, value}});
+    ADD_FAILURE() << name << "='" << value << "' accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidEnv);
+    EXPECT_NE(std::string(e.what()).find(name + "='" + value + "'"), std::string::npos) << e.what();
+  }
+}
+
+// The same grammar as the other variables: digits, optionally '.' and digits; from a millisecond to a day.
+TEST(Env, RendezvousTimeoutIsDigitsWithAnOptionalFraction) {
+  const std::vector<std::pair<std::string, double>> good = {
+      {"0.001", 0.001}, {"1", 1}, {"2.5", 2.5}, {"030", 30}, {"86400", 86400}, {"86400.000", 86400}};
+  for (const auto& [text, value] : good)
+    EXPECT_DOUBLE_EQ(parseWith({{"MEGAMOE_RENDEZVOUS_TIMEOUT_S", text}}).rendezvousTimeoutS, value) << text;
+  for (const char* bad : {
+           " 5", "5 ", "\t5", "5\n",           // blanks
+           "+5", "-0", "-5",                    // signs
+           "0x10", "0x1p3", "0X1P-3",           // hex, hex floats
+           "1e-300", "1e3", "5E0", "1e",        // exponents (1e-300: a zero timeout)
+           "1,5", ".5", "5.", "1.2.3", "1..2",  // decimal point: '.' between digits only
+           "inf", "infinity", "nan", "",        // not numbers
+           "0", "0.0", "0.0009",                // below a millisecond
+           "86400.5", "86401", "99999999999999999999999999999999999"}) {
+    expectRejected("MEGAMOE_RENDEZVOUS_TIMEOUT_S", bad);
+  }
+}
+
+// strtod reads "2,5" as 2.5 under a decimal-comma locale (and "2.5" as 2): the parser must not consult the locale.
+TEST(Env, RendezvousTimeoutIgnoresTheLocale) {
+  const std::string before = std::setlocale(LC_NUMERIC, nullptr);
+  const char* comma = nullptr;
+  for (const char* name : {"de_DE.UTF-8", "de_DE.utf8", "fr_FR.UTF-8", "fr_FR.utf8", "nl_NL.UTF-8", "ru_RU.UTF-8"})
+    if (std::setlocale(LC_NUMERIC, name)) {
+      comma = name;
+      break;
+    }
+  if (!comma) GTEST_SKIP() << "no locale with a decimal comma is installed here (tried de_DE, fr_FR, nl_NL, ru_RU)";
+  double dot = 0;
+  bool commaAccepted = true;
+  try {
+    dot = parseWith({{"MEGAMOE_RENDEZVOUS_TIMEOUT_S", "2.5"}}).rendezvousTimeoutS;
+    parseWith({{"MEGAMOE_RENDEZVOUS_TIMEOUT_S", "2,5"}});
+  } catch (const Error&) {
+    commaAccepted = false;
+  }
+  std::setlocale(LC_NUMERIC, before.c_str());  // before any assertion can return
+  EXPECT_DOUBLE_EQ(dot, 2.5) << comma;
+  EXPECT_FALSE(commaAccepted) << comma;
 }
 
 }  // namespace

@@ -2,10 +2,15 @@
 // fake IPC over shared memory), the device-error path and the unusable-heap policy, and teardown.
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+
 #include <cstring>
+#include <functional>
 
 #include "TestSupport.h"
 #include "megamoe/Error.h"
+#include "megamoe/MoeLayer.h"
+#include "megamoe/Rendezvous.h"
 #include "megamoe/Runtime.h"
 #include "megamoe/SymmetricHeap.h"
 
@@ -203,6 +208,134 @@ TEST(SymmetricHeap, ModeBWithDifferentRegionsNamesTheRank) {
     ASSERT_TRUE(o.finished);
     EXPECT_FALSE(o.ok);
     EXPECT_NE(o.text.find("rank 1's heap layout"), std::string::npos) << o.text;
+  }
+}
+
+// What SymmetricHeap.cpp's IpcPayload holds, for a forged rank: the handle, the heap size, the backend, 0.
+struct ForgedPayload {
+  IpcHandle handle;
+  uint64_t heapBytes = 0;
+  uint32_t backend = 0;
+  uint32_t reserved = 0;
+};
+
+// A peer's payload is checked field by field before its memory is mapped: a rank that agrees on the layout hash
+// but offers a heap of another size, or of another backend, is refused with the rank and the field named.
+TEST(SymmetricHeap, ModeBRefusesAPeerPayloadWithAnotherHeapSizeOrBackend) {
+  struct Case {
+    uint64_t extraBytes;
+    BackendKind backend;
+    uint32_t reserved;
+    std::string named;
+  };
+  const uint64_t total = SymmetricHeap::layoutFor(kRegions).totalBytes();
+  const Case cases[] = {
+      {4096, BackendKind::kHip, 0,
+       "rank 1's heap payload has heapBytes=" + std::to_string(total + 4096) + ", but rank 0's layout totals " +
+           std::to_string(total) + " bytes"},
+      {0, BackendKind::kCuda, 0, "rank 1's heap payload has backend=cuda, but rank 0's is hip"},
+      {0, BackendKind::kHip, 7, "rank 1's heap payload has reserved=7"},
+  };
+  for (const Case& c : cases) {
+    test::TempDir dir;
+    const std::string path = dir.file("heap.sock");
+    auto rank0 = std::make_unique<test::Child>([=]() -> std::string {
+      SymmetricHeap::createMultiProcess(fakeDevice(0), kRegions, 0, 2, path, fakeEnv());
+      return "ok";
+    });
+    // Rank 1 speaks the rendezvous itself, with a real handle to memory of its own and one field forged.
+    auto forger = std::make_unique<test::Child>([=]() -> std::string {
+      auto device = fakeDevice(1);
+      const HeapLayout layout = SymmetricHeap::layoutFor(kRegions);
+      ForgedPayload p;
+      p.handle = device->exportIpcHandle(device->allocate(layout.totalBytes()));
+      p.heapBytes = layout.totalBytes() + c.extraBytes;
+      p.backend = static_cast<uint32_t>(c.backend);
+      p.reserved = c.reserved;
+      std::vector<uint8_t> bytes(sizeof p);
+      std::memcpy(bytes.data(), &p, sizeof p);
+      RendezvousOptions o;
+      o.path = path;
+      o.rank = 1;
+      o.nranks = 2;
+      o.layoutHash = layout.hash() ^ (static_cast<uint64_t>(BackendKind::kHip) << 56);  // as the heap computes it
+      o.timeoutS = 10;
+      Rendezvous rv(o, bytes);
+      rv.barrier("heap setup");  // rank 0 abandons with its reason
+      return "ok";
+    });
+    for (test::Child* child : {rank0.get(), forger.get()}) {
+      const test::ChildOutcome o = child->wait(30);
+      ASSERT_TRUE(o.finished);
+      EXPECT_FALSE(o.ok) << "rank 0 mapped a forged payload: " << o.text;
+      EXPECT_NE(o.text.find(c.named), std::string::npos) << o.text;
+    }
+  }
+}
+
+// The caller's configuration, agreed at the rendezvous: a difference fails both ranks naming the field, even where
+// the heap layouts are equal.
+TEST(SymmetricHeap, ModeBRanksThatDisagreeNameTheField) {
+  test::TempDir dir;
+  const std::string path = dir.file("heap.sock");
+  std::vector<std::unique_ptr<test::Child>> ranks;
+  for (int r = 0; r < 2; ++r)
+    ranks.push_back(std::make_unique<test::Child>([=]() -> std::string {
+      const RendezvousAgreement agreement = {{"hidden", "7168"}, {"intermediate", r == 1 ? "1024" : "2048"}};
+      SymmetricHeap::createMultiProcess(fakeDevice(r), kRegions, r, 2, path, fakeEnv(), agreement);
+      return "ok";
+    }));
+  for (auto& c : ranks) {
+    const test::ChildOutcome o = c->wait(30);
+    ASSERT_TRUE(o.finished);
+    EXPECT_FALSE(o.ok);
+    EXPECT_NE(o.text.find("rank 1's intermediate=1024 differs from rank 0's intermediate=2048"), std::string::npos)
+        << o.text;
+  }
+}
+
+// MoeLayer::create agrees on every MoeLayerConfig field: two ranks that differ in one fail on both ranks naming
+// it (before any kernel is loaded), whether or not the field changes the heap layout.
+TEST(SymmetricHeap, ModeBLayersThatDifferInOneFieldNameIt) {
+  const MoeLayerConfig base = {512, 256, 16, 4, 64, 0};
+  struct Case {
+    const char* field;
+    std::function<void(MoeLayerConfig&)> change;
+  };
+  const Case cases[] = {
+      {"hidden", [](MoeLayerConfig& c) { c.hidden = 1024; }},
+      {"intermediate", [](MoeLayerConfig& c) { c.intermediate = 512; }},
+      {"experts", [](MoeLayerConfig& c) { c.experts = 32; }},
+      {"topk", [](MoeLayerConfig& c) { c.topk = 2; }},
+      {"max_tokens", [](MoeLayerConfig& c) { c.maxTokens = 128; }},
+      {"swiglu_clamp_milli", [](MoeLayerConfig& c) { c.swigluClampMilli = 7000; }},
+      {"training", [](MoeLayerConfig& c) { c.training = true; }},
+      {"dedup_tokens", [](MoeLayerConfig& c) { c.dedupTokens = true; }},
+  };
+  for (const Case& c : cases) {
+    test::TempDir dir;
+    const std::string path = dir.file("layer.sock");
+    // Empty: a layer that got past the rendezvous would fail to load its kernels instead.
+    const std::string cache = dir.file("cache");
+    ASSERT_EQ(::mkdir(cache.c_str(), 0700), 0);
+    std::vector<std::unique_ptr<test::Child>> ranks;
+    for (int r = 0; r < 2; ++r)
+      ranks.push_back(std::make_unique<test::Child>([=]() -> std::string {
+        RuntimeEnv env = fakeEnv();
+        env.cacheDir = cache;
+        Runtime runtime(BackendKind::kHip, r, env);
+        MoeLayerConfig config = base;
+        if (r == 1) c.change(config);
+        MoeLayer::create(runtime, config, r, 2, path);
+        return "ok";
+      }));
+    for (int r = 0; r < 2; ++r) {
+      const test::ChildOutcome o = ranks[r]->wait(30);
+      ASSERT_TRUE(o.finished) << c.field;
+      EXPECT_FALSE(o.ok) << c.field;
+      EXPECT_NE(o.text.find(std::string("rank 1's ") + c.field + "="), std::string::npos)
+          << "rank " << r << ", " << c.field << ": " << o.text;
+    }
   }
 }
 

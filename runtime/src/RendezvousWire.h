@@ -1,0 +1,57 @@
+// The rendezvous's wire format (Rendezvous.cpp), declared apart so that the host tests can forge what a stranger or
+// a broken rank would send. Every message is a Header, then `bytes` of body; integers in host order (the peers share
+// a machine).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "megamoe/Rendezvous.h"
+
+namespace megamoe::wire {
+
+constexpr uint32_t kMagic = 0x454f4d4du;  // "MMOE"
+constexpr uint32_t kProtocolVersion = 2;
+
+enum MessageType : uint32_t { kHello = 1, kPayloads = 2, kFailure = 3, kBarrier = 4, kBarrierDone = 5 };
+
+struct Header {
+  uint32_t magic = kMagic;
+  uint32_t version = kProtocolVersion;
+  uint32_t type = 0;
+  int32_t rank = 0;
+  int32_t nranks = 0;
+  uint32_t code = 0;  // ErrorCode of a kFailure
+  uint64_t layoutHash = 0;
+  uint64_t secretDigest = 0;  // kHello and kPayloads: secretDigest(RendezvousOptions::secret)
+  uint64_t bytes = 0;
+};
+static_assert(sizeof(Header) == 48, "wire header must not change silently");
+
+// The largest kHello body rank 0 reads: the agreement list and one payload.
+constexpr size_t kMaxHelloBytes = 4 + Rendezvous::kMaxAgreementBytes + Rendezvous::kMaxPayloadBytes;
+
+// kHello body: u32 entry count, then per entry u32 name bytes, name, u32 value bytes, value; the rest is the payload.
+std::vector<uint8_t> encodeHello(const RendezvousAgreement& agreement, const std::vector<uint8_t>& payload);
+// False when the body does not parse (cut short, a length past the end, an empty or repeated name).
+bool decodeHello(const std::vector<uint8_t>& body, RendezvousAgreement* agreement, std::vector<uint8_t>* payload);
+// Bytes encodeHello spends on `agreement`.
+size_t agreementBytes(const RendezvousAgreement& agreement);
+
+// One rank's entry of the kPayloads body, as rank 0 accepted it from that rank's hello.
+struct RankEntry {
+  uint64_t layoutHash = 0;
+  uint64_t agreementDigest = 0;
+  std::vector<uint8_t> payload;
+};
+// kPayloads body: per rank, in rank order: u64 layoutHash, u64 agreementDigest, u64 payload bytes, payload.
+std::vector<uint8_t> encodePayloads(const std::vector<RankEntry>& entries);
+// False unless the body holds exactly `nranks` entries.
+bool decodePayloads(const std::vector<uint8_t>& body, int nranks, std::vector<RankEntry>* entries);
+
+// Independent of the entries' order: two ranks agree when they declare the same names with the same values.
+uint64_t agreementDigest(const RendezvousAgreement& agreement);
+// What the hello carries instead of the secret itself.
+uint64_t secretDigest(const std::string& secret);
+
+}  // namespace megamoe::wire
