@@ -246,7 +246,7 @@ int runWorker(const std::string& test, int rank, int nranks, const std::string& 
     loadCommKernels(self, kRounds);
     if (test == "a2a") loadA2a(self);
     // Host barriers: a peer must not write call c + 1's data into our heap before we have read call c's.
-    Rendezvous sync({path + ".sync", rank, nranks, 0, env.rendezvousTimeoutS}, {});
+    Rendezvous sync({path + ".sync", rank, nranks, 0, env.rendezvousTimeoutS, /*secret*/ "", /*agreement*/ {}}, {});
     DevicePtr send = 0;
     if (test == "a2a") send = self.device().allocate(size_t(nranks * kA2aRows * kA2aHidden) * 2);
     std::string failure;
