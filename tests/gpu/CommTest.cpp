@@ -30,6 +30,7 @@
 
 #include "GpuTestSupport.h"
 #include "compiler/abi/DeviceAbi.h"
+#include "megamoe/KernelArgs.h"
 #include "megamoe/Rendezvous.h"
 #include "megamoe/Runtime.h"
 #include "megamoe/SymmetricHeap.h"
@@ -71,27 +72,31 @@ struct Rank {
     }
   }
 
-  void launch(const Kernel& kernel, uint32_t grid, void** params) {
-    gputest::launch1d(*runtime, kernel, grid, stream, params, heap);
+  // The arguments of `kernel`, by name (compiler/abi/KernelAbi.h), with this rank's context set.
+  KernelArgs args(const Kernel& kernel) const {
+    KernelArgs a(kernel.key().kernel);
+    a.context(heap->contextAddress());
+    return a;
   }
-  // ping_pong(ctx, flag, log) on the "flag" and "log" regions.
+  void launch(const Kernel& kernel, uint32_t grid, KernelArgs& args) {
+    gputest::launch1d(*runtime, kernel, grid, stream, args, heap);
+  }
+  // ping_pong on the "flag" and "log" regions.
   void launchPingPong() {
-    uint64_t ctx = heap->contextAddress(), flag = heap->regionAddress("flag"), log = heap->regionAddress("log");
-    void* params[] = {&ctx, &flag, &log};
-    launch(*pingPong, 1, params);
+    KernelArgs a = args(*pingPong);
+    a.ptr("flag", heap->regionAddress("flag")).ptr("log", heap->regionAddress("log"));
+    launch(*pingPong, 1, a);
   }
   void launchEpochAdvance() {
-    uint64_t ctx = heap->contextAddress();
-    void* params[] = {&ctx};
-    launch(*epochAdvance, 1, params);
+    KernelArgs a = args(*epochAdvance);
+    launch(*epochAdvance, 1, a);
   }
-  // a2a_rows(ctx, send, recv, flags, rows): one block group of kA2aBlocksPerPeer per peer.
+  // a2a_rows: one block group of kA2aBlocksPerPeer per peer.
   void launchA2a(DevicePtr send) {
-    uint64_t ctx = heap->contextAddress(), sendArg = send, recv = heap->regionAddress("recv"),
-             flags = heap->regionAddress("flags");
-    int32_t rows = static_cast<int32_t>(kA2aRows);
-    void* params[] = {&ctx, &sendArg, &recv, &flags, &rows};
-    launch(*a2a, static_cast<uint32_t>(heap->nranks() * kA2aBlocksPerPeer), params);
+    KernelArgs a = args(*a2a);
+    a.ptr("send", send).ptr("recv", heap->regionAddress("recv")).ptr("flags", heap->regionAddress("flags"));
+    a.i32("rows", kA2aRows);
+    launch(*a2a, static_cast<uint32_t>(heap->nranks() * kA2aBlocksPerPeer), a);
   }
 
   uint64_t readEpoch() const { return gputest::readEpoch(*heap); }
@@ -241,7 +246,7 @@ int runWorker(const std::string& test, int rank, int nranks, const std::string& 
     loadCommKernels(self, kRounds);
     if (test == "a2a") loadA2a(self);
     // Host barriers: a peer must not write call c + 1's data into our heap before we have read call c's.
-    Rendezvous sync({path + ".sync", rank, nranks, 0, env.rendezvousTimeoutS}, {});
+    Rendezvous sync({path + ".sync", rank, nranks, 0, env.rendezvousTimeoutS, /*secret*/ "", /*agreement*/ {}}, {});
     DevicePtr send = 0;
     if (test == "a2a") send = self.device().allocate(size_t(nranks * kA2aRows * kA2aHidden) * 2);
     std::string failure;
@@ -552,10 +557,10 @@ TEST_P(GpuComm, PeerStoreBandwidth) {
   };
   auto peerStore = [&](uint32_t blocks) {
     return [&, blocks] {
-      uint64_t ctx = from.heap->contextAddress(), srcArg = src, dstArg = dstLocal;
-      int32_t chunks = static_cast<int32_t>(kBytes / kChunk), peer = target, grid = static_cast<int32_t>(blocks);
-      void* params[] = {&ctx, &srcArg, &dstArg, &chunks, &peer, &grid};
-      from.launch(*from.peerStore, blocks, params);
+      KernelArgs a = from.args(*from.peerStore);
+      a.ptr("src", src).ptr("dst", dstLocal).i32("chunks", int64_t(kBytes / kChunk)).i32("peer", target);
+      a.i32("grid", blocks);
+      from.launch(*from.peerStore, blocks, a);
     };
   };
   const uint32_t grid2 = uint32_t(sms * 2), grid4 = uint32_t(sms * 4);

@@ -24,6 +24,7 @@
 
 #include "GpuTestSupport.h"
 #include "compiler/abi/DeviceAbi.h"
+#include "megamoe/KernelArgs.h"
 #include "megamoe/Runtime.h"
 #include "megamoe/SymmetricHeap.h"
 
@@ -74,25 +75,29 @@ struct Rank {
     }
   }
 
-  void launch(const Kernel& kernel, uint32_t grid, void** params) {
-    gputest::launch1d(*runtime, kernel, grid, stream, params, heap);
+  // The arguments of `kernel`, by name (compiler/abi/KernelAbi.h), with this rank's context set.
+  KernelArgs args(const Kernel& kernel) const {
+    KernelArgs a(kernel.key().kernel);
+    a.context(heap->contextAddress());
+    return a;
   }
-  // dispatch_prologue(ctx, topk_idx, tokens, counts, flags, send_slot, pool_offsets, send_list, send_off, send_base,
-  // arrivals, done, route_epoch, scratch, blocks): kPrologueBlocks blocks.
+  void launch(const Kernel& kernel, uint32_t grid, KernelArgs& args) {
+    gputest::launch1d(*runtime, kernel, grid, stream, args, heap);
+  }
+  // dispatch_prologue on this rank's buffers and heap regions: kPrologueBlocks blocks.
   void launchPrologue(int32_t tokens) {
-    uint64_t ctx = heap->contextAddress(), idx = topkIdx, counts = heap->regionAddress("counts"),
-             flags = heap->regionAddress("flags"), slot = sendSlot, offsets = poolOffsets, list = sendList,
-             off = sendOff, base = sendBase, arrivals = heap->regionAddress("arrivals"),
-             done = heap->regionAddress("done"), route = routeEpoch, work = scratch;
-    int32_t blocks = kPrologueBlocks;
-    void* params[] = {&ctx, &idx, &tokens, &counts, &flags, &slot, &offsets, &list, &off, &base, &arrivals, &done,
-                      &route, &work, &blocks};
-    launch(*prologue, uint32_t(blocks), params);
+    KernelArgs a = args(*prologue);
+    a.ptr("topk_idx", topkIdx).i32("tokens", tokens);
+    a.ptr("counts", heap->regionAddress("counts")).ptr("flags", heap->regionAddress("flags"));
+    a.ptr("send_slot", sendSlot).ptr("pool_offsets", poolOffsets);
+    a.ptr("send_list", sendList).ptr("send_off", sendOff).ptr("send_base", sendBase);
+    a.ptr("arrivals", heap->regionAddress("arrivals")).ptr("done", heap->regionAddress("done"));
+    a.ptr("route_epoch", routeEpoch).ptr("scratch", scratch).i32("blocks", kPrologueBlocks);
+    launch(*prologue, uint32_t(kPrologueBlocks), a);
   }
   void launchEpochAdvance() {
-    uint64_t ctx = heap->contextAddress();
-    void* params[] = {&ctx};
-    launch(*epochAdvance, 1, params);
+    KernelArgs a = args(*epochAdvance);
+    launch(*epochAdvance, 1, a);
   }
 
   uint64_t readEpoch() const { return gputest::readEpoch(*heap); }

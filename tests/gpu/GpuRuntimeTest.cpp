@@ -20,7 +20,8 @@
 namespace megamoe {
 namespace {
 
-// nvcc -ptx -arch=compute_90 of two small kernels (.version lowered to 8.0 so that CUDA 12 drivers JIT it):
+// nvcc -ptx -arch=compute_90 of two small kernels (.version lowered to 8.0 so that CUDA 12 drivers JIT it). No
+// declaration (compiler/abi/KernelAbi.h) names them, so their launches pass positional parameter arrays:
 //   megamoe_test_fill(unsigned* out, unsigned value, unsigned n): out[i] = value + i through dynamic shared memory.
 //   megamoe_test_report_timeout(const DeviceContext*, uint64 flag): the last block claims the DeviceError record by
 //     CAS and reports a wait timeout on `flag` (seen 3, expected 4), as the bounded-wait helper does.

@@ -1,8 +1,8 @@
 // Shared by every GPU-tier test: open the CUDA backend or skip with the reason (so that a machine without a GPU skips
 // them all the same way), ranks placed on the visible GPUs (rank r on device r % deviceCount: ranks share a GPU when
 // there are fewer GPUs than ranks), the rank counts the multi-rank tests run at, bf16 on the host, per-test seeds,
-// kernels from the test cache (scripts/gen-gpu-test-cache.sh), device fills and comparisons, a host parallel loop,
-// and worker processes that re-execute the test binary.
+// kernels from the test cache (scripts/gen-gpu-test-cache.sh) and their launches with arguments by name, device fills
+// and comparisons, a host parallel loop, and worker processes that re-execute the test binary.
 #pragma once
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -30,6 +30,7 @@
 #include "compiler/abi/DeviceAbi.h"
 #include "megamoe/Backend.h"
 #include "megamoe/Error.h"
+#include "megamoe/KernelArgs.h"
 #include "megamoe/Runtime.h"
 #include "megamoe/SymmetricHeap.h"
 #include "megamoe/env.h"
@@ -217,15 +218,14 @@ inline std::shared_ptr<const Kernel> loadKernel(Runtime& runtime, const std::str
 
 // ---- device helpers ----
 
-// cuMemcpyHtoD from pageable memory may return before its DMA has landed, and the tests' non-blocking streams do not
-// wait for the legacy stream it runs on: wait for the device before a kernel reads what was uploaded.
-// A 1-D launch of `kernel` with its own block size on `stream`, checked against `heap`'s usability.
-inline void launch1d(Runtime& runtime, const Kernel& kernel, uint32_t grid, StreamHandle stream, void** params,
+// A 1-D launch of `kernel` with its own block size on `stream`, its arguments by name (`args` must be the kernel's
+// declaration's), checked against `heap`'s usability.
+inline void launch1d(Runtime& runtime, const Kernel& kernel, uint32_t grid, StreamHandle stream, KernelArgs& args,
                      const SymmetricHeap* heap) {
   LaunchDims dims;
   dims.grid.x = grid;
   dims.block.x = static_cast<uint32_t>(kernel.metadata().blockThreads);
-  runtime.launch(kernel, dims, stream, params, heap);
+  runtime.launch(kernel, dims, stream, args, heap);
 }
 
 // main() of every GPU test binary without worker modes: gtest plus the --seed option.
@@ -236,6 +236,8 @@ inline int runGpuTests(int argc, char** argv) {
   return RUN_ALL_TESTS();
 }
 
+// cuMemcpyHtoD from pageable memory may return before its DMA has landed, and the tests' non-blocking streams do not
+// wait for the legacy stream it runs on: wait for the device before a kernel reads what was uploaded.
 inline void uploadAndWait(Device& device, DevicePtr dst, const void* src, size_t bytes) {
   device.copyHostToDevice(dst, src, bytes);
   device.synchronizeDevice();

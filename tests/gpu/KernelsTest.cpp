@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "GpuTestSupport.h"
+#include "megamoe/KernelArgs.h"
 #include "megamoe/Runtime.h"
 
 namespace megamoe {
@@ -81,10 +82,10 @@ struct Gpu {
   gpu.stream = gpu.device().createStream()
 
 // One launch into a sentinel-filled output, waited for, the output read back.
-std::vector<uint16_t> launchPoisoned(Gpu& gpu, const Kernel& kernel, const LaunchDims& dims, void** params,
+std::vector<uint16_t> launchPoisoned(Gpu& gpu, const Kernel& kernel, const LaunchDims& dims, KernelArgs& args,
                                      Buffer& out) {
   out.poison();
-  gpu.runtime->launch(kernel, dims, gpu.stream, params);
+  gpu.runtime->launch(kernel, dims, gpu.stream, args);
   gpu.device().synchronize(gpu.stream);
   return out.download<uint16_t>();
 }
@@ -130,14 +131,13 @@ void runSwiglu(Gpu& gpu, const SwigluCase& c) {
   hDev.upload(h);
   Buffer out(gpu.device(), size_t((m + 1) * inter) * 2);  // one guard row past the end
 
-  uint64_t hArg = hDev.ptr(), outArg = out.ptr();
-  int32_t rowsArg = static_cast<int32_t>(m);
-  void* params[] = {&hArg, &outArg, &rowsArg};
+  KernelArgs args("swiglu_fwd");
+  args.ptr("h", hDev.ptr()).ptr("out", out.ptr()).i32("rows", m);
   LaunchDims dims;
   const int64_t vectors = m * inter / kSwigluVector;
   dims.grid.x = static_cast<uint32_t>((vectors + kSwigluBlockThreads - 1) / kSwigluBlockThreads);
   dims.block.x = static_cast<uint32_t>(kSwigluBlockThreads);
-  auto launchOnce = [&] { return launchPoisoned(gpu, *kernel, dims, params, out); };
+  auto launchOnce = [&] { return launchPoisoned(gpu, *kernel, dims, args, out); };
   const std::vector<uint16_t> first = launchOnce();
   const Written written = checkWritten(first, m * inter, (m + 1) * inter, "row M");
 
@@ -209,15 +209,14 @@ void runGemm(Gpu& gpu, const GemmCase& c) {
   const int64_t rowsAllocated = (tilesM + 1) * kGemmBlockM;  // a whole spare tile of rows past M
   Buffer cDev(gpu.device(), size_t(rowsAllocated * n) * 2);
 
-  uint64_t aArg = aDev.ptr(), bArg = bDev.ptr(), cArg = cDev.ptr();
-  int32_t mArg = static_cast<int32_t>(m);
-  void* params[] = {&aArg, &bArg, &cArg, &mArg};
+  KernelArgs args("gemm_nt");
+  args.ptr("a", aDev.ptr()).ptr("b", bDev.ptr()).ptr("c", cDev.ptr()).i32("m", m);
   LaunchDims dims;
   dims.grid = {static_cast<uint32_t>(n / kGemmBlockN), static_cast<uint32_t>(tilesM), 1};
   dims.block.x = static_cast<uint32_t>(kGemmBlockThreads);
   auto launchOnce = [&] {
     cDev.poison();
-    gpu.runtime->launch(*kernel, dims, gpu.stream, params);
+    gpu.runtime->launch(*kernel, dims, gpu.stream, args);
     gpu.device().synchronize(gpu.stream);
     return cDev.download<uint16_t>();
   };
@@ -261,11 +260,11 @@ void runGemm(Gpu& gpu, const GemmCase& c) {
   std::string timing;
   if (c.time) {
     EventHandle start = gpu.device().createEvent(), end = gpu.device().createEvent();
-    for (int i = 0; i < 3; ++i) gpu.runtime->launch(*kernel, dims, gpu.stream, params);
+    for (int i = 0; i < 3; ++i) gpu.runtime->launch(*kernel, dims, gpu.stream, args);
     std::vector<float> ms;
     for (int i = 0; i < 10; ++i) {
       gpu.device().recordEvent(start, gpu.stream);
-      gpu.runtime->launch(*kernel, dims, gpu.stream, params);
+      gpu.runtime->launch(*kernel, dims, gpu.stream, args);
       gpu.device().recordEvent(end, gpu.stream);
       gpu.device().synchronizeEvent(end);
       ms.push_back(gpu.device().elapsedMilliseconds(start, end));
@@ -356,14 +355,14 @@ void runTmaGroupedGemm(Gpu& gpu, Layout layout, int64_t E = 8, int64_t N = 512, 
   std::fill(scratchInit.begin(), scratchInit.begin() + ptrdiff_t(counterInts), 0u);
   Buffer scratch(gpu.device(), scratchInts * 4);
   scratch.upload(scratchInit);
-  uint64_t aArg = aDev.ptr(), bArg = bDev.ptr(), outArg = out.ptr(), offArg = offDev.ptr(), ticketArg = tickets.ptr(),
-           scratchArg = scratch.ptr();
-  void* params[] = {&aArg, &bArg, &outArg, &offArg, &ticketArg, &scratchArg, &maxSplit, &grid, mapA.data(),
-                    mapB.data()};
+  KernelArgs args(name);
+  args.ptr("a", aDev.ptr()).ptr("b", bDev.ptr()).ptr("c", out.ptr()).ptr("offsets", offDev.ptr());
+  args.ptr("tickets", tickets.ptr()).ptr("split", scratch.ptr()).i32("max_split", maxSplit).i32("grid", grid);
+  args.tensorMap("map_a", mapA).tensorMap("map_b", mapB);
   LaunchDims dims;
   dims.grid.x = uint32_t(grid);
   dims.block.x = uint32_t(kernel->metadata().blockThreads);
-  auto launchOnce = [&] { return launchPoisoned(gpu, *kernel, dims, params, out); };
+  auto launchOnce = [&] { return launchPoisoned(gpu, *kernel, dims, args, out); };
   const std::vector<uint16_t> first = launchOnce();
   const Written written = checkWritten(first, outRows * N, (outRows + guardRows) * N, tn ? "the last expert" : "the last group");
   ErrorNorm err;
