@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "compiler/abi/DeviceAbi.h"
 #include "megamoe/Target/Target.h"
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/OwningOpRef.h"
@@ -160,7 +161,7 @@ struct DispatchPrologueSpec {
   static constexpr int64_t kBlockThreads = 1024;
   // Any number of blocks (all resident: they meet once), each counting a contiguous range of the picks; scratch
   // holds their meeting counters (i32 [kScratchHeader]) and per-block counts (i32 [blocks][E]).
-  static constexpr int64_t kScratchHeader = 4;
+  static constexpr int64_t kScratchHeader = abi::kPrologueScratchHeader;
   int64_t experts, topk, ranks;
   KernelSpec spec() const { return {kName, {{"E", experts}, {"topk", topk}, {"ranks", ranks}}}; }
 };

@@ -54,6 +54,14 @@ struct DeviceContext {
   uint64_t epoch;                     // device-advanced call counter (see docs/decisions/epochs.md)
 };
 
+// dispatch_prologue's scratch (kernels/Kernels.h DispatchPrologueSpec) for `blocks` blocks and `experts` experts: its
+// meeting counters (kPrologueScratchHeader i32), then each block's pick counts per expert (i32 [blocks][experts]);
+// zero before the first launch, left zero by each.
+inline constexpr int64_t kPrologueScratchHeader = 4;
+inline constexpr int64_t prologueScratchBytes(int64_t blocks, int64_t experts) {
+  return (kPrologueScratchHeader + blocks * experts) * 4;
+}
+
 // The split scratch of the grouped_gemm_{nt,nn,tn}_tma kernels (kernels/Kernels.h) for a grid: i32 counters, 2 per
 // block in whole 256-byte lines (zero before the first launch; every launch leaves them zero), then one fp32
 // 128 x 256 partial tile per block (any contents).

@@ -39,10 +39,10 @@ constexpr int64_t kMaxGridBlocks = 1024, kMaxBlockThreads = 1024, kMaxGridThread
 
 // GroupedGemmSpec::Layout values (kernels/Kernels.h).
 constexpr int64_t kLayoutNT = 0, kLayoutNN = 1, kLayoutTN = 2;
-// dispatch_prologue's blocks (each counts 1/16 of the picks; all resident, they meet once) and its scratch: meeting
-// counters (4 i32: DispatchPrologueSpec::kScratchHeader in kernels/Kernels.h) and the blocks' counts per expert.
+// dispatch_prologue's blocks (each counts 1/16 of the picks; all resident, they meet once) and its scratch
+// (compiler/abi/DeviceAbi.h prologueScratchBytes).
 constexpr int32_t kPrologueBlocks = 16;
-int64_t prologueScratchBytes(int64_t experts) { return (4 + int64_t(kPrologueBlocks) * experts) * 4; }
+int64_t prologueScratchBytes(int64_t experts) { return abi::prologueScratchBytes(kPrologueBlocks, experts); }
 // Indices into MoeLayer::kernelSpecs() (and Impl::kernels).
 enum KernelIndex : size_t {
   kPrologue, kDispatchNT, kCombineNT, kEpochAdvance, kStageBegin,  // forward (stage_begin: profiling, backward)

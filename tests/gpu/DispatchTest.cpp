@@ -161,8 +161,7 @@ void openModeA(ModeA& a, const Shape& s, int64_t maxTokens, const RuntimeEnv& en
     rank.sendOff = rank.device().allocate(size_t(s.experts + 1) * 4);
     rank.sendBase = rank.device().allocate(size_t(s.experts) * 4);
     rank.routeEpoch = rank.device().allocate(8);
-    // DispatchPrologueSpec's scratch: kScratchHeader (4) + blocks x E i32.
-    const size_t scratchBytes = size_t(4 + kPrologueBlocks * s.experts) * 4;
+    const size_t scratchBytes = size_t(abi::prologueScratchBytes(kPrologueBlocks, s.experts));
     rank.scratch = rank.device().allocate(scratchBytes);
     rank.device().memsetZero(rank.scratch, scratchBytes, nullptr);
     rank.device().synchronize(nullptr);
