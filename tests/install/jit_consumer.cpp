@@ -14,9 +14,11 @@ int main() {
   if (!mkdtemp(cacheDir)) return 2;
   int failures = 0;
   try {
-    const megamoe::cache::KernelKey key{"epoch_advance", {}, "gfx950", "", ""};
+    // The options the compiler stores its entries under, so that the lookup without the JIT finds this one.
+    const megamoe::cache::KernelKey key{"epoch_advance", {}, "gfx950", megamoe::defaultTargetOptions("gfx950"), ""};
     megamoe::installRuntimeJit(cacheDir);
     const megamoe::cache::CacheEntry built = megamoe::KernelLoader(cacheDir).find(key, "");
+    std::printf("jit_consumer: built %s (%zu bytes)\n", key.describe().c_str(), built.binary.size());
     if (built.binary.size() < 4 || built.binary[0] != 0x7f || built.binary[1] != 'E') {
       std::fprintf(stderr, "jit_consumer: the JIT's gfx950 object is not an ELF file (%zu bytes)\n", built.binary.size());
       ++failures;

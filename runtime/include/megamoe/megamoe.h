@@ -15,8 +15,9 @@
  * Growing structs. A struct that starts with `size_t struct_size` (megamoe_layer_config) may gain fields at its end
  * in later releases without breaking binaries: the caller sets struct_size to sizeof(the struct) as its header
  * declares it (MEGAMOE_LAYER_CONFIG_INIT does), and the library reads only the fields that size covers, taking 0
- * for the rest. A size smaller than the struct's first release is refused, and so is a larger one whose bytes past
- * the fields this library knows are not all zero (a newer header's field that this library would ignore). */
+ * for the rest. A size smaller than the struct's first release, or above 4096, is refused, and so is a larger one
+ * whose bytes past the fields this library knows are not all zero (a newer header's field this library would
+ * ignore). */
 #ifndef MEGAMOE_MEGAMOE_H
 #define MEGAMOE_MEGAMOE_H
 
