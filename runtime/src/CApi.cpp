@@ -28,8 +28,8 @@ static_assert(MEGAMOE_MAX_RANKS == megamoe::abi::kMaxRanks, "megamoe.h's rank bo
 // The first published megamoe_layer_config (0.1.0) ends with sm_budget; its fields never move, later ones follow it.
 constexpr size_t kLayerConfigFirstSize = offsetof(megamoe_layer_config, sm_budget) + sizeof(int64_t);
 static_assert(offsetof(megamoe_layer_config, struct_size) == 0 &&
-                  offsetof(megamoe_layer_config, hidden) == sizeof(size_t) &&
-                  kLayerConfigFirstSize == sizeof(size_t) + 10 * sizeof(int64_t),
+                  offsetof(megamoe_layer_config, hidden) == (sizeof(size_t) + 7) / 8 * 8 &&
+                  kLayerConfigFirstSize == offsetof(megamoe_layer_config, hidden) + 10 * sizeof(int64_t),
               "megamoe_layer_config's published fields moved: that breaks every binary built against 0.1.0");
 // A struct_size above this is garbage, not a newer header (and reading that far could fault).
 constexpr size_t kStructSizeLimit = 4096;
