@@ -2,6 +2,8 @@
 // message. No exception crosses this boundary.
 #include "megamoe/megamoe.h"
 
+#include <algorithm>
+#include <cstddef>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -22,6 +24,15 @@ static_assert(MEGAMOE_LEG_FUSED == int(megamoe::Leg::kFused) && MEGAMOE_LEG_COMM
                   MEGAMOE_LEG_GEMM_ONLY == int(megamoe::Leg::kGemmOnly),
               "megamoe.h legs mirror MoeLayer.h");
 static_assert(MEGAMOE_MAX_RANKS == megamoe::abi::kMaxRanks, "megamoe.h's rank bound mirrors DeviceAbi.h");
+
+// The first published megamoe_layer_config (0.1.0) ends with sm_budget; its fields never move, later ones follow it.
+constexpr size_t kLayerConfigFirstSize = offsetof(megamoe_layer_config, sm_budget) + sizeof(int64_t);
+static_assert(offsetof(megamoe_layer_config, struct_size) == 0 &&
+                  offsetof(megamoe_layer_config, hidden) == (sizeof(size_t) + 7) / 8 * 8 &&
+                  kLayerConfigFirstSize == offsetof(megamoe_layer_config, hidden) + 10 * sizeof(int64_t),
+              "megamoe_layer_config's published fields moved: that breaks every binary built against 0.1.0");
+// A struct_size above this is garbage, not a newer header (and reading that far could fault).
+constexpr size_t kStructSizeLimit = 4096;
 
 struct megamoe_kernel {
   std::shared_ptr<const megamoe::Kernel> kernel;
@@ -89,10 +100,31 @@ void requireRankCount(size_t nranks) {
     invalid("nranks=" + std::to_string(nranks) + " must be 1.." + std::to_string(MEGAMOE_MAX_RANKS) + " (one node)");
 }
 
+// The caller's config as this library's struct: the fields its struct_size covers, 0 for the others (see megamoe.h,
+// "Growing structs").
+megamoe_layer_config readLayerConfig(const megamoe_layer_config* config) {
+  requireArg(config, "config");
+  const size_t size = config->struct_size;
+  if (size < kLayerConfigFirstSize || size > kStructSizeLimit)
+    invalid("config->struct_size=" + std::to_string(size) + " is not a megamoe_layer_config size: set it to " +
+            "sizeof(megamoe_layer_config) (" + std::to_string(sizeof(megamoe_layer_config)) +
+            " bytes in this library's megamoe.h, at least " + std::to_string(kLayerConfigFirstSize) + ")");
+  const auto* bytes = reinterpret_cast<const unsigned char*>(config);
+  for (size_t i = sizeof(megamoe_layer_config); i < size; ++i)
+    if (bytes[i])
+      invalid("config->struct_size=" + std::to_string(size) + ": byte " + std::to_string(i) +
+              " is not zero, and this libmegamoe " MEGAMOE_VERSION_STRING " knows only the first " +
+              std::to_string(sizeof(megamoe_layer_config)) + " bytes (a field from a newer megamoe.h it cannot honour)");
+  megamoe_layer_config out{};
+  std::memcpy(&out, config, std::min(size, sizeof out));
+  return out;
+}
+
 // The layer configuration for `ranks` ranks, checked in MoeLayer::validate's order (ranks, each field, their
 // products, then dtype: the C value, which MoeLayerConfig cannot hold).
-megamoe::MoeLayerConfig toConfig(const megamoe_layer_config* c, int ranks) {
-  requireArg(c, "config");
+megamoe::MoeLayerConfig toConfig(const megamoe_layer_config* config, int ranks) {
+  const megamoe_layer_config known = readLayerConfig(config);
+  const megamoe_layer_config* c = &known;
   megamoe::MoeLayerConfig out;
   out.hidden = c->hidden;
   out.intermediate = c->intermediate;
@@ -131,6 +163,8 @@ std::vector<megamoe::RegionSpec> toRegions(const megamoe_region_spec* regions, s
 }  // namespace
 
 extern "C" {
+
+const char* megamoe_version(void) { return MEGAMOE_VERSION_STRING; }
 
 const char* megamoe_last_error(void) { return lastError.c_str(); }
 

@@ -1,7 +1,7 @@
-// CUDA driver-API backend. libcuda.so.1 is opened with dlopen (never linked: CI machines have no driver);
-// cuda.h supplies types only. Entry points come from cuGetProcAddress at ABI version 12000, which picks the right
-// _v2/_v3 variant of each; contexts are the devices' primary contexts (CUDA 13 changed cuCtxCreate).
-#include <cuda.h>
+// CUDA driver-API backend. libcuda.so.1 is opened with dlopen (never linked: CI machines have no driver); the
+// driver's types and signatures come from CudaDriverApi.h, so no CUDA toolkit is needed to build. Entry points come
+// from cuGetProcAddress at ABI version 12000, which picks the right _v2/_v3 variant of each; contexts are the
+// devices' primary contexts (CUDA 13 changed cuCtxCreate).
 #include <dlfcn.h>
 
 #include <cstring>
@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "BackendFactories.h"
+#include "CudaDriverApi.h"
 #include "megamoe/Error.h"
 
 namespace megamoe::detail {
@@ -20,25 +21,14 @@ namespace {
 constexpr int kRequestedDriverApi = 12000;
 constexpr uint32_t kDefaultSharedLimit = 48 * 1024;
 
-// Each X(name) becomes a member `name` whose type is the header's declaration (the macro-selected _v2 where the
-// header has one) and whose value is what cuGetProcAddress returns for the plain name.
-#define MEGAMOE_CUDA_ENTRY_POINTS(X)                                                                              \
-  X(cuGetErrorName) X(cuGetErrorString) X(cuInit) X(cuDriverGetVersion) X(cuDeviceGetCount) X(cuDeviceGet)       \
-  X(cuDeviceGetName) X(cuDeviceGetAttribute) X(cuDevicePrimaryCtxRetain) X(cuDevicePrimaryCtxRelease)            \
-  X(cuCtxSetCurrent) X(cuCtxSynchronize) X(cuMemAlloc) X(cuMemFree) X(cuMemsetD8) X(cuMemsetD8Async)              \
-  X(cuMemcpyHtoD) X(cuMemcpyDtoH) X(cuMemcpyDtoD) X(cuMemcpyHtoDAsync) X(cuMemcpyDtoHAsync) X(cuMemcpyDtoDAsync)  \
-  X(cuStreamCreate) X(cuStreamDestroy) X(cuStreamSynchronize) X(cuEventCreate) X(cuEventDestroy)                 \
-  X(cuEventRecord) X(cuEventSynchronize) X(cuEventElapsedTime) X(cuModuleLoadData) X(cuModuleUnload)             \
-  X(cuModuleGetFunction) X(cuFuncSetAttribute) X(cuLaunchKernel) X(cuLaunchKernelEx) X(cuDeviceCanAccessPeer)   \
-  X(cuCtxEnablePeerAccess) X(cuIpcGetMemHandle) X(cuIpcOpenMemHandle) X(cuIpcCloseMemHandle)                  \
-  X(cuStreamBeginCapture) X(cuStreamEndCapture) X(cuGraphInstantiateWithFlags) X(cuGraphLaunch)                  \
-  X(cuGraphExecDestroy) X(cuGraphDestroy) X(cuTensorMapEncodeTiled)
+using namespace cu;
 
-using GetProcAddress = CUresult (*)(const char*, void**, int, cuuint64_t, CUdriverProcAddressQueryResult*);
+template <typename Signature>
+using Fn = Signature*;
 
 struct CudaDriver {
   std::string path;
-#define MEGAMOE_DECLARE_ENTRY(name) decltype(&::name) name = nullptr;
+#define MEGAMOE_DECLARE_ENTRY(name, signature) Fn<signature> name = nullptr;
   MEGAMOE_CUDA_ENTRY_POINTS(MEGAMOE_DECLARE_ENTRY)
 #undef MEGAMOE_DECLARE_ENTRY
 
@@ -396,7 +386,7 @@ std::shared_ptr<Backend> makeCudaBackend(const std::string& libraryPath) {
   auto driver = std::make_shared<CudaDriver>();
   driver->path = libraryPath;
   std::vector<std::string> missing;
-#define MEGAMOE_RESOLVE_ENTRY(name)                                                                              \
+#define MEGAMOE_RESOLVE_ENTRY(name, signature)                                                                   \
   {                                                                                                              \
     void* fn = nullptr;                                                                                          \
     CUdriverProcAddressQueryResult status = CU_GET_PROC_ADDRESS_SUCCESS;                                         \

@@ -14,6 +14,8 @@
 
 #include "compiler/cache/CacheReport.h"
 #include "kernels/Jit.h"
+#include "llvm/Config/llvm-config.h"
+#include "megamoe/Version.h"
 
 using namespace megamoe;
 
@@ -31,6 +33,7 @@ Usage:
   megamoe-cache prune    [--keep-all-fingerprints]
   megamoe-cache presets
   megamoe-cache kernels
+  megamoe-cache --version
 
 Shape (one of):
   --preset NAME                 deepseek-v3 | qwen3-235b-a22b | mixtral-8x7b | deepseek-v2-lite
@@ -92,7 +95,8 @@ Args parseArgs(int argc, char** argv) {
   static const std::set<std::string> valued = {"--preset", "--hidden", "--intermediate", "--experts", "--topk", "--ep",
                                                "--targets", "--cache-dir", "--json", "--kernel", "--spec",
                                                "--emit-asm"};
-  static const std::set<std::string> switches = {"--force", "--quiet", "--keep-all-fingerprints", "--help", "-h"};
+  static const std::set<std::string> switches = {"--force", "--quiet", "--keep-all-fingerprints", "--help", "-h",
+                                                 "--version"};
   Args a;
   for (int i = 1; i < argc; ++i) {
     std::string s = argv[i];
@@ -290,6 +294,11 @@ int list(const Args& a, bool verify) {
 int main(int argc, char** argv) {
   try {
     Args a = parseArgs(argc, argv);
+    if (a.has("--version")) {
+      std::printf("megamoe-cache %s (LLVM %s)\ncompiler fingerprint: %s\n", MEGAMOE_VERSION_STRING, LLVM_VERSION_STRING,
+                  compilerFingerprint().c_str());
+      return 0;
+    }
     if (a.has("--help") || a.has("-h") || a.command.empty() || a.command == "help") {
       std::fputs(kHelp, stdout);
       return a.command.empty() && !a.has("--help") && !a.has("-h") ? 2 : 0;

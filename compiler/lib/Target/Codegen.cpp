@@ -4,7 +4,6 @@
 #include "compiler/abi/KernelAbi.h"
 
 #include <dlfcn.h>
-#include <nvJitLink.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -228,34 +227,122 @@ bool assembleCubin(const std::string& ptx, CompiledKernel& k, std::string* error
   return readPtxasFacts(info, k.facts, error);
 }
 
+// nvJitLink, opened with dlopen on first use: only sm_90a code needs it, so gfx950 generation runs on a machine
+// without the CUDA toolkit, and the compiler builds without it. The few types and functions we call are declared
+// here (CUDA 13's nvJitLink.h). Its inline wrappers call versioned exports (__nvJitLinkCreate_13_0, ...); we resolve
+// the same names, so a library of another major version is refused by name rather than called blindly.
+struct NvJitLinkState;
+using NvJitLinkHandle = NvJitLinkState*;
+using NvJitLinkResult = int;
+constexpr NvJitLinkResult kNvJitLinkSuccess = 0;
+constexpr int kNvJitLinkInputPtx = 2;  // NVJITLINK_INPUT_PTX
+
+template <typename Signature>
+using Fn = Signature*;
+
+#define MEGAMOE_NVJITLINK_ENTRY_POINTS(X)                                             \
+  X(Create, NvJitLinkResult(NvJitLinkHandle*, uint32_t, const char* const*))          \
+  X(Destroy, NvJitLinkResult(NvJitLinkHandle*))                                       \
+  X(AddData, NvJitLinkResult(NvJitLinkHandle, int, const void*, size_t, const char*)) \
+  X(Complete, NvJitLinkResult(NvJitLinkHandle))                                       \
+  X(GetLinkedCubinSize, NvJitLinkResult(NvJitLinkHandle, size_t*))                    \
+  X(GetLinkedCubin, NvJitLinkResult(NvJitLinkHandle, void*))                          \
+  X(GetErrorLogSize, NvJitLinkResult(NvJitLinkHandle, size_t*))                       \
+  X(GetErrorLog, NvJitLinkResult(NvJitLinkHandle, char*))                             \
+  X(GetInfoLogSize, NvJitLinkResult(NvJitLinkHandle, size_t*))                        \
+  X(GetInfoLog, NvJitLinkResult(NvJitLinkHandle, char*))
+
+struct NvJitLink {
+  std::string path;
+#define MEGAMOE_DECLARE_ENTRY(name, signature) Fn<signature> name = nullptr;
+  MEGAMOE_NVJITLINK_ENTRY_POINTS(MEGAMOE_DECLARE_ENTRY)
+#undef MEGAMOE_DECLARE_ENTRY
+};
+
+// Candidates in order: $MEGAMOE_NVJITLINK_LIBRARY alone when set (an explicit choice never falls back); else the
+// loader's search path, versioned then unversioned, then $CUDA_HOME/lib64 and the toolkit configured at build time.
+std::vector<std::string> nvJitLinkCandidates() {
+  if (const char* v = std::getenv("MEGAMOE_NVJITLINK_LIBRARY"); v && *v) return {v};
+  std::vector<std::string> out = {"libnvJitLink.so.13", "libnvJitLink.so"};
+  if (const char* home = std::getenv("CUDA_HOME"); home && *home) out.push_back(std::string(home) + "/lib64/libnvJitLink.so.13");
+  out.push_back(std::string(MEGAMOE_CUDA_HOME_DEFAULT) + "/lib64/libnvJitLink.so.13");
+  return out;
+}
+
+// The library, looked up once per process and never closed (as the runtime keeps its driver libraries); on failure
+// *error names every candidate, why it failed, and how to point at the library.
+const NvJitLink* nvJitLink(std::string* error) {
+  struct Loaded {
+    std::optional<NvJitLink> lib;
+    std::string why;
+  };
+  static const Loaded loaded = [] {
+    Loaded out;
+    std::string tried;
+    for (const std::string& path : nvJitLinkCandidates()) {
+      void* handle = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+      if (!handle) {
+        const char* why = ::dlerror();
+        tried += "\n  " + path + ": " + (why ? why : "dlopen failed");
+        continue;
+      }
+      NvJitLink lib;
+      lib.path = path;
+      std::string missing;
+#define MEGAMOE_RESOLVE_ENTRY(name, signature)                                                      \
+  lib.name = reinterpret_cast<Fn<signature>>(::dlsym(handle, "__nvJitLink" #name "_13_0"));         \
+  if (!lib.name) missing += std::string(missing.empty() ? "" : ", ") + "__nvJitLink" #name "_13_0";
+      MEGAMOE_NVJITLINK_ENTRY_POINTS(MEGAMOE_RESOLVE_ENTRY)
+#undef MEGAMOE_RESOLVE_ENTRY
+      if (missing.empty()) {
+        out.lib = lib;
+        return out;
+      }
+      tried += "\n  " + path + ": lacks " + missing + " (not CUDA 13's nvJitLink)";
+    }
+    const char* chosen = std::getenv("MEGAMOE_NVJITLINK_LIBRARY");
+    out.why = "sm_90a code needs NVIDIA's nvJitLink from the CUDA 13 toolkit (libnvJitLink.so.13), and none could be "
+              "loaded; tried:" + tried + "\n" +
+              (chosen && *chosen ? "MEGAMOE_NVJITLINK_LIBRARY is set, so nothing else was tried: point it at CUDA 13's "
+                                   "libnvJitLink.so.13, or unset it to search the loader's path and the toolkit."
+                                 : "Set MEGAMOE_NVJITLINK_LIBRARY to the library's path (e.g. "
+                                   "/usr/local/cuda/lib64/libnvJitLink.so.13) or CUDA_HOME to the toolkit.");
+    return out;
+  }();
+  if (!loaded.lib) *error = loaded.why;
+  return loaded.lib ? &*loaded.lib : nullptr;
+}
+
 // PTX -> cubin with nvJitLink; its info log (ptxas -v) gives registers, stack frame, spills and shared memory.
 bool linkCubin(const std::string& ptx, CompiledKernel& k, std::string* error) {
+  const NvJitLink* nv = nvJitLink(error);
+  if (!nv) return false;
   const char* opts[] = {"-arch=sm_90a", "-O3", "-Xptxas=-v"};
-  nvJitLinkHandle h = nullptr;
-  if (nvJitLinkCreate(&h, 3, opts) != NVJITLINK_SUCCESS) {
-    *error = "nvJitLinkCreate failed (is the CUDA 13 toolkit's libnvJitLink present?)";
+  NvJitLinkHandle h = nullptr;
+  if (nv->Create(&h, 3, opts) != kNvJitLinkSuccess) {
+    *error = "nvJitLinkCreate failed (" + nv->path + ")";
     return false;
   }
   auto log = [&](bool info) {
     size_t size = 0;
-    (info ? nvJitLinkGetInfoLogSize : nvJitLinkGetErrorLogSize)(h, &size);
+    (info ? nv->GetInfoLogSize : nv->GetErrorLogSize)(h, &size);
     std::string s(size, '\0');
-    if (size) (info ? nvJitLinkGetInfoLog : nvJitLinkGetErrorLog)(h, s.data());
+    if (size) (info ? nv->GetInfoLog : nv->GetErrorLog)(h, s.data());
     return s;
   };
-  bool ok = nvJitLinkAddData(h, NVJITLINK_INPUT_PTX, ptx.data(), ptx.size(), k.name.c_str()) == NVJITLINK_SUCCESS &&
-            nvJitLinkComplete(h) == NVJITLINK_SUCCESS;
+  bool ok = nv->AddData(h, kNvJitLinkInputPtx, ptx.data(), ptx.size(), k.name.c_str()) == kNvJitLinkSuccess &&
+            nv->Complete(h) == kNvJitLinkSuccess;
   if (!ok) {
     *error = "nvJitLink could not build the cubin: " + log(false);
-    nvJitLinkDestroy(&h);
+    nv->Destroy(&h);
     return false;
   }
   size_t size = 0;
-  nvJitLinkGetLinkedCubinSize(h, &size);
+  nv->GetLinkedCubinSize(h, &size);
   k.binary.resize(size);
-  nvJitLinkGetLinkedCubin(h, k.binary.data());
+  nv->GetLinkedCubin(h, k.binary.data());
   std::string info = log(true);
-  nvJitLinkDestroy(&h);
+  nv->Destroy(&h);
   return readPtxasFacts(info, k.facts, error);
 }
 

@@ -10,12 +10,21 @@
  *   - a kernel (megamoe_kernel_load) belongs to its runtime and is invalid once the runtime is destroyed.
  * Device work is asynchronous: a call that enqueues kernels (megamoe_launch, megamoe_layer_forward, _backward)
  * returns MEGAMOE_OK once they are enqueued, even when a kernel then records a device error; the error surfaces at
- * the next megamoe_check_errors / megamoe_layer_check_errors. */
+ * the next megamoe_check_errors / megamoe_layer_check_errors.
+ *
+ * Growing structs. A struct that starts with `size_t struct_size` (megamoe_layer_config) may gain fields at its end
+ * in later releases without breaking binaries: the caller sets struct_size to sizeof(the struct) as its header
+ * declares it (MEGAMOE_LAYER_CONFIG_INIT does), and the library reads only the fields that size covers, taking 0
+ * for the rest. A size smaller than the struct's first release, or above 4096, is refused, and so is a larger one
+ * whose bytes past the fields this library knows are not all zero (a newer header's field this library would
+ * ignore). */
 #ifndef MEGAMOE_MEGAMOE_H
 #define MEGAMOE_MEGAMOE_H
 
 #include <stddef.h>
 #include <stdint.h>
+
+#include "megamoe/Version.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -77,6 +86,9 @@ typedef struct megamoe_launch_dims {
   uint32_t shared_bytes;
 } megamoe_launch_dims;
 
+/* The version the library was built as ("0.1.0"); MEGAMOE_VERSION_STRING is the header's. Never NULL; like
+ * megamoe_last_error and megamoe_status_name, it leaves the last error as it was. */
+MEGAMOE_API const char* megamoe_version(void);
 /* Message of the last failed call on this thread ("" if the last call succeeded). Never NULL. */
 MEGAMOE_API const char* megamoe_last_error(void);
 /* Short name of a status code ("kernel not found"). Never NULL. */
@@ -145,6 +157,7 @@ MEGAMOE_API int megamoe_check_errors(megamoe_heap* heap, void* stream);
 typedef struct megamoe_layer megamoe_layer;
 
 typedef struct megamoe_layer_config {
+  size_t struct_size;         /* sizeof(megamoe_layer_config) as the caller was compiled (see "Growing structs") */
   int64_t hidden;             /* H */
   int64_t intermediate;       /* I */
   int64_t experts;            /* E over all ranks; rank r owns [r * E/R, (r + 1) * E/R) */
@@ -156,8 +169,11 @@ typedef struct megamoe_layer_config {
   int64_t dedup_tokens;       /* non-zero: a token crosses to each owner rank once (MoeLayerConfig::dedupTokens) */
   int64_t sm_budget;          /* SMs of this rank's kernels (even); 0 = MEGAMOE_SM_BUDGET, else every SM shared by
                                  the ranks of one process on a device (MoeLayerConfig::smBudget) */
+  /* Later releases add fields here, and to MEGAMOE_LAYER_CONFIG_INIT. */
 } megamoe_layer_config;
 #define MEGAMOE_DTYPE_BF16 0
+/* struct_size set, every other field 0 (dtype MEGAMOE_DTYPE_BF16): megamoe_layer_config c = MEGAMOE_LAYER_CONFIG_INIT; */
+#define MEGAMOE_LAYER_CONFIG_INIT {sizeof(megamoe_layer_config), 0, 0, 0, 0, 0, 0, 0, MEGAMOE_DTYPE_BF16, 0, 0}
 
 /* Legs (benchmarks): what each fused operator runs. */
 #define MEGAMOE_LEG_FUSED 0
@@ -183,8 +199,8 @@ MEGAMOE_API int megamoe_tensor_map_bf16(megamoe_runtime* runtime, uint64_t base,
                                         const uint64_t* strides, const uint32_t* box, void* out128);
 
 /* One process per GPU: this process is `rank` of `nranks`; all meet at rendezvous_path (may be NULL when nranks
- * is 1). An invalid call names its first violated constraint, in this order: the configuration with nranks (as
- * MoeLayer::validate), rank, rendezvous_path. */
+ * is 1). An invalid call names its first violated constraint, in this order: config->struct_size, the configuration
+ * with nranks (as MoeLayer::validate), rank, rendezvous_path. */
 MEGAMOE_API int megamoe_layer_create(megamoe_runtime* runtime, const megamoe_layer_config* config, int rank,
                                      int nranks, const char* rendezvous_path, megamoe_layer** out);
 /* One process drives all GPUs: layer i (rank i) on runtimes[i]'s device; nranks is 1..MEGAMOE_MAX_RANKS, runtimes

@@ -54,6 +54,14 @@ int main(void) {
 
   CHECK(strcmp(megamoe_last_error(), "") == 0);
   CHECK(strcmp(megamoe_status_name(MEGAMOE_ERROR_KERNEL_NOT_FOUND), "kernel not found") == 0);
+
+  { /* The library's version is the header's (one build), and the macros spell it. */
+    char spelled[32];
+    snprintf(spelled, sizeof spelled, "%d.%d.%d", MEGAMOE_VERSION_MAJOR, MEGAMOE_VERSION_MINOR, MEGAMOE_VERSION_PATCH);
+    CHECK(strcmp(megamoe_version(), MEGAMOE_VERSION_STRING) == 0);
+    CHECK(strcmp(spelled, MEGAMOE_VERSION_STRING) == 0);
+    CHECK(MEGAMOE_VERSION_NUMBER == MEGAMOE_VERSION_MAJOR * 10000 + MEGAMOE_VERSION_MINOR * 100 + MEGAMOE_VERSION_PATCH);
+  }
   CHECK(strcmp(megamoe_status_name(-3), "unknown status") == 0);
 
   /* Null arguments. */
@@ -145,7 +153,7 @@ int main(void) {
     megamoe_heap* heaps[MEGAMOE_MAX_RANKS + 1];
     megamoe_layer* layers[MEGAMOE_MAX_RANKS + 1];
     megamoe_region_spec regions[1] = {{"flags", 64, 64}};
-    megamoe_layer_config good = {512, 256, 16, 4, 64, 0, 0, MEGAMOE_DTYPE_BF16, 0, 0};
+    megamoe_layer_config good = {sizeof(megamoe_layer_config), 512, 256, 16, 4, 64, 0, 0, MEGAMOE_DTYPE_BF16, 0, 0};
     const size_t counts[3] = {(size_t)-1, 0, MEGAMOE_MAX_RANKS + 1};
     size_t c, i;
     for (i = 0; i <= MEGAMOE_MAX_RANKS; ++i) many[i] = runtime;
@@ -175,9 +183,9 @@ int main(void) {
 
   { /* The layer: bad configurations name the constraint; an empty cache names the command that fills it. */
     megamoe_layer* layer = (megamoe_layer*)1;
-    megamoe_layer_config bad = {7100, 2048, 256, 8, 8192, 0, 0, MEGAMOE_DTYPE_BF16, 0, 0};
-    megamoe_layer_config good = {512, 256, 16, 4, 64, 0, 1, MEGAMOE_DTYPE_BF16, 1, 0};
-    megamoe_layer_config fp8 = {512, 256, 16, 4, 64, 0, 1, 7, 0, 0};
+    megamoe_layer_config bad = {sizeof(megamoe_layer_config), 7100, 2048, 256, 8, 8192, 0, 0, MEGAMOE_DTYPE_BF16, 0, 0};
+    megamoe_layer_config good = {sizeof(megamoe_layer_config), 512, 256, 16, 4, 64, 0, 1, MEGAMOE_DTYPE_BF16, 1, 0};
+    megamoe_layer_config fp8 = {sizeof(megamoe_layer_config), 512, 256, 16, 4, 64, 0, 1, 7, 0, 0};
     megamoe_layer_config garbage, wraps;
     float ms[MEGAMOE_STAGE_COUNT];
     CHECK_STATUS(megamoe_layer_create(NULL, &good, 0, 1, NULL, &layer), MEGAMOE_ERROR_INVALID_ARGUMENT);
@@ -192,9 +200,11 @@ int main(void) {
     /* Hardening item 2: an uninitialised config names its first field in check order; products of fields that
      * wrap around int64 are refused by the fields' bounds (they used to pass, down to the kernel lookup). */
     memset(&garbage, 0xff, sizeof garbage);
+    garbage.struct_size = sizeof garbage;
     CHECK_STATUS(megamoe_layer_create(runtime, &garbage, 0, 1, NULL, &layer), MEGAMOE_ERROR_INVALID_ARGUMENT);
     CHECK(contains(megamoe_last_error(), "experts=-1"));
     memset(&garbage, 0x7f, sizeof garbage);
+    garbage.struct_size = sizeof garbage;
     CHECK_STATUS(megamoe_layer_create(runtime, &garbage, 0, 1, NULL, &layer), MEGAMOE_ERROR_INVALID_ARGUMENT);
     CHECK(contains(megamoe_last_error(), "experts=9187201950435737471"));
     wraps = good;
@@ -221,6 +231,51 @@ int main(void) {
     CHECK_STATUS(megamoe_layer_set_legs(NULL, 0, 0), MEGAMOE_ERROR_INVALID_ARGUMENT);
     CHECK_STATUS(megamoe_layer_stage_ms(NULL, ms), MEGAMOE_ERROR_INVALID_ARGUMENT);
     CHECK_STATUS(megamoe_layer_destroy(NULL), MEGAMOE_OK);
+  }
+
+  { /* struct_size: a known size is read up to that size only; unknown sizes are refused, naming the field. An
+     * accepted config gets as far as the kernel lookup (the cache is empty). */
+    megamoe_layer* layer = NULL;
+    megamoe_layer* layers[1] = {NULL};
+    megamoe_layer_config init = MEGAMOE_LAYER_CONFIG_INIT, c;
+    struct {
+      megamoe_layer_config config;
+      unsigned char tail[16];
+    } grown;
+    CHECK(init.struct_size == sizeof(megamoe_layer_config));
+    CHECK(init.hidden == 0 && init.dtype == MEGAMOE_DTYPE_BF16 && init.sm_budget == 0);
+    c = init;
+    c.hidden = 512;
+    c.intermediate = 256;
+    c.experts = 16;
+    c.topk = 4;
+    c.max_tokens = 64;
+    CHECK_STATUS(megamoe_layer_create(runtime, &c, 0, 1, NULL, &layer), MEGAMOE_ERROR_KERNEL_NOT_FOUND);
+    c.struct_size = 0;
+    CHECK_STATUS(megamoe_layer_create(runtime, &c, 0, 1, NULL, &layer), MEGAMOE_ERROR_INVALID_ARGUMENT);
+    CHECK(contains(megamoe_last_error(), "config->struct_size=0 is not a megamoe_layer_config size"));
+    CHECK_STATUS(megamoe_layer_create_local(&runtime, 1, &c, layers), MEGAMOE_ERROR_INVALID_ARGUMENT);
+    CHECK(contains(megamoe_last_error(), "config->struct_size=0"));
+    CHECK(layers[0] == NULL);
+    c.struct_size = sizeof c - sizeof c.sm_budget; /* shorter than the first release's */
+    CHECK_STATUS(megamoe_layer_create(runtime, &c, 0, 1, NULL, &layer), MEGAMOE_ERROR_INVALID_ARGUMENT);
+    CHECK(contains(megamoe_last_error(), "config->struct_size="));
+    c.struct_size = (size_t)1 << 40;
+    CHECK_STATUS(megamoe_layer_create(runtime, &c, 0, 1, NULL, &layer), MEGAMOE_ERROR_INVALID_ARGUMENT);
+    CHECK(contains(megamoe_last_error(), "config->struct_size=1099511627776"));
+    /* A newer caller's larger struct: fields this library does not know must be zero. */
+    memset(&grown, 0, sizeof grown);
+    grown.config = c;
+    grown.config.struct_size = sizeof grown;
+    CHECK_STATUS(megamoe_layer_create(runtime, &grown.config, 0, 1, NULL, &layer), MEGAMOE_ERROR_KERNEL_NOT_FOUND);
+    grown.tail[5] = 1;
+    CHECK_STATUS(megamoe_layer_create(runtime, &grown.config, 0, 1, NULL, &layer), MEGAMOE_ERROR_INVALID_ARGUMENT);
+    CHECK(contains(megamoe_last_error(), "is not zero"));
+    /* Bytes past the caller's struct_size are never read. */
+    grown.config.struct_size = sizeof grown.config;
+    memset(grown.tail, 0xff, sizeof grown.tail);
+    CHECK_STATUS(megamoe_layer_create(runtime, &grown.config, 0, 1, NULL, &layer), MEGAMOE_ERROR_KERNEL_NOT_FOUND);
+    CHECK(layer == NULL);
   }
 
   CHECK_STATUS(megamoe_runtime_destroy(runtime), MEGAMOE_OK);

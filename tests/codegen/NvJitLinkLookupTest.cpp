@@ -1,0 +1,81 @@
+// The compiler opens nvJitLink only for sm_90a code (compiler/lib/Target/Codegen.cpp). megamoe-cache runs as a child
+// process here, because the library is looked up once per process: with the lookup forced to fail
+// (MEGAMOE_NVJITLINK_LIBRARY), gfx950 generation still works and sm_90a generation fails naming the library.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <string>
+
+namespace {
+
+struct ChildResult {
+  int status = -1;
+  std::string output;  // stdout and stderr
+};
+
+ChildResult run(const std::string& command) {
+  ChildResult r;
+  FILE* pipe = ::popen((command + " 2>&1").c_str(), "r");
+  if (!pipe) return r;
+  char buffer[4096];
+  for (size_t n; (n = std::fread(buffer, 1, sizeof buffer, pipe)) > 0;) r.output.append(buffer, n);
+  const int rc = ::pclose(pipe);
+  r.status = WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+  return r;
+}
+
+class NvJitLinkLookup : public ::testing::Test {
+ protected:
+  void TearDown() override { std::filesystem::remove_all(dir); }
+  // epoch_advance: no constants, and on sm_90a it goes through nvJitLink (not ptxas, which is for warp-specialised
+  // kernels).
+  std::string generate(const std::string& library, const std::string& target) const {
+    return "MEGAMOE_NVJITLINK_LIBRARY='" + library + "' '" MEGAMOE_CACHE_TOOL "' generate --kernel epoch_advance " +
+           "--targets " + target + " --cache-dir '" + dir + "' --quiet";
+  }
+  std::string dir =
+      (std::filesystem::temp_directory_path() / ("megamoe-nvjitlink-" + std::to_string(::getpid()))).string();
+};
+
+TEST_F(NvJitLinkLookup, Gfx950NeedsNoNvJitLink) {
+  const ChildResult r = run(generate("/nonexistent/libnvJitLink.so.13", "gfx950"));
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("1 entries, 0 failed"), std::string::npos) << r.output;
+}
+
+TEST_F(NvJitLinkLookup, Sm90aWithoutNvJitLinkNamesTheLibraryAndTheVariable) {
+  const ChildResult r = run(generate("/nonexistent/libnvJitLink.so.13", "sm_90a"));
+  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_NE(r.output.find("sm_90a code needs NVIDIA's nvJitLink"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("libnvJitLink.so.13"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("/nonexistent/libnvJitLink.so.13: "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("MEGAMOE_NVJITLINK_LIBRARY is set, so nothing else was tried"), std::string::npos)
+      << r.output;
+}
+
+TEST_F(NvJitLinkLookup, ALibraryWithoutTheCuda13EntryPointsIsRefusedByName) {
+  const ChildResult r = run(generate("libm.so.6", "sm_90a"));
+  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_NE(r.output.find("libm.so.6: lacks __nvJitLinkCreate_13_0"), std::string::npos) << r.output;
+}
+
+TEST_F(NvJitLinkLookup, TheVariableCanPointAtTheToolkitsLibrary) {
+  const std::string library = MEGAMOE_CUDA_HOME_DEFAULT "/lib64/libnvJitLink.so.13";
+  if (!std::filesystem::exists(library)) GTEST_SKIP() << "no CUDA toolkit at " MEGAMOE_CUDA_HOME_DEFAULT;
+  const ChildResult r = run(generate(library, "sm_90a"));
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("1 entries, 0 failed"), std::string::npos) << r.output;
+}
+
+// Not linked: the tool starts on a machine without the CUDA toolkit.
+TEST(NvJitLinkLinking, TheToolDoesNotNeedNvJitLink) {
+  const ChildResult r = run("objdump -p '" MEGAMOE_CACHE_TOOL "'");
+  ASSERT_EQ(r.status, 0) << r.output;
+  ASSERT_NE(r.output.find("NEEDED"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("nvJitLink"), std::string::npos) << r.output;
+}
+
+}  // namespace
