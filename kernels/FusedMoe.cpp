@@ -421,7 +421,8 @@ mlir::OwningOpRef<mlir::ModuleOp> buildSwigluBwd(mlir::MLIRContext& mctx, const 
   Kernel k(mctx, S::kName, T);
   Context ctx = k.context();
   GlobalPtr gIn = k.ptr("g", Elem::bf16);   // g, overwritten by w * act
-  GlobalPtr h = k.ptr("h", Elem::bf16);     // h, overwritten by dh
+  GlobalPtr h = k.ptr("h", Elem::bf16);     // h, read only (the caller's saved state)
+  GlobalPtr dh = k.ptr("dh", Elem::bf16);   // dh out, [rows, 2I] like h (may be h itself)
   GlobalPtr poolW = k.ptr("pool_w", Elem::f32);
   GlobalPtr poolSrc = k.ptr("pool_src", Elem::i32);
   GlobalPtr rowsAt = k.ptr("rows_at", Elem::i32);
@@ -440,6 +441,8 @@ mlir::OwningOpRef<mlir::ModuleOp> buildSwigluBwd(mlir::MLIRContext& mctx, const 
       GlobalPtr gAt = gIn + (k.widen(r) * I + col);
       GlobalPtr gateAt = h + (k.widen(r) * (2 * I) + col);
       GlobalPtr upAt = gateAt + k.i64(I);
+      GlobalPtr dGateAt = dh + (k.widen(r) * (2 * I) + col);
+      GlobalPtr dUpAt = dGateAt + k.i64(I);
       Vec gv = gAt.load(8).toF32();
       Vec gate = gateAt.load(8).toF32();
       Vec up = upAt.load(8).toF32();
@@ -452,8 +455,8 @@ mlir::OwningOpRef<mlir::ModuleOp> buildSwigluBwd(mlir::MLIRContext& mctx, const 
       Vec act = silu * up;
       Vec dact = w * gv;
       Vec dsilu = sig * (sig.splat(1.f) + gate * (sig.splat(1.f) + -sig));  // silu' = s (1 + z (1 - s))
-      gateAt.store((dact * up * dsilu * gateMask).to(Elem::bf16));
-      upAt.store((dact * silu * upMask).to(Elem::bf16));
+      dGateAt.store((dact * up * dsilu * gateMask).to(Elem::bf16));
+      dUpAt.store((dact * silu * upMask).to(Elem::bf16));
       gAt.store((w * act).to(Elem::bf16));
       partial.store(k.i32(0), tid, partial.load(k.i32(0), tid, 1) + (gv * act).sum());
     });

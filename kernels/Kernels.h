@@ -247,10 +247,11 @@ struct GemmCombineSpec {
 };
 
 // swiglu_bwd: per received row r (of rows_at[0]): from g = dy . w2[e] [rows, I], the kept h [rows, 2I] and the
-// pick's routing weight pool_w[r]: dact = w * g; dh = [dact * up * silu'(gate) | dact * silu(gate)] written over h
-// (clamped components get 0); w * act written over g (dW2's right operand); and <g, act> = d topk_weight, stored
-// at the pick's home rank in dw[pick] (heap f32). One block per row at a time, a fixed-order reduction.
-// Args: ctx, g, h, pool_w (heap), pool_src (heap), rows_at (i32 pointer), dw (heap f32), grid (i32).
+// pick's routing weight pool_w[r]: dact = w * g; dh = [dact * up * silu'(gate) | dact * silu(gate)] written into
+// dh (h is only read: it is the caller's saved state; dh may be h; clamped components get 0); w * act written over
+// g (dW2's right operand); and <g, act> = d topk_weight, stored at the pick's home rank in dw[pick] (heap f32). One
+// block per row at a time, a fixed-order reduction.
+// Args: ctx, g, h, dh, pool_w (heap), pool_src (heap), rows_at (i32 pointer), dw (heap f32), grid (i32).
 struct SwigluBwdSpec {
   static constexpr const char* kName = "swiglu_bwd";
   static constexpr int64_t kBlockThreads = 256;

@@ -49,9 +49,14 @@ struct megamoe_heap {
   std::unique_ptr<megamoe::SymmetricHeap> heap;
 };
 
+struct megamoe_workspace {
+  std::shared_ptr<megamoe::Runtime> runtime;  // outlives `workspace` (declared first, destroyed last)
+  std::shared_ptr<megamoe::Workspace> workspace;
+};
+
 struct megamoe_layer {
   std::shared_ptr<megamoe::Runtime> runtime;  // outlives `layer` (declared first, destroyed last)
-  std::unique_ptr<megamoe::MoeLayer> layer;
+  std::unique_ptr<megamoe::MoeLayer> layer;   // keeps its workspace alive
 };
 
 namespace {
@@ -403,6 +408,80 @@ int megamoe_layer_create_local(megamoe_runtime* const* runtimes, size_t nranks, 
   });
 }
 
+int megamoe_workspace_bytes(const megamoe_layer_config* config, size_t nranks, uint64_t* heap_bytes,
+                            uint64_t* buffer_bytes) {
+  return guarded([&] {
+    requireRankCount(nranks);
+    const megamoe::WorkspaceBytes b = megamoe::Workspace::bytesFor(toConfig(config, int(nranks)), int(nranks));
+    if (heap_bytes) *heap_bytes = b.heap;
+    if (buffer_bytes) *buffer_bytes = b.buffers;
+  });
+}
+
+int megamoe_layer_saved_bytes(const megamoe_layer_config* config, size_t nranks, uint64_t* bytes) {
+  return guarded([&] {
+    requireArg(bytes, "bytes");
+    requireRankCount(nranks);
+    *bytes = megamoe::MoeLayer::savedBytes(toConfig(config, int(nranks)), int(nranks));
+  });
+}
+
+int megamoe_workspace_create(megamoe_runtime* runtime, const megamoe_layer_config* config, int rank, int nranks,
+                             const char* rendezvous_path, megamoe_workspace** out) {
+  return guarded([&] {
+    requireArg(out, "out");
+    *out = nullptr;
+    requireArg(runtime, "runtime");
+    const megamoe::MoeLayerConfig checked = toConfig(config, nranks);
+    if (rank < 0 || rank >= nranks)
+      invalid("rank=" + std::to_string(rank) + " must be in [0, nranks=" + std::to_string(nranks) + ")");
+    if (nranks > 1) requireArg(rendezvous_path, "rendezvous_path");
+    auto handle = std::make_unique<megamoe_workspace>();
+    handle->runtime = runtime->runtime;
+    handle->workspace = megamoe::Workspace::create(*runtime->runtime, checked, rank, nranks, orEmpty(rendezvous_path));
+    *out = handle.release();
+  });
+}
+
+int megamoe_workspace_create_local(megamoe_runtime* const* runtimes, size_t nranks, const megamoe_layer_config* config,
+                                   megamoe_workspace** out_workspaces) {
+  return guarded([&] {
+    requireArg(out_workspaces, "out_workspaces");
+    requireArg(runtimes, "runtimes");
+    requireRankCount(nranks);
+    std::vector<megamoe::Runtime*> rts;
+    for (size_t i = 0; i < nranks; ++i) {
+      requireArg(runtimes[i], ("runtimes[" + std::to_string(i) + "]").c_str());
+      rts.push_back(runtimes[i]->runtime.get());
+    }
+    auto workspaces = megamoe::Workspace::createLocal(rts, toConfig(config, int(nranks)));
+    std::vector<std::unique_ptr<megamoe_workspace>> handles;
+    for (size_t i = 0; i < nranks; ++i) {
+      handles.push_back(std::make_unique<megamoe_workspace>());
+      handles.back()->runtime = runtimes[i]->runtime;
+      handles.back()->workspace = std::move(workspaces[i]);
+    }
+    for (size_t i = 0; i < nranks; ++i) out_workspaces[i] = handles[i].release();
+  });
+}
+
+int megamoe_workspace_destroy(megamoe_workspace* workspace) {
+  return guarded([&] { delete workspace; });
+}
+
+int megamoe_layer_create_on(megamoe_workspace* workspace, const megamoe_layer_config* config, megamoe_layer** out) {
+  return guarded([&] {
+    requireArg(out, "out");
+    *out = nullptr;
+    requireArg(workspace, "workspace");
+    auto handle = std::make_unique<megamoe_layer>();
+    handle->runtime = workspace->runtime;
+    handle->layer = megamoe::MoeLayer::create(workspace->workspace,
+                                              toConfig(config, workspace->workspace->ranks()));
+    *out = handle.release();
+  });
+}
+
 int megamoe_layer_destroy(megamoe_layer* layer) {
   return guarded([&] { delete layer; });
 }
@@ -412,6 +491,28 @@ int megamoe_layer_forward(megamoe_layer* layer, uint64_t x, int64_t tokens, uint
   return guarded([&] {
     requireArg(layer, "layer");
     layer->layer->forward({x, tokens, topk_idx, topk_weights, w1, w2, y}, stream);
+  });
+}
+
+int megamoe_layer_forward_saved(megamoe_layer* layer, uint64_t x, int64_t tokens, uint64_t topk_idx,
+                                uint64_t topk_weights, uint64_t w1, uint64_t w2, uint64_t y, uint64_t saved,
+                                void* stream) {
+  return guarded([&] {
+    requireArg(layer, "layer");
+    megamoe::ForwardArgs a{x, tokens, topk_idx, topk_weights, w1, w2, y};
+    a.saved = saved;
+    layer->layer->forward(a, stream);
+  });
+}
+
+int megamoe_layer_backward_saved(megamoe_layer* layer, uint64_t dy, uint64_t x, int64_t tokens, uint64_t topk_idx,
+                                 uint64_t topk_weights, uint64_t w1, uint64_t w2, uint64_t dx, uint64_t d_topk_weights,
+                                 uint64_t dw1, uint64_t dw2, uint64_t saved, void* stream) {
+  return guarded([&] {
+    requireArg(layer, "layer");
+    megamoe::BackwardArgs a{dy, x, tokens, topk_idx, topk_weights, w1, w2, dx, d_topk_weights, dw1, dw2};
+    a.saved = saved;
+    layer->layer->backward(a, stream);
   });
 }
 

@@ -52,19 +52,6 @@ enum KernelIndex : size_t {
 // Rows of the receive pool: every rank may send every pick to one owner.
 int64_t poolRows(const MoeLayerConfig& c, int ranks) { return int64_t(ranks) * c.maxTokens * c.topk; }
 
-// The heap regions' device addresses on one rank (kernel arguments, so non-const).
-// Looked up once per layer: a forward passes them as kernel arguments, by address.
-struct Regions {
-  uint64_t ctx = 0, counts = 0, flags = 0, arrivals = 0, done = 0, pool = 0, poolSrc = 0, poolW = 0, comb = 0, dw = 0,
-           barrier = 0;
-  static Regions of(const SymmetricHeap& h) {
-    return {h.contextAddress(), h.regionAddress("moe.counts"), h.regionAddress("moe.flags"),
-            h.regionAddress("moe.arrivals"), h.regionAddress("moe.done"), h.regionAddress("moe.pool"),
-            h.regionAddress("moe.pool_src"), h.regionAddress("moe.pool_w"), h.regionAddress("moe.comb"),
-            h.regionAddress("moe.dw"), h.regionAddress("moe.barrier")};
-  }
-};
-
 // The SM budget's device-independent rules (MoeLayerConfig::smBudget); resolveSmBudget adds the device's.
 std::string smBudgetError(int64_t budget) {
   if (budget < 0 || budget > kMaxGridBlocks || budget % 2 != 0)
@@ -249,169 +236,114 @@ std::vector<std::pair<std::string, std::vector<std::pair<std::string, int64_t>>>
   return out;
 }
 
-struct MoeLayer::Impl {
-  Runtime& runtime;
-  Device& device;
-  std::vector<std::shared_ptr<const Kernel>> kernels;  // in kernelSpecs() order (KernelIndex)
-  Regions regions;
-  // Local buffers. h (training) is kept by the forward and becomes dh in the backward; act holds g, then w * act.
-  DevicePtr prologueScratch = 0;
-  DevicePtr sendSlot = 0, sendList = 0, sendOff = 0, sendBase = 0, poolOffsets = 0, act = 0, h = 0, tickets = 0,
-            routeEpoch = 0;
-  Leg dispatchLeg = Leg::kFused, combineLeg = Leg::kFused;
-  bool profiling = false;
-  std::array<EventHandle, size_t(Stage::kCount) + 1> events{};
-  std::array<EventHandle, 2 * size_t(BackwardStage::kCount)> backwardEvents{};  // start and end of each stage
-  uint32_t grid = 0;
-  int32_t pushBlocks = 0;
-  // The cluster-pair kernels (the dispatches and the forward combine on sm_90a) launch whole pairs of blocks, the
-  // pushing ones included.
-  int32_t pairGrid = 0, pairPush = 0;
-  int64_t lastForwardTokens = -1;  // what backward() must match; -1 before the first forward
-  // The backward's TN tensor maps (kernels/Kernels.h: grouped_gemm_tn_tma for dW2, dispatch_grouped_gemm TN for
-  // dW1): the pool (dy rows, then x rows), act and dh, fixed for the layer; zeros (read as unused pointers) where
-  // the backend has no TMA.
-  using TensorMap = TensorMapBytes;
-  TensorMap poolMap{}, actMap{}, dhMap{}, noMap{};
-  // The dx combine's A (dh), the forward dispatch's (the pool's rows) and the forward combine's (act) in 64-column x
-  // 128-row boxes (grouped_gemm_{nn,nt}_tma's A).
-  TensorMap dhRowsMap{}, poolRowsMap{}, actRowsMap{};
-  // A bf16 [rows, cols] matrix in boxes of 64 columns x boxRows rows.
-  TensorMap boxes(DevicePtr base, int64_t rows, int64_t cols, uint32_t boxRows) {
-    if (device.kind() != BackendKind::kCuda) return TensorMap{};
-    const uint64_t dims[2] = {uint64_t(cols), uint64_t(rows)}, strides[1] = {uint64_t(cols) * 2};
-    const uint32_t box[2] = {64, boxRows};
-    return device.encodeTensorMapBf16(base, 2, dims, strides, box);
-  }
-  TensorMap boxes64(DevicePtr base, int64_t rows, int64_t cols) { return boxes(base, rows, cols, 64); }
+namespace {
 
-  Impl(Runtime& rt) : runtime(rt), device(*rt.device()) {}
-  ~Impl() {
-    try {
-      for (DevicePtr p :
-           {sendSlot, sendList, sendOff, sendBase, poolOffsets, act, h, tickets, routeEpoch, prologueScratch})
-        device.free(p);
-      for (EventHandle e : events)
-        if (e) device.destroyEvent(e);
-      for (EventHandle e : backwardEvents)
-        if (e) device.destroyEvent(e);
-    } catch (...) {
-    }
+// The local working buffers of a workspace, in one place: the constructor allocates them, bytesFor() counts them.
+struct BufferSizes {
+  int64_t sendSlot, sendList, sendOff, sendBase, poolOffsets, routeEpoch, prologueScratch, tickets, act, dh;
+  static BufferSizes of(const MoeLayerConfig& c, int ranks) {
+    const int64_t picks = c.maxTokens * c.topk, E = c.experts, local = E / ranks, rows = poolRows(c, ranks);
+    // Tile tickets: i32 [2] for each of the dispatch, the combine and the dW2 GEMM.
+    return {picks * 4,   picks * 4, (E + 1) * 4, E * 4, (local + 1) * 4, 8, prologueScratchBytes(E), 24,
+            rows * c.intermediate * kBf16, c.training ? rows * 2 * c.intermediate * kBf16 : 0};
   }
-  // The arguments of kernel `index`, by name (compiler/abi/KernelAbi.h), with the rank's context set.
-  KernelArgs args(KernelIndex index) {
-    KernelArgs a(kernelSpecName(index));
-    a.context(regions.ctx);
-    return a;
-  }
-  // The dispatch's arguments every layout shares: the routing tables and the receive pool.
-  KernelArgs dispatchArgs(KernelIndex index, int32_t legs, uint64_t topkIdx, uint64_t topkWeights, int64_t recvStride) {
-    KernelArgs a = args(index);
-    a.ptr("topk_weights", topkWeights).ptr("send_list", sendList).ptr("send_off", sendOff).ptr("send_base", sendBase);
-    a.ptr("counts", regions.counts).ptr("arrivals", regions.arrivals).ptr("route_epoch", routeEpoch);
-    a.ptr("pool", regions.pool).ptr("pool_src", regions.poolSrc).ptr("pool_w", regions.poolW);
-    a.ptr("pool_offsets", poolOffsets).ptr("topk_idx", topkIdx).i32("legs", legs).i32("recv_stride", recvStride);
-    return a;
-  }
-  // The combine's: where rows go home and how they are summed.
-  KernelArgs combineArgs(KernelIndex index, int32_t legs, uint64_t topkIdx, uint64_t topkWeights, int64_t tokens) {
-    KernelArgs a = args(index);
-    a.ptr("pool_offsets", poolOffsets).ptr("pool_src", regions.poolSrc).ptr("comb", regions.comb);
-    a.ptr("done", regions.done).ptr("topk_idx", topkIdx).ptr("topk_weights", topkWeights).i32("tokens", tokens);
-    a.ptr("dw", regions.dw).i32("legs", legs);
-    return a;
-  }
-  void launch(KernelIndex index, uint32_t blocks, StreamHandle stream, KernelArgs& args, const SymmetricHeap& heap) {
-    const Kernel& kernel = *kernels.at(index);
-    LaunchDims dims;
-    dims.grid = {blocks, 1, 1};
-    dims.block = {uint32_t(kernel.metadata().blockThreads), 1, 1};
-    dims.sharedBytes = uint32_t(kernel.metadata().sharedBytes);
-    runtime.launch(kernel, dims, stream, args, &heap);
-  }
-  // stage_begin: the other parity's counters zeroed, then all ranks meet.
-  void stageBegin(StreamHandle stream, const SymmetricHeap& heap) {
-    KernelArgs a = args(kStageBegin);
-    a.ptr("arrivals", regions.arrivals).ptr("done", regions.done).ptr("barrier", regions.barrier);
-    launch(kStageBegin, 1, stream, a, heap);
-  }
-  void epochAdvance(StreamHandle stream, const SymmetricHeap& heap) {
-    KernelArgs a = args(kEpochAdvance);
-    launch(kEpochAdvance, 1, stream, a, heap);
-  }
-  const std::string& kernelSpecName(KernelIndex index) const { return kernels.at(index)->key().kernel; }
-  template <size_t N>
-  void mark(std::array<EventHandle, N>& at, size_t index, StreamHandle stream) {
-    if (profiling) device.recordEvent(at[index], stream);
-  }
-  // Stage i runs from at[stride * i] to at[stride * i + 1]: stride 1 when stages follow each other (forward),
-  // 2 when each has its own start and end (backward).
-  template <size_t M, size_t N>
-  std::array<float, M> elapsed(std::array<EventHandle, N>& at, size_t stride) {
-    if (!profiling) invalid("stage times: profiling is off (setProfiling(true) before the call)");
-    std::array<float, M> ms{};
-    device.synchronizeEvent(at.back());
-    for (size_t i = 0; i < M; ++i) ms[i] = device.elapsedMilliseconds(at[stride * i], at[stride * i + 1]);
-    return ms;
+  // What the device allocates for each (at least 16 bytes; nothing for a size of 0).
+  static int64_t allocated(int64_t bytes) { return bytes ? std::max<int64_t>(bytes, 16) : 0; }
+  int64_t total() const {
+    int64_t t = 0;
+    for (int64_t b : {sendSlot, sendList, sendOff, sendBase, poolOffsets, routeEpoch, prologueScratch, tickets, act, dh})
+      t += allocated(b);
+    return t;
   }
 };
 
-MoeLayer::MoeLayer(Runtime& runtime, const MoeLayerConfig& config, std::unique_ptr<SymmetricHeap> heap,
-                   int smBudget)
-    : config_(config), heap_(std::move(heap)), impl_(std::make_unique<Impl>(runtime)) {
-  Impl& m = *impl_;
-  const int ranks = heap_->nranks();
-  for (const auto& [name, spec] : kernelSpecs(config, ranks)) {
-    cache::KernelKey key{name, spec, m.device.target(), defaultTargetOptions(m.device.target()), /*any*/ ""};
-    std::string text;
-    for (const auto& [k, v] : spec) text += (text.empty() ? "" : ",") + k + "=" + std::to_string(v);
-    m.kernels.push_back(runtime.loadKernel(key, "megamoe-cache generate --kernel " + name +
-                                                    (text.empty() ? "" : " --spec " + text) + " --targets " +
-                                                    m.device.target()));
-  }
-  const int64_t picks = config.maxTokens * config.topk, E = config.experts, local = E / ranks;
-  auto alloc = [&](int64_t bytes) { return m.device.allocate(size_t(std::max<int64_t>(bytes, 16))); };
-  m.sendSlot = alloc(picks * 4);
-  m.sendList = alloc(picks * 4);
-  m.sendOff = alloc((E + 1) * 4);
-  m.sendBase = alloc(E * 4);
-  m.poolOffsets = alloc((local + 1) * 4);
-  m.act = alloc(poolRows(config, ranks) * config.intermediate * kBf16);
-  if (config.training) m.h = alloc(poolRows(config, ranks) * 2 * config.intermediate * kBf16);
-  m.routeEpoch = alloc(8);
-  m.regions = Regions::of(*heap_);
-  // Tile tickets, i32 [2] each: the dispatch, the combine, the dW2 GEMM; zero between launches (the kernels reset
-  // them).
-  m.tickets = alloc(24);
-  m.device.memsetZero(m.tickets, 24, nullptr);
-  const int64_t scratchBytes = prologueScratchBytes(E);
-  m.prologueScratch = alloc(scratchBytes);  // zero between launches (the prologue resets its counters)
-  m.device.memsetZero(m.prologueScratch, size_t(scratchBytes), nullptr);
-  m.device.synchronize(nullptr);
-  // One block per SM of the budget, all resident: the combine's blocks wait for each other (see
-  // docs/decisions/fused-dispatch.md).
-  m.grid = uint32_t(smBudget);
-  m.pushBlocks = std::min<int32_t>(runtime.env().pushBlocks, int32_t(m.grid));
-  m.pairGrid = int32_t(m.grid) & ~1;
-  m.pairPush = std::min<int32_t>((m.pushBlocks + 1) & ~1, m.pairGrid);
-  m.poolRowsMap = m.boxes(m.regions.pool, poolRows(config, ranks), config.hidden, 128);
-  m.actRowsMap = m.boxes(m.act, poolRows(config, ranks), config.intermediate, 128);
-  if (config.training) {
-    m.dhRowsMap = m.boxes(m.h, poolRows(config, ranks), 2 * config.intermediate, 128);
-    m.poolMap = m.boxes64(m.regions.pool, poolRows(config, ranks), config.hidden);
-    m.actMap = m.boxes64(m.act, poolRows(config, ranks), config.intermediate);
-    m.dhMap = m.boxes64(m.h, poolRows(config, ranks), 2 * config.intermediate);
-  }
-  for (EventHandle& e : m.events) e = m.device.createEvent();
-  for (EventHandle& e : m.backwardEvents) e = m.device.createEvent();
+}  // namespace
+
+WorkspaceBytes Workspace::bytesFor(const MoeLayerConfig& config, int ranks) {
+  if (auto e = MoeLayer::validate(config, ranks); !e.empty()) invalid("workspace: " + e);
+  return {SymmetricHeap::layoutFor(MoeLayer::heapRegions(config, ranks)).totalBytes(),
+          uint64_t(BufferSizes::of(config, ranks).total())};
 }
 
-MoeLayer::~MoeLayer() = default;
+int64_t Workspace::poolRows() const { return megamoe::poolRows(*config_, ranks()); }
 
-std::vector<std::unique_ptr<MoeLayer>> MoeLayer::createLocal(const std::vector<Runtime*>& runtimes,
-                                                             const MoeLayerConfig& config) {
+const MoeLayerConfig& Workspace::config() const { return *config_; }
+
+std::string Workspace::fits(const MoeLayerConfig& layer) const {
+  const MoeLayerConfig& w = *config_;
+  const struct {
+    const char* name;
+    int64_t layer, workspace;
+  } sizes[] = {{"hidden", layer.hidden, w.hidden},
+               {"intermediate", layer.intermediate, w.intermediate},
+               {"experts", layer.experts, w.experts},
+               {"topk", layer.topk, w.topk},
+               {"max_tokens", layer.maxTokens, w.maxTokens}};
+  for (const auto& f : sizes)
+    if (f.layer > f.workspace)
+      return std::string(f.name) + "=" + std::to_string(f.layer) + " exceeds the workspace's " + f.name + "=" +
+             std::to_string(f.workspace);
+  if (layer.experts % ranks() != 0)
+    return "experts=" + std::to_string(layer.experts) + " must be a multiple of the workspace's ranks=" +
+           std::to_string(ranks());
+  if (layer.training && !w.training) return "training=true needs a workspace created with training (its dh buffer)";
+  if (layer.smBudget && layer.smBudget != smBudget_)
+    return "sm_budget=" + std::to_string(layer.smBudget) + " differs from the workspace's " + std::to_string(smBudget_) +
+           " (a workspace's budget is its layers')";
+  return "";
+}
+
+Workspace::Workspace(Runtime& runtime, const MoeLayerConfig& config, std::unique_ptr<SymmetricHeap> heap,
+                     int smBudget)
+    : runtime_(runtime), config_(std::make_unique<MoeLayerConfig>(config)), heap_(std::move(heap)),
+      smBudget_(smBudget) {
+  Device& d = *runtime.device();
+  const SymmetricHeap& h = *heap_;
+  Buffers& b = buffers_;
+  b.ctx = h.contextAddress();
+  b.counts = h.regionAddress("moe.counts");
+  b.flags = h.regionAddress("moe.flags");
+  b.arrivals = h.regionAddress("moe.arrivals");
+  b.done = h.regionAddress("moe.done");
+  b.pool = h.regionAddress("moe.pool");
+  b.poolSrc = h.regionAddress("moe.pool_src");
+  b.poolW = h.regionAddress("moe.pool_w");
+  b.comb = h.regionAddress("moe.comb");
+  b.dw = h.regionAddress("moe.dw");
+  b.barrier = h.regionAddress("moe.barrier");
+  const BufferSizes sizes = BufferSizes::of(config, ranks());
+  auto alloc = [&](int64_t bytes) { return bytes ? d.allocate(size_t(BufferSizes::allocated(bytes))) : DevicePtr(0); };
+  b.sendSlot = alloc(sizes.sendSlot);
+  b.sendList = alloc(sizes.sendList);
+  b.sendOff = alloc(sizes.sendOff);
+  b.sendBase = alloc(sizes.sendBase);
+  b.poolOffsets = alloc(sizes.poolOffsets);
+  b.routeEpoch = alloc(sizes.routeEpoch);
+  b.act = alloc(sizes.act);
+  b.dh = alloc(sizes.dh);
+  // Zero between launches (the kernels reset them): the tile tickets and the prologue's counters.
+  b.tickets = alloc(sizes.tickets);
+  d.memsetZero(b.tickets, size_t(sizes.tickets), nullptr);
+  b.prologueScratch = alloc(sizes.prologueScratch);
+  d.memsetZero(b.prologueScratch, size_t(sizes.prologueScratch), nullptr);
+  d.synchronize(nullptr);
+}
+
+Workspace::~Workspace() {
+  Device& d = *runtime_.device();
+  const Buffers& b = buffers_;
+  try {
+    for (DevicePtr p : {b.sendSlot, b.sendList, b.sendOff, b.sendBase, b.poolOffsets, b.routeEpoch, b.act, b.dh,
+                        b.tickets, b.prologueScratch})
+      if (p) d.free(p);
+  } catch (...) {
+  }
+}
+
+std::vector<std::shared_ptr<Workspace>> Workspace::createLocal(const std::vector<Runtime*>& runtimes,
+                                                               const MoeLayerConfig& config) {
   if (runtimes.empty()) invalid("createLocal needs at least one runtime");
-  if (auto e = validate(config, int(runtimes.size())); !e.empty()) invalid("MoE layer: " + e);
+  if (auto e = MoeLayer::validate(config, int(runtimes.size())); !e.empty()) invalid("MoE layer: " + e);
   std::vector<std::shared_ptr<Device>> devices;
   for (Runtime* rt : runtimes) {
     if (!rt) invalid("createLocal: a runtime is null");
@@ -438,22 +370,21 @@ std::vector<std::unique_ptr<MoeLayer>> MoeLayer::createLocal(const std::vector<R
               " add up to " + std::to_string(used) + " SMs, more than its " +
               std::to_string(devices[i]->multiprocessors()) + " (ranks on one device must all be resident)");
   }
-  auto heaps = SymmetricHeap::createSingleProcess(devices, heapRegions(config, int(runtimes.size())),
+  auto heaps = SymmetricHeap::createSingleProcess(devices, MoeLayer::heapRegions(config, int(runtimes.size())),
                                                   runtimes[0]->env());
-  std::vector<std::unique_ptr<MoeLayer>> layers;
+  std::vector<std::shared_ptr<Workspace>> out;
   for (size_t i = 0; i < runtimes.size(); ++i)
-    layers.push_back(
-        std::unique_ptr<MoeLayer>(new MoeLayer(*runtimes[i], config, std::move(heaps[i]), budgets[i])));
-  return layers;
+    out.push_back(std::shared_ptr<Workspace>(new Workspace(*runtimes[i], config, std::move(heaps[i]), budgets[i])));
+  return out;
 }
 
-std::unique_ptr<MoeLayer> MoeLayer::create(Runtime& runtime, const MoeLayerConfig& config, int rank, int ranks,
-                                           const std::string& rendezvousPath) {
-  if (auto e = validate(config, ranks); !e.empty()) invalid("MoE layer: " + e);
+std::shared_ptr<Workspace> Workspace::create(Runtime& runtime, const MoeLayerConfig& config, int rank, int ranks,
+                                             const std::string& rendezvousPath) {
+  if (auto e = MoeLayer::validate(config, ranks); !e.empty()) invalid("MoE layer: " + e);
   // Every rank must build the same layer; the heap layout alone misses most fields (intermediate, training, ...).
   // "kernels" catches ranks whose builds derive different kernels from the same fields.
   std::string kernels;
-  for (const auto& [name, spec] : kernelSpecs(config, ranks)) {
+  for (const auto& [name, spec] : MoeLayer::kernelSpecs(config, ranks)) {
     kernels += (kernels.empty() ? "" : " ") + name + "(";
     for (size_t i = 0; i < spec.size(); ++i)
       kernels += (i ? "," : "") + spec[i].first + "=" + std::to_string(spec[i].second);
@@ -472,8 +403,204 @@ std::unique_ptr<MoeLayer> MoeLayer::create(Runtime& runtime, const MoeLayerConfi
       {"kernels", kernels},
   };
   const int budget = resolveSmBudget(config, runtime.env(), *runtime.device(), 1);
-  auto heap = runtime.createHeap(heapRegions(config, ranks), rank, ranks, rendezvousPath, agreement);
-  return std::unique_ptr<MoeLayer>(new MoeLayer(runtime, config, std::move(heap), budget));
+  auto heap = runtime.createHeap(MoeLayer::heapRegions(config, ranks), rank, ranks, rendezvousPath, agreement);
+  return std::shared_ptr<Workspace>(new Workspace(runtime, config, std::move(heap), budget));
+}
+
+struct MoeLayer::Impl {
+  Runtime& runtime;
+  Device& device;
+  const Workspace::Buffers& b;  // the workspace's
+  std::vector<std::shared_ptr<const Kernel>> kernels;  // in kernelSpecs() order (KernelIndex)
+  Leg dispatchLeg = Leg::kFused, combineLeg = Leg::kFused;
+  bool profiling = false;
+  std::array<EventHandle, size_t(Stage::kCount) + 1> events{};
+  std::array<EventHandle, 2 * size_t(BackwardStage::kCount)> backwardEvents{};  // start and end of each stage
+  uint32_t grid = 0;
+  int32_t pushBlocks = 0;
+  // The cluster-pair kernels (the dispatches and the forward combine on sm_90a) launch whole pairs of blocks, the
+  // pushing ones included.
+  int32_t pairGrid = 0, pairPush = 0;
+  // A layer with a workspace of its own keeps the last forward's saved state itself (ForwardArgs::saved = 0).
+  DevicePtr ownSaved = 0;
+  int64_t lastForwardTokens = -1;  // what backward() must match then; -1 before the first forward
+  // The backward's TN tensor maps (kernels/Kernels.h: grouped_gemm_tn_tma for dW2, dispatch_grouped_gemm TN for
+  // dW1): the pool (dy rows, then x rows), act and dh, over the workspace's buffers at this layer's sizes; zeros
+  // (read as unused pointers) where the backend has no TMA.
+  using TensorMap = TensorMapBytes;
+  TensorMap poolMap{}, actMap{}, dhMap{};
+  // The dx combine's A (dh), the forward dispatch's (the pool's rows) and the forward combine's (act) in 64-column x
+  // 128-row boxes (grouped_gemm_{nn,nt}_tma's A).
+  TensorMap dhRowsMap{}, poolRowsMap{}, actRowsMap{};
+  // A bf16 [rows, cols] matrix in boxes of 64 columns x boxRows rows.
+  TensorMap boxes(DevicePtr base, int64_t rows, int64_t cols, uint32_t boxRows) {
+    if (device.kind() != BackendKind::kCuda) return TensorMap{};
+    const uint64_t dims[2] = {uint64_t(cols), uint64_t(rows)}, strides[1] = {uint64_t(cols) * 2};
+    const uint32_t box[2] = {64, boxRows};
+    return device.encodeTensorMapBf16(base, 2, dims, strides, box);
+  }
+  TensorMap boxes64(DevicePtr base, int64_t rows, int64_t cols) { return boxes(base, rows, cols, 64); }
+
+  Impl(Workspace& ws) : runtime(ws.runtime()), device(*ws.runtime().device()), b(ws.buffers()) {}
+  ~Impl() {
+    try {
+      if (ownSaved) device.free(ownSaved);
+      for (EventHandle e : events)
+        if (e) device.destroyEvent(e);
+      for (EventHandle e : backwardEvents)
+        if (e) device.destroyEvent(e);
+    } catch (...) {
+    }
+  }
+  // The arguments of kernel `index`, by name (compiler/abi/KernelAbi.h), with the rank's context set.
+  KernelArgs args(KernelIndex index) {
+    KernelArgs a(kernelSpecName(index));
+    a.context(b.ctx);
+    return a;
+  }
+  // The dispatch's arguments every layout shares: the routing tables and the receive pool.
+  KernelArgs dispatchArgs(KernelIndex index, int32_t legs, uint64_t topkIdx, uint64_t topkWeights, int64_t recvStride) {
+    KernelArgs a = args(index);
+    a.ptr("topk_weights", topkWeights).ptr("send_list", b.sendList).ptr("send_off", b.sendOff).ptr("send_base", b.sendBase);
+    a.ptr("counts", b.counts).ptr("arrivals", b.arrivals).ptr("route_epoch", b.routeEpoch);
+    a.ptr("pool", b.pool).ptr("pool_src", b.poolSrc).ptr("pool_w", b.poolW);
+    a.ptr("pool_offsets", b.poolOffsets).ptr("topk_idx", topkIdx).i32("legs", legs).i32("recv_stride", recvStride);
+    return a;
+  }
+  // The combine's: where rows go home and how they are summed.
+  KernelArgs combineArgs(KernelIndex index, int32_t legs, uint64_t topkIdx, uint64_t topkWeights, int64_t tokens) {
+    KernelArgs a = args(index);
+    a.ptr("pool_offsets", b.poolOffsets).ptr("pool_src", b.poolSrc).ptr("comb", b.comb);
+    a.ptr("done", b.done).ptr("topk_idx", topkIdx).ptr("topk_weights", topkWeights).i32("tokens", tokens);
+    a.ptr("dw", b.dw).i32("legs", legs);
+    return a;
+  }
+  void launch(KernelIndex index, uint32_t blocks, StreamHandle stream, KernelArgs& args, const SymmetricHeap& heap) {
+    const Kernel& kernel = *kernels.at(index);
+    LaunchDims dims;
+    dims.grid = {blocks, 1, 1};
+    dims.block = {uint32_t(kernel.metadata().blockThreads), 1, 1};
+    dims.sharedBytes = uint32_t(kernel.metadata().sharedBytes);
+    runtime.launch(kernel, dims, stream, args, &heap);
+  }
+  // stage_begin: the other parity's counters zeroed, then all ranks meet.
+  void stageBegin(StreamHandle stream, const SymmetricHeap& heap) {
+    KernelArgs a = args(kStageBegin);
+    a.ptr("arrivals", b.arrivals).ptr("done", b.done).ptr("barrier", b.barrier);
+    launch(kStageBegin, 1, stream, a, heap);
+  }
+  // dispatch_prologue: the routing tables of topk_idx, its counts exchanged with the peers.
+  void prologue(DevicePtr topkIdx, int64_t tokens, StreamHandle stream, const SymmetricHeap& heap) {
+    KernelArgs a = args(kPrologue);
+    a.ptr("topk_idx", topkIdx).i32("tokens", tokens).ptr("counts", b.counts).ptr("flags", b.flags);
+    a.ptr("send_slot", b.sendSlot).ptr("pool_offsets", b.poolOffsets).ptr("send_list", b.sendList);
+    a.ptr("send_off", b.sendOff).ptr("send_base", b.sendBase).ptr("arrivals", b.arrivals).ptr("done", b.done);
+    a.ptr("route_epoch", b.routeEpoch).ptr("scratch", b.prologueScratch).i32("blocks", kPrologueBlocks);
+    launch(kPrologue, uint32_t(kPrologueBlocks), stream, a, heap);
+  }
+  // The saved state a training call uses: the caller's, else the layer's own (a layer with its own workspace).
+  DevicePtr savedFor(DevicePtr callers, const char* call) const {
+    if (callers % 16 != 0)
+      invalid(std::string(call) + ": saved must be 16-byte aligned (16-byte vector accesses)");
+    if (callers) return callers;
+    if (!ownSaved)
+      invalid(std::string(call) + ": saved must be given (MoeLayer::savedBytes() bytes): a layer on a caller's "
+              "workspace keeps no saved state itself");
+    return ownSaved;
+  }
+  void epochAdvance(StreamHandle stream, const SymmetricHeap& heap) {
+    KernelArgs a = args(kEpochAdvance);
+    launch(kEpochAdvance, 1, stream, a, heap);
+  }
+  const std::string& kernelSpecName(KernelIndex index) const { return kernels.at(index)->key().kernel; }
+  template <size_t N>
+  void mark(std::array<EventHandle, N>& at, size_t index, StreamHandle stream) {
+    if (profiling) device.recordEvent(at[index], stream);
+  }
+  // Stage i runs from at[stride * i] to at[stride * i + 1]: stride 1 when stages follow each other (forward),
+  // 2 when each has its own start and end (backward).
+  template <size_t M, size_t N>
+  std::array<float, M> elapsed(std::array<EventHandle, N>& at, size_t stride) {
+    if (!profiling) invalid("stage times: profiling is off (setProfiling(true) before the call)");
+    std::array<float, M> ms{};
+    device.synchronizeEvent(at.back());
+    for (size_t i = 0; i < M; ++i) ms[i] = device.elapsedMilliseconds(at[stride * i], at[stride * i + 1]);
+    return ms;
+  }
+};
+
+MoeLayer::MoeLayer(std::shared_ptr<Workspace> workspace, const MoeLayerConfig& config)
+    : config_(config), workspace_(std::move(workspace)), impl_(std::make_unique<Impl>(*workspace_)) {
+  Impl& m = *impl_;
+  const int ranks = workspace_->ranks();
+  for (const auto& [name, spec] : kernelSpecs(config, ranks)) {
+    cache::KernelKey key{name, spec, m.device.target(), defaultTargetOptions(m.device.target()), /*any*/ ""};
+    std::string text;
+    for (const auto& [k, v] : spec) text += (text.empty() ? "" : ",") + k + "=" + std::to_string(v);
+    m.kernels.push_back(m.runtime.loadKernel(key, "megamoe-cache generate --kernel " + name +
+                                                      (text.empty() ? "" : " --spec " + text) + " --targets " +
+                                                      m.device.target()));
+  }
+  // One block per SM of the budget, all resident: the combine's blocks wait for each other (see
+  // docs/decisions/fused-dispatch.md).
+  m.grid = uint32_t(workspace_->smBudget());
+  m.pushBlocks = std::min<int32_t>(m.runtime.env().pushBlocks, int32_t(m.grid));
+  m.pairGrid = int32_t(m.grid) & ~1;
+  m.pairPush = std::min<int32_t>((m.pushBlocks + 1) & ~1, m.pairGrid);
+  const int64_t rows = workspace_->poolRows(), H = config.hidden, I = config.intermediate;
+  m.poolRowsMap = m.boxes(m.b.pool, rows, H, 128);
+  m.actRowsMap = m.boxes(m.b.act, rows, I, 128);
+  if (config.training) {
+    m.dhRowsMap = m.boxes(m.b.dh, rows, 2 * I, 128);
+    m.poolMap = m.boxes64(m.b.pool, rows, H);
+    m.actMap = m.boxes64(m.b.act, rows, I);
+    m.dhMap = m.boxes64(m.b.dh, rows, 2 * I);
+  }
+  for (EventHandle& e : m.events) e = m.device.createEvent();
+  for (EventHandle& e : m.backwardEvents) e = m.device.createEvent();
+}
+
+MoeLayer::~MoeLayer() = default;
+
+uint64_t MoeLayer::savedBytes(const MoeLayerConfig& config, int ranks) {
+  if (auto e = validate(config, ranks); !e.empty()) invalid("MoE layer: " + e);
+  return config.training ? uint64_t(poolRows(config, ranks)) * uint64_t(2 * config.intermediate) * kBf16 : 0;
+}
+
+std::unique_ptr<MoeLayer> MoeLayer::create(std::shared_ptr<Workspace> workspace, const MoeLayerConfig& config) {
+  if (!workspace) invalid("MoeLayer::create: the workspace is null");
+  if (auto e = validate(config, workspace->ranks()); !e.empty()) invalid("MoE layer: " + e);
+  if (auto e = workspace->fits(config); !e.empty()) invalid("MoE layer: " + e);
+  return std::unique_ptr<MoeLayer>(new MoeLayer(std::move(workspace), config));
+}
+
+namespace {
+// A layer with a workspace of its own, and for training its own saved state.
+std::unique_ptr<MoeLayer> ownLayer(std::shared_ptr<Workspace> workspace, const MoeLayerConfig& config,
+                                   DevicePtr* ownSaved) {
+  auto layer = MoeLayer::create(std::move(workspace), config);
+  if (config.training) *ownSaved = layer->workspace().runtime().device()->allocate(size_t(layer->savedBytes()));
+  return layer;
+}
+}  // namespace
+
+std::vector<std::unique_ptr<MoeLayer>> MoeLayer::createLocal(const std::vector<Runtime*>& runtimes,
+                                                             const MoeLayerConfig& config) {
+  std::vector<std::unique_ptr<MoeLayer>> layers;
+  for (auto& ws : Workspace::createLocal(runtimes, config)) {
+    DevicePtr saved = 0;
+    layers.push_back(ownLayer(ws, config, &saved));
+    layers.back()->impl_->ownSaved = saved;
+  }
+  return layers;
+}
+
+std::unique_ptr<MoeLayer> MoeLayer::create(Runtime& runtime, const MoeLayerConfig& config, int rank, int ranks,
+                                           const std::string& rendezvousPath) {
+  DevicePtr saved = 0;
+  auto layer = ownLayer(Workspace::create(runtime, config, rank, ranks, rendezvousPath), config, &saved);
+  layer->impl_->ownSaved = saved;
+  return layer;
 }
 
 void MoeLayer::forward(const ForwardArgs& a, StreamHandle stream) {
@@ -489,48 +616,46 @@ void MoeLayer::forward(const ForwardArgs& a, StreamHandle stream) {
   requireAligned("forward", "topk_idx", a.topkIdx, 4, "i32 loads");
   requireAligned("forward", "topk_weights", a.topkWeights, 4, "f32 loads");
   requireGridInBounds(impl_->grid);
-  heap_->requireUsable();
+  heap().requireUsable();
   Impl& m = *impl_;
-  Regions& r = m.regions;
+  const Workspace::Buffers& r = m.b;
   const int32_t dispatchLegs = legBits(m.dispatchLeg), combineLegs = legBits(m.combineLeg);
 
+  const DevicePtr saved = c.training ? m.savedFor(a.saved, "forward") : 0;
+
   m.mark(m.events, size_t(Stage::kPrologue), stream);
-  KernelArgs prologue = m.args(kPrologue);
-  prologue.ptr("topk_idx", a.topkIdx).i32("tokens", a.tokens).ptr("counts", r.counts).ptr("flags", r.flags);
-  prologue.ptr("send_slot", m.sendSlot).ptr("pool_offsets", m.poolOffsets).ptr("send_list", m.sendList);
-  prologue.ptr("send_off", m.sendOff).ptr("send_base", m.sendBase).ptr("arrivals", r.arrivals).ptr("done", r.done);
-  prologue.ptr("route_epoch", m.routeEpoch).ptr("scratch", m.prologueScratch).i32("blocks", kPrologueBlocks);
-  m.launch(kPrologue, uint32_t(kPrologueBlocks), stream, prologue, *heap_);
+  m.prologue(a.topkIdx, a.tokens, stream, heap());
   // The dispatch and the combine (kernels/Kernels.h DispatchGemmSpec, GemmCombineSpec) run as cluster pairs on
   // sm_90a (m.pairGrid, m.pairPush); w1 [E/R * 2I, H] and w2 [E/R * H, I] in 64 x 128 boxes, encoded per call (a
   // CUDA graph captures them by value).
   const int64_t local = c.experts / ranks();
   m.mark(m.events, size_t(Stage::kDispatchGemm), stream);
   KernelArgs dispatch = m.dispatchArgs(kDispatchNT, dispatchLegs, a.topkIdx, a.topkWeights, c.maxTokens);
-  dispatch.ptr("src", a.x).ptr("weights", a.w1).ptr("extra", c.training ? m.h : 0).ptr("out", m.act);
-  dispatch.ptr("tickets", m.tickets).i32("push_blocks", m.pairPush).i32("grid", m.pairGrid);
+  dispatch.ptr("src", a.x).ptr("weights", a.w1).ptr("extra", saved).ptr("out", m.b.act);
+  dispatch.ptr("tickets", m.b.tickets).i32("push_blocks", m.pairPush).i32("grid", m.pairGrid);
   dispatch.tensorMap("map_a", m.poolRowsMap).tensorMap("map_b", m.boxes(a.w1, local * 2 * c.intermediate, c.hidden, 128));
-  m.launch(kDispatchNT, uint32_t(m.pairGrid), stream, dispatch, *heap_);
+  m.launch(kDispatchNT, uint32_t(m.pairGrid), stream, dispatch, heap());
   // Profiling: the combine's stage time is its own, not how much later the peer finished its dispatch (the rank
   // barrier of stage_begin; its counter zeroing repeats the prologue's: the other parity is idle in this call).
-  if (m.profiling) m.stageBegin(stream, *heap_);
+  if (m.profiling) m.stageBegin(stream, heap());
   m.mark(m.events, size_t(Stage::kGemmCombine), stream);
   KernelArgs combine = m.combineArgs(kCombineNT, combineLegs, a.topkIdx, a.topkWeights, a.tokens);
-  combine.ptr("a", m.act).ptr("b", a.w2).ptr("y", a.y).ptr("d_topk_weights", 0).ptr("tickets", m.tickets + 8);
+  combine.ptr("a", m.b.act).ptr("b", a.w2).ptr("y", a.y).ptr("d_topk_weights", 0).ptr("tickets", m.b.tickets + 8);
   combine.i32("grid", m.pairGrid).tensorMap("map_a", m.actRowsMap);
   combine.tensorMap("map_b", m.boxes(a.w2, local * c.hidden, c.intermediate, 128));
-  m.launch(kCombineNT, uint32_t(m.pairGrid), stream, combine, *heap_);
+  m.launch(kCombineNT, uint32_t(m.pairGrid), stream, combine, heap());
   m.mark(m.events, size_t(Stage::kCount), stream);
-  m.epochAdvance(stream, *heap_);
-  m.lastForwardTokens = a.tokens;
+  m.epochAdvance(stream, heap());
+  if (!a.saved) m.lastForwardTokens = a.tokens;
 }
 
 void MoeLayer::backward(const BackwardArgs& a, StreamHandle stream) {
   const MoeLayerConfig& c = config_;
   Impl& m = *impl_;
   if (!c.training) invalid("backward: the layer was created without training (MoeLayerConfig::training)");
-  if (m.lastForwardTokens < 0) invalid("backward: no forward to differentiate yet");
-  if (a.tokens != m.lastForwardTokens)
+  const DevicePtr saved = m.savedFor(a.saved, "backward");
+  if (!a.saved && m.lastForwardTokens < 0) invalid("backward: no forward to differentiate yet");
+  if (!a.saved && a.tokens != m.lastForwardTokens)
     invalid("backward: tokens=" + std::to_string(a.tokens) + " differs from the last forward's tokens=" +
             std::to_string(m.lastForwardTokens));
   if (!a.w1 || !a.w2 || !a.dW1 || !a.dW2) invalid("backward: w1, w2, dW1 and dW2 must not be null");
@@ -543,62 +668,62 @@ void MoeLayer::backward(const BackwardArgs& a, StreamHandle stream) {
   requireAligned("backward", "topk_weights", a.topkWeights, 4, "f32 loads");
   requireAligned("backward", "d_topk_weights", a.dTopkWeights, 4, "f32 stores");
   requireGridInBounds(m.grid);
-  heap_->requireUsable();
-  Regions& r = m.regions;
+  heap().requireUsable();
+  const Workspace::Buffers& r = m.b;
   const int64_t local = c.experts / ranks();
   const int32_t grid = int32_t(m.grid), rowGrid = int32_t(m.grid) * 8;
   const int32_t dispatchLegs = legBits(m.dispatchLeg), combineLegs = legBits(m.combineLeg);
-  auto begin = [&] { m.stageBegin(stream, *heap_); };
-  auto advance = [&] { m.epochAdvance(stream, *heap_); };
+  auto begin = [&] { m.stageBegin(stream, heap()); };
+  auto advance = [&] { m.epochAdvance(stream, heap()); };
   // Stage times cover the stage's own kernels: not stage_begin's barrier, i.e. not how late a peer finished the
   // previous stage.
   auto start = [&](BackwardStage stage) { m.mark(m.backwardEvents, 2 * size_t(stage), stream); };
   auto end = [&](BackwardStage stage) { m.mark(m.backwardEvents, 2 * size_t(stage) + 1, stream); };
 
-  begin();
+  // The forward's routing again (deterministic: the same pool rows for the same topk_idx on every rank), so that the
+  // backward needs nothing of the forward but its saved h, whatever ran on the workspace in between.
   start(BackwardStage::kDgradDispatch);
+  m.prologue(a.topkIdx, a.tokens, stream, heap());
   // dy re-dispatched; B is w2 [E/R * H, I] as K x N slabs, encoded per call (a CUDA graph captures it by value). It
   // runs as cluster pairs on sm_90a (DispatchGemmSpec).
   KernelArgs dgrad = m.dispatchArgs(kDispatchNN, dispatchLegs, a.topkIdx, a.topkWeights, c.maxTokens);
-  dgrad.ptr("src", a.dy).ptr("weights", a.w2).ptr("extra", 0).ptr("out", m.act).ptr("tickets", m.tickets);
+  dgrad.ptr("src", a.dy).ptr("weights", a.w2).ptr("extra", 0).ptr("out", m.b.act).ptr("tickets", m.b.tickets);
   dgrad.i32("push_blocks", m.pairPush).i32("grid", m.pairGrid).tensorMap("map_a", m.poolRowsMap);
   dgrad.tensorMap("map_b", m.boxes64(a.w2, local * c.hidden, c.intermediate));
-  m.launch(kDispatchNN, uint32_t(m.pairGrid), stream, dgrad, *heap_);
+  m.launch(kDispatchNN, uint32_t(m.pairGrid), stream, dgrad, heap());
   end(BackwardStage::kDgradDispatch);
   advance();
   start(BackwardStage::kSwigluBackward);
   KernelArgs swiglu = m.args(kSwigluBwd);
-  swiglu.ptr("g", m.act).ptr("h", m.h).ptr("pool_w", r.poolW).ptr("pool_src", r.poolSrc);
-  swiglu.ptr("rows_at", m.poolOffsets + uint64_t(local) * 4).ptr("dw", r.dw).i32("grid", rowGrid);
-  m.launch(kSwigluBwd, uint32_t(rowGrid), stream, swiglu, *heap_);
+  swiglu.ptr("g", m.b.act).ptr("h", saved).ptr("dh", m.b.dh).ptr("pool_w", r.poolW).ptr("pool_src", r.poolSrc);
+  swiglu.ptr("rows_at", m.b.poolOffsets + uint64_t(local) * 4).ptr("dw", r.dw).i32("grid", rowGrid);
+  m.launch(kSwigluBwd, uint32_t(rowGrid), stream, swiglu, heap());
   end(BackwardStage::kSwigluBackward);
   start(BackwardStage::kWgradW2);
   KernelArgs wgrad(m.kernelSpecName(kWgradTN));  // TN takes no split-K tail (kernels/Kernels.h): no scratch
-  wgrad.ptr("a", r.pool).ptr("b", m.act).ptr("c", a.dW2).ptr("offsets", m.poolOffsets).ptr("tickets", m.tickets + 16);
+  wgrad.ptr("a", r.pool).ptr("b", m.b.act).ptr("c", a.dW2).ptr("offsets", m.b.poolOffsets).ptr("tickets", m.b.tickets + 16);
   wgrad.ptr("split", 0).i32("max_split", 0).i32("grid", grid).tensorMap("map_a", m.poolMap).tensorMap("map_b", m.actMap);
-  m.launch(kWgradTN, m.grid, stream, wgrad, *heap_);
+  m.launch(kWgradTN, m.grid, stream, wgrad, heap());
   end(BackwardStage::kWgradW2);
   begin();
   start(BackwardStage::kWgradW1Dispatch);
   KernelArgs wgradW1 = m.dispatchArgs(kDispatchTN, dispatchLegs, a.topkIdx, a.topkWeights, c.maxTokens);
-  wgradW1.ptr("src", a.x).ptr("weights", a.w1).ptr("extra", m.h).ptr("out", a.dW1).ptr("tickets", m.tickets);
+  wgradW1.ptr("src", a.x).ptr("weights", a.w1).ptr("extra", m.b.dh).ptr("out", a.dW1).ptr("tickets", m.b.tickets);
   wgradW1.i32("push_blocks", m.pushBlocks).i32("grid", grid).tensorMap("map_a", m.dhMap).tensorMap("map_b", m.poolMap);
-  m.launch(kDispatchTN, m.grid, stream, wgradW1, *heap_);
+  m.launch(kDispatchTN, m.grid, stream, wgradW1, heap());
   end(BackwardStage::kWgradW1Dispatch);
   advance();
   begin();
   start(BackwardStage::kDgradCombine);
   // dx rows; B is w1 [E/R * 2I, H] as K x N slabs (kernels/Kernels.h GemmCombineSpec), encoded per call.
   KernelArgs dgradCombine = m.combineArgs(kCombineNN, combineLegs, a.topkIdx, a.topkWeights, a.tokens);
-  dgradCombine.ptr("a", m.h).ptr("b", a.w1).ptr("y", a.dx).ptr("d_topk_weights", a.dTopkWeights);
-  dgradCombine.ptr("tickets", m.tickets + 8).i32("grid", grid).tensorMap("map_a", m.dhRowsMap);
+  dgradCombine.ptr("a", m.b.dh).ptr("b", a.w1).ptr("y", a.dx).ptr("d_topk_weights", a.dTopkWeights);
+  dgradCombine.ptr("tickets", m.b.tickets + 8).i32("grid", grid).tensorMap("map_a", m.dhRowsMap);
   dgradCombine.tensorMap("map_b", m.boxes64(a.w1, local * 2 * c.intermediate, c.hidden));
-  m.launch(kCombineNN, m.grid, stream, dgradCombine, *heap_);
+  m.launch(kCombineNN, m.grid, stream, dgradCombine, heap());
   end(BackwardStage::kDgradCombine);
   advance();
 }
-
-int MoeLayer::smBudget() const { return int(impl_->grid); }
 
 void MoeLayer::setLegs(Leg dispatch, Leg combine) {
   impl_->dispatchLeg = dispatch;
@@ -615,25 +740,9 @@ std::array<float, size_t(BackwardStage::kCount)> MoeLayer::backwardStageMillisec
   return impl_->elapsed<size_t(BackwardStage::kCount)>(impl_->backwardEvents, 2);
 }
 
-uint64_t MoeLayer::keptBytes() const {
-  const MoeLayerConfig& c = config_;
-  if (!c.training) return 0;
-  const uint64_t rows = uint64_t(poolRows(c, ranks())), picks = uint64_t(c.maxTokens * c.topk),
-                 E = uint64_t(c.experts), local = E / uint64_t(ranks());
-  // h, then the routing: send_slot, send_list, send_off, send_base, pool_offsets, pool_src, pool_w.
-  return rows * uint64_t(2 * c.intermediate) * kBf16 + picks * 8 + (E + 1) * 4 + E * 4 + (local + 1) * 4 + rows * 8;
-}
-
 uint64_t MoeLayer::keptBytesWithoutRecompute() const {
   if (!config_.training) return 0;
   return keptBytes() + uint64_t(poolRows(config_, ranks())) * uint64_t(config_.hidden) * kBf16;
-}
-
-uint64_t MoeLayer::activationBytes() const {
-  const MoeLayerConfig& c = config_;
-  const uint64_t rows = uint64_t(poolRows(c, ranks()));
-  return rows * uint64_t(c.hidden + c.intermediate + (c.training ? 2 * c.intermediate : 0)) * kBf16 +
-         uint64_t(c.maxTokens * c.topk * c.hidden) * kBf16;
 }
 
 }  // namespace megamoe

@@ -21,6 +21,7 @@
 #include "compiler/cache/KernelCache.h"
 #include "megamoe/Backend.h"
 #include "megamoe/SymmetricHeap.h"
+#include "megamoe/Workspace.h"
 
 namespace megamoe {
 
@@ -76,10 +77,15 @@ struct ForwardArgs {
   DevicePtr topkIdx = 0, topkWeights = 0;
   DevicePtr w1 = 0, w2 = 0;
   DevicePtr y = 0;
+  // Training layers: where this forward keeps what its backward needs (savedBytes(), 16-byte aligned, the
+  // caller's). 0 on a layer created without a workspace: the layer's own buffer, i.e. the last forward's.
+  DevicePtr saved = 0;
 };
 
-// Gradients of the last forward (same x, tokens, routing and weights; before the next forward). dW1 and dW2 have
-// w1's and w2's layouts (an expert without tokens gets zeros); d_topk_weights is fp32 [tokens, topk] (0 for -1).
+// Gradients of a forward: the same x, tokens, routing and weights, and the `saved` buffer that forward wrote
+// (which the backward only reads: a saved state can be differentiated again). Any number of forwards may be
+// outstanding, and their backwards may run in any order. dW1 and dW2 have w1's and w2's layouts (an expert without
+// tokens gets zeros); d_topk_weights is fp32 [tokens, topk] (0 for -1).
 struct BackwardArgs {
   DevicePtr dy = 0;
   DevicePtr x = 0;
@@ -87,6 +93,7 @@ struct BackwardArgs {
   DevicePtr topkIdx = 0, topkWeights = 0;
   DevicePtr w1 = 0, w2 = 0;
   DevicePtr dx = 0, dTopkWeights = 0, dW1 = 0, dW2 = 0;
+  DevicePtr saved = 0;  // the forward's (0: the layer's own, as in ForwardArgs)
 };
 
 class MoeLayer {
@@ -103,9 +110,17 @@ class MoeLayer {
   static std::vector<std::pair<std::string, std::vector<std::pair<std::string, int64_t>>>> kernelSpecs(
       const MoeLayerConfig& config, int ranks);
 
-  // Mode A: one process drives every rank; layer i on runtimes[i]'s device. Kernels come from the cache. Several
-  // ranks may share a device (runtimes on one ordinal): each then needs its own stream, and its budget (smBudget)
-  // is its share of the SMs.
+  // Bytes of the saved state one training forward writes for its backward (0 without training): the L1
+  // pre-activation h of the rows this rank may receive (received rows x 2I bf16). The routing is recomputed by the
+  // backward from topk_idx, and the dispatched x is re-dispatched, so nothing else is kept.
+  static uint64_t savedBytes(const MoeLayerConfig& config, int ranks);
+
+  // A layer on `workspace` (Workspace.h), which it keeps alive; `config` must fit it (Workspace::fits). Kernels come
+  // from the cache. Layers are cheap: their kernels, their tensor maps, their profiling events.
+  static std::unique_ptr<MoeLayer> create(std::shared_ptr<Workspace> workspace, const MoeLayerConfig& config);
+  // A layer with a workspace of its own (and for training its own saved state: the last forward's).
+  // Mode A: one process drives every rank; layer i on runtimes[i]'s device. Several ranks may share a device
+  // (runtimes on one ordinal): each then needs its own stream, and its budget (smBudget) is its share of the SMs.
   static std::vector<std::unique_ptr<MoeLayer>> createLocal(const std::vector<Runtime*>& runtimes,
                                                             const MoeLayerConfig& config);
   // Mode B: this process is `rank` of `ranks`; all meet at `rendezvousPath`.
@@ -116,11 +131,13 @@ class MoeLayer {
   MoeLayer& operator=(const MoeLayer&) = delete;
 
   const MoeLayerConfig& config() const { return config_; }
-  int rank() const { return heap_->rank(); }
-  int ranks() const { return heap_->nranks(); }
-  // The SMs this rank's kernels use (the resolved smBudget).
-  int smBudget() const;
-  SymmetricHeap& heap() { return *heap_; }
+  int rank() const { return workspace_->rank(); }
+  int ranks() const { return workspace_->ranks(); }
+  // The SMs this rank's kernels use (the workspace's resolved smBudget).
+  int smBudget() const { return workspace_->smBudget(); }
+  SymmetricHeap& heap() { return workspace_->heap(); }
+  Workspace& workspace() { return *workspace_; }
+  uint64_t savedBytes() const { return savedBytes(config_, ranks()); }
 
   // Enqueues one forward on `stream` (capturable in a graph). Host-visible bad input (a null pointer, tokens out
   // of [0, max_tokens], x / y / w1 / w2 not 16-byte or topk_idx / topk_weights not 4-byte aligned) throws
@@ -133,9 +150,12 @@ class MoeLayer {
   // layer's buffers without a host synchronisation, and calls on unordered streams race on them (not detected).
   void forward(const ForwardArgs& args, StreamHandle stream);
 
-  // Enqueues the backward of the last forward (config.training must be set), on the forward's stream (as above).
-  // Throws Error(kInvalidArgument) when there was no forward, tokens differ from it, or a pointer is null or
-  // misaligned (16 bytes; topk_idx, topk_weights and d_topk_weights 4 bytes); nothing is enqueued then.
+  // Enqueues a backward (config.training must be set), ordered with the forwards as above. Throws
+  // Error(kInvalidArgument) when a pointer is null or misaligned (16 bytes; topk_idx, topk_weights and
+  // d_topk_weights 4 bytes), or, on a layer without a workspace of the caller's, when there was no forward or tokens
+  // differ from the last one; nothing is enqueued then. The backward recomputes the forward's routing (its
+  // dispatch_prologue) from topk_idx: the same topk_idx, tokens and weights as the forward's, or the result is
+  // undefined.
   void backward(const BackwardArgs& args, StreamHandle stream);
 
   // Legs of the fused operators, forward and backward (the backward's dispatches take `dispatch`).
@@ -146,23 +166,23 @@ class MoeLayer {
   void setProfiling(bool on);
   std::array<float, size_t(Stage::kCount)> stageMilliseconds();
   std::array<float, size_t(BackwardStage::kCount)> backwardStageMilliseconds();
-  // Bytes a training forward keeps for the backward on this rank at max_tokens: h (received rows x 2I) and the
-  // routing tables; x is the caller's. keptBytesWithoutRecompute() adds the dispatched x (received rows x H) that
-  // a backward without recomputation would keep as well.
-  uint64_t keptBytes() const;
+  // Bytes a training forward keeps for the backward on this rank (savedBytes()); x is the caller's.
+  // keptBytesWithoutRecompute() adds the dispatched x (received rows x H) that a backward without recomputation
+  // would keep as well.
+  uint64_t keptBytes() const { return savedBytes(); }
   uint64_t keptBytesWithoutRecompute() const;
-  // Bytes of the layer's working buffers on this rank (receive pool, act, combine buffer, and for training h, g,
-  // dh and w * act).
-  uint64_t activationBytes() const;
+  // Bytes of the workspace's working memory on this rank (heap and buffers: receive pool, act, combine buffer, and
+  // for training dh), shared by every layer on it.
+  uint64_t activationBytes() const { return workspace_->bytes().total(); }
 
   // Synchronises `stream` and throws Error(kDeviceError) naming the first device error (see SymmetricHeap).
-  void checkErrors(StreamHandle stream) { heap_->checkErrors(stream); }
+  void checkErrors(StreamHandle stream) { heap().checkErrors(stream); }
 
  private:
   struct Impl;
-  MoeLayer(Runtime& runtime, const MoeLayerConfig& config, std::unique_ptr<SymmetricHeap> heap, int smBudget);
+  MoeLayer(std::shared_ptr<Workspace> workspace, const MoeLayerConfig& config);
   MoeLayerConfig config_;
-  std::unique_ptr<SymmetricHeap> heap_;
+  std::shared_ptr<Workspace> workspace_;
   std::unique_ptr<Impl> impl_;
 };
 

@@ -209,6 +209,36 @@ MEGAMOE_API int megamoe_layer_create_local(megamoe_runtime* const* runtimes, siz
                                            const megamoe_layer_config* config, megamoe_layer** out_layers);
 /* NULL is accepted. */
 MEGAMOE_API int megamoe_layer_destroy(megamoe_layer* layer);
+
+/* A workspace (megamoe/Workspace.h): the symmetric heap and working buffers every layer of a model shares on one
+ * rank, sized for the largest layer `config` describes; layers created on it (megamoe_layer_create_on) keep it
+ * alive, so it may be destroyed before them. Calls of all its layers are ordered on one stream. */
+typedef struct megamoe_workspace megamoe_workspace;
+/* Sizing before creation, allocating nothing: the workspace's heap and buffer bytes on each rank, and the bytes of
+ * the saved state one training forward of a layer writes (0 without training). NULL outputs are skipped. */
+MEGAMOE_API int megamoe_workspace_bytes(const megamoe_layer_config* config, size_t nranks, uint64_t* heap_bytes,
+                                        uint64_t* buffer_bytes);
+MEGAMOE_API int megamoe_layer_saved_bytes(const megamoe_layer_config* config, size_t nranks, uint64_t* bytes);
+/* As megamoe_layer_create / _create_local, for a workspace. */
+MEGAMOE_API int megamoe_workspace_create(megamoe_runtime* runtime, const megamoe_layer_config* config, int rank,
+                                         int nranks, const char* rendezvous_path, megamoe_workspace** out);
+MEGAMOE_API int megamoe_workspace_create_local(megamoe_runtime* const* runtimes, size_t nranks,
+                                               const megamoe_layer_config* config,
+                                               megamoe_workspace** out_workspaces);
+MEGAMOE_API int megamoe_workspace_destroy(megamoe_workspace* workspace); /* NULL is accepted */
+/* A layer on `workspace`; its config must fit the workspace's (each size at most the workspace's). */
+MEGAMOE_API int megamoe_layer_create_on(megamoe_workspace* workspace, const megamoe_layer_config* config,
+                                        megamoe_layer** out);
+/* Forward and backward with a caller-owned saved state (megamoe_layer_saved_bytes bytes, 16-byte aligned): the
+ * training forward writes it, its backward reads it; any number of forwards may be outstanding and their backwards
+ * run in any order. saved = 0 uses the layer's own (only a layer with a workspace of its own has one). */
+MEGAMOE_API int megamoe_layer_forward_saved(megamoe_layer* layer, uint64_t x, int64_t tokens, uint64_t topk_idx,
+                                            uint64_t topk_weights, uint64_t w1, uint64_t w2, uint64_t y,
+                                            uint64_t saved, void* stream);
+MEGAMOE_API int megamoe_layer_backward_saved(megamoe_layer* layer, uint64_t dy, uint64_t x, int64_t tokens,
+                                             uint64_t topk_idx, uint64_t topk_weights, uint64_t w1, uint64_t w2,
+                                             uint64_t dx, uint64_t d_topk_weights, uint64_t dw1, uint64_t dw2,
+                                             uint64_t saved, void* stream);
 /* Device addresses; y [tokens, hidden] bf16 is written. Nothing is synchronised; stream NULL = default stream.
  * x, y, w1, w2 are 16-byte aligned, topk_idx and topk_weights 4-byte aligned. Every call of one layer (forward,
  * backward, stage times, check_errors) must be ordered on one stream, or the caller orders the streams: the layer's

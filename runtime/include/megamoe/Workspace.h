@@ -1,0 +1,74 @@
+// A workspace: what every MoE layer of a model shares on one rank - the symmetric heap (receive pool, combine
+// buffer, counters, flags) and the working buffers (routing tables, the L1 activation, dh) - sized for the largest
+// layer it serves. Layers (MoeLayer::create(workspace, config)) hold only their kernels and their tensor maps, so
+// 58 layers cost one workspace, not 58; what one training forward keeps for its backward lives in a buffer the
+// caller owns (MoeLayer::savedBytes), never here. Calls of all layers on one workspace are ordered on one stream.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "megamoe/Backend.h"
+#include "megamoe/SymmetricHeap.h"
+
+namespace megamoe {
+
+class Runtime;
+struct MoeLayerConfig;
+
+// One rank's bytes of a workspace: the symmetric heap (mapped by every peer) and the local working buffers.
+struct WorkspaceBytes {
+  uint64_t heap = 0, buffers = 0;
+  uint64_t total() const { return heap + buffers; }
+};
+
+class Workspace {
+ public:
+  // What a workspace for layers up to `config` at `ranks` ranks takes on each rank, without allocating anything.
+  // Error(kInvalidArgument) naming the violated constraint for a configuration MoeLayer::validate refuses.
+  static WorkspaceBytes bytesFor(const MoeLayerConfig& config, int ranks);
+
+  // One process drives every rank: workspace i on runtimes[i]'s device (ranks may share a device, each on its
+  // share of the SMs: MoeLayerConfig::smBudget).
+  static std::vector<std::shared_ptr<Workspace>> createLocal(const std::vector<Runtime*>& runtimes,
+                                                             const MoeLayerConfig& config);
+  // This process is `rank` of `ranks`; the ranks meet at `rendezvousPath` (Rendezvous.h) and agree on `config`.
+  static std::shared_ptr<Workspace> create(Runtime& runtime, const MoeLayerConfig& config, int rank, int ranks,
+                                           const std::string& rendezvousPath);
+  ~Workspace();
+  Workspace(const Workspace&) = delete;
+  Workspace& operator=(const Workspace&) = delete;
+
+  // The largest layer this workspace serves (a layer fits when each of its sizes is at most this one's).
+  const MoeLayerConfig& config() const;
+  // "" when a layer of `layer` can run here; else the size that does not fit.
+  std::string fits(const MoeLayerConfig& layer) const;
+  int rank() const { return heap_->rank(); }
+  int ranks() const { return heap_->nranks(); }
+  int smBudget() const { return smBudget_; }
+  SymmetricHeap& heap() { return *heap_; }
+  Runtime& runtime() const { return runtime_; }
+  WorkspaceBytes bytes() const { return bytesFor(*config_, ranks()); }
+
+  // The working buffers and heap regions, as the layer's launches pass them (device addresses).
+  struct Buffers {
+    DevicePtr ctx = 0, counts = 0, flags = 0, arrivals = 0, done = 0, pool = 0, poolSrc = 0, poolW = 0, comb = 0,
+              dw = 0, barrier = 0;                                             // heap regions
+    DevicePtr sendSlot = 0, sendList = 0, sendOff = 0, sendBase = 0, poolOffsets = 0, routeEpoch = 0,
+              prologueScratch = 0, tickets = 0, act = 0, dh = 0;               // local (dh: training only)
+  };
+  const Buffers& buffers() const { return buffers_; }
+  // Rows of the receive pool (every rank may send every pick to this one).
+  int64_t poolRows() const;
+
+ private:
+  Workspace(Runtime& runtime, const MoeLayerConfig& config, std::unique_ptr<SymmetricHeap> heap, int smBudget);
+  Runtime& runtime_;
+  std::unique_ptr<MoeLayerConfig> config_;
+  std::unique_ptr<SymmetricHeap> heap_;
+  int smBudget_;
+  Buffers buffers_;
+};
+
+}  // namespace megamoe

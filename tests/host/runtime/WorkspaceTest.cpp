@@ -1,0 +1,178 @@
+// One workspace serving many layers, on the fake HIP backend: its bytes, known before it exists, do not grow with
+// the layers; every training forward writes the caller's saved state and its backward reads that one, with
+// several forwards outstanding and their backwards in reverse order; layers that do not fit are refused by name.
+// (The numbers a real GPU computes are checked in tests/gpu/LayerTest.cpp.)
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "FakeLayerKernels.h"
+#include "TestSupport.h"
+#include "compiler/abi/KernelAbi.h"
+#include "megamoe/Error.h"
+#include "megamoe/MoeLayer.h"
+#include "megamoe/Runtime.h"
+#include "megamoe/Workspace.h"
+
+namespace megamoe {
+namespace {
+
+MoeLayerConfig small(bool training) {
+  MoeLayerConfig c{512, 256, 16, 4, 64, 0};
+  c.training = training;
+  return c;
+}
+
+std::string errorOf(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument) << e.what();
+    return e.what();
+  }
+  return "";
+}
+
+class WorkspaceOnFakeHip : public ::testing::Test {
+ protected:
+  static constexpr int kRanks = 2;
+  void SetUp() override {
+    RuntimeEnv env = parseEnv([](const char*) -> const char* { return nullptr; });
+    env.hipLibrary = test::FakeHip::path();
+    env.cacheDir = dir.path();
+    test::storeFakeLayerKernels(dir.path(), small(true), kRanks, /*recordArguments=*/true);
+    for (int r = 0; r < kRanks; ++r) runtimes.push_back(std::make_unique<Runtime>(BackendKind::kHip, 0, env));
+  }
+  std::vector<Runtime*> raw() {
+    std::vector<Runtime*> out;
+    for (auto& rt : runtimes) out.push_back(rt.get());
+    return out;
+  }
+  // The recorded launches of `kernel` since launch index `from`, in order.
+  std::vector<FakeHipLaunch> launchesOf(const std::string& kernel, int from) {
+    std::vector<FakeHipLaunch> out;
+    for (int i = from; i < test::FakeHip::get().launchCount(); ++i) {
+      FakeHipLaunch l{};
+      test::FakeHip::get().launch(i, &l);
+      if (kernel == l.name) out.push_back(l);
+    }
+    return out;
+  }
+  static int argIndex(const char* kernel, const char* arg) { return abi::findKernelDecl(kernel)->indexOf(arg); }
+  test::TempDir dir;
+  std::vector<std::unique_ptr<Runtime>> runtimes;
+};
+
+TEST_F(WorkspaceOnFakeHip, BytesAreKnownBeforeCreationAndDoNotGrowWithLayers) {
+  const WorkspaceBytes expected = Workspace::bytesFor(small(true), kRanks);
+  auto& fake = test::FakeHip::get();
+  const int before = fake.liveAllocations();
+  auto workspaces = Workspace::createLocal(raw(), small(true));
+  const int withWorkspace = fake.liveAllocations();
+  EXPECT_EQ(workspaces[0]->bytes().total(), expected.total());
+  EXPECT_GT(withWorkspace, before);
+  std::vector<std::unique_ptr<MoeLayer>> layers;
+  for (int l = 0; l < 4; ++l)
+    for (auto& ws : workspaces) layers.push_back(MoeLayer::create(ws, small(true)));
+  EXPECT_EQ(fake.liveAllocations(), withWorkspace) << "a layer on a workspace allocates no device memory";
+  EXPECT_EQ(layers[0]->activationBytes(), expected.total());
+  std::printf("workspace bytes per rank (H 512, I 256, E 16, top-4, 64 tokens, 2 ranks): heap %llu + buffers %llu, "
+              "with 1 or 4 layers; saved bytes per training forward %llu\n",
+              static_cast<unsigned long long>(expected.heap), static_cast<unsigned long long>(expected.buffers),
+              static_cast<unsigned long long>(MoeLayer::savedBytes(small(true), kRanks)));
+}
+
+TEST_F(WorkspaceOnFakeHip, ForwardsOutstandingAndBackwardsInReverseOrderUseTheirOwnSavedState) {
+  auto workspaces = Workspace::createLocal(raw(), small(true));
+  constexpr int kLayers = 4, kOutstanding = 3;
+  std::vector<std::vector<std::unique_ptr<MoeLayer>>> layers(kRanks);  // [rank][layer]
+  for (int r = 0; r < kRanks; ++r)
+    for (int l = 0; l < kLayers; ++l) layers[size_t(r)].push_back(MoeLayer::create(workspaces[size_t(r)], small(true)));
+  Device& d = *runtimes[0]->device();
+  std::vector<DevicePtr> buffers;
+  auto buffer = [&](uint64_t bytes) {
+    buffers.push_back(d.allocate(size_t(bytes)));
+    return buffers.back();
+  };
+  const uint64_t savedBytes = MoeLayer::savedBytes(small(true), kRanks);
+  ASSERT_GT(savedBytes, 0u);
+  std::vector<std::vector<DevicePtr>> saved(kRanks);
+  const DevicePtr x = buffer(1 << 20), idx = buffer(1 << 20), w = buffer(1 << 20), w1 = buffer(1 << 20),
+                  w2 = buffer(1 << 20), y = buffer(1 << 20);
+  const int from = test::FakeHip::get().launchCount();
+  for (int f = 0; f < kOutstanding; ++f)
+    for (int r = 0; r < kRanks; ++r) {
+      saved[size_t(r)].push_back(buffer(savedBytes));
+      ForwardArgs a{x, 8, idx, w, w1, w2, y};
+      a.saved = saved[size_t(r)].back();
+      layers[size_t(r)][size_t(f)]->forward(a, nullptr);
+    }
+  for (int f = kOutstanding - 1; f >= 0; --f)
+    for (int r = 0; r < kRanks; ++r) {
+      BackwardArgs b{y, x, 8, idx, w, w1, w2, y, w, w1, w2};
+      b.saved = saved[size_t(r)][size_t(f)];
+      layers[size_t(r)][size_t(f)]->backward(b, nullptr);
+    }
+  // Forward f of rank r wrote h into its saved state (the NT dispatch's `extra`); backward f read that one (the
+  // SwiGLU backward's `h`) and wrote dh into the workspace's buffer, never into a saved state.
+  const auto dispatches = launchesOf("dispatch_grouped_gemm", from);
+  const auto swiglus = launchesOf("swiglu_bwd", from);
+  ASSERT_EQ(dispatches.size(), size_t(kOutstanding * kRanks * 3));  // per forward one, per backward two
+  ASSERT_EQ(swiglus.size(), size_t(kOutstanding * kRanks));
+  const int extra = argIndex("dispatch_grouped_gemm", "extra"), h = argIndex("swiglu_bwd", "h"),
+            dh = argIndex("swiglu_bwd", "dh");
+  for (int f = 0; f < kOutstanding; ++f)
+    for (int r = 0; r < kRanks; ++r) {
+      EXPECT_EQ(dispatches[size_t(f * kRanks + r)].params[extra], saved[size_t(r)][size_t(f)]) << "forward " << f;
+      const FakeHipLaunch& s = swiglus[size_t((kOutstanding - 1 - f) * kRanks + r)];
+      EXPECT_EQ(s.params[h], saved[size_t(r)][size_t(f)]) << "backward " << f << " rank " << r;
+      EXPECT_EQ(s.params[dh], workspaces[size_t(r)]->buffers().dh) << "backward " << f << " rank " << r;
+    }
+  // Each backward recomputes its routing: one dispatch_prologue per forward and per backward.
+  EXPECT_EQ(launchesOf("dispatch_prologue", from).size(), size_t(2 * kOutstanding * kRanks));
+  for (DevicePtr p : buffers) d.free(p);
+}
+
+TEST_F(WorkspaceOnFakeHip, WhatDoesNotFitIsRefusedByName) {
+  auto training = Workspace::createLocal(raw(), small(true));
+  MoeLayerConfig wide = small(true);
+  wide.hidden = 1024;
+  EXPECT_NE(errorOf([&] { MoeLayer::create(training[0], wide); }).find("hidden=1024 exceeds the workspace's hidden=512"),
+            std::string::npos);
+  auto inference = Workspace::createLocal(raw(), small(false));
+  EXPECT_NE(errorOf([&] { MoeLayer::create(inference[0], small(true)); }).find("needs a workspace created with training"),
+            std::string::npos);
+  // A training layer on a caller's workspace has no saved state of its own: forward without one is refused.
+  auto layer = MoeLayer::create(training[0], small(true));
+  Device& d = *runtimes[0]->device();
+  const DevicePtr p = d.allocate(1 << 20);
+  EXPECT_NE(errorOf([&] { layer->forward({p, 8, p, p, p, p, p}, nullptr); }).find("saved must be given"),
+            std::string::npos);
+  ForwardArgs misaligned{p, 8, p, p, p, p, p};
+  misaligned.saved = p + 8;
+  EXPECT_NE(errorOf([&] { layer->forward(misaligned, nullptr); }).find("saved must be 16-byte aligned"),
+            std::string::npos);
+  d.free(p);
+  EXPECT_NE(errorOf([] { Workspace::bytesFor(small(true), 9); }).find("ranks=9"), std::string::npos);
+}
+
+// The figures the README quotes for DeepSeek-V3 (H 7168, I 2048, 256 experts, top-8, 8192 tokens per rank).
+TEST(WorkspaceSizes, DeepSeekV3) {
+  for (int ranks : {2, 8}) {
+    MoeLayerConfig c{7168, 2048, 256, 8, 8192, 0};
+    c.training = true;
+    const WorkspaceBytes b = Workspace::bytesFor(c, ranks);
+    const uint64_t saved = MoeLayer::savedBytes(c, ranks);
+    // The worst case: every rank's every pick to one owner; saved = those rows x 2I bf16.
+    EXPECT_EQ(saved, uint64_t(ranks) * 8192 * 8 * 2 * 2048 * 2);
+    std::printf("DeepSeek-V3 EP%d training: workspace %.2f GiB (heap %.2f + buffers %.2f), saved per forward %.2f GiB\n",
+                ranks, b.total() / 1073741824.0, b.heap / 1073741824.0, b.buffers / 1073741824.0,
+                saved / 1073741824.0);
+  }
+}
+
+}  // namespace
+}  // namespace megamoe
