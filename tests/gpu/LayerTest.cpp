@@ -1240,6 +1240,167 @@ TEST_P(LayerTest, DefaultSmBudgetsShareTheDevice) {
               runCase(g, rng, Routing::kUniform, cycled(R, {256, 0, 97}), 1.f, false).c_str());
 }
 
+// One workspace per rank serving 4 training layers with different weights (MoeLayer::create(workspace, config)):
+// 3 forwards outstanding (layers 0, 1, 2, each with its own inputs and its own caller-owned saved state), a whole
+// step of layer 3 in between, then the backwards in reverse order. Every output and gradient of every call, guard
+// rows included, must be bitwise equal to the same call made as a forward immediately followed by its backward;
+// the workspace's bytes do not depend on the number of layers.
+TEST_P(LayerTest, WorkspaceServesLayersWithForwardsOutstanding) {
+  const int R = ranks();
+  MEGAMOE_REQUIRE_SM90A_RANKS(backend_, R);
+  std::mt19937 rng = testRng();
+  Group g;  // the runtimes, streams and shape; its own layers are not used
+  const Shape s = smallShape(R);
+  ASSERT_NO_FATAL_FAILURE(openGroup(g, s, {0, true, false, 0}, parseEnv(), rng));
+  const MoeLayerConfig config = layerConfig(s, {0, true, false, 0});
+  std::vector<Runtime*> runtimes;
+  for (int r = 0; r < R; ++r) runtimes.push_back(g[r].runtime.get());
+  auto workspaces = Workspace::createLocal(runtimes, config);
+  constexpr int kLayers = 4, kCalls = 4;  // call c runs on layer c
+  std::vector<std::vector<std::unique_ptr<MoeLayer>>> layers(static_cast<size_t>(R));
+  for (int r = 0; r < R; ++r)
+    for (int l = 0; l < kLayers; ++l) layers[size_t(r)].push_back(MoeLayer::create(workspaces[size_t(r)], config));
+  const WorkspaceBytes bytes = workspaces[0]->bytes();
+  EXPECT_EQ(bytes.total(), Workspace::bytesFor(config, R).total());
+  const uint64_t savedBytes = MoeLayer::savedBytes(config, R);
+
+  // Per rank and call: weights of the call's layer, inputs, outputs (sentinel-filled, with guard rows), saved state.
+  struct Call {
+    DevicePtr w1 = 0, w2 = 0, x = 0, idx = 0, wts = 0, dy = 0, y = 0, dx = 0, dtw = 0, dW1 = 0, dW2 = 0, saved = 0;
+    int64_t tokens = 0;
+  };
+  std::vector<std::vector<Call>> calls(static_cast<size_t>(R), std::vector<Call>(kCalls));
+  std::vector<std::pair<Device*, DevicePtr>> owned;
+  const std::vector<int64_t> tokenSets[kCalls] = {cycled(R, {300, 64}), cycled(R, {0, 1000, 17}), cycled(R, {513}),
+                                                  cycled(R, {64, 0})};
+  for (int r = 0; r < R; ++r) {
+    Device& d = g[r].device();
+    auto alloc = [&](size_t bytesWanted) {
+      owned.push_back({&d, d.allocate(bytesWanted)});
+      return owned.back().second;
+    };
+    for (int c = 0; c < kCalls; ++c) {
+      Call& k = calls[size_t(r)][size_t(c)];
+      k.tokens = tokenSets[c][size_t(r)];
+      const size_t w1Elems = size_t(s.w1Rows() * s.hidden), w2Elems = size_t(s.w2Rows() * s.inter);
+      k.w1 = alloc(w1Elems * 2);
+      k.w2 = alloc(w2Elems * 2);
+      const std::vector<uint16_t> w1 = randomBf16(rng, w1Elems, float(1 / std::sqrt(double(s.hidden))));
+      const std::vector<uint16_t> w2 = randomBf16(rng, w2Elems, float(1 / std::sqrt(double(s.inter))));
+      uploadAndWait(d, k.w1, w1.data(), w1.size() * 2);
+      uploadAndWait(d, k.w2, w2.data(), w2.size() * 2);
+      const Inputs in = makeInputs(rng, s, Routing::kSparse, r, k.tokens, 0, 1.f, true);
+      k.x = alloc(size_t(s.maxTokens * s.hidden) * 2);
+      k.idx = alloc(size_t(s.maxTokens * s.topk) * 4);
+      k.wts = alloc(size_t(s.maxTokens * s.topk) * 4);
+      k.dy = alloc(size_t(s.maxTokens * s.hidden) * 2);
+      if (k.tokens > 0) {
+        uploadAndWait(d, k.x, in.x.data(), in.x.size() * 2);
+        uploadAndWait(d, k.idx, in.topkIdx.data(), in.topkIdx.size() * 4);
+        uploadAndWait(d, k.wts, in.topkWeights.data(), in.topkWeights.size() * 4);
+        uploadAndWait(d, k.dy, in.dy.data(), in.dy.size() * 2);
+      }
+      k.y = alloc(s.yElems() * 2);
+      k.dx = alloc(s.yElems() * 2);
+      k.dtw = alloc(s.dTopkElems() * 4);
+      k.dW1 = alloc(s.dW1Elems() * 2);
+      k.dW2 = alloc(s.dW2Elems() * 2);
+      k.saved = alloc(size_t(savedBytes));
+    }
+  }
+  auto fill = [&](int r, const Call& k) {
+    Device& d = g[r].device();
+    fillDevice(d, k.y, s.yElems(), kSentinel);
+    fillDevice(d, k.dx, s.yElems(), kSentinel);
+    fillDevice(d, k.dtw, s.dTopkElems(), kSentinel32);
+    fillDevice(d, k.dW1, s.dW1Elems(), kSentinel);
+    fillDevice(d, k.dW2, s.dW2Elems(), kSentinel);
+  };
+  auto forward = [&](int c) {
+    for (int r = 0; r < R; ++r) {
+      const Call& k = calls[size_t(r)][size_t(c)];
+      ForwardArgs a{k.x, k.tokens, k.idx, k.wts, k.w1, k.w2, k.y};
+      a.saved = k.saved;
+      layers[size_t(r)][size_t(c)]->forward(a, g[r].stream);
+    }
+  };
+  auto backward = [&](int c) {
+    for (int r = 0; r < R; ++r) {
+      const Call& k = calls[size_t(r)][size_t(c)];
+      BackwardArgs b{k.dy, k.x, k.tokens, k.idx, k.wts, k.w1, k.w2, k.dx, k.dtw, k.dW1, k.dW2};
+      b.saved = k.saved;
+      layers[size_t(r)][size_t(c)]->backward(b, g[r].stream);
+    }
+  };
+  auto checkAll = [&] {
+    for (int r = 0; r < R; ++r) layers[size_t(r)][0]->checkErrors(g[r].stream);
+  };
+  // Pairs first: each call's forward then its backward; keep every output.
+  std::vector<std::vector<std::unique_ptr<Snapshot>>> pairs(static_cast<size_t>(R));
+  for (int c = 0; c < kCalls; ++c) {
+    for (int r = 0; r < R; ++r) fill(r, calls[size_t(r)][size_t(c)]);
+    forward(c);
+    backward(c);
+    checkAll();
+    for (int r = 0; r < R; ++r) {
+      const Call& k = calls[size_t(r)][size_t(c)];
+      pairs[size_t(r)].push_back(std::make_unique<Snapshot>());
+      Device& d = g[r].device();
+      Snapshot& snap = *pairs[size_t(r)].back();
+      snap.device = &d;
+      const std::pair<DevicePtr Snapshot::*, std::pair<DevicePtr, size_t>> buffers[] = {
+          {&Snapshot::y, {k.y, s.yElems() * 2}},
+          {&Snapshot::dx, {k.dx, s.yElems() * 2}},
+          {&Snapshot::dTopkWeights, {k.dtw, s.dTopkElems() * 4}},
+          {&Snapshot::dW1, {k.dW1, s.dW1Elems() * 2}},
+          {&Snapshot::dW2, {k.dW2, s.dW2Elems() * 2}}};
+      for (const auto& [field, from] : buffers) {
+        snap.*field = d.allocate(from.second);
+        d.copyDeviceToDevice(snap.*field, from.first, from.second);
+      }
+      d.synchronizeDevice();
+    }
+  }
+  // Then interleaved: forwards 0, 1, 2 outstanding, a whole step of layer 3, the backwards 2, 1, 0.
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < kCalls; ++c) fill(r, calls[size_t(r)][size_t(c)]);
+  forward(0);
+  forward(1);
+  forward(2);
+  forward(3);
+  backward(3);
+  backward(2);
+  backward(1);
+  backward(0);
+  checkAll();
+  size_t differing = 0;
+  for (int r = 0; r < R; ++r) {
+    Device& d = g[r].device();
+    for (int c = 0; c < kCalls; ++c) {
+      const Call& k = calls[size_t(r)][size_t(c)];
+      const Snapshot& p = *pairs[size_t(r)][size_t(c)];
+      const size_t n = countDifferingOnDevice<uint16_t>(d, k.y, p.y, s.yElems()) +
+                       countDifferingOnDevice<uint16_t>(d, k.dx, p.dx, s.yElems()) +
+                       countDifferingOnDevice<uint32_t>(d, k.dtw, p.dTopkWeights, s.dTopkElems()) +
+                       countDifferingOnDevice<uint16_t>(d, k.dW1, p.dW1, s.dW1Elems()) +
+                       countDifferingOnDevice<uint16_t>(d, k.dW2, p.dW2, s.dW2Elems());
+      EXPECT_EQ(n, 0u) << "rank " << r << " call " << c << ": outputs differ from its forward-then-backward pair";
+      differing += n;
+      // The pair's outputs were checked nowhere else: at least y must be written where tokens are.
+      if (k.tokens > 0) {
+        const std::vector<uint16_t> y = readBack<uint16_t>(d, k.y, size_t(k.tokens * s.hidden));
+        EXPECT_EQ(std::count(y.begin(), y.end(), kSentinel), 0) << "rank " << r << " call " << c << ": y not written";
+      }
+    }
+  }
+  for (const auto& [d, p] : owned) d->free(p);
+  std::printf("SUMMARY layer workspace (%s): %d layers on one workspace per rank (%.1f MiB: heap %.1f + buffers "
+              "%.1f, the same for 1 or %d layers), saved %.1f MiB per forward; 3 forwards outstanding, a step of a "
+              "4th in between, backwards in reverse order: %zu elements differ from forward-then-backward pairs\n",
+              placement(*backend_, R).c_str(), kLayers, bytes.total() / 1048576.0, bytes.heap / 1048576.0,
+              bytes.buffers / 1048576.0, kLayers, savedBytes / 1048576.0, differing);
+}
+
 // The smallest budget (2 SMs, one cluster pair, per rank): every persistent kernel runs on a grid of 2, its push
 // blocks included; the outputs of a training step must not depend on the grid.
 TEST_P(LayerTest, TrainingStepOnTwoSmsPerRank) {
