@@ -26,6 +26,7 @@ mlir::OwningOpRef<mlir::ModuleOp> buildDispatchPrologue(mlir::MLIRContext& mctx,
   GlobalPtr routeEpoch = k.ptr("route_epoch", Elem::i64);
   GlobalPtr scratch = k.ptr("scratch", Elem::i32);   // [kScratchHeader + blocks * E], zero between launches
   I32 blocks = k.i32Arg("blocks");                   // the launch's blocks
+  I32 capacity = k.i32Arg("capacity");               // rows any owner's receive pool holds
   GlobalPtr arrived = scratch.as(Elem::i64);  // the blocks' meeting counter (i64 [0])
   GlobalPtr left = scratch + k.i64(2);        // blocks past the meeting (i32 [2]); the last resets both
   GlobalPtr partial = scratch + k.i64(S::kScratchHeader);  // [block][expert]: the block's picks of the expert
@@ -46,6 +47,7 @@ mlir::OwningOpRef<mlir::ModuleOp> buildDispatchPrologue(mlir::MLIRContext& mctx,
   SharedTile off = k.sharedTile(Elem::i32, 1, (E + 1 + 3) / 4 * 4);
   SharedTile chunk = k.sharedTile(Elem::i32, 1, T);  // the experts of the picks being counted
   SharedTile perGroup = k.sharedTile(Elem::i32, W, padE);  // [group][expert]: the group's picks of the expert
+  SharedTile overflow = k.sharedTile(Elem::i32, 1, 4);     // [0]: some owner's rows exceed the capacity
   I32 tid = k.threadIdx(), me = ctx.rank(), block = k.blockIdx();
   I64 epoch = ctx.epoch();
   I64 parity = epoch % 2;
@@ -60,6 +62,7 @@ mlir::OwningOpRef<mlir::ModuleOp> buildDispatchPrologue(mlir::MLIRContext& mctx,
   });
   k.returnIf(wrongRanks || !(block < blocks));
   k.forRange(tid, k.i32(E), k.i32(T), [&](I32 e) { mine.storeI32(e, k.i32(0)); });
+  k.ifThen(tid == 0, [&] { overflow.storeI32(k.i32(0), k.i32(0)); });
   k.forRange(tid, k.i32(W * padE), k.i32(T), [&](I32 i) { perGroup.storeI32(i, k.i32(0)); });
   // The arrival counters the previous call used (other parity) start again from zero: every increment of that call
   // was waited for before this call could begin (docs/decisions/fused-dispatch.md).
@@ -186,10 +189,21 @@ mlir::OwningOpRef<mlir::ModuleOp> buildDispatchPrologue(mlir::MLIRContext& mctx,
         I32 next = run[0] + totals.loadI32(e);
         k.ifThen(owner == me && el == k.i32(local - 1) && block == 0,
                  [&] { (poolOffsets + k.i64(local)).storeI32(next); });
+        // Every rank sees every owner's rows: one that would receive more than its pool holds stops every rank
+        // here, before a row moves (the dispatch starts only with a clear error record). Each block decides from
+        // its own walk (`overflow`, in shared memory), so that all its threads leave together.
+        k.ifThen(el == k.i32(local - 1) && capacity < next, [&] {
+          overflow.storeI32(k.i32(0), k.i32(1));
+          k.ifThen(block == 0, [&] {
+            k.reportError(ctx, uint64_t(abi::ErrorCode::kCapacity), k.widen(owner), k.widen(next), k.widen(capacity));
+          });
+        });
         return std::vector<I32>{next};
       });
     });
   });
+  k.blockSync();
+  k.returnIf(overflow.loadI32(k.i32(0)) == k.i32(1));
   // My picks grouped by expert: expert e's start in send_list (send_off[E] = my valid picks).
   k.ifThen(tid == 1, [&] {  // beside thread 0's walk
     auto total = k.forRange(k.i32(0), k.i32(E), k.i32(1), {k.i32(0)}, [&](I32 e, const std::vector<I32>& run) {

@@ -155,7 +155,10 @@ mlir::OwningOpRef<mlir::ModuleOp> buildGroupedGemm(mlir::MLIRContext& ctx, const
 // pool_offsets (i32), send_list (i32), send_off (i32 [E + 1]), send_base (i32 [E]), arrivals (heap i64
 // [2][R][E/R]), done (heap i64 [2][R]), route_epoch (i64: the epoch whose counts slab later stages read), scratch
 // (i32 [kScratchHeader + blocks * E], zero before the first launch; every launch leaves its counters zero), blocks
-// (i32: the launch's grid; blocks past it return at once).
+// (i32: the launch's grid; blocks past it return at once), capacity (i32: the rows every owner's receive pool holds;
+// when the routing would send more to any owner, every rank claims its error record with kCapacity (flag = that
+// owner, seen = its rows, expected = the capacity) before a row moves, and the later kernels of the call write
+// nothing).
 struct DispatchPrologueSpec {
   static constexpr const char* kName = "dispatch_prologue";
   static constexpr int64_t kBlockThreads = 1024;

@@ -32,7 +32,7 @@ std::vector<KernelDecl> declarations() {
        {"E", "topk", "ranks"},
        {ctx, i32p("topk_idx"), i32("tokens"), i32p("counts"), i64p("flags"), i32p("send_slot"),
         i32p("pool_offsets"), i32p("send_list"), i32p("send_off"), i32p("send_base"), i64p("arrivals"),
-        i64p("done"), i64p("route_epoch"), i32p("scratch"), i32("blocks")},
+        i64p("done"), i64p("route_epoch"), i32p("scratch"), i32("blocks"), i32("capacity")},
        GridRule::kResident},
       {"dispatch_grouped_gemm",
        {"E", "ranks", "topk", "H", "I", "clamp_milli", "layout", "save_h", "dedup"},

@@ -140,6 +140,7 @@ megamoe::MoeLayerConfig toConfig(const megamoe_layer_config* config, int ranks) 
   out.training = c->training != 0;
   out.dedupTokens = c->dedup_tokens != 0;
   out.smBudget = c->sm_budget;
+  out.receiveCapacity = c->receive_capacity;
   out.dtype = megamoe::DType::kBf16;
   if (auto e = megamoe::MoeLayer::validate(out, ranks); !e.empty()) invalid("MoE layer: " + e);
   if (c->dtype != MEGAMOE_DTYPE_BF16)

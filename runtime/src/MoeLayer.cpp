@@ -50,7 +50,11 @@ enum KernelIndex : size_t {
 };
 
 // Rows of the receive pool: every rank may send every pick to one owner.
-int64_t poolRows(const MoeLayerConfig& c, int ranks) { return int64_t(ranks) * c.maxTokens * c.topk; }
+// Rows of the receive pool: every rank may send every pick to one owner, unless the receive capacity is smaller.
+int64_t poolRows(const MoeLayerConfig& c, int ranks) {
+  const int64_t worst = int64_t(ranks) * c.maxTokens * c.topk;
+  return c.receiveCapacity > 0 ? std::min(c.receiveCapacity, worst) : worst;
+}
 
 // The SM budget's device-independent rules (MoeLayerConfig::smBudget); resolveSmBudget adds the device's.
 std::string smBudgetError(int64_t budget) {
@@ -179,6 +183,8 @@ std::string MoeLayer::validate(const MoeLayerConfig& c, int ranks) {
   };
   for (const auto& s : sizes)
     if (!s.bytes) return std::string(s.name) + "'s size overflows 64 bits";
+  if (c.receiveCapacity < 0)
+    return "receive_capacity=" + std::to_string(c.receiveCapacity) + " must be >= 0 (0 = the worst case)";
   if (c.dtype != DType::kBf16) return "dtype must be bf16: the kernels are generated for bf16 only";
   if (auto e = smBudgetError(c.smBudget); !e.empty()) return e;
   return "";
@@ -283,6 +289,9 @@ std::string Workspace::fits(const MoeLayerConfig& layer) const {
     if (f.layer > f.workspace)
       return std::string(f.name) + "=" + std::to_string(f.layer) + " exceeds the workspace's " + f.name + "=" +
              std::to_string(f.workspace);
+  if (megamoe::poolRows(layer, ranks()) > poolRows())
+    return "the layer's receive rows (" + std::to_string(megamoe::poolRows(layer, ranks())) +
+           ") exceed the workspace's receive pool (" + std::to_string(poolRows()) + " rows)";
   if (layer.experts % ranks() != 0)
     return "experts=" + std::to_string(layer.experts) + " must be a multiple of the workspace's ranks=" +
            std::to_string(ranks());
@@ -295,7 +304,8 @@ std::string Workspace::fits(const MoeLayerConfig& layer) const {
 
 Workspace::Workspace(Runtime& runtime, const MoeLayerConfig& config, std::unique_ptr<SymmetricHeap> heap,
                      int smBudget)
-    : runtime_(runtime), config_(std::make_unique<MoeLayerConfig>(config)), heap_(std::move(heap)),
+    : runtime_(runtime), device_(runtime.device()), config_(std::make_unique<MoeLayerConfig>(config)),
+      heap_(std::move(heap)),
       smBudget_(smBudget) {
   Device& d = *runtime.device();
   const SymmetricHeap& h = *heap_;
@@ -330,7 +340,7 @@ Workspace::Workspace(Runtime& runtime, const MoeLayerConfig& config, std::unique
 }
 
 Workspace::~Workspace() {
-  Device& d = *runtime_.device();
+  Device& d = *device_;
   const Buffers& b = buffers_;
   try {
     for (DevicePtr p : {b.sendSlot, b.sendList, b.sendOff, b.sendBase, b.poolOffsets, b.routeEpoch, b.act, b.dh,
@@ -400,6 +410,7 @@ std::shared_ptr<Workspace> Workspace::create(Runtime& runtime, const MoeLayerCon
       {"training", config.training ? "true" : "false"},
       {"dtype", config.dtype == DType::kBf16 ? "bf16" : std::to_string(int(config.dtype))},
       {"dedup_tokens", config.dedupTokens ? "true" : "false"},
+      {"receive_capacity", std::to_string(megamoe::poolRows(config, ranks))},
       {"kernels", kernels},
   };
   const int budget = resolveSmBudget(config, runtime.env(), *runtime.device(), 1);
@@ -441,7 +452,7 @@ struct MoeLayer::Impl {
   }
   TensorMap boxes64(DevicePtr base, int64_t rows, int64_t cols) { return boxes(base, rows, cols, 64); }
 
-  Impl(Workspace& ws) : runtime(ws.runtime()), device(*ws.runtime().device()), b(ws.buffers()) {}
+  Impl(Workspace& ws) : runtime(ws.runtime()), device(ws.device()), b(ws.buffers()) {}
   ~Impl() {
     try {
       if (ownSaved) device.free(ownSaved);
@@ -490,12 +501,13 @@ struct MoeLayer::Impl {
     launch(kStageBegin, 1, stream, a, heap);
   }
   // dispatch_prologue: the routing tables of topk_idx, its counts exchanged with the peers.
-  void prologue(DevicePtr topkIdx, int64_t tokens, StreamHandle stream, const SymmetricHeap& heap) {
+  void prologue(DevicePtr topkIdx, int64_t tokens, int64_t capacity, StreamHandle stream, const SymmetricHeap& heap) {
     KernelArgs a = args(kPrologue);
     a.ptr("topk_idx", topkIdx).i32("tokens", tokens).ptr("counts", b.counts).ptr("flags", b.flags);
     a.ptr("send_slot", b.sendSlot).ptr("pool_offsets", b.poolOffsets).ptr("send_list", b.sendList);
     a.ptr("send_off", b.sendOff).ptr("send_base", b.sendBase).ptr("arrivals", b.arrivals).ptr("done", b.done);
     a.ptr("route_epoch", b.routeEpoch).ptr("scratch", b.prologueScratch).i32("blocks", kPrologueBlocks);
+    a.i32("capacity", capacity);
     launch(kPrologue, uint32_t(kPrologueBlocks), stream, a, heap);
   }
   // The saved state a training call uses: the caller's, else the layer's own (a layer with its own workspace).
@@ -579,7 +591,7 @@ namespace {
 std::unique_ptr<MoeLayer> ownLayer(std::shared_ptr<Workspace> workspace, const MoeLayerConfig& config,
                                    DevicePtr* ownSaved) {
   auto layer = MoeLayer::create(std::move(workspace), config);
-  if (config.training) *ownSaved = layer->workspace().runtime().device()->allocate(size_t(layer->savedBytes()));
+  if (config.training) *ownSaved = layer->workspace().device().allocate(size_t(layer->savedBytes()));
   return layer;
 }
 }  // namespace
@@ -618,13 +630,12 @@ void MoeLayer::forward(const ForwardArgs& a, StreamHandle stream) {
   requireGridInBounds(impl_->grid);
   heap().requireUsable();
   Impl& m = *impl_;
-  const Workspace::Buffers& r = m.b;
   const int32_t dispatchLegs = legBits(m.dispatchLeg), combineLegs = legBits(m.combineLeg);
 
   const DevicePtr saved = c.training ? m.savedFor(a.saved, "forward") : 0;
 
   m.mark(m.events, size_t(Stage::kPrologue), stream);
-  m.prologue(a.topkIdx, a.tokens, stream, heap());
+  m.prologue(a.topkIdx, a.tokens, poolRows(c, ranks()), stream, heap());
   // The dispatch and the combine (kernels/Kernels.h DispatchGemmSpec, GemmCombineSpec) run as cluster pairs on
   // sm_90a (m.pairGrid, m.pairPush); w1 [E/R * 2I, H] and w2 [E/R * H, I] in 64 x 128 boxes, encoded per call (a
   // CUDA graph captures them by value).
@@ -683,7 +694,7 @@ void MoeLayer::backward(const BackwardArgs& a, StreamHandle stream) {
   // The forward's routing again (deterministic: the same pool rows for the same topk_idx on every rank), so that the
   // backward needs nothing of the forward but its saved h, whatever ran on the workspace in between.
   start(BackwardStage::kDgradDispatch);
-  m.prologue(a.topkIdx, a.tokens, stream, heap());
+  m.prologue(a.topkIdx, a.tokens, poolRows(c, ranks()), stream, heap());
   // dy re-dispatched; B is w2 [E/R * H, I] as K x N slabs, encoded per call (a CUDA graph captures it by value). It
   // runs as cluster pairs on sm_90a (DispatchGemmSpec).
   KernelArgs dgrad = m.dispatchArgs(kDispatchNN, dispatchLegs, a.topkIdx, a.topkWeights, c.maxTokens);

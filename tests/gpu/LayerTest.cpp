@@ -87,6 +87,7 @@ struct LayerOptions {
   bool training = false;
   bool dedup = false;
   int64_t smBudget = 0;  // 0: the default (the device's SMs shared by the ranks on it)
+  int64_t receiveCapacity = 0;  // 0: the worst case
 };
 
 MoeLayerConfig layerConfig(const Shape& s, const LayerOptions& o) {
@@ -100,6 +101,7 @@ MoeLayerConfig layerConfig(const Shape& s, const LayerOptions& o) {
   c.training = o.training;
   c.dedupTokens = o.dedup;
   c.smBudget = o.smBudget;
+  c.receiveCapacity = o.receiveCapacity;
   return c;
 }
 
@@ -1238,6 +1240,55 @@ TEST_P(LayerTest, DefaultSmBudgetsShareTheDevice) {
   }
   std::printf("SUMMARY layer SM budgets (%s): %s; %s\n", placement(*backend_, R).c_str(), budgets.c_str(),
               runCase(g, rng, Routing::kUniform, cycled(R, {256, 0, 97}), 1.f, false).c_str());
+}
+
+// A receive capacity just below what a routing sends to one rank (every token picks one hot expert of rank 1; every
+// other rank receives less): every rank's prologue sees it before a row moves, every rank's error record says
+// kCapacity naming rank 1 and exactly the rows it needed, and nothing is written into y (all sentinels).
+TEST_P(LayerTest, ReceiveCapacityOverflowIsAnErrorOnEveryRank) {
+  const int R = ranks();
+  MEGAMOE_REQUIRE_SM90A_RANKS(backend_, R);
+  std::mt19937 rng = testRng();
+  const Shape s = smallShape(R);
+  const int32_t hot = int32_t(s.local());  // rank 1's first expert
+  std::vector<Inputs> in;
+  std::vector<int64_t> received(size_t(R), 0);  // rows each owner would receive
+  for (int r = 0; r < R; ++r) {
+    in.push_back(makeInputs(rng, s, Routing::kHotExpert, r, 256, hot, 1.f));
+    for (int32_t e : in.back().topkIdx)
+      if (e >= 0) ++received[size_t(e / s.local())];
+  }
+  int64_t others = 0;
+  for (int r = 0; r < R; ++r)
+    if (r != 1) others = std::max(others, received[size_t(r)]);
+  ASSERT_GT(received[1], others + 1) << "the hot owner must receive the most";
+  Group g;
+  LayerOptions o;
+  o.receiveCapacity = received[1] - 1;  // rank 1's rows do not fit; every other rank's do
+  ASSERT_NO_FATAL_FAILURE(openGroup(g, s, o, parseEnv(), rng));
+  for (int r = 0; r < R; ++r) {
+    upload(g[r], in[size_t(r)]);
+    g[r].fillSentinels();
+  }
+  for (int r = 0; r < R; ++r) g[r].layer->forward(g[r].args(256), g[r].stream);
+  const std::string expected = "capacity exceeded at site 1 (needed " + std::to_string(received[1]) + ", capacity " +
+                               std::to_string(received[1] - 1) + ")";
+  for (int r = 0; r < R; ++r) {
+    std::string message;
+    ErrorCode code = ErrorCode::kOk;
+    try {
+      g[r].layer->checkErrors(g[r].stream);
+    } catch (const Error& e) {
+      code = e.code();
+      message = e.what();
+    }
+    EXPECT_EQ(code, ErrorCode::kDeviceError) << "rank " << r << ": " << message;
+    EXPECT_EQ(message.rfind("rank " + std::to_string(r) + ": " + expected, 0), 0u) << "rank " << r << ": " << message;
+    const std::vector<uint16_t> y = g[r].readY();
+    EXPECT_EQ(size_t(std::count(y.begin(), y.end(), kSentinel)), y.size()) << "rank " << r << " wrote into y";
+    if (r == 0)
+      std::printf("SUMMARY layer receive capacity (%s): \"%s\"\n", placement(*backend_, R).c_str(), message.c_str());
+  }
 }
 
 // One workspace per rank serving 4 training layers with different weights (MoeLayer::create(workspace, config)):

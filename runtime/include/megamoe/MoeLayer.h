@@ -51,6 +51,12 @@ struct MoeLayerConfig {
   // kernels launch whole pairs), at most the device's SMs, and the budgets of ranks on one device must fit it
   // together, so that every rank's persistent kernels are resident at once.
   int64_t smBudget = 0;
+  // Rows a rank may receive in one call (its receive pool; the saved state of a training forward is sized by it).
+  // 0: the worst case, every pick of every rank (ranks * max_tokens * topk); larger values are the worst case too.
+  // A call whose routing sends more to some rank writes nothing: every rank's error record says kCapacity with the
+  // rank and the rows it needed (checkErrors names them), as for any device error. Twice the mean
+  // (2 * max_tokens * topk) holds every routing but a skewed one.
+  int64_t receiveCapacity = 0;
 };
 
 // What each fused operator runs (benchmark legs). kFused is the layer; kCommOnly moves the same bytes between the

@@ -49,6 +49,7 @@ class Workspace {
   int smBudget() const { return smBudget_; }
   SymmetricHeap& heap() { return *heap_; }
   Runtime& runtime() const { return runtime_; }
+  Device& device() const { return *device_; }
   WorkspaceBytes bytes() const { return bytesFor(*config_, ranks()); }
 
   // The working buffers and heap regions, as the layer's launches pass them (device addresses).
@@ -65,6 +66,7 @@ class Workspace {
  private:
   Workspace(Runtime& runtime, const MoeLayerConfig& config, std::unique_ptr<SymmetricHeap> heap, int smBudget);
   Runtime& runtime_;
+  std::shared_ptr<Device> device_;  // frees the buffers, whatever becomes of the runtime object
   std::unique_ptr<MoeLayerConfig> config_;
   std::unique_ptr<SymmetricHeap> heap_;
   int smBudget_;

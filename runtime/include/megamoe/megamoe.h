@@ -169,11 +169,13 @@ typedef struct megamoe_layer_config {
   int64_t dedup_tokens;       /* non-zero: a token crosses to each owner rank once (MoeLayerConfig::dedupTokens) */
   int64_t sm_budget;          /* SMs of this rank's kernels (even); 0 = MEGAMOE_SM_BUDGET, else every SM shared by
                                  the ranks of one process on a device (MoeLayerConfig::smBudget) */
+  int64_t receive_capacity;   /* rows a rank may receive per call (MoeLayerConfig::receiveCapacity); 0 = the worst
+                                 case; added after 0.1.0: a caller's struct_size without it reads 0 */
   /* Later releases add fields here, and to MEGAMOE_LAYER_CONFIG_INIT. */
 } megamoe_layer_config;
 #define MEGAMOE_DTYPE_BF16 0
 /* struct_size set, every other field 0 (dtype MEGAMOE_DTYPE_BF16): megamoe_layer_config c = MEGAMOE_LAYER_CONFIG_INIT; */
-#define MEGAMOE_LAYER_CONFIG_INIT {sizeof(megamoe_layer_config), 0, 0, 0, 0, 0, 0, 0, MEGAMOE_DTYPE_BF16, 0, 0}
+#define MEGAMOE_LAYER_CONFIG_INIT {sizeof(megamoe_layer_config), 0, 0, 0, 0, 0, 0, 0, MEGAMOE_DTYPE_BF16, 0, 0, 0}
 
 /* Legs (benchmarks): what each fused operator runs. */
 #define MEGAMOE_LEG_FUSED 0

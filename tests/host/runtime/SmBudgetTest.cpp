@@ -72,6 +72,7 @@ class SmBudgetOnFakeHip : public ::testing::Test {
     env.hipLibrary = test::FakeHip::path();
     env.cacheDir = dir.path();
     test::storeFakeLayerKernels(dir.path(), config, nranks);
+    layers.clear();  // before the runtimes they launch through
     runtimes.clear();
     for (int r = 0; r < nranks; ++r) runtimes.push_back(std::make_unique<Runtime>(BackendKind::kHip, 0, env));
     std::vector<Runtime*> raw;

@@ -159,6 +159,36 @@ TEST_F(WorkspaceOnFakeHip, WhatDoesNotFitIsRefusedByName) {
   EXPECT_NE(errorOf([] { Workspace::bytesFor(small(true), 9); }).find("ranks=9"), std::string::npos);
 }
 
+// A receive capacity shrinks the pool and the saved state, and every call's routing is checked against it: the
+// dispatch_prologue gets it as its `capacity`.
+TEST_F(WorkspaceOnFakeHip, ReceiveCapacityShrinksThePoolAndReachesThePrologue) {
+  MoeLayerConfig capped = small(true);
+  capped.receiveCapacity = 100;
+  EXPECT_LT(Workspace::bytesFor(capped, kRanks).total(), Workspace::bytesFor(small(true), kRanks).total());
+  EXPECT_EQ(MoeLayer::savedBytes(capped, kRanks), uint64_t(100) * 2 * 256 * 2);
+  MoeLayerConfig above = small(true);
+  above.receiveCapacity = 1 << 20;  // above the worst case: the worst case
+  EXPECT_EQ(MoeLayer::savedBytes(above, kRanks), MoeLayer::savedBytes(small(true), kRanks));
+  MoeLayerConfig negative = small(true);
+  negative.receiveCapacity = -1;
+  EXPECT_NE(MoeLayer::validate(negative, kRanks).find("receive_capacity=-1"), std::string::npos);
+  auto workspaces = Workspace::createLocal(raw(), capped);
+  // A layer whose pool would be larger than the workspace's does not fit.
+  EXPECT_NE(errorOf([&] { MoeLayer::create(workspaces[0], small(true)); }).find("exceed the workspace's receive pool"),
+            std::string::npos);
+  auto layer = MoeLayer::create(workspaces[0], capped);
+  Device& d = *runtimes[0]->device();
+  const DevicePtr p = d.allocate(1 << 20);
+  const int from = test::FakeHip::get().launchCount();
+  ForwardArgs a{p, 8, p, p, p, p, p};
+  a.saved = p;
+  layer->forward(a, nullptr);
+  const auto prologues = launchesOf("dispatch_prologue", from);
+  ASSERT_EQ(prologues.size(), 1u);
+  EXPECT_EQ(int32_t(prologues[0].params[argIndex("dispatch_prologue", "capacity")]), 100);
+  d.free(p);
+}
+
 // The figures the README quotes for DeepSeek-V3 (H 7168, I 2048, 256 experts, top-8, 8192 tokens per rank).
 TEST(WorkspaceSizes, DeepSeekV3) {
   for (int ranks : {2, 8}) {
@@ -168,9 +198,14 @@ TEST(WorkspaceSizes, DeepSeekV3) {
     const uint64_t saved = MoeLayer::savedBytes(c, ranks);
     // The worst case: every rank's every pick to one owner; saved = those rows x 2I bf16.
     EXPECT_EQ(saved, uint64_t(ranks) * 8192 * 8 * 2 * 2048 * 2);
-    std::printf("DeepSeek-V3 EP%d training: workspace %.2f GiB (heap %.2f + buffers %.2f), saved per forward %.2f GiB\n",
+    MoeLayerConfig capped = c;
+    capped.receiveCapacity = 2 * 8192 * 8;  // twice the mean: a rank's share of the picks, twice over
+    const WorkspaceBytes cb = Workspace::bytesFor(capped, ranks);
+    EXPECT_EQ(MoeLayer::savedBytes(capped, ranks), uint64_t(2) * 8192 * 8 * 2 * 2048 * 2);
+    std::printf("DeepSeek-V3 EP%d training, 8192 tokens per rank: workspace %.2f GiB (heap %.2f + buffers %.2f), saved "
+                "per forward %.2f GiB; with a receive capacity of twice the mean: workspace %.2f GiB, saved %.2f GiB\n",
                 ranks, b.total() / 1073741824.0, b.heap / 1073741824.0, b.buffers / 1073741824.0,
-                saved / 1073741824.0);
+                saved / 1073741824.0, cb.total() / 1073741824.0, MoeLayer::savedBytes(capped, ranks) / 1073741824.0);
   }
 }
 
