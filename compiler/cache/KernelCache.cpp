@@ -717,6 +717,7 @@ std::optional<CacheEntry> KernelCache::lookup(const KernelKey& key) const {
   LoadedEntry loaded = loadEntry(dir, digest, Check::kFull);
   if (loaded.missing) return std::nullopt;
   if (!loaded.valid() || !sameKey(loaded.manifest.key, key)) {
+    if (!loaded.valid()) report(dir, loaded.problem);
     layout.removeEntry(digest, /*keepIfValid=*/true);
     return std::nullopt;
   }
@@ -740,7 +741,10 @@ std::optional<CacheEntry> KernelCache::lookupAnyFingerprint(const KernelKey& key
     if (loaded.valid() && sameKeyIgnoringFingerprint(loaded.manifest.key, key))
       return toCacheEntry(std::move(loaded), std::move(dir));
     // A valid entry for another key (a hand-edited index) is not ours to delete.
-    if (!loaded.missing && !loaded.valid()) layout.removeEntry(indexed, /*keepIfValid=*/true);
+    if (!loaded.missing && !loaded.valid()) {
+      report(dir, loaded.problem);
+      layout.removeEntry(indexed, /*keepIfValid=*/true);
+    }
   }
   // The index is a shortcut, not the record: it can be missing, garbage or stale (store() renames the entry into
   // place before it writes the index, and that write can fail), so the entries themselves decide.
@@ -750,7 +754,10 @@ std::optional<CacheEntry> KernelCache::lookupAnyFingerprint(const KernelKey& key
     LoadedEntry loaded = loadEntry(dir, digest, Check::kFull);
     if (loaded.missing) continue;
     if (!loaded.valid() || !sameKeyIgnoringFingerprint(loaded.manifest.key, key)) {
-      if (!loaded.valid()) layout.removeEntry(digest, /*keepIfValid=*/true);
+      if (!loaded.valid()) {
+        report(dir, loaded.problem);
+        layout.removeEntry(digest, /*keepIfValid=*/true);
+      }
       continue;
     }
     layout.tryWriteIndex(lookupDigest, digest);

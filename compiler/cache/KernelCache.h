@@ -65,6 +65,11 @@ class KernelCache {
   explicit KernelCache(std::string root);
   const std::string& root() const { return root_; }
 
+  // Called by lookups with an invalid entry's directory and what is wrong with it, before the entry is removed and
+  // counted as a miss (the runtime logs it). Empty, the default: nothing is reported.
+  using ProblemReporter = std::function<void(const std::string& dir, const std::string& problem)>;
+  void setProblemReporter(ProblemReporter reporter) { reporter_ = std::move(reporter); }
+
   // Exact lookup. A corrupt or truncated entry counts as a miss and is removed.
   std::optional<CacheEntry> lookup(const KernelKey& key) const;
   // Lookup by everything but the fingerprint (the newest entry stored for it): the runtime's cache-only mode.
@@ -90,7 +95,11 @@ class KernelCache {
   int prune(const std::string& keepFingerprint) const;
 
  private:
+  void report(const std::string& dir, const std::string& problem) const {
+    if (reporter_) reporter_(dir, problem);
+  }
   std::string root_;
+  ProblemReporter reporter_;
 };
 
 // Hex SHA-256 of bytes (used for keys and integrity checks).

@@ -13,6 +13,7 @@
 
 #include "compiler/abi/DeviceAbi.h"
 #include "megamoe/Error.h"
+#include "megamoe/Log.h"
 #include "megamoe/MoeLayer.h"
 #include "megamoe/Runtime.h"
 
@@ -23,6 +24,11 @@ static_assert(MEGAMOE_BACKWARD_STAGE_COUNT == int(megamoe::BackwardStage::kCount
 static_assert(MEGAMOE_LEG_FUSED == int(megamoe::Leg::kFused) && MEGAMOE_LEG_COMM_ONLY == int(megamoe::Leg::kCommOnly) &&
                   MEGAMOE_LEG_GEMM_ONLY == int(megamoe::Leg::kGemmOnly),
               "megamoe.h legs mirror MoeLayer.h");
+static_assert(MEGAMOE_LOG_OFF == int(megamoe::LogLevel::kOff) && MEGAMOE_LOG_ERROR == int(megamoe::LogLevel::kError) &&
+                  MEGAMOE_LOG_WARN == int(megamoe::LogLevel::kWarn) &&
+                  MEGAMOE_LOG_INFO == int(megamoe::LogLevel::kInfo) &&
+                  MEGAMOE_LOG_DEBUG == int(megamoe::LogLevel::kDebug),
+              "megamoe.h's MEGAMOE_LOG_* are LogLevel's values");
 static_assert(MEGAMOE_MAX_RANKS == megamoe::abi::kMaxRanks, "megamoe.h's rank bound mirrors DeviceAbi.h");
 
 // The first published megamoe_layer_config (0.1.0) ends with sm_budget; its fields never move, later ones follow it.
@@ -177,6 +183,33 @@ const char* megamoe_last_error(void) { return lastError.c_str(); }
 const char* megamoe_status_name(int status) {
   if (status < 0 || status > MEGAMOE_ERROR_STALE_KERNEL) return "unknown status";
   return megamoe::errorCodeName(static_cast<megamoe::ErrorCode>(status));
+}
+
+int megamoe_set_log_level(int level) {
+  return guarded([&] {
+    if (level < MEGAMOE_LOG_OFF || level > MEGAMOE_LOG_DEBUG)
+      invalid("level=" + std::to_string(level) + " must be MEGAMOE_LOG_OFF (0) .. MEGAMOE_LOG_DEBUG (4)");
+    megamoe::setLogLevel(static_cast<megamoe::LogLevel>(level));
+  });
+}
+
+int megamoe_get_log_level(int* level) {
+  return guarded([&] {
+    requireArg(level, "level");
+    *level = static_cast<int>(megamoe::logLevel());
+  });
+}
+
+int megamoe_set_log_callback(megamoe_log_callback fn, void* user) {
+  return guarded([&] {
+    if (!fn) {
+      megamoe::setLogSink(nullptr);
+      return;
+    }
+    megamoe::setLogSink([fn, user](megamoe::LogLevel level, const std::string& message) {
+      fn(static_cast<int>(level), message.c_str(), user);
+    });
+  });
 }
 
 int megamoe_runtime_create(const char* backend, int device, megamoe_runtime** out) {

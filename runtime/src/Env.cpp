@@ -29,6 +29,19 @@ const std::vector<EnvVar>& envRegistry() {
       {"MEGAMOE_SM_BUDGET", "",
        "SMs a layer's kernels use when its config leaves sm_budget 0 (even, 2..1024); unset: every SM, shared by "
        "the ranks of one process on a device"},
+      {"MEGAMOE_LOG_LEVEL", "warn",
+       "the runtime's log level: off | error | warn | info | debug, lower case (info: kernel cache hits and misses, "
+       "heap sizes, rendezvous progress; debug: module loads and more); lines go to stderr prefixed "
+       "'megamoe [level]', or to megamoe_set_log_callback's function. Read once, at the first message; "
+       "megamoe_set_log_level overrides it. A bad value fails runtime creation like any variable here, and the "
+       "logger itself then logs at warn, saying so once (docs/decisions/logging.md)"},
+      {"MEGAMOE_NVTX", "0",
+       "1: the runtime opens the NVTX library (MEGAMOE_NVTX_LIBRARY) with dlopen at its first profiler range and "
+       "names its stages in Nsight Systems' timeline; 0: ranges are no-ops. A missing library leaves them no-ops "
+       "(said once at debug level)"},
+      {"MEGAMOE_NVTX_LIBRARY", "libnvToolsExt.so.1",
+       "NVTX library to dlopen when MEGAMOE_NVTX=1: any library exporting nvtxRangePushA and nvtxRangePop (tests "
+       "point it at a fake)"},
   };
   return registry;
 }
@@ -66,7 +79,30 @@ std::string textOr(const std::function<const char*(const char*)>& lookup, const 
   return value ? std::string(value) : defaultOf(name);
 }
 
+const char* processLookup(const char* name) { return std::getenv(name); }
+
 }  // namespace
+
+LogLevel parseLogLevelEnv(const std::function<const char*(const char*)>& lookup) {
+  const std::string text = textOr(lookup, "MEGAMOE_LOG_LEVEL");
+  for (LogLevel level : {LogLevel::kOff, LogLevel::kError, LogLevel::kWarn, LogLevel::kInfo, LogLevel::kDebug})
+    if (text == logLevelName(level)) return level;
+  badValue("MEGAMOE_LOG_LEVEL", text, "one of off, error, warn, info, debug (lower case)");
+}
+
+LogLevel parseLogLevelEnv() { return parseLogLevelEnv(processLookup); }
+
+ProfileEnv parseProfileEnv(const std::function<const char*(const char*)>& lookup) {
+  ProfileEnv env;
+  const std::string text = textOr(lookup, "MEGAMOE_NVTX");
+  if (text != "0" && text != "1") badValue("MEGAMOE_NVTX", text, "0 or 1");
+  env.nvtx = text == "1";
+  env.nvtxLibrary = textOr(lookup, "MEGAMOE_NVTX_LIBRARY");
+  if (env.nvtxLibrary.empty()) badValue("MEGAMOE_NVTX_LIBRARY", env.nvtxLibrary, "a library name or path");
+  return env;
+}
+
+ProfileEnv parseProfileEnv() { return parseProfileEnv(processLookup); }
 
 RuntimeEnv parseEnv(const std::function<const char*(const char*)>& lookup) {
   RuntimeEnv env;
@@ -117,11 +153,13 @@ RuntimeEnv parseEnv(const std::function<const char*(const char*)>& lookup) {
       badValue("MEGAMOE_SM_BUDGET", value, "an even number of SMs from 2 to 1024 (the cluster-pair kernels launch whole pairs)");
     env.smBudget = budget;
   }
+  env.logLevel = parseLogLevelEnv(lookup);
+  const ProfileEnv profile = parseProfileEnv(lookup);
+  env.nvtx = profile.nvtx;
+  env.nvtxLibrary = profile.nvtxLibrary;
   return env;
 }
 
-RuntimeEnv parseEnv() {
-  return parseEnv([](const char* name) -> const char* { return std::getenv(name); });
-}
+RuntimeEnv parseEnv() { return parseEnv(processLookup); }
 
 }  // namespace megamoe

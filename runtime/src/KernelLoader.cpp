@@ -1,7 +1,10 @@
 // Cache lookup, JIT fallback and module loading for kernels (see KernelLoader.h).
 #include "megamoe/KernelLoader.h"
 
+#include <chrono>
+
 #include "megamoe/Error.h"
+#include "megamoe/Log.h"
 
 namespace megamoe {
 namespace {
@@ -53,28 +56,52 @@ bool KernelLoader::hasJitCompiler() {
 }
 
 KernelLoader::KernelLoader(const std::string& cacheRoot)
-    : cache_(cacheRoot.empty() ? cache::KernelCache::defaultRoot() : cacheRoot) {}
+    : cache_(cacheRoot.empty() ? cache::KernelCache::defaultRoot() : cacheRoot) {
+  // Lookups remove an invalid entry and count it as a miss; the log says which and why.
+  cache_.setProblemReporter([](const std::string& dir, const std::string& problem) {
+    MEGAMOE_LOG(kWarn, "kernel cache: invalid entry " + dir + " (" + problem + "), removing it; counted as a miss");
+  });
+}
 
 cache::CacheEntry KernelLoader::find(const cache::KernelKey& key, const std::string& generateHint) const {
   const bool exact = !key.fingerprint.empty();
   std::optional<cache::CacheEntry> entry = exact ? cache_.lookup(key) : cache_.lookupAnyFingerprint(key);
-  if (entry) return *entry;
+  if (entry) {
+    const std::string& fingerprint = entry->key.fingerprint;
+    MEGAMOE_LOG(kInfo, "kernel cache hit: " + key.describe() + " digest " + entry->key.digest() +
+                       (fingerprint.empty() ? std::string() : " (fingerprint " + fingerprint + ")") + " in " +
+                       cache_.root());
+    return *entry;
+  }
 
   JitCompiler jit;
   {
     std::lock_guard<std::mutex> lock(jitMutex());
     jit = jitCompiler();
   }
-  const std::string what = "kernel " + key.describe() + " is not in the kernel cache at " + cache_.root() +
-                           " (lookup digest " + key.lookupDigest() +
-                           (exact ? ", exact digest " + key.digest() : std::string()) + ")";
+  const std::string digests =
+      "lookup digest " + key.lookupDigest() + (exact ? ", exact digest " + key.digest() : std::string());
+  const std::string what =
+      "kernel " + key.describe() + " is not in the kernel cache at " + cache_.root() + " (" + digests + ")";
+  MEGAMOE_LOG(kInfo, "kernel cache miss: " + key.describe() + " " + digests + " in " + cache_.root() +
+                     (jit ? "; building it with the JIT" : "; no JIT compiler is linked in"));
   if (jit) {
+    const auto start = std::chrono::steady_clock::now();
+    auto took = [&] {
+      return formatDuration(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    };
     try {
       entry = jit(key);
     } catch (const std::exception& e) {
+      MEGAMOE_LOG(kInfo, "JIT failed to build " + key.describe() + " after " + took());
       throw Error(ErrorCode::kKernelNotFound, what + " and the JIT compiler failed to build it: " + e.what());
     }
-    if (entry) return *entry;
+    if (entry) {
+      MEGAMOE_LOG(kInfo, "JIT built " + key.describe() + " digest " + entry->key.digest() + " in " + took() +
+                         " (stored in " + cache_.root() + ")");
+      return *entry;
+    }
+    MEGAMOE_LOG(kInfo, "JIT could not build " + key.describe() + " (" + took() + ")");
     throw Error(ErrorCode::kKernelNotFound, what + " and the JIT compiler could not build it");
   }
   throw Error(ErrorCode::kKernelNotFound,
@@ -101,36 +128,58 @@ std::shared_ptr<const Kernel> KernelLoader::load(const std::shared_ptr<Device>& 
   const std::string digest = entry.key.digest();
   const std::string deviceId = std::string(backendKindName(device->kind())) + ":" + std::to_string(device->ordinal());
 
-  std::lock_guard<std::mutex> lock(mutex_);
-  auto it = loaded_.find({deviceId, digest});
-  if (it != loaded_.end()) return it->second;
-
+  // Checked before the lock is taken, so that the warnings are logged with no lock of the loader held.
   KernelMetadata metadata;
   try {
     metadata = parseKernelMetadata(entry.metadata);
   } catch (const Error& e) {
-    throw Error(ErrorCode::kBadMetadata, "cache entry " + entry.dir + " for " + resolved.describe() + ": " + e.what());
+    const Error bad(ErrorCode::kBadMetadata,
+                    "cache entry " + entry.dir + " for " + resolved.describe() + ": " + e.what());
+    MEGAMOE_LOG(kWarn, std::string("kernel cache: invalid metadata: ") + bad.what());
+    throw bad;
   }
   if (const abi::KernelDecl* decl = abi::findKernelDecl(resolved.kernel)) {
     const std::string want = abi::signatureHash(*decl);
-    if (metadata.signature != want || metadata.abiVersion != abi::kKernelAbiVersion)
-      throw Error(ErrorCode::kStaleKernel,
-                  "cache entry " + entry.dir + " for " + resolved.describe() + " was built for argument signature " +
-                      (metadata.signature.empty() ? std::string("(none recorded)") : metadata.signature) +
-                      " at kernel ABI " + std::to_string(metadata.abiVersion) + ", this runtime declares " + want +
-                      " at kernel ABI " + std::to_string(abi::kKernelAbiVersion) + " (" + abi::signatureText(*decl) +
-                      "); regenerate it with: " + regenerateCommand(resolved));
+    if (metadata.signature != want || metadata.abiVersion != abi::kKernelAbiVersion) {
+      const Error stale(
+          ErrorCode::kStaleKernel,
+          "cache entry " + entry.dir + " for " + resolved.describe() + " was built for argument signature " +
+              (metadata.signature.empty() ? std::string("(none recorded)") : metadata.signature) + " at kernel ABI " +
+              std::to_string(metadata.abiVersion) + ", this runtime declares " + want + " at kernel ABI " +
+              std::to_string(abi::kKernelAbiVersion) + " (" + abi::signatureText(*decl) +
+              "); regenerate it with: " + regenerateCommand(resolved));
+      MEGAMOE_LOG(kWarn, std::string("kernel cache: stale entry: ") + stale.what());
+      throw stale;
+    }
   }
-  ModuleHandle module = device->loadModule(entry.binary.data(), entry.binary.size());
-  FunctionHandle function = nullptr;
-  try {
-    function = device->getFunction(module, metadata.symbol);
-  } catch (...) {
-    device->unloadModule(module);
-    throw;
+
+  std::shared_ptr<const Kernel> kernel;
+  bool reused = false;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = loaded_.find({deviceId, digest});
+    if (it != loaded_.end()) {
+      kernel = it->second;
+      reused = true;
+    } else {
+      ModuleHandle module = device->loadModule(entry.binary.data(), entry.binary.size());
+      FunctionHandle function = nullptr;
+      try {
+        function = device->getFunction(module, metadata.symbol);
+      } catch (...) {
+        device->unloadModule(module);
+        throw;
+      }
+      kernel = std::make_shared<const Kernel>(device, entry.key, digest, metadata, module, function);
+      loaded_.emplace(std::make_pair(deviceId, digest), kernel);
+    }
   }
-  auto kernel = std::make_shared<const Kernel>(device, entry.key, digest, metadata, module, function);
-  loaded_.emplace(std::make_pair(deviceId, digest), kernel);
+  // Logged with the loader's lock released: a log callback may load kernels itself.
+  if (reused)
+    MEGAMOE_LOG(kDebug, "module of " + resolved.describe() + " (digest " + digest + ") already loaded on " + deviceId);
+  else
+    MEGAMOE_LOG(kDebug, "loaded module of " + resolved.describe() + " (digest " + digest + ", " +
+                        std::to_string(entry.binary.size()) + " bytes, symbol " + metadata.symbol + ") on " + deviceId);
   return kernel;
 }
 

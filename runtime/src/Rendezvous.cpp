@@ -20,6 +20,7 @@
 
 #include "RendezvousWire.h"
 #include "megamoe/Error.h"
+#include "megamoe/Log.h"
 
 namespace megamoe {
 
@@ -289,8 +290,11 @@ std::string occupantOf(const std::string& path) {
 
 // Connections (or listeners) refused as not belonging to this group: kept for the error text, so that a group
 // that fails later says what else knocked, while the strangers themselves never fail it.
+// Each distinct refusal is also logged (warn) when first seen, up to the number the error text shows.
 class RefusalLog {
  public:
+  // `logPrefix`: "rendezvous at <path>: rank 0 dropped " (what follows is the refusal's text).
+  explicit RefusalLog(std::string logPrefix) : logPrefix_(std::move(logPrefix)) {}
   void add(const std::string& what) {
     ++count_;
     for (auto& [text, times] : shown_)
@@ -298,9 +302,15 @@ class RefusalLog {
         ++times;  // a follower retrying meets the same listener again and again
         return;
       }
-    if (shown_.size() < kShown) shown_.emplace_back(what, 1);
-    else ++unshown_;
+    if (shown_.size() < kShown) {
+      shown_.emplace_back(what, 1);
+      MEGAMOE_LOG(kWarn, logPrefix_ + what);
+    } else if (unshown_++ == 0) {
+      MEGAMOE_LOG(kWarn, logPrefix_ + "more than " + std::to_string(kShown) +
+                         " kinds of strangers; further ones are counted, not logged");
+    }
   }
+  size_t count() const { return count_; }
   // "; rank 0 refused 2 connections that were not part of this group: ...; ..." (empty when none).
   std::string suffix(const std::string& who, const std::string& what) const {
     if (count_ == 0) return "";
@@ -315,9 +325,12 @@ class RefusalLog {
 
  private:
   static constexpr size_t kShown = 16;
+  std::string logPrefix_;
   std::vector<std::pair<std::string, size_t>> shown_;  // distinct texts, how often each
   size_t count_ = 0, unshown_ = 0;
 };
+
+double secondsSince(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
 // A value as a message shows it: whole when short, else the stretch where it departs from `other`.
 std::string shownValue(const std::string& value, const std::string& other) {
@@ -468,10 +481,12 @@ void Rendezvous::lead(const std::vector<uint8_t>& payload) {
   const std::string within = " within " + secondsText(options_.timeoutS);
   const auto deadline = after(options_.timeoutS);
   const uint64_t mySecret = wire::secretDigest(options_.secret);
+  const auto start = Clock::now();
   std::vector<wire::RankEntry> entries(nranks);
   entries[0] = {options_.layoutHash, wire::agreementDigest(options_.agreement), payload};
   peerFds_.assign(nranks, -1);
-  RefusalLog refused;
+  const std::string logAt = "rendezvous at " + path + ": ";
+  RefusalLog refused(logAt + "rank 0 dropped ");
 
   // Accepted, of this user, not yet identified as a rank: what it has sent so far.
   struct Pending {
@@ -502,6 +517,8 @@ void Rendezvous::lead(const std::vector<uint8_t>& payload) {
   };
 
   openSocket();
+  MEGAMOE_LOG(kInfo, logAt + "rank 0 waiting for " + std::to_string(nranks - 1) + (nranks == 2 ? " rank" : " ranks") +
+                     " to join" + within);
 
   // A pending connection whose hello is complete, checked field by field. Returns the rank it joined as, or -1
   // when it was refused as a stranger (wrong secret, rank count or rank: not a member of this group).
@@ -612,7 +629,14 @@ void Rendezvous::lead(const std::vector<uint8_t>& payload) {
       fail(ErrorCode::kRendezvous, "rank " + std::to_string(r) + " closed the connection during setup");
     }
     for (size_t i = 0; i < pending.size(); ++i)
-      if (fds[1 + i].revents && receive(pending[i]) && admit(pending[i]) > 0) ++joined;
+      if (fds[1 + i].revents && receive(pending[i])) {
+        const int r = admit(pending[i]);
+        if (r <= 0) continue;
+        ++joined;
+        MEGAMOE_LOG(kInfo, logAt + "rank " + std::to_string(r) + " joined (" + pidText(pending[i].cred) + "), " +
+                           std::to_string(joined) + " of " + std::to_string(nranks - 1) + " after " +
+                           formatDuration(secondsSince(start)));
+      }
     pending.erase(std::remove_if(pending.begin(), pending.end(), [](const Pending& p) { return p.fd < 0; }),
                   pending.end());
 
@@ -662,6 +686,12 @@ void Rendezvous::lead(const std::vector<uint8_t>& payload) {
       fail(ErrorCode::kRendezvous, "rank " + std::to_string(r) + " closed the connection during setup");
   payloads_.clear();
   for (wire::RankEntry& e : entries) payloads_.push_back(std::move(e.payload));
+  const size_t strangers = refused.count();
+  MEGAMOE_LOG(kInfo, logAt + "all " + std::to_string(nranks) + " ranks met; done in " +
+                     formatDuration(secondsSince(start)) +
+                     (strangers ? " (" + std::to_string(strangers) + (strangers == 1 ? " stranger" : " strangers") +
+                                      " dropped)"
+                                : std::string()));
 }
 
 void Rendezvous::follow(const std::vector<uint8_t>& payload) {
@@ -673,7 +703,10 @@ void Rendezvous::follow(const std::vector<uint8_t>& payload) {
   const auto connectBy = after(options_.timeoutS);
   const uint64_t mySecret = wire::secretDigest(options_.secret);
   const uint64_t myAgreement = wire::agreementDigest(options_.agreement);
-  RefusalLog refused;
+  const auto start = Clock::now();
+  const std::string logAt = "rendezvous at " + path + ": ";
+  RefusalLog refused(logAt + me + " refused ");
+  MEGAMOE_LOG(kInfo, logAt + me + " waiting for rank 0" + within);
   // What the last attempt found at the path, for an honest message if rank 0 never answers.
   enum class Found { kNothing, kNotListening, kDenied, kForeign } found = Found::kNothing;
   ucred rankZero{};
@@ -730,6 +763,7 @@ void Rendezvous::follow(const std::vector<uint8_t>& payload) {
     std::this_thread::sleep_for(std::chrono::milliseconds(std::min(20, remainingMs(connectBy) + 1)));
   }
   const std::string rankZeroText = "rank 0 (" + pidText(rankZero) + ")";
+  MEGAMOE_LOG(kInfo, logAt + me + " joined " + rankZeroText + " after " + formatDuration(secondsSince(start)));
   // Rank 0 was listening before we connected, so its own deadline ends before this one.
   const auto answerBy = after(options_.timeoutS) + kFollowerGrace;
 
@@ -789,6 +823,8 @@ void Rendezvous::follow(const std::vector<uint8_t>& payload) {
     throw Error(ErrorCode::kRendezvous, "rank 0 returned a different payload for " + me);
   payloads_.clear();
   for (wire::RankEntry& e : entries) payloads_.push_back(std::move(e.payload));
+  MEGAMOE_LOG(kInfo, logAt + me + " received the payloads of all " + std::to_string(nranks) + " ranks; done in " +
+                     formatDuration(secondsSince(start)));
 }
 
 void Rendezvous::abandon(const std::string& why) noexcept {
@@ -817,6 +853,11 @@ void Rendezvous::barrier(const std::string& stage) {
                                             " is broken by an earlier error; cannot pass " + stage);
   if (options_.nranks == 1) return;
   const std::string within = " within " + secondsText(options_.timeoutS);
+  const auto start = Clock::now();
+  auto passed = [&] {
+    MEGAMOE_LOG(kDebug, "rendezvous at " + options_.path + ": rank " + std::to_string(options_.rank) + " passed " +
+                        stage + " in " + formatDuration(secondsSince(start)));
+  };
   auto broken = [&](ErrorCode code, const std::string& message) {
     failed_ = true;
     throw Error(code, message);
@@ -843,6 +884,7 @@ void Rendezvous::barrier(const std::string& stage) {
       broken(static_cast<ErrorCode>(h.code), std::string(body.begin(), body.end()));
     if (!h.magic || h.type != wire::kBarrierDone)
       broken(ErrorCode::kRendezvous, "rank 0 sent an unexpected message during " + stage);
+    passed();
     return;
   }
 
@@ -897,6 +939,7 @@ void Rendezvous::barrier(const std::string& stage) {
   done.type = wire::kBarrierDone;
   const auto sendBy = after(options_.timeoutS);
   for (int r = 1; r < options_.nranks; ++r) sendMessage(peerFds_[r], done, nullptr, 0, sendBy);
+  passed();
 }
 
 }  // namespace megamoe

@@ -2,6 +2,7 @@
 #include "megamoe/Runtime.h"
 
 #include "megamoe/Error.h"
+#include "megamoe/Log.h"
 
 namespace megamoe {
 namespace {
@@ -17,8 +18,10 @@ std::shared_ptr<Backend> openNamed(const std::string& name, const RuntimeEnv& en
       auto backend = openNamed(candidate, env);
       if (backend->deviceCount() > 0) return backend;
       why += std::string(why.empty() ? "" : "; ") + candidate + ": no devices";
+      MEGAMOE_LOG(kDebug, std::string("runtime: backend auto: ") + candidate + " has no devices");
     } catch (const Error& e) {
       why += std::string(why.empty() ? "" : "; ") + e.what();
+      MEGAMOE_LOG(kDebug, std::string("runtime: backend auto: ") + candidate + " is not usable: " + e.what());
     }
   }
   throw Error(ErrorCode::kDriverNotFound, "no GPU backend is usable: " + why);
@@ -28,19 +31,30 @@ std::shared_ptr<Device> openDevice(const std::shared_ptr<Backend>& backend, int 
   return backend->device(ordinal);
 }
 
+void logOpened(const Backend& backend, const Device& device, const KernelLoader& loader) {
+  MEGAMOE_LOG(kInfo, "runtime: " + std::string(backendKindName(device.kind())) + " device " +
+                     std::to_string(device.ordinal()) + " (" + device.name() + ", " + device.target() + ", " +
+                     std::to_string(device.multiprocessors()) + " SMs) through " + backend.libraryPath() +
+                     ", kernel cache " + loader.cacheRoot());
+}
+
 }  // namespace
 
 Runtime::Runtime(BackendKind kind, int ordinal, const RuntimeEnv& env)
     : env_(env),
       backend_(openBackend(kind, kind == BackendKind::kCuda ? env.cudaLibrary : env.hipLibrary)),
       device_(openDevice(backend_, ordinal)),
-      loader_(env.cacheDir) {}
+      loader_(env.cacheDir) {
+  logOpened(*backend_, *device_, loader_);
+}
 
 Runtime::Runtime(const std::string& backendName, int ordinal, const RuntimeEnv& env)
     : env_(env),
       backend_(openNamed(backendName == "auto" || backendName.empty() ? env.backend : backendName, env)),
       device_(openDevice(backend_, ordinal)),
-      loader_(env.cacheDir) {}
+      loader_(env.cacheDir) {
+  logOpened(*backend_, *device_, loader_);
+}
 
 std::shared_ptr<const Kernel> Runtime::loadKernel(const cache::KernelKey& key, const std::string& generateHint) {
   return loader_.load(device_, key, generateHint);

@@ -3,8 +3,10 @@
 
 #include <cstring>
 #include <set>
+#include <sstream>
 
 #include "megamoe/Error.h"
+#include "megamoe/Log.h"
 #include "megamoe/Rendezvous.h"
 
 namespace megamoe {
@@ -21,6 +23,23 @@ struct IpcPayload {
 std::vector<uint8_t> toBytes(const IpcPayload& p) {
   std::vector<uint8_t> out(sizeof p);
   std::memcpy(out.data(), &p, sizeof p);
+  return out;
+}
+
+// "1050624 bytes (1.00 MiB)"
+std::string bytesText(uint64_t bytes) {
+  std::ostringstream out;
+  out.setf(std::ios::fixed);
+  out.precision(2);
+  out << bytes << " bytes (" << static_cast<double>(bytes) / (1024.0 * 1024.0) << " MiB)";
+  return out.str();
+}
+
+// "megamoe.context@0+512, megamoe.error@512+64, x@768+4096"
+std::string regionsText(const HeapLayout& layout) {
+  std::string out;
+  for (const Region& r : layout.regions())
+    out += (out.empty() ? "" : ", ") + r.name + "@" + std::to_string(r.offset) + "+" + std::to_string(r.size);
   return out;
 }
 
@@ -153,6 +172,15 @@ std::vector<std::unique_ptr<SymmetricHeap>> SymmetricHeap::createSingleProcess(
     heaps.push_back(std::move(heap));
   }
   for (int r = 0; r < nranks; ++r) devices[r]->synchronizeDevice();
+  MEGAMOE_LOG(kInfo, [&] {
+    std::string ordinals;
+    for (const auto& d : devices) ordinals += (ordinals.empty() ? "" : ",") + std::to_string(d->ordinal());
+    return "symmetric heap: single process (mode A), " + std::to_string(nranks) + " ranks on " +
+           backendKindName(devices[0]->kind()) + " devices " + ordinals + ": " + bytesText(layout.totalBytes()) +
+           " per rank, " + std::to_string(layout.regions().size()) + " regions, device wait timeout " +
+           std::to_string(env.waitTimeoutMs) + " ms";
+  }());
+  MEGAMOE_LOG(kDebug, "symmetric heap regions: " + regionsText(layout));
   return heaps;
 }
 
@@ -169,6 +197,13 @@ std::unique_ptr<SymmetricHeap> SymmetricHeap::createMultiProcess(const std::shar
     throw Error(ErrorCode::kInvalidArgument, "rank " + std::to_string(rank) + " is outside 0.." +
                                                  std::to_string(nranks - 1));
   const HeapLayout layout = layoutFor(regions);
+  MEGAMOE_LOG(kInfo, "symmetric heap: rank " + std::to_string(rank) + " of " + std::to_string(nranks) +
+                     ", one process per GPU (mode B), " + backendKindName(device->kind()) + " device " +
+                     std::to_string(device->ordinal()) + ": " + bytesText(layout.totalBytes()) + ", " +
+                     std::to_string(layout.regions().size()) + " regions, device wait timeout " +
+                     std::to_string(env.waitTimeoutMs) + " ms" +
+                     (nranks > 1 ? ", rendezvous at " + rendezvousPath : std::string()));
+  MEGAMOE_LOG(kDebug, "symmetric heap regions: " + regionsText(layout));
   std::unique_ptr<SymmetricHeap> heap(new SymmetricHeap(device, layout, rank, nranks));
   heap->base_ = device->allocate(layout.totalBytes());
   // Zero before anyone can see the memory: flags and counters start at 0 (epoch scheme).
@@ -227,6 +262,9 @@ std::unique_ptr<SymmetricHeap> SymmetricHeap::createMultiProcess(const std::shar
     device->synchronize(nullptr);
     // Nobody returns before everybody has mapped everybody: a kernel launched next may write into any peer.
     heap->rendezvous_->barrier("heap setup");
+    if (nranks > 1)
+      MEGAMOE_LOG(kDebug, "symmetric heap: rank " + std::to_string(rank) + " mapped the heaps of its " +
+                          std::to_string(nranks - 1) + " peers");
   } catch (const std::exception& e) {
     heap->rendezvous_->abandon("rank " + std::to_string(rank) + " could not set up its heap: " + e.what());
     throw;
@@ -246,8 +284,11 @@ SymmetricHeap::~SymmetricHeap() {
     try {
       // Peers may still map our memory until they have closed their handles too.
       rendezvous_->barrier("heap teardown");
-    } catch (...) {
+    } catch (const std::exception& e) {
       // A dead or late peer: free anyway, its mappings are its own problem now.
+      MEGAMOE_LOG(kWarn, "symmetric heap: rank " + std::to_string(rank_) + " freed its heap without the peers' " +
+                         "agreement: " + e.what());
+    } catch (...) {
     }
   }
   if (!shared_ && base_) {
@@ -298,6 +339,7 @@ void SymmetricHeap::checkErrors(StreamHandle stream) {
     const std::string message = "rank " + std::to_string(rank_) + ": " + e.what() +
                                 "; the symmetric heap is now marked unusable";
     markUnusable(message);
+    MEGAMOE_LOG(kError, message);  // after markUnusable: its lock is released
     throw Error(e.code(), message);
   }
   abi::DeviceError record{};
@@ -305,6 +347,7 @@ void SymmetricHeap::checkErrors(StreamHandle stream) {
   if (record.code == static_cast<uint64_t>(abi::ErrorCode::kNone)) return;
   const std::string message = describeDeviceError(record) + "; the symmetric heap is now marked unusable";
   markUnusable(message);
+  MEGAMOE_LOG(kError, "device error: " + message);  // after markUnusable: its lock is released
   throw Error(ErrorCode::kDeviceError, message);
 }
 

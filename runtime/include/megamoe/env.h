@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "megamoe/Log.h"
+
 namespace megamoe {
 
 struct EnvVar {
@@ -27,6 +29,9 @@ struct RuntimeEnv {
   uint64_t waitTimeoutMs = 10000;    // MEGAMOE_WAIT_TIMEOUT_MS
   int pushBlocks = 32;               // MEGAMOE_PUSH_BLOCKS
   int smBudget = 0;                  // MEGAMOE_SM_BUDGET (0: unset, every SM)
+  LogLevel logLevel = LogLevel::kWarn;  // MEGAMOE_LOG_LEVEL (the logger reads it itself: parseLogLevelEnv)
+  bool nvtx = false;                  // MEGAMOE_NVTX
+  std::string nvtxLibrary;            // MEGAMOE_NVTX_LIBRARY
 };
 
 // Reads through `lookup` (returns nullptr for unset). Throws Error(kInvalidEnv) naming the variable, the bad
@@ -34,5 +39,17 @@ struct RuntimeEnv {
 RuntimeEnv parseEnv(const std::function<const char*(const char*)>& lookup);
 // The process environment.
 RuntimeEnv parseEnv();
+
+// One variable's parser each, for the process-wide settings read before (or without) any runtime: the logger's
+// level at its first message (Log.cpp) and the profiler ranges at their first use (Profile.cpp). parseEnv uses the
+// same parsers, so the values and the errors are the same. No lookup: the process environment.
+LogLevel parseLogLevelEnv(const std::function<const char*(const char*)>& lookup);
+LogLevel parseLogLevelEnv();
+struct ProfileEnv {
+  bool nvtx = false;        // MEGAMOE_NVTX
+  std::string nvtxLibrary;  // MEGAMOE_NVTX_LIBRARY
+};
+ProfileEnv parseProfileEnv(const std::function<const char*(const char*)>& lookup);
+ProfileEnv parseProfileEnv();
 
 }  // namespace megamoe

@@ -94,6 +94,30 @@ MEGAMOE_API const char* megamoe_last_error(void);
 /* Short name of a status code ("kernel not found"). Never NULL. */
 MEGAMOE_API const char* megamoe_status_name(int status);
 
+/* ---- the log (docs/decisions/logging.md; C++: megamoe/Log.h) ----
+ * One level and one sink for the whole library. The level starts as MEGAMOE_LOG_LEVEL (off | error | warn | info
+ * | debug, read at the first message; default warn) until megamoe_set_log_level replaces it. The default sink
+ * writes one line per message to stderr, "megamoe [info] kernel cache hit: ...". A callback replaces it:
+ *   - it is called on the thread that logs, with `message` valid for the call only, and no lock of the library
+ *     held: it may call any megamoe_* function (megamoe_set_log_level and megamoe_set_log_callback included; a new
+ *     callback takes effect from the next message), and what it calls may log, calling it again on that thread;
+ *   - it may be called from several threads at once (the library does not serialise it);
+ *   - megamoe_set_log_callback returns once no other thread is inside the callback it replaced, so `user` of the
+ *     old one may be freed then; a callback must not wait for a thread that is replacing the callback.
+ * Status and errors go through the return values as always: the log never replaces megamoe_last_error. This is
+ * libmegamoe's own log: a program that also links the C++ runtime statically has a second one (megamoe/Log.h). */
+#define MEGAMOE_LOG_OFF 0
+#define MEGAMOE_LOG_ERROR 1
+#define MEGAMOE_LOG_WARN 2
+#define MEGAMOE_LOG_INFO 3
+#define MEGAMOE_LOG_DEBUG 4
+typedef void (*megamoe_log_callback)(int level, const char* message, void* user);
+/* level: MEGAMOE_LOG_OFF..MEGAMOE_LOG_DEBUG (anything else: MEGAMOE_ERROR_INVALID_ARGUMENT). */
+MEGAMOE_API int megamoe_set_log_level(int level);
+MEGAMOE_API int megamoe_get_log_level(int* level);
+/* fn NULL: the default sink again (stderr); user is passed to fn as is. */
+MEGAMOE_API int megamoe_set_log_callback(megamoe_log_callback fn, void* user);
+
 /* backend: "cuda", "hip", or NULL/"auto" (MEGAMOE_BACKEND, else CUDA then HIP). */
 MEGAMOE_API int megamoe_runtime_create(const char* backend, int device, megamoe_runtime** out);
 /* NULL is accepted. Kernels of the runtime become invalid; heaps stay valid; layers keep the runtime alive (the

@@ -1,5 +1,5 @@
 // Helpers for the runtime's host tests: temp dirs, scoped environment variables, access to the fake HIP library,
-// and running a function in a fork()ed child with a bound on how long the parent waits for it.
+// running a function in a fork()ed child with a bound on how long the parent waits for it, and capturing the log.
 #pragma once
 #include <dlfcn.h>
 #include <poll.h>
@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <functional>
+#include <mutex>
 #include <optional>
 #include <stdexcept>
 #include <cstdint>
@@ -20,8 +21,57 @@
 #include "FakeHipControl.h"
 #include "compiler/abi/KernelAbi.h"
 #include "megamoe/Error.h"
+#include "megamoe/Log.h"
 
 namespace megamoe::test {
+
+// Collects what the runtime logs at `level` and above while it lives; then the default sink and the previous level.
+class LogCapture {
+ public:
+  struct Line {
+    LogLevel level;
+    std::string text;
+  };
+  explicit LogCapture(LogLevel level) : previous_(logLevel()) {
+    setLogLevel(level);
+    setLogSink([this](LogLevel l, const std::string& text) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      lines_.push_back({l, text});
+    });
+  }
+  ~LogCapture() {
+    setLogSink(nullptr);
+    setLogLevel(previous_);
+  }
+  LogCapture(const LogCapture&) = delete;
+  LogCapture& operator=(const LogCapture&) = delete;
+
+  std::vector<Line> lines() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return lines_;
+  }
+  // The first line of `level` containing every one of `fragments`, or "" (lines are never empty).
+  std::string find(LogLevel level, const std::vector<std::string>& fragments) const {
+    for (const Line& l : lines()) {
+      if (l.level != level) continue;
+      bool all = true;
+      for (const std::string& f : fragments) all = all && l.text.find(f) != std::string::npos;
+      if (all) return l.text;
+    }
+    return "";
+  }
+  // Every line as "[level] text\n", for failure messages.
+  std::string dump() const {
+    std::string out;
+    for (const Line& l : lines()) out += std::string("[") + logLevelName(l.level) + "] " + l.text + "\n";
+    return out;
+  }
+
+ private:
+  LogLevel previous_;
+  mutable std::mutex mutex_;
+  std::vector<Line> lines_;
+};
 
 class TempDir {
  public:

@@ -31,6 +31,22 @@ static int failures = 0;
 
 static int contains(const char* haystack, const char* needle) { return strstr(haystack, needle) != NULL; }
 
+/* What the log callback saw (the library calls it on this thread: the test has no other). */
+static int log_calls = 0;
+static int log_last_level = -1;
+static char log_text[4096];
+static void* log_user = NULL;
+static void record_log(int level, const char* message, void* user) {
+  size_t used = strlen(log_text);
+  ++log_calls;
+  log_last_level = level;
+  log_user = user;
+  if (used + strlen(message) + 2 < sizeof log_text) {
+    strcat(log_text, message);
+    strcat(log_text, "\n");
+  }
+}
+
 /* Device error record words (compiler/abi/DeviceAbi.h): code, rank, flag, seen, expected, block. */
 static void inject_wait_timeout(uint64_t context_address) {
   /* On the fake backend device memory is host memory; DeviceContext.error is the word after heap_base,
@@ -84,6 +100,10 @@ int main(void) {
   CHECK_STATUS(megamoe_runtime_create("hip", 0, &runtime), MEGAMOE_ERROR_INVALID_ENV);
   CHECK(contains(megamoe_last_error(), "MEGAMOE_WAIT_TIMEOUT_MS='soon'"));
   unsetenv("MEGAMOE_WAIT_TIMEOUT_MS");
+  setenv("MEGAMOE_LOG_LEVEL", "loud", 1);
+  CHECK_STATUS(megamoe_runtime_create("hip", 0, &runtime), MEGAMOE_ERROR_INVALID_ENV);
+  CHECK(contains(megamoe_last_error(), "MEGAMOE_LOG_LEVEL='loud'"));
+  unsetenv("MEGAMOE_LOG_LEVEL");
 
   /* A runtime on the fake HIP device. */
   if (!mkdtemp(cache_dir)) return 2;
@@ -93,6 +113,35 @@ int main(void) {
   CHECK(count == 4);
   CHECK_STATUS(megamoe_runtime_create("hip", 9, &runtime), MEGAMOE_ERROR_INVALID_ARGUMENT);
   CHECK(contains(megamoe_last_error(), "HIP device 9 does not exist"));
+  { /* The log: level, callback and the default sink again. */
+    int level = -1;
+    int marker = 0;
+    CHECK_STATUS(megamoe_set_log_level(5), MEGAMOE_ERROR_INVALID_ARGUMENT);
+    CHECK(contains(megamoe_last_error(), "level=5"));
+    CHECK_STATUS(megamoe_set_log_level(-1), MEGAMOE_ERROR_INVALID_ARGUMENT);
+    CHECK_STATUS(megamoe_get_log_level(NULL), MEGAMOE_ERROR_INVALID_ARGUMENT);
+    CHECK_STATUS(megamoe_set_log_level(MEGAMOE_LOG_INFO), MEGAMOE_OK);
+    CHECK_STATUS(megamoe_get_log_level(&level), MEGAMOE_OK);
+    CHECK(level == MEGAMOE_LOG_INFO);
+    CHECK_STATUS(megamoe_set_log_callback(record_log, &marker), MEGAMOE_OK);
+    CHECK_STATUS(megamoe_runtime_create("hip", 0, &runtime), MEGAMOE_OK);
+    CHECK(log_calls >= 1);
+    CHECK(log_last_level == MEGAMOE_LOG_INFO);
+    CHECK(log_user == &marker);
+    CHECK(contains(log_text, "runtime: hip device 0 (Fake gfx950 #0, gfx950, 256 SMs) through "));
+    CHECK(contains(log_text, cache_dir));
+    CHECK_STATUS(megamoe_runtime_destroy(runtime), MEGAMOE_OK);
+    runtime = NULL;
+    /* Off: nothing reaches the callback. */
+    log_calls = 0;
+    CHECK_STATUS(megamoe_set_log_level(MEGAMOE_LOG_OFF), MEGAMOE_OK);
+    CHECK_STATUS(megamoe_runtime_create("hip", 0, &runtime), MEGAMOE_OK);
+    CHECK(log_calls == 0);
+    CHECK_STATUS(megamoe_runtime_destroy(runtime), MEGAMOE_OK);
+    runtime = NULL;
+    CHECK_STATUS(megamoe_set_log_callback(NULL, NULL), MEGAMOE_OK);
+    CHECK_STATUS(megamoe_set_log_level(MEGAMOE_LOG_WARN), MEGAMOE_OK);
+  }
   CHECK_STATUS(megamoe_runtime_create("hip", 0, &runtime), MEGAMOE_OK);
   if (!runtime) return 1;
 
