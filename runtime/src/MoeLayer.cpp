@@ -11,6 +11,8 @@
 #include <optional>
 
 #include "megamoe/Error.h"
+#include "megamoe/Log.h"
+#include "megamoe/Profile.h"
 #include "megamoe/Runtime.h"
 
 namespace megamoe {
@@ -337,6 +339,11 @@ Workspace::Workspace(Runtime& runtime, const MoeLayerConfig& config, std::unique
   b.prologueScratch = alloc(sizes.prologueScratch);
   d.memsetZero(b.prologueScratch, size_t(sizes.prologueScratch), nullptr);
   d.synchronize(nullptr);
+  const WorkspaceBytes bytes = bytesFor(config, ranks());
+  MEGAMOE_LOG(kInfo, "workspace: rank " + std::to_string(rank()) + " of " + std::to_string(ranks()) + ": heap " +
+                         std::to_string(bytes.heap) + " bytes + buffers " + std::to_string(bytes.buffers) +
+                         " bytes, receive pool " + std::to_string(poolRows()) + " rows, SM budget " +
+                         std::to_string(smBudget));
 }
 
 Workspace::~Workspace() {
@@ -570,6 +577,14 @@ MoeLayer::MoeLayer(std::shared_ptr<Workspace> workspace, const MoeLayerConfig& c
   }
   for (EventHandle& e : m.events) e = m.device.createEvent();
   for (EventHandle& e : m.backwardEvents) e = m.device.createEvent();
+  MEGAMOE_LOG(kInfo, "layer: rank " + std::to_string(workspace_->rank()) + " of " +
+                         std::to_string(ranks) + ": hidden " + std::to_string(config.hidden) + ", intermediate " +
+                         std::to_string(config.intermediate) + ", experts " + std::to_string(config.experts) + " (" +
+                         std::to_string(config.experts / ranks) + " local), topk " + std::to_string(config.topk) +
+                         ", max_tokens " + std::to_string(config.maxTokens) + ", training " +
+                         std::to_string(int(config.training)) + ", SM budget " + std::to_string(m.grid) +
+                         ", push blocks " + std::to_string(m.pushBlocks) + ", " + std::to_string(m.kernels.size()) +
+                         " kernels");
 }
 
 MoeLayer::~MoeLayer() = default;
@@ -634,6 +649,8 @@ void MoeLayer::forward(const ForwardArgs& a, StreamHandle stream) {
 
   const DevicePtr saved = c.training ? m.savedFor(a.saved, "forward") : 0;
 
+  ProfileRange range("megamoe.forward");
+  MEGAMOE_LOG(kDebug, "layer forward: rank " + std::to_string(rank()) + ", " + std::to_string(a.tokens) + " tokens");
   m.mark(m.events, size_t(Stage::kPrologue), stream);
   m.prologue(a.topkIdx, a.tokens, poolRows(c, ranks()), stream, heap());
   // The dispatch and the combine (kernels/Kernels.h DispatchGemmSpec, GemmCombineSpec) run as cluster pairs on
@@ -691,6 +708,8 @@ void MoeLayer::backward(const BackwardArgs& a, StreamHandle stream) {
   auto start = [&](BackwardStage stage) { m.mark(m.backwardEvents, 2 * size_t(stage), stream); };
   auto end = [&](BackwardStage stage) { m.mark(m.backwardEvents, 2 * size_t(stage) + 1, stream); };
 
+  ProfileRange range("megamoe.backward");
+  MEGAMOE_LOG(kDebug, "layer backward: rank " + std::to_string(rank()) + ", " + std::to_string(a.tokens) + " tokens");
   // The forward's routing again (deterministic: the same pool rows for the same topk_idx on every rank), so that the
   // backward needs nothing of the forward but its saved h, whatever ran on the workspace in between.
   start(BackwardStage::kDgradDispatch);
