@@ -402,17 +402,35 @@ int megamoe_check_errors(megamoe_heap* heap, void* stream) {
   });
 }
 
+namespace {
+// The runtimes of a one-process group, each checked: nranks first, then every handle.
+std::vector<megamoe::Runtime*> runtimesOf(megamoe_runtime* const* runtimes, size_t nranks) {
+  requireArg(runtimes, "runtimes");
+  requireRankCount(nranks);
+  std::vector<megamoe::Runtime*> rts;
+  for (size_t i = 0; i < nranks; ++i) {
+    requireArg(runtimes[i], ("runtimes[" + std::to_string(i) + "]").c_str());
+    rts.push_back(runtimes[i]->runtime.get());
+  }
+  return rts;
+}
+// A one-process-per-GPU member's arguments, in a fixed order: the configuration and the ranks, the rank, the path.
+megamoe::MoeLayerConfig memberConfig(const megamoe_layer_config* config, int rank, int nranks, const char* path) {
+  const megamoe::MoeLayerConfig checked = toConfig(config, nranks);
+  if (rank < 0 || rank >= nranks)
+    invalid("rank=" + std::to_string(rank) + " must be in [0, nranks=" + std::to_string(nranks) + ")");
+  if (nranks > 1) requireArg(path, "rendezvous_path");
+  return checked;
+}
+}  // namespace
+
 int megamoe_layer_create(megamoe_runtime* runtime, const megamoe_layer_config* config, int rank, int nranks,
                          const char* rendezvous_path, megamoe_layer** out) {
   return guarded([&] {
     requireArg(out, "out");
     *out = nullptr;
     requireArg(runtime, "runtime");
-    // The first violated constraint in a fixed order: the configuration and the ranks, the rank, then the path.
-    const megamoe::MoeLayerConfig checked = toConfig(config, nranks);
-    if (rank < 0 || rank >= nranks)
-      invalid("rank=" + std::to_string(rank) + " must be in [0, nranks=" + std::to_string(nranks) + ")");
-    if (nranks > 1) requireArg(rendezvous_path, "rendezvous_path");
+    const megamoe::MoeLayerConfig checked = memberConfig(config, rank, nranks, rendezvous_path);
     auto handle = std::make_unique<megamoe_layer>();
     handle->runtime = runtime->runtime;
     handle->layer = megamoe::MoeLayer::create(*runtime->runtime, checked, rank, nranks, orEmpty(rendezvous_path));
@@ -424,13 +442,7 @@ int megamoe_layer_create_local(megamoe_runtime* const* runtimes, size_t nranks, 
                                megamoe_layer** out_layers) {
   return guarded([&] {
     requireArg(out_layers, "out_layers");
-    requireArg(runtimes, "runtimes");
-    requireRankCount(nranks);
-    std::vector<megamoe::Runtime*> rts;
-    for (size_t i = 0; i < nranks; ++i) {
-      requireArg(runtimes[i], ("runtimes[" + std::to_string(i) + "]").c_str());
-      rts.push_back(runtimes[i]->runtime.get());
-    }
+    const std::vector<megamoe::Runtime*> rts = runtimesOf(runtimes, nranks);
     auto layers = megamoe::MoeLayer::createLocal(rts, toConfig(config, int(nranks)));
     std::vector<std::unique_ptr<megamoe_layer>> handles;
     for (size_t i = 0; i < nranks; ++i) {
@@ -466,10 +478,7 @@ int megamoe_workspace_create(megamoe_runtime* runtime, const megamoe_layer_confi
     requireArg(out, "out");
     *out = nullptr;
     requireArg(runtime, "runtime");
-    const megamoe::MoeLayerConfig checked = toConfig(config, nranks);
-    if (rank < 0 || rank >= nranks)
-      invalid("rank=" + std::to_string(rank) + " must be in [0, nranks=" + std::to_string(nranks) + ")");
-    if (nranks > 1) requireArg(rendezvous_path, "rendezvous_path");
+    const megamoe::MoeLayerConfig checked = memberConfig(config, rank, nranks, rendezvous_path);
     auto handle = std::make_unique<megamoe_workspace>();
     handle->runtime = runtime->runtime;
     handle->workspace = megamoe::Workspace::create(*runtime->runtime, checked, rank, nranks, orEmpty(rendezvous_path));
@@ -481,13 +490,7 @@ int megamoe_workspace_create_local(megamoe_runtime* const* runtimes, size_t nran
                                    megamoe_workspace** out_workspaces) {
   return guarded([&] {
     requireArg(out_workspaces, "out_workspaces");
-    requireArg(runtimes, "runtimes");
-    requireRankCount(nranks);
-    std::vector<megamoe::Runtime*> rts;
-    for (size_t i = 0; i < nranks; ++i) {
-      requireArg(runtimes[i], ("runtimes[" + std::to_string(i) + "]").c_str());
-      rts.push_back(runtimes[i]->runtime.get());
-    }
+    const std::vector<megamoe::Runtime*> rts = runtimesOf(runtimes, nranks);
     auto workspaces = megamoe::Workspace::createLocal(rts, toConfig(config, int(nranks)));
     std::vector<std::unique_ptr<megamoe_workspace>> handles;
     for (size_t i = 0; i < nranks; ++i) {

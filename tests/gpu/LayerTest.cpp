@@ -757,32 +757,38 @@ struct Snapshot {
   }
 };
 
-void takeSnapshot(const Rank& rank, Snapshot& snap) {
-  const Shape& s = rank.shape;
-  Device& d = rank.device();
+// One call's five output buffers (y, dx, d_topk_weights, dW1, dW2), each with its guard rows.
+struct OutputBuffers {
+  DevicePtr y = 0, dx = 0, dTopkWeights = 0, dW1 = 0, dW2 = 0;
+};
+OutputBuffers outputsOf(const Rank& rank) { return {rank.y, rank.dx, rank.dTopkWeights, rank.dW1, rank.dW2}; }
+
+void takeSnapshot(Device& d, const Shape& s, const OutputBuffers& out, Snapshot& snap) {
   snap.device = &d;
   const std::pair<DevicePtr Snapshot::*, std::pair<DevicePtr, size_t>> buffers[] = {
-      {&Snapshot::y, {rank.y, s.yElems() * 2}},
-      {&Snapshot::dx, {rank.dx, s.yElems() * 2}},
-      {&Snapshot::dTopkWeights, {rank.dTopkWeights, s.dTopkElems() * 4}},
-      {&Snapshot::dW1, {rank.dW1, s.dW1Elems() * 2}},
-      {&Snapshot::dW2, {rank.dW2, s.dW2Elems() * 2}}};
+      {&Snapshot::y, {out.y, s.yElems() * 2}},
+      {&Snapshot::dx, {out.dx, s.yElems() * 2}},
+      {&Snapshot::dTopkWeights, {out.dTopkWeights, s.dTopkElems() * 4}},
+      {&Snapshot::dW1, {out.dW1, s.dW1Elems() * 2}},
+      {&Snapshot::dW2, {out.dW2, s.dW2Elems() * 2}}};
   for (const auto& [field, from] : buffers) {
     snap.*field = d.allocate(from.second);
     d.copyDeviceToDevice(snap.*field, from.first, from.second);
   }
   d.synchronizeDevice();
 }
+void takeSnapshot(const Rank& rank, Snapshot& snap) { takeSnapshot(rank.device(), rank.shape, outputsOf(rank), snap); }
 
-// Elements of the rank's outputs (guard rows included) that differ from the snapshot.
+// Elements of the outputs (guard rows included) that differ from the snapshot.
+size_t countDiffering(Device& d, const Shape& s, const OutputBuffers& out, const Snapshot& snap) {
+  return countDifferingOnDevice<uint16_t>(d, out.y, snap.y, s.yElems()) +
+         countDifferingOnDevice<uint16_t>(d, out.dx, snap.dx, s.yElems()) +
+         countDifferingOnDevice<uint32_t>(d, out.dTopkWeights, snap.dTopkWeights, s.dTopkElems()) +
+         countDifferingOnDevice<uint16_t>(d, out.dW1, snap.dW1, s.dW1Elems()) +
+         countDifferingOnDevice<uint16_t>(d, out.dW2, snap.dW2, s.dW2Elems());
+}
 size_t countDiffering(const Rank& rank, const Snapshot& snap) {
-  const Shape& s = rank.shape;
-  Device& d = rank.device();
-  return countDifferingOnDevice<uint16_t>(d, rank.y, snap.y, s.yElems()) +
-         countDifferingOnDevice<uint16_t>(d, rank.dx, snap.dx, s.yElems()) +
-         countDifferingOnDevice<uint32_t>(d, rank.dTopkWeights, snap.dTopkWeights, s.dTopkElems()) +
-         countDifferingOnDevice<uint16_t>(d, rank.dW1, snap.dW1, s.dW1Elems()) +
-         countDifferingOnDevice<uint16_t>(d, rank.dW2, snap.dW2, s.dW2Elems());
+  return countDiffering(rank.device(), rank.shape, outputsOf(rank), snap);
 }
 
 // One training step on every rank (stepAll) with fresh inputs (`routing`, `tokens` per rank, x ~ N(0, xScale²),
@@ -1396,20 +1402,7 @@ TEST_P(LayerTest, WorkspaceServesLayersWithForwardsOutstanding) {
     for (int r = 0; r < R; ++r) {
       const Call& k = calls[size_t(r)][size_t(c)];
       pairs[size_t(r)].push_back(std::make_unique<Snapshot>());
-      Device& d = g[r].device();
-      Snapshot& snap = *pairs[size_t(r)].back();
-      snap.device = &d;
-      const std::pair<DevicePtr Snapshot::*, std::pair<DevicePtr, size_t>> buffers[] = {
-          {&Snapshot::y, {k.y, s.yElems() * 2}},
-          {&Snapshot::dx, {k.dx, s.yElems() * 2}},
-          {&Snapshot::dTopkWeights, {k.dtw, s.dTopkElems() * 4}},
-          {&Snapshot::dW1, {k.dW1, s.dW1Elems() * 2}},
-          {&Snapshot::dW2, {k.dW2, s.dW2Elems() * 2}}};
-      for (const auto& [field, from] : buffers) {
-        snap.*field = d.allocate(from.second);
-        d.copyDeviceToDevice(snap.*field, from.first, from.second);
-      }
-      d.synchronizeDevice();
+      takeSnapshot(g[r].device(), s, {k.y, k.dx, k.dtw, k.dW1, k.dW2}, *pairs[size_t(r)].back());
     }
   }
   // Then interleaved: forwards 0, 1, 2 outstanding, a whole step of layer 3, the backwards 2, 1, 0.
@@ -1430,11 +1423,7 @@ TEST_P(LayerTest, WorkspaceServesLayersWithForwardsOutstanding) {
     for (int c = 0; c < kCalls; ++c) {
       const Call& k = calls[size_t(r)][size_t(c)];
       const Snapshot& p = *pairs[size_t(r)][size_t(c)];
-      const size_t n = countDifferingOnDevice<uint16_t>(d, k.y, p.y, s.yElems()) +
-                       countDifferingOnDevice<uint16_t>(d, k.dx, p.dx, s.yElems()) +
-                       countDifferingOnDevice<uint32_t>(d, k.dtw, p.dTopkWeights, s.dTopkElems()) +
-                       countDifferingOnDevice<uint16_t>(d, k.dW1, p.dW1, s.dW1Elems()) +
-                       countDifferingOnDevice<uint16_t>(d, k.dW2, p.dW2, s.dW2Elems());
+      const size_t n = countDiffering(d, s, {k.y, k.dx, k.dtw, k.dW1, k.dW2}, p);
       EXPECT_EQ(n, 0u) << "rank " << r << " call " << c << ": outputs differ from its forward-then-backward pair";
       differing += n;
       // The pair's outputs were checked nowhere else: at least y must be written where tokens are.
