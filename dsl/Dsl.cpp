@@ -138,6 +138,12 @@ Vec Vec::with(int first, const Vec& part) const {
   for (int64_t i = 0; i < n; ++i) mask.push_back(i >= first && i < first + m ? n + (i - first) : i);
   return {k_, vector::ShuffleOp::create(k_->builder(), k_->loc(), v_, part.v_, mask)};
 }
+I64 Vec::laneI64(int lane) const {
+  auto vt = cast<VectorType>(v_.getType());
+  if (!vt.getElementType().isInteger(64) || lane < 0 || lane >= vt.getNumElements())
+    throw std::invalid_argument("laneI64 needs an i64 vector and a lane inside it");
+  return {k_, vector::ExtractOp::create(k_->builder(), k_->loc(), v_, ArrayRef<int64_t>{lane})};
+}
 // Compare + select: arith.minnumf/maxnumf would become libdevice calls (__nv_fminf) on sm_90a.
 static Value selectBound(Kernel* k, Value v, Value bound, arith::CmpFPredicate keepIf) {
   Value keep = arith::CmpFOp::create(k->builder(), k->loc(), keepIf, v, bound);
@@ -176,6 +182,9 @@ I32 GlobalPtr::atomicAddI32(const I32& v, bool acqRel) const {
   return {k_, LLVM::AtomicRMWOp::create(k_->builder(), k_->loc(), LLVM::AtomicBinOp::add, v_, v.value(),
                                         acqRel ? LLVM::AtomicOrdering::acq_rel : LLVM::AtomicOrdering::monotonic,
                                         /*syncscope=*/"", 4)};
+}
+I64 GlobalPtr::address() const {
+  return {k_, LLVM::PtrToIntOp::create(k_->builder(), k_->loc(), k_->builder().getI64Type(), v_)};
 }
 I64 GlobalPtr::loadI64() const {
   return {k_, LLVM::LoadOp::create(k_->builder(), k_->loc(), k_->builder().getI64Type(), v_, 8)};
@@ -340,6 +349,14 @@ I32 Kernel::i32(int64_t v) { return constant<32>(this, v); }
 I64 Kernel::i64(int64_t v) { return constant<64>(this, v); }
 I64 Kernel::widen(const I32& v) { return {this, arith::ExtUIOp::create(b_, loc_, b_.getI64Type(), v.value())}; }
 I64 Kernel::widenSigned(const I32& v) { return {this, arith::ExtSIOp::create(b_, loc_, b_.getI64Type(), v.value())}; }
+I32 Kernel::narrow(const I64& v) { return {this, arith::TruncIOp::create(b_, loc_, b_.getI32Type(), v.value())}; }
+Vec Kernel::vec(const std::vector<I32>& values) {
+  if (values.empty()) throw std::invalid_argument("vec needs at least one value");
+  SmallVector<Value> elements;
+  for (const I32& v : values) elements.push_back(v.value());
+  auto vt = VectorType::get({int64_t(values.size())}, b_.getI32Type());
+  return {this, vector::FromElementsOp::create(b_, loc_, vt, elements)};
+}
 I32 Kernel::threadIdx() {
   Value id = gpu::ThreadIdOp::create(b_, loc_, gpu::Dimension::x);
   return {this, arith::IndexCastUIOp::create(b_, loc_, b_.getI32Type(), id)};

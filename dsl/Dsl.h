@@ -67,7 +67,8 @@ class Int {
 using I32 = Int<32>;
 using I64 = Int<64>;
 
-// A vector of `n` values of one element type in registers (f32 for math, bf16 for storage).
+// A vector of `n` values of one element type in registers (f32 for math, bf16 for storage, i32 / i64 for indices
+// moved as one access).
 class Vec {
  public:
   Vec(Kernel* k, mlir::Value v) : k_(k), v_(v) {}
@@ -86,6 +87,7 @@ class Vec {
   Vec sum() const;            // the elements added in order, as a 1-element vector
   Vec slice(int first, int n) const;             // elements [first, first + n)
   Vec with(int first, const Vec& part) const;    // this vector with elements [first, ...) replaced by part's
+  I64 laneI64(int lane) const;                   // element `lane` of an i64 vector (std::invalid_argument otherwise)
  private:
   Kernel* k_;
   mlir::Value v_;
@@ -99,6 +101,7 @@ class GlobalPtr {
   Elem elem() const { return elem_; }
   GlobalPtr operator+(const I64& elements) const;
   GlobalPtr as(Elem e) const { return {k_, v_, e}; }
+  I64 address() const;  // the device address, e.g. to test whether a vector access is aligned
   Vec load(int n) const;            // n contiguous elements, one vector access
   void store(const Vec& v) const;
   I64 loadI64() const;
@@ -216,6 +219,9 @@ class Kernel {
   I64 i64(int64_t v);
   I64 widen(const I32& v);        // zero-extends
   I64 widenSigned(const I32& v);  // sign-extends
+  I32 narrow(const I64& v);       // the low 32 bits
+  // A vector of these i32 values, e.g. stored together as one access.
+  Vec vec(const std::vector<I32>& values);
   I32 threadIdx();
   I32 blockIdx(int dim = 0);
   Vec zeros(int n, Elem e);

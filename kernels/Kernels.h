@@ -169,6 +169,27 @@ struct DispatchPrologueSpec {
   KernelSpec spec() const { return {kName, {{"E", experts}, {"topk", topk}, {"ranks", ranks}}}; }
 };
 
+// topk_idx_narrow: the caller's int64 top-k indices (torch.topk, DeepEP) as the int32 the layer's kernels read;
+// launched before dispatch_prologue when the caller declares int64 indices. dst[i] = src[i] for src[i] in
+// [-1, 2^31); any other value (below -1, or >= 2^31, which truncated would wrap into a valid expert or into -1)
+// becomes kBadValue, which dispatch_prologue skips as a bad index (it is >= E for every layer), and claims the
+// error record with kBadIndex as dispatch_prologue does for its bad indices: flag = the pick i, seen = the int64
+// value, expected = kLimit (2^31). The record is claimed here rather than left to the prologue because only this
+// kernel still sees the caller's value (the prologue would report kBadValue); the first claim wins, so the
+// prologue's own report of the same pick is dropped. Grid-stride over the launch's `grid` blocks: with src 16-byte
+// and dst 8-byte aligned, each thread narrows pairs (one 16-byte load, one 8-byte store; an odd count's last entry
+// is thread 0's), else one entry at a time.
+// Args: ctx, src (i64 [count], 8-byte aligned), dst (i32 [count], 4-byte aligned), count (i32; <= 0 writes nothing;
+// count + grid * kBlockThreads < 2^31), grid (i32: the blocks launched, any number >= 1; covering:
+// (count / 2 + kBlockThreads - 1) / kBlockThreads, at least 1).
+struct TopkIdxNarrowSpec {
+  static constexpr const char* kName = "topk_idx_narrow";
+  static constexpr int64_t kBlockThreads = 256;
+  static constexpr int64_t kLimit = int64_t(1) << 31;  // valid entries are [-1, kLimit)
+  static constexpr int32_t kBadValue = 2147483647;     // INT32_MAX, written for every entry outside them
+  KernelSpec spec() const { return {kName, {}}; }
+};
+
 // ---- the fused operators of the MoE layer (runtime/include/megamoe/MoeLayer.h runs them) ----
 // Both run the grouped GEMM engine (GroupedGemmSpec's NT tiles) with tiles handed out by a global ticket counter,
 // so blocks that start late still take their share; `legs` selects what runs (benchmark legs, kLeg* bits).

@@ -10,6 +10,7 @@ namespace megamoe::kernels {
 mlir::OwningOpRef<mlir::ModuleOp> buildSwiglu(mlir::MLIRContext& ctx, const SwigluSpec& s);
 mlir::OwningOpRef<mlir::ModuleOp> buildGemmNt(mlir::MLIRContext& ctx, const GemmNtSpec& s);
 mlir::OwningOpRef<mlir::ModuleOp> buildDispatchPrologue(mlir::MLIRContext& ctx, const DispatchPrologueSpec& s);
+mlir::OwningOpRef<mlir::ModuleOp> buildTopkIdxNarrow(mlir::MLIRContext& ctx, const TopkIdxNarrowSpec& s);
 mlir::OwningOpRef<mlir::ModuleOp> buildDispatchGemm(mlir::MLIRContext& ctx, const DispatchGemmSpec& s, Arch arch);
 mlir::OwningOpRef<mlir::ModuleOp> buildGemmCombine(mlir::MLIRContext& ctx, const GemmCombineSpec& s, Arch arch);
 mlir::OwningOpRef<mlir::ModuleOp> buildSwigluBwd(mlir::MLIRContext& ctx, const SwigluBwdSpec& s);
@@ -130,6 +131,10 @@ const std::vector<KernelInfo>& registry() {
        [](mlir::MLIRContext& ctx, const KernelSpec& s, Arch) {
          return buildDispatchPrologue(ctx, DispatchPrologueSpec{s.get("E"), s.get("topk"), s.get("ranks")});
        }},
+      {TopkIdxNarrowSpec::kName,
+       "int64 top-k indices narrowed to int32; values outside [-1, 2^31) become INT32_MAX and claim kBadIndex",
+       [](const KernelSpec&) { return std::string(); },
+       [](mlir::MLIRContext& ctx, const KernelSpec&, Arch) { return buildTopkIdxNarrow(ctx, TopkIdxNarrowSpec{}); }},
       {DispatchGemmSpec::kName,
        "fused dispatch + grouped GEMM: rows pushed to the owners, each tile starts once its rows arrived (NT + SwiGLU "
        "forward, NN dgrad, TN wgrad)",
@@ -256,6 +261,7 @@ std::vector<KernelSpec> layerKernels(const ModelShape& s, int64_t ranks) {
       C{e, ranks, k, h, i, G::kNT}.spec(),
       EpochAdvanceSpec{}.spec(),
       StageBeginSpec{e, ranks}.spec(),  // profiling: the ranks meet before the combine; every backward stage
+      TopkIdxNarrowSpec{}.spec(),  // before the prologue when the caller's topk_idx is int64 (torch.topk, DeepEP)
       // the forward with token deduplication (MoeLayerConfig::dedupTokens), inference and training
       D{e, ranks, k, h, i, 0, G::kNT, 0, 1}.spec(),
       D{e, ranks, k, h, i, 0, G::kNT, 1, 1}.spec(),

@@ -40,6 +40,7 @@ gen swiglu_bwd I=2048,clamp_milli=0
 gen stage_begin E=256,ranks=2
 gen grouped_gemm_tn E=128,N=2048,M=7168
 gen epoch_advance
+gen topk_idx_narrow  # the layer with int64 topk_idx (torch.topk, DeepEP): narrowed before the prologue
 # megamoe-bench layer --nproc 1 --experts 128: one GPU with EP2's per-GPU work (every kernel of that layer).
 build/bin/megamoe-cache generate --hidden 7168 --intermediate 2048 --experts 128 --topk 8 --ep 1 --targets sm_90a \
   --cache-dir "$dir" --quiet >/dev/null

@@ -39,6 +39,7 @@ kernels=(
   "ping_pong rounds=2"      # the CUDA-graph replay test
   "a2a_rows H=7168"
   "peer_store -"
+  "topk_idx_narrow -"       # gpu_kernels_test; the layer with int64 topk_idx, before its prologue
   "dispatch_prologue E=16,topk=4,ranks=2"    # gpu_dispatch_test, gpu_layer_test
   "dispatch_prologue E=256,topk=8,ranks=2"   # DeepSeek-V3 routing
   "dispatch_prologue E=16,topk=4,ranks=8"    # the same at 8 ranks

@@ -34,6 +34,7 @@ std::vector<KernelDecl> declarations() {
         i32p("pool_offsets"), i32p("send_list"), i32p("send_off"), i32p("send_base"), i64p("arrivals"),
         i64p("done"), i64p("route_epoch"), i32p("scratch"), i32("blocks"), i32("capacity")},
        GridRule::kResident},
+      {"topk_idx_narrow", {}, {ctx, i64p("src"), i32p("dst"), i32("count"), i32("grid")}, GridRule::kCovering},
       {"dispatch_grouped_gemm",
        {"E", "ranks", "topk", "H", "I", "clamp_milli", "layout", "save_h", "dedup"},
        {ctx, bf16("src"), f32("topk_weights"), i32p("send_list"), i32p("send_off"), i32p("send_base"),

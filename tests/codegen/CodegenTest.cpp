@@ -61,6 +61,7 @@ std::vector<Case> cases() {
       {kernels::SwigluSpec{64}.spec(), false},
       {kernels::SwigluSpec{2048, 7000}.spec(), false},
       {kernels::GemmNtSpec{128, 64}.spec(), true},
+      {kernels::TopkIdxNarrowSpec{}.spec(), false},
   };
   for (const auto& p : kernels::presets())
     for (const auto& s : kernels::layerKernels(p, 8)) out.push_back({s, s.kernel.find("grouped_gemm") != std::string::npos});
@@ -330,6 +331,29 @@ TEST(Codegen, BulkStoreMovesWholeSixteenByteChunks) {
   EXPECT_THROW(k.bulkStore(rows, k.i32(0), out, 8), std::invalid_argument);
   EXPECT_THROW(k.bulkStore(rows, k.i32(0), out, 0), std::invalid_argument);
   EXPECT_NO_THROW(k.bulkStore(rows, k.i32(1), out, 128));
+}
+
+// topk_idx_narrow's aligned path moves a pair of indices per thread as one vector access each way (16 bytes of i64
+// in, 8 bytes of i32 out); the DSL's lane and vector helpers refuse what they cannot build.
+TEST(Codegen, TopkIdxNarrowMovesPairsOfIndices) {
+  CompiledKernel nv = compile(kernels::TopkIdxNarrowSpec{}.spec(), "sm_90a");
+  EXPECT_NE(nv.assembly.find("ld.global.v2.b64"), std::string::npos);
+  EXPECT_NE(nv.assembly.find("st.global.v2.b32"), std::string::npos);
+  CompiledKernel amd = compile(kernels::TopkIdxNarrowSpec{}.spec(), "gfx950");
+  EXPECT_NE(amd.assembly.find("global_load_dwordx4"), std::string::npos);
+
+  mlir::DialectRegistry registry;
+  registerAllDialects(registry);
+  mlir::MLIRContext ctx(registry, mlir::MLIRContext::Threading::DISABLED);
+  const megamoe::abi::KernelDecl decl{"lane_guard", {}, {{"src", megamoe::abi::ArgKind::kPtr, megamoe::abi::Elem::kI64}},
+                                      megamoe::abi::GridRule::kCovering};
+  dsl::Kernel k(ctx, decl, 32);
+  dsl::GlobalPtr src = k.ptr("src", dsl::Elem::i64);
+  dsl::Vec two = src.load(2);
+  EXPECT_NO_THROW(two.laneI64(1));
+  EXPECT_THROW(two.laneI64(2), std::invalid_argument);
+  EXPECT_THROW(src.as(dsl::Elem::i32).load(2).laneI64(0), std::invalid_argument);
+  EXPECT_THROW(k.vec({}), std::invalid_argument);
 }
 
 // A short write of lld's temporary input (here a file-size limit; disk full alike) is an error with a message, in

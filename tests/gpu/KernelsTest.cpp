@@ -1,12 +1,13 @@
-// GPU tier for the compute kernels (swiglu_fwd, gemm_nt, grouped_gemm_{nt,nn}_tma) loaded from the kernel cache: fresh random normal inputs,
-// a higher-precision host reference, sentinel-filled outputs checked fully written, and a second launch that must be
-// bitwise identical. Skips without a CUDA device; the cache comes from scripts/gen-gpu-test-cache.sh.
+// GPU tier for the compute kernels (swiglu_fwd, gemm_nt, grouped_gemm_{nt,nn}_tma) and topk_idx_narrow loaded from
+// the kernel cache: fresh random inputs, a host reference (higher precision for the compute kernels), sentinel-filled
+// outputs checked fully written, and a second launch that must be bitwise identical. Skips without a CUDA device; the cache comes from scripts/gen-gpu-test-cache.sh.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -505,6 +506,169 @@ TEST(GpuKernels, TmaGroupedGemmNnBandedOrder) {
 TEST(GpuKernels, TmaGroupedGemmTnRaggedGroups) {
   MEGAMOE_REQUIRE_SM90A(gpu);
   runTmaGroupedGemm(gpu, Layout::kTN, /*E=*/8, /*N=*/512, /*M=*/256, /*maxRows=*/300);
+}
+
+// ---------------------------------------------------------------------------------------------------- topk_idx_narrow
+
+// TopkIdxNarrowSpec (kernels/Kernels.h).
+constexpr int64_t kNarrowBlockThreads = 256;
+constexpr int64_t kNarrowLimit = int64_t(1) << 31;  // entries in [-1, kNarrowLimit) are narrowed as they are
+constexpr int32_t kNarrowBadValue = 2147483647;     // what every other entry becomes
+constexpr int32_t kIdxSentinel = 0x5A5A5A5A;        // neither a narrowed index of these inputs nor kNarrowBadValue
+constexpr int64_t kIdxGuard = 64;                   // elements past each buffer's end (and src's guards are bad values)
+
+struct NarrowCase {
+  int64_t count;
+  uint32_t grid;                   // 0: covering ((count / 2 + 255) / 256, at least 1)
+  int64_t srcOffset, dstOffset;    // elements past the allocations' starts: 1 misaligns the pair path's vectors
+  std::vector<int64_t> bad;        // values outside [-1, 2^31): the first at count - 1, the second at 0, the rest
+                                   // at random distinct positions
+};
+
+// The kernel's contract on the host: the entry itself where it is a valid int32 index or -1, else the bad value.
+int32_t narrowReference(int64_t v) { return v >= -1 && v < kNarrowLimit ? int32_t(v) : kNarrowBadValue; }
+
+// count random entries in [-1, 255] with c.bad placed among them, narrowed into a sentinel-filled dst (guards on both
+// sides), twice: every entry < count written as the reference says, the guards untouched, the second launch bitwise
+// identical. Without bad values the error record stays clear (src's guards hold bad values, so an entry read past
+// the range would claim it); with them it names one of them: kBadIndex, the pick, its int64 value, bound 2^31.
+void runNarrow(Gpu& gpu, const NarrowCase& c) {
+  std::mt19937 rng = testRng();
+  auto kernel = loadKernel(*gpu.runtime, "topk_idx_narrow", {});
+  ASSERT_EQ(kernel->metadata().blockThreads, kNarrowBlockThreads);
+  auto heaps = SymmetricHeap::createSingleProcess({gpu.runtime->device()}, {}, parseEnv());  // ctx + error record
+  SymmetricHeap& heap = *heaps[0];
+
+  const int64_t n = c.count;
+  std::vector<int64_t> src(static_cast<size_t>(n));
+  std::uniform_int_distribution<int64_t> expert(-1, 255);
+  for (int64_t& v : src) v = expert(rng);
+  ASSERT_LE(c.bad.size(), size_t(n)) << "more bad values than entries";
+  std::vector<int64_t> positions;
+  std::uniform_int_distribution<int64_t> where(0, std::max<int64_t>(n - 1, 0));
+  for (size_t k = 0; k < c.bad.size(); ++k) {
+    int64_t p = k == 0 ? n - 1 : k == 1 ? 0 : where(rng);
+    while (std::find(positions.begin(), positions.end(), p) != positions.end()) p = where(rng);
+    positions.push_back(p);
+    src[size_t(p)] = c.bad[k];
+  }
+  std::vector<int32_t> ref(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) ref[size_t(i)] = narrowReference(src[size_t(i)]);
+  for (int64_t p : positions) ASSERT_EQ(ref[size_t(p)], kNarrowBadValue);
+
+  // src inside guards of INT64_MIN (out of range: an entry read outside [0, count) would claim the record).
+  std::vector<int64_t> srcHost(size_t(c.srcOffset + n + kIdxGuard), std::numeric_limits<int64_t>::min());
+  std::copy(src.begin(), src.end(), srcHost.begin() + c.srcOffset);
+  Buffer srcDev(gpu.device(), srcHost.size() * 8);
+  srcDev.upload(srcHost);
+  const size_t dstElems = size_t(c.dstOffset + n + kIdxGuard);
+  Buffer dstDev(gpu.device(), dstElems * 4);
+
+  const uint32_t grid = c.grid ? c.grid : uint32_t(std::max<int64_t>(1, (n / 2 + kNarrowBlockThreads - 1) / kNarrowBlockThreads));
+  KernelArgs args("topk_idx_narrow");
+  args.context(heap.contextAddress())
+      .ptr("src", srcDev.ptr() + uint64_t(c.srcOffset) * 8)
+      .ptr("dst", dstDev.ptr() + uint64_t(c.dstOffset) * 4)
+      .i32("count", n)
+      .i32("grid", grid);
+  auto launchOnce = [&] {
+    dstDev.upload(std::vector<int32_t>(dstElems, kIdxSentinel));
+    launch1d(*gpu.runtime, *kernel, grid, gpu.stream, args, &heap);
+    gpu.device().synchronize(gpu.stream);
+    return dstDev.download<int32_t>();
+  };
+  const std::vector<int32_t> first = launchOnce();
+  size_t wrong = 0, unwritten = 0, guardTouched = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const int32_t got = first[size_t(c.dstOffset + i)];
+    unwritten += got == kIdxSentinel;
+    if (got != ref[size_t(i)] && wrong++ < 5)
+      ADD_FAILURE() << "dst[" << i << "] = " << got << " for src " << src[size_t(i)] << ", expected " << ref[size_t(i)];
+  }
+  for (size_t i = 0; i < dstElems; ++i)
+    if (int64_t(i) < c.dstOffset || int64_t(i) >= c.dstOffset + n) guardTouched += first[i] != kIdxSentinel;
+  EXPECT_EQ(wrong, 0u) << "entries differing from the reference";
+  EXPECT_EQ(unwritten, 0u) << "entries left at the sentinel";
+  EXPECT_EQ(guardTouched, 0u) << "elements written outside dst[0, count)";
+  const std::vector<int32_t> second = launchOnce();
+  const bool identical = first == second;
+  EXPECT_TRUE(identical) << "the second launch differs bitwise from the first";
+
+  const abi::DeviceError record = readBack<abi::DeviceError>(gpu.device(), heap.errorAddress(), 1)[0];
+  std::string message;
+  try {
+    heap.checkErrors(gpu.stream);
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kDeviceError);
+    message = e.what();
+  }
+  if (c.bad.empty()) {
+    EXPECT_EQ(record.code, 0u) << "the error record was claimed without a bad entry: " << describeDeviceError(record);
+    EXPECT_EQ(message, "");
+  } else {
+    EXPECT_EQ(record.code, uint64_t(abi::ErrorCode::kBadIndex)) << describeDeviceError(record);
+    EXPECT_EQ(record.rank, 0u);
+    EXPECT_EQ(record.expected, uint64_t(kNarrowLimit));
+    EXPECT_LT(record.block, grid);
+    bool named = false;
+    for (size_t k = 0; k < positions.size(); ++k)
+      named = named || (record.flag == uint64_t(positions[k]) && int64_t(record.seen) == c.bad[k]);
+    EXPECT_TRUE(named) << "the record names no bad entry: " << describeDeviceError(record);
+    const std::string expected = describeDeviceError(record);
+    EXPECT_EQ(message.rfind(expected, 0), 0u) << message;  // checkErrors reports the record as it is
+    EXPECT_EQ(message.rfind("rank 0: index out of range at site ", 0), 0u) << message;
+  }
+  std::printf("SUMMARY topk_idx_narrow count=%lld grid=%u src_offset=%lld dst_offset=%lld bad=%zu: wrong=%zu "
+              "unwritten=%zu guard_touched=%zu rerun=%s record=\"%s\"\n",
+              (long long)n, grid, (long long)c.srcOffset, (long long)c.dstOffset, c.bad.size(), wrong, unwritten,
+              guardTouched, identical ? "identical" : "DIFFERENT",
+              record.code ? describeDeviceError(record).c_str() : "clear");
+}
+
+// Out-of-range values: below -1, and >= 2^31, including those whose low 32 bits are a valid expert (2^32 + 7 -> 7,
+// 2^32 -> 0) or -1 (2^32 - 1, INT64_MAX), or INT32_MIN (-2^31).
+const std::vector<int64_t> kBadIndices = {-2,
+                                          int64_t(1) << 31,
+                                          std::numeric_limits<int64_t>::min(),
+                                          (int64_t(1) << 32) + 7,
+                                          int64_t(1) << 32,
+                                          (int64_t(1) << 32) - 1,
+                                          std::numeric_limits<int64_t>::max(),
+                                          -(int64_t(1) << 31)};
+
+// 1001 tokens x topk 7: an odd count, not a multiple of the block (the pair path plus the odd last entry).
+TEST(GpuKernels, TopkIdxNarrowOddCount) {
+  MEGAMOE_REQUIRE_SM90A(gpu);
+  runNarrow(gpu, {1001 * 7, 0, 0, 0, {}});
+}
+
+// Three blocks for 3504 pairs: each thread takes several grid-stride steps.
+TEST(GpuKernels, TopkIdxNarrowFewBlocks) {
+  MEGAMOE_REQUIRE_SM90A(gpu);
+  runNarrow(gpu, {1001 * 7, 3, 0, 0, {}});
+}
+
+TEST(GpuKernels, TopkIdxNarrowOutOfRangeValues) {
+  MEGAMOE_REQUIRE_SM90A(gpu);
+  runNarrow(gpu, {1001 * 7, 0, 0, 0, kBadIndices});
+}
+
+// src 8 bytes past a 16-byte boundary (a view into a larger tensor): one entry per thread and step.
+TEST(GpuKernels, TopkIdxNarrowMisalignedSource) {
+  MEGAMOE_REQUIRE_SM90A(gpu);
+  runNarrow(gpu, {4097, 2, 1, 0, kBadIndices});
+}
+
+TEST(GpuKernels, TopkIdxNarrowMisalignedDestination) {
+  MEGAMOE_REQUIRE_SM90A(gpu);
+  runNarrow(gpu, {4097, 0, 0, 1, {}});
+}
+
+// One entry (the odd last entry alone, out of range), and none (nothing written, the record clear).
+TEST(GpuKernels, TopkIdxNarrowSingleAndEmpty) {
+  MEGAMOE_REQUIRE_SM90A(gpu);
+  runNarrow(gpu, {1, 0, 0, 0, {std::numeric_limits<int64_t>::min()}});
+  runNarrow(gpu, {0, 0, 0, 0, {}});
 }
 
 }  // namespace
