@@ -115,13 +115,13 @@ struct GroupedGemmSpec {
 };
 
 // The grouped GEMM kernel of spec s. warpSpecialized (sm_90a; ignored for gfx950) builds the producer / MMA
-// warpgroup split (GroupedGemmPipeline.h: WarpSpecialized) instead of the single-role loop: correct on the H200,
+// warpgroup split (kernels/gemm/WarpSpecializedEngine.h) instead of the single-role engine: correct on the H200,
 // measured slower with cp.async as the producer's copy (docs/decisions/gemm-tiles.md).
 // tensorMaps builds grouped_gemm_{nt,nn,tn}_tma: args A, B, C, offsets, tickets (i32 [2], zero before the first
 // launch, left zero by each launch), split (scratch of abi::splitScratchBytes(grid) bytes whose first
 // abi::splitCounterBytes(grid) are zero before the first launch and left zero by each), max_split (i32), grid,
 // mapA, mapB. On sm_90a NT / NN the last round's tiles, which would leave most blocks idle, run split over K in up
-// to max_split parts (at most 255; 0 or 1: never; GroupedGemmPipeline.h WarpSpecialized::SplitTail); TN and gfx950
+// to max_split parts (at most 255; 0 or 1: never; kernels/gemm/SplitTail.h); TN and gfx950
 // ignore both (split may then be 0). On sm_90a the maps are CUtensorMaps (bf16, 128-byte swizzle, zero fill;
 // Device::encodeTensorMapBf16) and the kernel is warp-specialised with TMA loads. gfx950 builds the single-role
 // kernel and ignores the maps (any pointer):
