@@ -50,8 +50,8 @@ mlir::OwningOpRef<mlir::ModuleOp> buildDispatchGemm(mlir::MLIRContext& mctx, con
   using S = DispatchGemmSpec;
   using G = GroupedGemmSpec;
   const G g = s.gemm();
-  // On sm_90a the weight gradient (TN) runs the warp-specialised TMA engine (DispatchGemmSpec), and so do the
-  // forward (NT) and the dgrad (NN) as cluster pairs where their tiles are 256 wide and their rows the pool's own
+  // On sm_90a the weight gradient (TN) runs the warp-specialised engine with TMA loads (DispatchGemmSpec), and so do
+  // the forward (NT) and the dgrad (NN) as cluster pairs where their tiles are 256 wide and their rows the pool's own
   // (no dedup gather; docs/decisions/fused-dispatch.md).
   const bool pairs = s.layout != G::kTN && !s.dedup && g.n % 256 == 0 && arch == Arch::sm_90a;
   const bool ws = (s.layout == G::kTN && arch == Arch::sm_90a) || pairs;
@@ -175,12 +175,12 @@ mlir::OwningOpRef<mlir::ModuleOp> buildDispatchGemm(mlir::MLIRContext& mctx, con
   // 2. GEMM tiles (see DispatchGemmSpec for what each layout computes). Pairs: blocks 2c and 2c + 1 form cluster c
   // (MoeLayer launches whole pairs, pushing blocks included), their tiles in bands of m-tiles as the standalone
   // `_tma` kernels' (TileScheduler::ticketed; measured: the fused stage 7.13 -> 6.91 ms against unbanded pairs).
-  std::optional<I32> rank;
+  std::optional<I32> blockInPair;
   if (pairs) {
     k.setClusterX(2);
-    rank = k.blockIdx() % 2;
+    blockInPair = k.blockIdx() % 2;
   }
-  TileScheduler sched{k, g, poolOffsets, c.m, c.n, rank, /*ticketed=*/pairs};
+  TileScheduler sched{k, g, poolOffsets, c.m, c.n, blockInPair, /*ticketed=*/pairs};
   I32 tiles = sched.buildTable(tileFirst);
   I32 total = k.select(legs.gemm, tiles, k.i32(0));
   GlobalPtr a = s.layout == G::kTN ? extra : pool;
@@ -227,7 +227,7 @@ mlir::OwningOpRef<mlir::ModuleOp> buildDispatchGemm(mlir::MLIRContext& mctx, con
   if (ws) {
     // The producer leader waits (as beforeLoads below), then orders the rows the pushes stored (generic proxy,
     // seen through the counters' acquire) before its TMA reads of them.
-    WarpSpecializedEngine engine = WarpSpecializedEngine::allocate(gemm, maps, rank);
+    WarpSpecializedEngine engine = WarpSpecializedEngine::allocate(gemm, maps, blockInPair);
     if (s.layout == G::kNT)
       engine.epilogue = [&](const TilePlace& p, const I32& firstRow, int64_t w) {
         swigluRows(p, firstRow, tid - 128 * w, 128, 64);
@@ -277,9 +277,9 @@ mlir::OwningOpRef<mlir::ModuleOp> buildGemmCombine(mlir::MLIRContext& mctx, cons
   using G = GroupedGemmSpec;
   const G g = s.gemm();
   const bool forward = s.layout == G::kNT;
-  // The dx combine (NN) runs the warp-specialised TMA engine on sm_90a (measured: dgrad combine 8.5 -> 7.95 ms,
-  // EP2 uniform), the forward combine too, as cluster pairs, where H is a multiple of 256 (4.15 -> 3.92 ms against
-  // the single-role loop, one H200 with EP2's per-GPU work; docs/decisions/fused-dispatch.md).
+  // The dx combine (NN) runs the warp-specialised engine with TMA loads on sm_90a (measured: dgrad combine 8.5 ->
+  // 7.95 ms, EP2 uniform), the forward combine too, as cluster pairs, where H is a multiple of 256 (4.15 -> 3.92 ms
+  // against the single-role engine, one H200 with EP2's per-GPU work; docs/decisions/fused-dispatch.md).
   const bool pairs = forward && g.n % 256 == 0 && arch == Arch::sm_90a;
   const bool ws = (!forward && arch == Arch::sm_90a) || pairs;
   G::Tiles c = g.tiles(arch, ws);
@@ -313,12 +313,12 @@ mlir::OwningOpRef<mlir::ModuleOp> buildGemmCombine(mlir::MLIRContext& mctx, cons
 
   // 1. GEMM tiles; the epilogue stores each row at its home rank (gemm-only: in my own buffer). Pairs: clusters of
   // two blocks (an even grid), tiles in bands as the dispatch's.
-  std::optional<I32> rank;
+  std::optional<I32> blockInPair;
   if (pairs) {
     k.setClusterX(2);
-    rank = k.blockIdx() % 2;
+    blockInPair = k.blockIdx() % 2;
   }
-  TileScheduler sched{k, g, poolOffsets, c.m, c.n, rank, /*ticketed=*/pairs};
+  TileScheduler sched{k, g, poolOffsets, c.m, c.n, blockInPair, /*ticketed=*/pairs};
   I32 total = sched.buildTable(tileFirst);
   GemmOperands gemm{k, g, c, a, b, comb, rings};
   // Row r of tile p from firstRow, column col: its destination at its home rank (gemm-only: here).
@@ -336,7 +336,7 @@ mlir::OwningOpRef<mlir::ModuleOp> buildGemmCombine(mlir::MLIRContext& mctx, cons
   if (ws) {
     // Each MMA warpgroup sends its 64 staged rows home, one bulk copy per row; the comm-only leg skips the K loops.
     gemm.mmaOn = [&] { return k.select(legs.gemm, k.i32(1), k.i32(0)); };
-    WarpSpecializedEngine engine = WarpSpecializedEngine::allocate(gemm, maps, rank);
+    WarpSpecializedEngine engine = WarpSpecializedEngine::allocate(gemm, maps, blockInPair);
     engine.bulkEpilogue = true;
     engine.epilogue = [&](const TilePlace& p, const I32& firstRow, int64_t w) {
       I32 rowsValid = k.select(firstRow < p.groupEnd, p.groupEnd - firstRow, k.i32(0));

@@ -18,12 +18,12 @@ struct PairMailbox {
   dsl::Kernel& k;
   dsl::SharedTile bars;  // the engine's mbarriers: the mailbox's kBarriers from firstBarrier on
   int64_t firstBarrier;
-  dsl::I32 rank;  // which block of the pair this is
+  dsl::I32 blockInPair;  // which block of the pair this is
   dsl::SharedTile slots;
 
   static PairMailbox allocate(dsl::Kernel& k, const dsl::SharedTile& bars, int64_t firstBarrier,
-                              const dsl::I32& rank) {
-    return {k, bars, firstBarrier, rank,
+                              const dsl::I32& blockInPair) {
+    return {k, bars, firstBarrier, blockInPair,
             k.dynamicSharedTile(dsl::Elem::i32, 1, kSlotBytes / 4, 2, 0, /*align=*/16)};
   }
   dsl::I32 full(const dsl::I32& q) const { return q + firstBarrier; }
@@ -40,7 +40,7 @@ struct PairMailbox {
   dsl::I32 draw(const dsl::GlobalPtr& tickets, const dsl::I32& j) const {
     using namespace dsl;
     I32 q = j % 2;
-    I32 drawn = k.ifElse(rank == 0, [&] {
+    I32 drawn = k.ifElse(blockInPair == 0, [&] {
       // Slot q is free once block 1 has read ticket j - 2 from it.
       k.ifThen(k.i32(1) < j, [&] { k.mbarrierWait(bars, empty(q), (j / 2 + 1) % 2, /*clusterAcquire=*/true); });
       I32 t = tickets.atomicAddI32(k.i32(1));
@@ -49,7 +49,7 @@ struct PairMailbox {
       k.sharedCopyPeer(slots.stage(q), bars, full(q), k.i32(1));
       return t;
     }, k.i32(0));
-    I32 received = k.ifElse(rank == 1, [&] {
+    I32 received = k.ifElse(blockInPair == 1, [&] {
       k.mbarrierArriveExpectTx(bars, full(q), kSlotBytes);
       k.mbarrierWait(bars, full(q), (j / 2) % 2);
       I32 t = slots.stage(q).loadI32(k.i32(0));

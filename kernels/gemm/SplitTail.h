@@ -27,18 +27,19 @@ struct KSlice {
 struct SplitTail {
   // 16-byte chunks per thread and pass of the sum; most splits of a unit (whatever max_split says).
   static constexpr int64_t kSumChunks = 16, kMaxWays = 255;
-  dsl::GlobalPtr counters;  // i32, one per (tail unit, pair rank, MMA warpgroup): zero at launch, left zero
-  dsl::GlobalPtr partials;  // f32 [tail tickets x pair ranks][kSplitTileFloats]
+  dsl::GlobalPtr counters;  // i32, one per (tail unit, block of a pair, MMA warpgroup): zero at launch, left zero
+  dsl::GlobalPtr partials;  // f32 [tail tickets x blocks of a pair][kSplitTileFloats]
   dsl::I32 maxSplit;        // 0 or 1: no split
   dsl::SharedTile last;     // shared i32 [2]: per MMA warpgroup, whether it is the tile's last split
-  std::optional<dsl::I32> rank;  // cluster pairs: which block of the pair (each has its own partials and counters)
+  // Cluster pairs: which block of the pair this is (each block has its own partials and counters).
+  std::optional<dsl::I32> blockInPair;
 
   // The tail over `scratch` (abi::splitScratchBytes(grid)); allocates the shared i32 [2], which the kernel's
   // tables must count (WarpSpecializedEngine::stagesFor(c, {..., 2})).
   static SplitTail over(dsl::Kernel& k, const dsl::GlobalPtr& scratch, const dsl::I32& maxSplit, const dsl::I32& grid,
-                        const std::optional<dsl::I32>& rank) {
+                        const std::optional<dsl::I32>& blockInPair) {
     dsl::I64 counterInts = k.widen((grid * 2 + 63) / 64 * 64);  // abi::splitCounterBytes(grid) / 4
-    return SplitTail{scratch, scratch.as(dsl::Elem::f32) + counterInts, maxSplit, sharedTable(k, 2), rank};
+    return SplitTail{scratch, scratch.as(dsl::Elem::f32) + counterInts, maxSplit, sharedTable(k, 2), blockInPair};
   }
 
   // The producer's side. Units below `main` are whole tickets, then `ways` tickets per unit (`all` tickets).
@@ -76,9 +77,9 @@ struct SplitTail {
     dsl::I32 unit, index, ways;
   };
   static Part part(const KSlice& sl) { return {sl.code % 65536 - 1, sl.code / 65536 % 256, sl.code / 16777216}; }
-  dsl::I32 pairRank(dsl::Kernel& k) const { return rank ? *rank : k.i32(0); }
+  dsl::I32 blockInPairOr0(dsl::Kernel& k) const { return blockInPair ? *blockInPair : k.i32(0); }
   dsl::GlobalPtr partial(dsl::Kernel& k, const Part& sp, const dsl::I32& index) const {
-    dsl::I32 at = (sp.unit * sp.ways + index) * (rank ? 2 : 1) + pairRank(k);
+    dsl::I32 at = (sp.unit * sp.ways + index) * (blockInPair ? 2 : 1) + blockInPairOr0(k);
     return partials + k.widen(at) * abi::kSplitTileFloats;
   }
   // Stores the warpgroup's partial of an n-wide tile and counts it in; true (every thread of the warpgroup) where
@@ -91,7 +92,8 @@ struct SplitTail {
       k.fence();       // this thread's partial before the count ...
       k.blockSync();   // ... and every thread's, before the leader counts the warpgroup in
       k.ifThen(k.threadIdx() % 128 == 0, [&] {
-        GlobalPtr counter = counters + k.widen((sp.unit * (rank ? 2 : 1) + pairRank(k)) * 2 + int64_t(w));
+        GlobalPtr counter =
+            counters + k.widen((sp.unit * (blockInPair ? 2 : 1) + blockInPairOr0(k)) * 2 + int64_t(w));
         Bool lastOne = counter.atomicAddI32(k.i32(1), /*acqRel=*/true) == sp.ways - 1;
         k.ifThen(lastOne, [&] { counter.storeI32(k.i32(0)); });  // every split has counted: reset for the next launch
         last.storeI32(k.i32(w), k.select(lastOne, k.i32(1), k.i32(0)));

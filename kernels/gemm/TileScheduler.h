@@ -37,24 +37,24 @@ struct TilePlace {
 // Drawn from tickets (`ticketed`: the `_tma` kernels), NT and NN tiles go in bands of kBandTicketsM m-tiles below
 // those widths too: tickets start consecutive tiles within microseconds, so the m-tiles sharing an n-tile's B slice
 // read it from L2 together, where n-fastest started them ~16 tickets apart and part of B came from HBM twice.
-// DeepSeek-V3 L1 on the TMA engine: HBM reads 13-16 -> 9 GB (A + B hold 8.4), L2 bytes 59-62 -> 41-44 GB, the same
-// time at base clock; at the power limit +2-3% L1, +2% EP8 L1, +1.5% Qwen3 L1, +4.5% L2, +0-3% L2 dgrad (NN), +2%
-// random L1 (bench/results/2026-12-01-h200-tickets-bands, band-ab.txt). The 15-20% loss measured above was on the
-// static order, whose blocks drift apart. The fused operators on the single-role loop keep their order: the same
+// DeepSeek-V3 L1 on the warp-specialised engine: HBM reads 13-16 -> 9 GB (A + B hold 8.4), L2 bytes 59-62 -> 41-44
+// GB, the same time at base clock; at the power limit +2-3% L1, +2% EP8 L1, +1.5% Qwen3 L1, +4.5% L2, +0-3% L2
+// dgrad (NN), +2% random L1 (bench/results/2026-12-01-h200-tickets-bands, band-ab.txt). The 15-20% loss measured above was on the
+// static order, whose blocks drift apart. The fused operators on the single-role engine keep their order: the same
 // bands there changed neither leg beyond noise (bench/results/2026-12-01-h200x2-bands-layer); the forward dispatch
 // as cluster pairs bands (its stage 7.13 -> 6.91 ms, bench/results/2026-12-01-h200-nt-dispatch-pairs).
 //
-// Pairs (pairRank set; NT / NN): the tiles are pairs of m-tiles (2i, 2i + 1) of one expert and n-tile, run by the
-// two blocks of a cluster (rank 0 and 1), which share B's tile; the second m-tile of an expert with an odd count
-// lies past the group (its block computes it and stores nothing), unless the expert's n-tiles come in pairs
-// (loneSplit): then the odd last m-tile runs as "lone" tiles, its n-tiles 2q and 2q + 1 on the two blocks, each
-// loading its own A and B without multicast. Bands count pairs of m-tiles (half as many per band).
+// Pairs (blockInPair set; NT / NN): the tiles are pairs of m-tiles (2i, 2i + 1) of one expert and n-tile, run by
+// the two blocks of a cluster (blocks 0 and 1 of the pair), which share B's tile; the second m-tile of an expert
+// with an odd count lies past the group (its block computes it and stores nothing), unless the expert's n-tiles
+// come in pairs (loneSplit): then the odd last m-tile runs as "lone" tiles, its n-tiles 2q and 2q + 1 on the two
+// blocks, each loading its own A and B without multicast. Bands count pairs of m-tiles (half as many per band).
 struct TileScheduler {
   dsl::Kernel& k;
   const GroupedGemmSpec& s;
   dsl::GlobalPtr offsets;
   int64_t bm, bn;
-  std::optional<dsl::I32> pairRank = std::nullopt;
+  std::optional<dsl::I32> blockInPair = std::nullopt;
   bool ticketed = false;
 
   dsl::I32 offset(const dsl::I32& e) const { return (offsets + k.widen(e)).loadI32(); }
@@ -63,17 +63,17 @@ struct TileScheduler {
   bool wide() const { return nTiles() >= (s.layout == GroupedGemmSpec::kNN ? kBandFromNN : kBandFrom); }
   bool banded() const { return wide() || (ticketed && s.layout != GroupedGemmSpec::kTN); }
   // Pairs with an even number of n-tiles split an expert's odd last m-tile by n-tiles ("lone" tiles, below).
-  bool loneSplit() const { return pairRank && nTiles() % 2 == 0; }
+  bool loneSplit() const { return blockInPair && nTiles() % 2 == 0; }
   // The scheduler's rows: m-tiles, or with pairs pairs of m-tiles (a band then holds half as many).
   dsl::I32 units(const dsl::I32& mTiles) const {
-    return pairRank ? (loneSplit() ? mTiles / 2 : (mTiles + 1) / 2) : mTiles;
+    return blockInPair ? (loneSplit() ? mTiles / 2 : (mTiles + 1) / 2) : mTiles;
   }
   // Tiles of an expert with m m-tiles: its rows' tiles, then with loneSplit the odd last m-tile's n-tile pairs.
   dsl::I32 expertTiles(const dsl::I32& m) const {
     dsl::I32 n = units(m) * nTiles();
     return loneSplit() ? n + m % 2 * (nTiles() / 2) : n;
   }
-  int64_t bandUnits() const { return (wide() ? kBandM : kBandTicketsM) / (pairRank ? 2 : 1); }
+  int64_t bandUnits() const { return (wide() ? kBandM : kBandTicketsM) / (blockInPair ? 2 : 1); }
   dsl::I32 mTiles(const dsl::I32& start, const dsl::I32& end) const {
     if (s.layout == GroupedGemmSpec::kTN) return k.i32(s.kOrM / bm);
     return (end - start + (bm - 1)) / bm;
@@ -106,13 +106,13 @@ struct TileScheduler {
       unit = u0 + r % rows;
       nTile = r / rows;
     }
-    if (!loneSplit()) return {e, start, end, pairRank ? unit * 2 + *pairRank : unit, nTile * bn};
+    if (!loneSplit()) return {e, start, end, blockInPair ? unit * 2 + *blockInPair : unit, nTile * bn};
     dsl::I32 rowTiles = units(m) * nTiles();
     dsl::Bool isLone = local >= rowTiles;
     if (lone) *lone = isLone;
     dsl::I32 q = local - rowTiles;
-    return {e, start, end, k.select(isLone, m - 1, unit * 2 + *pairRank),
-            k.select(isLone, q * 2 + *pairRank, nTile) * bn};
+    return {e, start, end, k.select(isLone, m - 1, unit * 2 + *blockInPair),
+            k.select(isLone, q * 2 + *blockInPair, nTile) * bn};
   }
 };
 

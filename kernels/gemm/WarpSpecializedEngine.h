@@ -42,7 +42,7 @@ struct WarpSpecializedEngine {
   TensorMapArgs maps;
   // Pairs (with tensor maps, BN = 256): blocks 2c and 2c + 1 form a cluster running the scheduler's m-tile pairs;
   // each loads its own A and one half of B, multicast into both, so B's traffic from L2 halves.
-  std::optional<dsl::I32> rank = std::nullopt;
+  std::optional<dsl::I32> blockInPair = std::nullopt;
   // Pairs drawing tickets: block 0 of the pair draws, and sends each ticket into block 1's mailbox.
   std::optional<PairMailbox> mailbox = std::nullopt;
   // The split-K tail (enableSplit).
@@ -72,26 +72,27 @@ struct WarpSpecializedEngine {
   // loops over the shared ring and take turns storing, so one stores while the other multiplies. Without tensor
   // maps the producer warpgroup copies with cp.async.
   static WarpSpecializedEngine allocate(const GemmOperands& gemm, const TensorMapArgs& maps = {},
-                                        std::optional<dsl::I32> rank = std::nullopt) {
+                                        std::optional<dsl::I32> blockInPair = std::nullopt) {
     if (maps.a.has_value() != maps.b.has_value() || (maps.a && gemm.gatherA) ||
         (maps.a && gemm.gateUpRows && (gemm.s.layout != GroupedGemmSpec::kNT || gemm.c.n != 256)))
       throw std::logic_error("tensor maps: both operands, no gathered rows; gate | up halves only as NT's two "
                              "128-row boxes");
-    if (rank && (!maps.a || gemm.c.n != 256 || gemm.tn()))
+    if (blockInPair && (!maps.a || gemm.c.n != 256 || gemm.tn()))
       throw std::logic_error("pairs: tensor maps, NT / NN, BN = 256");
     if (gemm.rings.staging.rows() != 64) throw std::logic_error("warp-specialised: a 64-row staging tile");
     dsl::Kernel& k = gemm.k;
     WarpSpecializedEngine engine{
-        gemm, k.mbarriers(2 * gemm.c.stages + 2 * kHandover + (rank ? PairMailbox::kBarriers : 0) + 2),
-        k.dynamicSharedTile(dsl::Elem::i32, 1, kHandover * kFields, 1, 0, /*align=*/16), maps, rank};
-    if (rank) engine.mailbox.emplace(PairMailbox::allocate(k, engine.bars, 2 * gemm.c.stages + 2 * kHandover, *rank));
+        gemm, k.mbarriers(2 * gemm.c.stages + 2 * kHandover + (blockInPair ? PairMailbox::kBarriers : 0) + 2),
+        k.dynamicSharedTile(dsl::Elem::i32, 1, kHandover * kFields, 1, 0, /*align=*/16), maps, blockInPair};
+    if (blockInPair)
+      engine.mailbox.emplace(PairMailbox::allocate(k, engine.bars, 2 * gemm.c.stages + 2 * kHandover, *blockInPair));
     return engine;
   }
   // The split-K tail (SplitTail.h) over `scratch` (abi::splitScratchBytes(grid)); the kernel's tables must count
   // the shared i32 [2] it allocates (stagesFor(c, {..., 2})).
   void enableSplit(const dsl::GlobalPtr& scratch, const dsl::I32& maxSplit, const dsl::I32& grid) {
     if (!tma() || gemm.tn() || epilogue || gemm.mmaOn) throw std::logic_error("split-K tail: plain NT / NN with TMA");
-    split = SplitTail::over(gemm.k, scratch, maxSplit, grid, rank);
+    split = SplitTail::over(gemm.k, scratch, maxSplit, grid, blockInPair);
   }
   int64_t warpgroups() const { return gemm.c.mmaThreads() / 128; }
   // The staging tile passes between the MMA warpgroups on mbarrier turn(w) (warpgroup w's turn): the other
@@ -99,7 +100,7 @@ struct WarpSpecializedEngine {
   // (bar.arrive / bar.sync) ordered the same accesses, but compute-sanitizer racecheck does not follow bar.arrive
   // and reported every hand-over as a hazard; it follows mbarriers.
   dsl::I32 turn(int64_t w) const {
-    return gemm.k.i32(2 * stages() + 2 * kHandover + (rank ? PairMailbox::kBarriers : 0) + w);
+    return gemm.k.i32(2 * stages() + 2 * kHandover + (blockInPair ? PairMailbox::kBarriers : 0) + w);
   }
   // TN with TMA: both MMA warpgroups meet here once they have zeroed their share of a group's last K step.
   static constexpr int kTailBarrier = 7;
@@ -119,7 +120,7 @@ struct WarpSpecializedEngine {
     k.ifThen(k.threadIdx() == 0, [&] {
       for (int64_t sl = 0; sl < stages(); ++sl) {
         k.mbarrierInit(bars, full(k.i32(sl)), tma() ? 1 : k.blockThreads() - gemm.c.mmaThreads());
-        k.mbarrierInit(bars, empty(k.i32(sl)), warpgroups() * (rank ? 2 : 1));
+        k.mbarrierInit(bars, empty(k.i32(sl)), warpgroups() * (blockInPair ? 2 : 1));
       }
       for (int64_t q = 0; q < kHandover; ++q) {
         k.mbarrierInit(bars, tileFull(k.i32(q)), 1);
@@ -128,7 +129,7 @@ struct WarpSpecializedEngine {
       for (int64_t w = 0; w < 2; ++w) k.mbarrierInit(bars, turn(w), 128);
       if (mailbox) mailbox->init();
     });
-    if (rank)
+    if (blockInPair)
       k.clusterSync();  // both blocks' barriers exist before either multicasts or arrives on the other's
     else
       k.blockSync();
@@ -230,14 +231,14 @@ struct WarpSpecializedEngine {
                       full(slot), multicast);
         }
       };
-      if (rank) {
+      if (blockInPair) {
         if (lone) {
-          k.ifThen(!*lone && *rank == 0, [&] { loadB(0, 2, 0b11); });
-          k.ifThen(!*lone && *rank == 1, [&] { loadB(1, 2, 0b11); });
+          k.ifThen(!*lone && *blockInPair == 0, [&] { loadB(0, 2, 0b11); });
+          k.ifThen(!*lone && *blockInPair == 1, [&] { loadB(1, 2, 0b11); });
           k.ifThen(*lone, [&] { loadB(0, 1, 0); });
         } else {
-          k.ifThen(*rank == 0, [&] { loadB(0, 2, 0b11); });
-          k.ifThen(*rank == 1, [&] { loadB(1, 2, 0b11); });
+          k.ifThen(*blockInPair == 0, [&] { loadB(0, 2, 0b11); });
+          k.ifThen(*blockInPair == 1, [&] { loadB(1, 2, 0b11); });
         }
       } else {
         loadB(0, 1, 0);
@@ -246,11 +247,11 @@ struct WarpSpecializedEngine {
     return g + steps;
   }
 
-  // A warpgroup leader gives a ring slot back: to this block's producer, and with pairs to the peer's too (its
-  // multicast writes this block's copy of the slot).
+  // A warpgroup leader gives a ring slot back: to this block's producer, and with pairs to the other block's too
+  // (its multicast writes this block's copy of the slot).
   void release(const dsl::I32& bar) const {
     gemm.k.mbarrierArrive(bars, bar);
-    if (rank) gemm.k.mbarrierArrivePeer(bars, bar, gemm.k.i32(1) - *rank);
+    if (blockInPair) gemm.k.mbarrierArrivePeer(bars, bar, gemm.k.i32(1) - *blockInPair);
   }
 
   // MMA warpgroup w (its own thread group): tile number j, at p, its K loop from stage counter g on (rows 64w ..
@@ -353,7 +354,7 @@ struct WarpSpecializedEngine {
     using namespace dsl;
     dsl::Kernel& k = gemm.k;
     const auto& c = gemm.c;
-    if (rank) throw std::logic_error("pairs draw tickets (runDynamic)");
+    if (blockInPair) throw std::logic_error("pairs draw tickets (runDynamic)");
     I32 total = sched.buildTable(first);
     init();
     k.group(c.mmaThreads(), k.blockThreads() - c.mmaThreads(), /*barrier=*/2, [&] {
@@ -428,7 +429,7 @@ struct WarpSpecializedEngine {
         // Split-K tail: which tickets are whole units and which a share of one (without it: all whole).
         SplitTail::Rounds rounds{total, k.i32(1), total};
         const int64_t kSteps = gemm.s.kOrM / c.k;
-        if (split) rounds = split->rounds(k, total, rank ? grid / 2 : grid, kSteps);
+        if (split) rounds = split->rounds(k, total, blockInPair ? grid / 2 : grid, kSteps);
         std::vector<I32> end = k.whileLoop(
             {draw(k.i32(0)), k.i32(0), k.i32(0)}, [&](const std::vector<I32>& v) { return v[0] < rounds.all; },
             [&](const std::vector<I32>& v) {
@@ -445,14 +446,14 @@ struct WarpSpecializedEngine {
               return std::vector<I32>{draw(v[1] + 1), v[1] + 1, g};
             });
         handOver(end[1], nullptr);
-        if (rank)
-          k.ifThen(*rank == 0, [&] { resetTicketsIfLast(k, tickets, grid / 2); });  // block 0s draw
+        if (blockInPair)
+          k.ifThen(*blockInPair == 0, [&] { resetTicketsIfLast(k, tickets, grid / 2); });  // block 0s draw
         else
           resetTicketsIfLast(k, tickets, grid);
       });
     });
     multiply();
-    if (rank) k.clusterSync();  // no block leaves while its peer may still copy, multicast or arrive into it
+    if (blockInPair) k.clusterSync();  // no block leaves while the other may still copy, multicast or arrive into it
   }
 };
 
