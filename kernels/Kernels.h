@@ -116,7 +116,8 @@ struct GroupedGemmSpec {
 
 // The grouped GEMM kernel of spec s. warpSpecialized (sm_90a; ignored for gfx950) builds the producer / MMA
 // warpgroup split (kernels/gemm/WarpSpecializedEngine.h) instead of the single-role engine: correct on the H200,
-// measured slower with cp.async as the producer's copy (docs/decisions/gemm-tiles.md).
+// measured slower with cp.async as the producer's copy (docs/decisions/gemm-tiles.md); no registered kernel builds
+// it (codegen_test keeps it buildable).
 // tensorMaps builds grouped_gemm_{nt,nn,tn}_tma: args A, B, C, offsets, tickets (i32 [2], zero before the first
 // launch, left zero by each launch), split (scratch of abi::splitScratchBytes(grid) bytes whose first
 // abi::splitCounterBytes(grid) are zero before the first launch and left zero by each), max_split (i32), grid,

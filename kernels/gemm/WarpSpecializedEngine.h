@@ -71,7 +71,7 @@ struct WarpSpecializedEngine {
   // The staging tile holds one warpgroup's 64 rows (allocateRings(..., 64)): the MMA warpgroups run their own K
   // loops over the shared ring and take turns storing, so one stores while the other multiplies. Without tensor
   // maps the producer warpgroup copies with cp.async.
-  static WarpSpecializedEngine allocate(const GemmOperands& gemm, const TensorMapArgs& maps = {},
+  static WarpSpecializedEngine allocate(const GemmOperands& gemm, const TensorMapArgs& maps,
                                         std::optional<dsl::I32> blockInPair = std::nullopt) {
     if (maps.a.has_value() != maps.b.has_value() || (maps.a && gemm.gatherA) ||
         (maps.a && gemm.gateUpRows && (gemm.s.layout != GroupedGemmSpec::kNT || gemm.c.n != 256)))
@@ -185,9 +185,8 @@ struct WarpSpecializedEngine {
 
   // Producer leader with tensor maps: hands tile p over as tile number j, then (after leaderBeforeLoads) loads its
   // boxes from stage counter g on; returns the counter after them.
-  dsl::I32 produceBoxes(const TilePlace& p, const dsl::I32& j, const dsl::I32& g,
-                        const std::optional<dsl::Bool>& lone = std::nullopt,
-                        const std::optional<KSlice>& slice = std::nullopt) const {
+  dsl::I32 produceBoxes(const TilePlace& p, const dsl::I32& j, const dsl::I32& g, const std::optional<dsl::Bool>& lone,
+                        const std::optional<KSlice>& slice) const {
     handOver(j, &p, slice);
     if (leaderBeforeLoads) leaderBeforeLoads(p);
     return loadBoxes(p, g, lone, slice);
@@ -195,8 +194,8 @@ struct WarpSpecializedEngine {
 
   // Producer leader with tensor maps: tile p's boxes from stage counter g on; returns the counter after them. Pairs:
   // each block loads its A and half of B multicast into both, or all of its own B where the tile is lone.
-  dsl::I32 loadBoxes(const TilePlace& p, const dsl::I32& g, const std::optional<dsl::Bool>& lone = std::nullopt,
-                     const std::optional<KSlice>& slice = std::nullopt) const {
+  dsl::I32 loadBoxes(const TilePlace& p, const dsl::I32& g, const std::optional<dsl::Bool>& lone,
+                     const std::optional<KSlice>& slice) const {
     using namespace dsl;
     dsl::Kernel& k = gemm.k;
     const auto& c = gemm.c;
@@ -257,7 +256,7 @@ struct WarpSpecializedEngine {
   // MMA warpgroup w (its own thread group): tile number j, at p, its K loop from stage counter g on (rows 64w ..
   // of the tile), then its rows' epilogue; returns the counter after it.
   dsl::I32 compute(const TilePlace& p, const dsl::I32& g, int64_t w, const dsl::I32& j,
-                   const std::optional<KSlice>& slice = std::nullopt) const {
+                   const std::optional<KSlice>& slice) const {
     using namespace dsl;
     dsl::Kernel& k = gemm.k;
     const auto& c = gemm.c;
@@ -349,38 +348,27 @@ struct WarpSpecializedEngine {
     });
   }
 
-  // Static persistent loop (block b runs tiles b, b + grid, ...), split between producer and MMA warpgroups.
+  // Static persistent loop (block b runs tiles b, b + grid, ...) with cp.async producers: every producer thread
+  // copies, the leader hands the tiles over. (The kernels with tensor maps draw tickets: runDynamic.)
   void runStatic(const TileScheduler& sched, const dsl::SharedTile& first, const dsl::I32& grid) const {
     using namespace dsl;
     dsl::Kernel& k = gemm.k;
     const auto& c = gemm.c;
-    if (blockInPair) throw std::logic_error("pairs draw tickets (runDynamic)");
+    if (tma() || blockInPair) throw std::logic_error("the static loop: cp.async producers, single blocks");
     I32 total = sched.buildTable(first);
     init();
     k.group(c.mmaThreads(), k.blockThreads() - c.mmaThreads(), /*barrier=*/2, [&] {
       k.setMaxRegisters(kProducerRegisters, /*increase=*/false);
       Bool leader = k.threadIdx() == k.i32(c.mmaThreads());
-      // cp.async: every producer thread copies, the leader hands tiles over; TMA: the leader alone.
-      auto produce = [&](bool boxes) {
-        std::vector<I32> end = k.forRange(k.blockIdx(), total, grid, {k.i32(0), k.i32(0)},
-                                          [&](I32 t, const std::vector<I32>& v) {
-                                            TilePlace p = sched.place(t, first);
-                                            if (boxes) return std::vector<I32>{produceBoxes(p, v[1], v[0]), v[1] + 1};
-                                            k.ifThen(leader, [&] { handOver(v[1], &p); });
-                                            return std::vector<I32>{load(p, v[0]), v[1] + 1};
-                                          });
-        if (boxes) {
-          handOver(end[1], nullptr);
-          return;
-        }
-        k.ifThen(leader, [&] { handOver(end[1], nullptr); });
-        k.asyncCommit();
-        k.asyncWait(0);
-      };
-      if (tma())
-        k.ifThen(leader, [&] { produce(true); });
-      else
-        produce(false);
+      std::vector<I32> end = k.forRange(k.blockIdx(), total, grid, {k.i32(0), k.i32(0)},
+                                        [&](I32 t, const std::vector<I32>& v) {
+                                          TilePlace p = sched.place(t, first);
+                                          k.ifThen(leader, [&] { handOver(v[1], &p); });
+                                          return std::vector<I32>{load(p, v[0]), v[1] + 1};
+                                        });
+      k.ifThen(leader, [&] { handOver(end[1], nullptr); });
+      k.asyncCommit();
+      k.asyncWait(0);
     });
     multiply();
   }
