@@ -174,7 +174,7 @@ mlir::OwningOpRef<mlir::ModuleOp> buildDispatchGemm(mlir::MLIRContext& mctx, con
 
   // 2. GEMM tiles (see DispatchGemmSpec for what each layout computes). Pairs: blocks 2c and 2c + 1 form cluster c
   // (MoeLayer launches whole pairs, pushing blocks included), their tiles in bands of m-tiles as the standalone
-  // `_tma` kernels' (TileScheduler::ticketed; measured: the fused stage 7.13 -> 6.91 ms against unbanded pairs).
+  // `_tma` kernels' (TileScheduler::ticketed; faster than unbanded pairs: docs/decisions/fused-dispatch.md).
   std::optional<I32> blockInPair;
   if (pairs) {
     k.setClusterX(2);
@@ -187,8 +187,8 @@ mlir::OwningOpRef<mlir::ModuleOp> buildDispatchGemm(mlir::MLIRContext& mctx, con
   GlobalPtr b = s.layout == G::kTN ? pool : weights;
   GemmOperands gemm{k, g, c, a, b, out, rings};
   // A tile waits for its expert's rows from every source, once per block and expert: tickets come in expert order,
-  // so a block's next tiles are mostly the same expert, and each wait is a few system-scope loads (measured: with
-  // one wait per tile the TN stage, ~870 tiles per block, lost ~2 ms to them).
+  // so a block's next tiles are mostly the same expert, and each wait is a few system-scope loads, which add up
+  // over a block's hundreds of tiles (docs/decisions/fused-dispatch.md, arrival counters).
   // With dedup a tile also needs the rows its tokens' carriers brought with the units of lower experts: it waits
   // for every expert from the last one confirmed up to its own (tickets come in expert order, so each expert is
   // waited for once per block), then looks up its rows' receive rows.
@@ -277,9 +277,9 @@ mlir::OwningOpRef<mlir::ModuleOp> buildGemmCombine(mlir::MLIRContext& mctx, cons
   using G = GroupedGemmSpec;
   const G g = s.gemm();
   const bool forward = s.layout == G::kNT;
-  // The dx combine (NN) runs the warp-specialised engine with TMA loads on sm_90a (measured: dgrad combine 8.5 ->
-  // 7.95 ms, EP2 uniform), the forward combine too, as cluster pairs, where H is a multiple of 256 (4.15 -> 3.92 ms
-  // against the single-role engine, one H200 with EP2's per-GPU work; docs/decisions/fused-dispatch.md).
+  // The dx combine (NN) runs the warp-specialised engine with TMA loads on sm_90a, the forward combine too, as
+  // cluster pairs, where H is a multiple of 256: both faster than on the single-role engine
+  // (docs/decisions/fused-dispatch.md).
   const bool pairs = forward && g.n % 256 == 0 && arch == Arch::sm_90a;
   const bool ws = (!forward && arch == Arch::sm_90a) || pairs;
   G::Tiles c = g.tiles(arch, ws);
@@ -327,12 +327,12 @@ mlir::OwningOpRef<mlir::ModuleOp> buildGemmCombine(mlir::MLIRContext& mctx, cons
     I32 home = k.select(legs.comm, from / kSourceShift, me);
     return k.peer(ctx, comb + (k.widen(from % kSourceShift) * H + k.widen(p.n0 + col)), home);
   };
-  // One bulk copy per row, over NVLink where the home is a peer, draining while the next tile runs (measured, EP2
-  // dgrad combine: fused 8.1 -> 7.95 ms uniform, 8.8 -> 8.55 hot; bench/results/2026-11-30-h200x2-bulk-stores).
+  // One bulk copy per row, over NVLink where the home is a peer, draining while the next tile runs (faster than the
+  // block's row stores here: docs/decisions/gemm-tiles.md, epilogue stores).
   // The comm-only leg leaves the accumulators zero. The NT combine runs a copy of the tile loop without K loop for
   // it: one loop with a run-time trip count (zero for that leg) took ptxas to 255 registers and spills there with
-  // the bulk epilogue. The NN combine keeps the one loop: with two, its GEMM measured 11% slower (7.6 vs 6.9 ms
-  // GEMM-only leg, EP2 uniform; bench/results/2026-11-30-h200x2-comm-leg-loop).
+  // the bulk epilogue. The NN combine keeps the one loop: with two, its GEMM was slower
+  // (docs/decisions/fused-dispatch.md, comm-only leg).
   if (ws) {
     // Each MMA warpgroup sends its 64 staged rows home, one bulk copy per row; the comm-only leg skips the K loops.
     gemm.mmaOn = [&] { return k.select(legs.gemm, k.i32(1), k.i32(0)); };

@@ -75,8 +75,8 @@ struct GroupedGemmSpec {
   struct Tiles {
     int64_t threads, m, n, k, stages;
     // The target can send epilogue rows as bulk copies (Kernel::bulkStore) that drain while the next tile runs.
-    // Measured on the H200: one bulk copy per 512-byte row is slower than the block's 16-byte stores into local
-    // memory (TN 0.86 vs 0.94 of torch._grouped_mm), so only the combines, whose rows go to their home rank, use them.
+    // One bulk copy per 512-byte row is slower than the block's 16-byte stores into local memory, so only the
+    // combines, whose rows go to their home rank, use them (docs/decisions/gemm-tiles.md, epilogue stores).
     bool bulkStores;
     // Warp-specialised (sm_90a): threads [0, mmaThreads) are the MMA warpgroups (one per 64 rows), the last
     // warpgroup only copies (the producer); ring slots pass between them on mbarriers.

@@ -138,8 +138,8 @@ struct SingleRoleEngine {
     I32 t0 = publish(draw());
     k.ifThen(t0 < total, [&] { prologue(sched.place(t0, first), k.i32(0)); });
     // Carried: the running tile's ticket and base slot. Its place is looked up again when it starts rather than
-    // carried like the static loop's: the fused kernels are at the register file's limit (measured: the combine
-    // spills otherwise).
+    // carried like the static loop's: the fused kernels are at the register file's limit (the combine spills
+    // otherwise).
     k.whileLoop({t0, k.i32(0)}, [&](const std::vector<I32>& v) { return v[0] < total; },
                 [&](const std::vector<I32>& v) {
                   I32 ticket = draw();

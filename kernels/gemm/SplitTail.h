@@ -17,13 +17,12 @@ struct KSlice {
 
 // Standalone NT / NN with tensor maps (WarpSpecializedEngine::enableSplit). The tickets run out unevenly: U units
 // (tiles, or pairs' units) over D drawers (blocks, or pairs) leave r = U mod D units for a last round in which D - r
-// drawers idle, e.g. DeepSeek-V3's L1 as pairs 4 units of 66 (1.5% of the kernel), its L2 dgrad 2 of 66 (3%).
-// There the last r units run as `ways` = min(D / r, maxSplit, K steps) tickets each, split over K: split s
-// multiplies K steps [s K / ways, (s + 1) K / ways), each MMA warpgroup stores its fp32 rows into its own partial
-// tile of the scratch and counts itself in the tile's counter; the last of the `ways` to arrive sums the partials
-// in split order (so a rerun is bitwise identical whoever arrives last), stores the tile as usual and resets the
-// counter. No split waits for another (a block's producer may already hold the next ticket of the same unit, so
-// waiting could deadlock).
+// drawers idle (docs/decisions/gemm-tiles.md, last round split over K). There the last r units run as
+// `ways` = min(D / r, maxSplit, K steps) tickets each, split over K: split s multiplies K steps
+// [s K / ways, (s + 1) K / ways), each MMA warpgroup stores its fp32 rows into its own partial tile of the scratch
+// and counts itself in the tile's counter; the last of the `ways` to arrive sums the partials in split order (so a
+// rerun is bitwise identical whoever arrives last), stores the tile as usual and resets the counter. No split waits
+// for another (a block's producer may already hold the next ticket of the same unit, so waiting could deadlock).
 struct SplitTail {
   // 16-byte chunks per thread and pass of the sum; most splits of a unit (whatever max_split says).
   static constexpr int64_t kSumChunks = 16, kMaxWays = 255;

@@ -23,26 +23,16 @@ struct TilePlace {
 
 // Tile t -> place. Expert e owns mTiles(e) x (N / bn) consecutive tiles: ceil(size_e / bm) m-tiles for NT/NN (an
 // empty expert none), M / bm for TN (every expert, so that an expert without tokens gets its dW = 0 written).
-// Within an expert, n-fastest order: measured on the H200 with an earlier engine (bench/results v4 vs v5), bands of 8
-// m-tiles lost 10-20% against it on the DeepSeek-V3 cases (at most 28 n-tiles: the tiles in flight cover a few
-// m-tiles of B already); NN since measured otherwise (below).
-// Wide problems (N / bn >= kBandFrom, e.g. Mixtral's L1 with 112 n-tiles) go in bands of kBandM m-tiles, m fastest
-// within a band: n-fastest, the ~132 tiles in flight span about one m-tile, so all of B[e] (235 MB there, far past
-// the 50 MB L2) streams from HBM once per m-tile; in bands it streams once per band. NN (B [K, N], an n-tile's
-// slab 512-byte pieces of K rows) bands from kBandFromNN n-tiles: DeepSeek-V3's L1 dgrad (28 n-tiles) went from
-// 0.91-0.93 to 1.00-1.13 of torch._grouped_mm on both engines, the layer's dx combine from 8.3 to 7.5 ms; the NT
-// L2 (also 28) gained alone but lost 0.5 ms inside the forward combine, TN lost 2-5%, NT L1 (16) lost 15-20%
-// (bench/results/2026-11-30-h200-band-order).
-//
-// Drawn from tickets (`ticketed`: the `_tma` kernels), NT and NN tiles go in bands of kBandTicketsM m-tiles below
-// those widths too: tickets start consecutive tiles within microseconds, so the m-tiles sharing an n-tile's B slice
-// read it from L2 together, where n-fastest started them ~16 tickets apart and part of B came from HBM twice.
-// DeepSeek-V3 L1 on the warp-specialised engine: HBM reads 13-16 -> 9 GB (A + B hold 8.4), L2 bytes 59-62 -> 41-44
-// GB, the same time at base clock; at the power limit +2-3% L1, +2% EP8 L1, +1.5% Qwen3 L1, +4.5% L2, +0-3% L2
-// dgrad (NN), +2% random L1 (bench/results/2026-12-01-h200-tickets-bands, band-ab.txt). The 15-20% loss measured above was on the
-// static order, whose blocks drift apart. The fused operators on the single-role engine keep their order: the same
-// bands there changed neither leg beyond noise (bench/results/2026-12-01-h200x2-bands-layer); the forward dispatch
-// as cluster pairs bands (its stage 7.13 -> 6.91 ms, bench/results/2026-12-01-h200-nt-dispatch-pairs).
+// Within an expert the tiles go n-fastest, or in bands of m-tiles, m fastest within a band (banded()):
+// - wide problems, N / bn >= kBandFrom (NN, whose B slab an n-tile reads in 512-byte pieces of K rows, from
+//   kBandFromNN), in bands of kBandM: n-fastest, the tiles in flight span about one m-tile, so all of B[e] streams
+//   from HBM once per m-tile; in bands, once per band;
+// - tiles drawn from tickets (`ticketed`: the `_tma` kernels and the fused operators' cluster pairs), NT and NN
+//   below those widths too, in bands of kBandTicketsM: tickets start consecutive tiles within microseconds, so the
+//   m-tiles sharing an n-tile's B slice read it from L2 together.
+// Elsewhere (TN below the widths, the static order's blocks, which drift apart, and the fused operators on the
+// single-role engine) the tiles stay n-fastest: bands measured slower or no faster there
+// (docs/decisions/gemm-tiles.md, tile order).
 //
 // Pairs (blockInPair set; NT / NN): the tiles are pairs of m-tiles (2i, 2i + 1) of one expert and n-tile, run by
 // the two blocks of a cluster (blocks 0 and 1 of the pair), which share B's tile; the second m-tile of an expert

@@ -263,7 +263,7 @@ struct WarpSpecializedEngine {
     Bool wgLeader = k.threadIdx() % 128 == 0;
     I32 steps = slice ? slice->steps : gemm.kTiles(p);
     // Both warpgroups multiply every tile, even where one's 64 rows lie past the group: letting that one only pass
-    // the ring slots on measured 20-30% slower on groups of random sizes (bench/results/2026-11-30-h200x2-tma).
+    // the ring slots on was slower on groups of random sizes (docs/decisions/gemm-tiles.md, not kept).
     // The step's ring slot and phase are carried, computed one step ahead: the barrier and operand addresses then
     // do not wait for arithmetic behind the previous step's MMA wait (bench/results/2026-12-01-h200-stall-sites).
     auto looped = k.forRange(
