@@ -8,8 +8,9 @@
 #include "dsl/Dsl.h"
 #include "kernels/Activation.h"
 #include "kernels/Flags.h"
-#include "kernels/GroupedGemmPipeline.h"
 #include "kernels/Kernels.h"
+#include "kernels/gemm/SingleRoleEngine.h"
+#include "kernels/gemm/WarpSpecializedEngine.h"
 
 namespace megamoe::kernels {
 using namespace dsl;
@@ -49,14 +50,15 @@ mlir::OwningOpRef<mlir::ModuleOp> buildDispatchGemm(mlir::MLIRContext& mctx, con
   using S = DispatchGemmSpec;
   using G = GroupedGemmSpec;
   const G g = s.gemm();
-  // On sm_90a the weight gradient (TN) runs the warp-specialised TMA engine (DispatchGemmSpec), and so do the
-  // forward (NT) and the dgrad (NN) as cluster pairs where their tiles are 256 wide and their rows the pool's own
+  // On sm_90a the weight gradient (TN) runs the warp-specialised engine with TMA loads (DispatchGemmSpec), and so do
+  // the forward (NT) and the dgrad (NN) as cluster pairs where their tiles are 256 wide and their rows the pool's own
   // (no dedup gather; docs/decisions/fused-dispatch.md).
   const bool pairs = s.layout != G::kTN && !s.dedup && g.n % 256 == 0 && arch == Arch::sm_90a;
   const bool ws = (s.layout == G::kTN && arch == Arch::sm_90a) || pairs;
   G::Tiles c = g.tiles(arch, ws);
   const int64_t E = s.experts, R = s.ranks, local = E / R, H = s.hidden, I = s.intermediate;
-  if (ws) c.stages = WarpSpecialized::stagesFor(c, {local + 1, 1, 1}, pairs);  // the unit table: in the staging tile
+  // Tables: the tile table, slots, confirmed (the unit table lives in the staging tile).
+  if (ws) c.stages = WarpSpecializedEngine::stagesFor(c, {local + 1, 1, 1}, pairs);
   Kernel k(mctx, S::kName, c.threads, /*tensorMaps=*/ws);
   Context ctx = k.context();
   GlobalPtr src = k.ptr("src", Elem::bf16);
@@ -172,21 +174,21 @@ mlir::OwningOpRef<mlir::ModuleOp> buildDispatchGemm(mlir::MLIRContext& mctx, con
 
   // 2. GEMM tiles (see DispatchGemmSpec for what each layout computes). Pairs: blocks 2c and 2c + 1 form cluster c
   // (MoeLayer launches whole pairs, pushing blocks included), their tiles in bands of m-tiles as the standalone
-  // `_tma` kernels' (TileScheduler::ticketed; measured: the fused stage 7.13 -> 6.91 ms against unbanded pairs).
-  std::optional<I32> rank;
+  // `_tma` kernels' (TileScheduler::ticketed; faster than unbanded pairs: docs/decisions/fused-dispatch.md).
+  std::optional<I32> blockInPair;
   if (pairs) {
     k.setClusterX(2);
-    rank = k.blockIdx() % 2;
+    blockInPair = k.blockIdx() % 2;
   }
-  TileScheduler sched{k, g, poolOffsets, c.m, c.n, rank, /*ticketed=*/pairs};
+  TileScheduler sched{k, g, poolOffsets, c.m, c.n, blockInPair, /*ticketed=*/pairs};
   I32 tiles = sched.buildTable(tileFirst);
   I32 total = k.select(legs.gemm, tiles, k.i32(0));
   GlobalPtr a = s.layout == G::kTN ? extra : pool;
   GlobalPtr b = s.layout == G::kTN ? pool : weights;
-  Pipeline pipe{k, g, c, a, b, out, rings.a, rings.b, rings.staging};
+  GemmOperands gemm{k, g, c, a, b, out, rings};
   // A tile waits for its expert's rows from every source, once per block and expert: tickets come in expert order,
-  // so a block's next tiles are mostly the same expert, and each wait is a few system-scope loads (measured: with
-  // one wait per tile the TN stage, ~870 tiles per block, lost ~2 ms to them).
+  // so a block's next tiles are mostly the same expert, and each wait is a few system-scope loads, which add up
+  // over a block's hundreds of tiles (docs/decisions/fused-dispatch.md, arrival counters).
   // With dedup a tile also needs the rows its tokens' carriers brought with the units of lower experts: it waits
   // for every expert from the last one confirmed up to its own (tickets come in expert order, so each expert is
   // waited for once per block), then looks up its rows' receive rows.
@@ -221,11 +223,11 @@ mlir::OwningOpRef<mlir::ModuleOp> buildDispatchGemm(mlir::MLIRContext& mctx, con
       });
     });
   };
-  if (s.layout == G::kNT) pipe.gateUpRows = I;
+  if (s.layout == G::kNT) gemm.gateUpRows = I;
   if (ws) {
     // The producer leader waits (as beforeLoads below), then orders the rows the pushes stored (generic proxy,
     // seen through the counters' acquire) before its TMA reads of them.
-    WarpSpecialized engine = WarpSpecialized::allocate(pipe, maps.a, maps.b, rank);
+    WarpSpecializedEngine engine = WarpSpecializedEngine::allocate(gemm, maps, blockInPair);
     if (s.layout == G::kNT)
       engine.epilogue = [&](const TilePlace& p, const I32& firstRow, int64_t w) {
         swigluRows(p, firstRow, tid - 128 * w, 128, 64);
@@ -240,7 +242,9 @@ mlir::OwningOpRef<mlir::ModuleOp> buildDispatchGemm(mlir::MLIRContext& mctx, con
     engine.runDynamic(sched, tileFirst, tickets, total, grid);
     return k.finish();
   }
-  pipe.beforeLoads = [&](const TilePlace& p) {
+  gemm.gatherA = gatherRows;
+  SingleRoleEngine engine{gemm};
+  engine.beforeLoads = [&](const TilePlace& p) {
     k.ifThen(!(confirmed.loadI32(k.i32(0)) == p.expert), [&] {
       k.blockSync();  // every thread has read `confirmed` before thread 0 moves it
       k.ifThen(tid == 0, [&] {
@@ -262,10 +266,9 @@ mlir::OwningOpRef<mlir::ModuleOp> buildDispatchGemm(mlir::MLIRContext& mctx, con
       k.blockSync();
     }
   };
-  pipe.gatherA = gatherRows;
   if (s.layout == G::kNT)
-    pipe.epilogue = [&](const TilePlace& p, const I32& firstRow) { swigluRows(p, firstRow, tid, c.threads, c.m); };
-  pipe.runDynamic(sched, tileFirst, tickets, slots, total, grid);
+    engine.epilogue = [&](const TilePlace& p, const I32& firstRow) { swigluRows(p, firstRow, tid, c.threads, c.m); };
+  engine.runDynamic(sched, tileFirst, tickets, slots, total, grid);
   return k.finish();
 }
 
@@ -274,14 +277,14 @@ mlir::OwningOpRef<mlir::ModuleOp> buildGemmCombine(mlir::MLIRContext& mctx, cons
   using G = GroupedGemmSpec;
   const G g = s.gemm();
   const bool forward = s.layout == G::kNT;
-  // The dx combine (NN) runs the warp-specialised TMA engine on sm_90a (measured: dgrad combine 8.5 -> 7.95 ms,
-  // EP2 uniform), the forward combine too, as cluster pairs, where H is a multiple of 256 (4.15 -> 3.92 ms against
-  // the single-role loop, one H200 with EP2's per-GPU work; docs/decisions/fused-dispatch.md).
+  // The dx combine (NN) runs the warp-specialised engine with TMA loads on sm_90a, the forward combine too, as
+  // cluster pairs, where H is a multiple of 256: both faster than on the single-role engine
+  // (docs/decisions/fused-dispatch.md).
   const bool pairs = forward && g.n % 256 == 0 && arch == Arch::sm_90a;
   const bool ws = (!forward && arch == Arch::sm_90a) || pairs;
   G::Tiles c = g.tiles(arch, ws);
   const int64_t E = s.experts, R = s.ranks, local = E / R, H = s.hidden;
-  if (ws) c.stages = WarpSpecialized::stagesFor(c, {local + 1, 1}, pairs);
+  if (ws) c.stages = WarpSpecializedEngine::stagesFor(c, {local + 1, 1}, pairs);
   Kernel k(mctx, S::kName, c.threads, /*tensorMaps=*/ws);
   Context ctx = k.context();
   GlobalPtr a = k.ptr("a", Elem::bf16);
@@ -310,49 +313,30 @@ mlir::OwningOpRef<mlir::ModuleOp> buildGemmCombine(mlir::MLIRContext& mctx, cons
 
   // 1. GEMM tiles; the epilogue stores each row at its home rank (gemm-only: in my own buffer). Pairs: clusters of
   // two blocks (an even grid), tiles in bands as the dispatch's.
-  std::optional<I32> rank;
+  std::optional<I32> blockInPair;
   if (pairs) {
     k.setClusterX(2);
-    rank = k.blockIdx() % 2;
+    blockInPair = k.blockIdx() % 2;
   }
-  TileScheduler sched{k, g, poolOffsets, c.m, c.n, rank, /*ticketed=*/pairs};
+  TileScheduler sched{k, g, poolOffsets, c.m, c.n, blockInPair, /*ticketed=*/pairs};
   I32 total = sched.buildTable(tileFirst);
-  Pipeline pipe{k, g, c, a, b, comb, rings.a, rings.b, rings.staging};
+  GemmOperands gemm{k, g, c, a, b, comb, rings};
   // Row r of tile p from firstRow, column col: its destination at its home rank (gemm-only: here).
   auto homeOf = [&](const TilePlace& p, const I32& firstRow, const I32& r, const I32& col) {
     I32 from = (poolSrc + k.widen(firstRow + r)).loadI32();
     I32 home = k.select(legs.comm, from / kSourceShift, me);
     return k.peer(ctx, comb + (k.widen(from % kSourceShift) * H + k.widen(p.n0 + col)), home);
   };
-  // One bulk copy per row, over NVLink where the home is a peer, draining while the next tile runs (measured, EP2
-  // dgrad combine: fused 8.1 -> 7.95 ms uniform, 8.8 -> 8.55 hot; bench/results/2026-11-30-h200x2-bulk-stores).
-  pipe.bulkEpilogue = c.bulkStores;
-  pipe.epilogue = [&](const TilePlace& p, const I32& firstRow) {
-    const int64_t perRow = c.n / 8;
-    I32 rowsValid = p.groupEnd - firstRow;
-    if (pipe.bulkEpilogue) {
-      k.ifThen(tid < k.i32(c.m) && tid < rowsValid, [&] {
-        k.bulkStore(rings.staging, tid, homeOf(p, firstRow, tid, k.i32(0)), c.n * 2);
-        k.bulkCommit();
-      });
-      return;
-    }
-    k.forRange(tid, k.i32(c.m * perRow), k.i32(c.threads), [&](I32 v) {
-      I32 r = v / perRow, col = (v % perRow) * 8;
-      k.ifThen(r < rowsValid, [&] { homeOf(p, firstRow, r, col).store(rings.staging.load(r, col, 8)); });
-    });
-  };
+  // One bulk copy per row, over NVLink where the home is a peer, draining while the next tile runs (faster than the
+  // block's row stores here: docs/decisions/gemm-tiles.md, epilogue stores).
   // The comm-only leg leaves the accumulators zero. The NT combine runs a copy of the tile loop without K loop for
   // it: one loop with a run-time trip count (zero for that leg) took ptxas to 255 registers and spills there with
-  // the bulk epilogue. The NN combine keeps the one loop: with two, its GEMM measured 11% slower (7.6 vs 6.9 ms
-  // GEMM-only leg, EP2 uniform; bench/results/2026-11-30-h200x2-comm-leg-loop).
+  // the bulk epilogue. The NN combine keeps the one loop: with two, its GEMM was slower
+  // (docs/decisions/fused-dispatch.md, comm-only leg).
   if (ws) {
     // Each MMA warpgroup sends its 64 staged rows home, one bulk copy per row; the comm-only leg skips the K loops.
-    Pipeline tma = pipe;
-    tma.epilogue = nullptr;  // the engine's own, per warpgroup
-    tma.bulkEpilogue = false;
-    tma.mmaOn = [&] { return k.select(legs.gemm, k.i32(1), k.i32(0)); };
-    WarpSpecialized engine = WarpSpecialized::allocate(tma, maps.a, maps.b, rank);
+    gemm.mmaOn = [&] { return k.select(legs.gemm, k.i32(1), k.i32(0)); };
+    WarpSpecializedEngine engine = WarpSpecializedEngine::allocate(gemm, maps, blockInPair);
     engine.bulkEpilogue = true;
     engine.epilogue = [&](const TilePlace& p, const I32& firstRow, int64_t w) {
       I32 rowsValid = k.select(firstRow < p.groupEnd, p.groupEnd - firstRow, k.i32(0));
@@ -363,16 +347,35 @@ mlir::OwningOpRef<mlir::ModuleOp> buildGemmCombine(mlir::MLIRContext& mctx, cons
       });
     };
     engine.runDynamic(sched, tileFirst, tickets, total, grid);
-  } else if (forward) {
-    k.ifThen(legs.gemm, [&] { pipe.runDynamic(sched, tileFirst, tickets, slots, total, grid); });
-    k.ifThen(!legs.gemm, [&] {
-      Pipeline commOnly = pipe;
-      commOnly.mmaOn = [&] { return k.i32(0); };
-      commOnly.runDynamic(sched, tileFirst, tickets, slots, total, grid);
-    });
   } else {
-    pipe.mmaOn = [&] { return k.select(legs.gemm, k.i32(1), k.i32(0)); };
-    pipe.runDynamic(sched, tileFirst, tickets, slots, total, grid);
+    SingleRoleEngine engine{gemm};
+    engine.bulkEpilogue = c.bulkStores;
+    engine.epilogue = [&](const TilePlace& p, const I32& firstRow) {
+      const int64_t perRow = c.n / 8;
+      I32 rowsValid = p.groupEnd - firstRow;
+      if (c.bulkStores) {
+        k.ifThen(tid < k.i32(c.m) && tid < rowsValid, [&] {
+          k.bulkStore(rings.staging, tid, homeOf(p, firstRow, tid, k.i32(0)), c.n * 2);
+          k.bulkCommit();
+        });
+        return;
+      }
+      k.forRange(tid, k.i32(c.m * perRow), k.i32(c.threads), [&](I32 v) {
+        I32 r = v / perRow, col = (v % perRow) * 8;
+        k.ifThen(r < rowsValid, [&] { homeOf(p, firstRow, r, col).store(rings.staging.load(r, col, 8)); });
+      });
+    };
+    if (forward) {
+      k.ifThen(legs.gemm, [&] { engine.runDynamic(sched, tileFirst, tickets, slots, total, grid); });
+      k.ifThen(!legs.gemm, [&] {
+        SingleRoleEngine commOnly = engine;
+        commOnly.gemm.mmaOn = [&] { return k.i32(0); };
+        commOnly.runDynamic(sched, tileFirst, tickets, slots, total, grid);
+      });
+    } else {
+      engine.gemm.mmaOn = [&] { return k.select(legs.gemm, k.i32(1), k.i32(0)); };
+      engine.runDynamic(sched, tileFirst, tickets, slots, total, grid);
+    }
   }
   k.returnIf(!legs.comm);
 

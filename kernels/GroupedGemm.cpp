@@ -1,10 +1,13 @@
 // grouped_gemm_{nt,nn,tn}: persistent grouped GEMMs over experts (see GroupedGemmSpec and
-// docs/decisions/gemm-tiles.md). Each CTA walks the tile list t = blockIdx, blockIdx + grid, ... (the `_tma`
-// variants: tiles in the order of tickets drawn by the blocks); a tile's expert
-// comes from a per-CTA table built from the device-side group offsets, so group sizes never reach the host.
+// docs/decisions/gemm-tiles.md). Each block walks the tile list t = blockIdx, blockIdx + grid, ... (the `_tma`
+// variants: tiles in the order of tickets drawn by the blocks); a tile's expert comes from a per-block table built
+// from the device-side group offsets, so group sizes never reach the host. The kernels run the single-role engine
+// (kernels/gemm/SingleRoleEngine.h), the `_tma` ones on sm_90a the warp-specialised engine with TMA loads
+// (kernels/gemm/WarpSpecializedEngine.h).
 #include "dsl/Dsl.h"
-#include "kernels/GroupedGemmPipeline.h"
 #include "kernels/Kernels.h"
+#include "kernels/gemm/SingleRoleEngine.h"
+#include "kernels/gemm/WarpSpecializedEngine.h"
 
 namespace megamoe::kernels {
 using namespace dsl;
@@ -14,10 +17,10 @@ mlir::OwningOpRef<mlir::ModuleOp> buildGroupedGemm(mlir::MLIRContext& ctx, const
   using S = GroupedGemmSpec;
   const bool tma = tensorMaps && arch == Arch::sm_90a;
   S::Tiles c = s.tiles(arch, warpSpecialized || tma);
-  // The split-K tail (WarpSpecialized::SplitTail): standalone NT / NN on the TMA engine.
+  // The split-K tail (kernels/gemm/SplitTail.h): standalone NT / NN on the warp-specialised engine with TMA.
   const bool splitTail = tma && c.warpSpecialized && s.layout != S::kTN;
   if (c.warpSpecialized)  // tables: the tile table, and the split tail's i32 [2] (an empty table adds nothing)
-    c.stages = WarpSpecialized::stagesFor(c, {s.experts + 1, splitTail ? 2 : 0}, tma && pairs);
+    c.stages = WarpSpecializedEngine::stagesFor(c, {s.experts + 1, splitTail ? 2 : 0}, tma && pairs);
   Kernel k(ctx, tensorMaps ? S::tmaName(s.layout) : S::name(s.layout), c.threads, tma);
   GlobalPtr a = k.ptr("a", Elem::bf16);
   GlobalPtr b = k.ptr("b", Elem::bf16);
@@ -37,28 +40,28 @@ mlir::OwningOpRef<mlir::ModuleOp> buildGroupedGemm(mlir::MLIRContext& ctx, const
   TensorMapArgs maps;
   if (tensorMaps) maps = tensorMapArgs(k);  // gfx950: the same argument list, the maps unused
   // Pairs: blocks run in clusters of two sharing B's tile (multicast); the grid must then be even.
-  std::optional<I32> rank;
+  std::optional<I32> blockInPair;
   if (tma && pairs) {
     if (c.n != 256) throw std::invalid_argument("pairs need 256-wide tiles (N a multiple of 256)");
     k.setClusterX(2);
-    rank = k.blockIdx() % 2;
+    blockInPair = k.blockIdx() % 2;
   }
-  TileScheduler sched{k, s, offsets, c.m, c.n, rank, /*ticketed=*/tickets.has_value()};
+  TileScheduler sched{k, s, offsets, c.m, c.n, blockInPair, /*ticketed=*/tickets.has_value()};
   Rings rings = allocateRings(k, s, c, c.warpSpecialized ? 64 : 0);
-  Pipeline pipe{k, s, c, a, b, out, rings.a, rings.b, rings.staging};
+  GemmOperands gemm{k, s, c, a, b, out, rings};
   SharedTile first = sharedTable(k, s.experts + 1);
   if (tickets) {
     I32 total = sched.buildTable(first);
     if (c.warpSpecialized) {
-      WarpSpecialized ws = WarpSpecialized::allocate(pipe, maps.a, maps.b, rank);
-      if (splitTail) ws.enableSplit(*splitScratch, *maxSplit, grid);
-      ws.runDynamic(sched, first, *tickets, total, grid);
+      WarpSpecializedEngine engine = WarpSpecializedEngine::allocate(gemm, maps, blockInPair);
+      if (splitTail) engine.enableSplit(*splitScratch, *maxSplit, grid);
+      engine.runDynamic(sched, first, *tickets, total, grid);
     } else
-      pipe.runDynamic(sched, first, *tickets, sharedTable(k, 1), total, grid);
+      SingleRoleEngine{gemm}.runDynamic(sched, first, *tickets, sharedTable(k, 1), total, grid);
   } else if (c.warpSpecialized) {  // no pairs here: they come with tensor maps, hence tickets
-    WarpSpecialized::allocate(pipe, maps.a, maps.b).runStatic(sched, first, grid);
+    WarpSpecializedEngine::allocate(gemm, maps).runStatic(sched, first, grid);
   } else {
-    pipe.runStatic(sched, first, grid);
+    SingleRoleEngine{gemm}.runStatic(sched, first, grid);
   }
   return k.finish();
 }

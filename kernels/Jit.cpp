@@ -41,11 +41,4 @@ JitResult getKernel(const KernelSpec& spec, const TargetOptions& target, const c
   return r;
 }
 
-std::optional<cache::CacheEntry> jitCompile(const cache::KernelKey& key, const cache::KernelCache& cache) {
-  std::string error;
-  auto target = TargetOptions::parse(key.target, &error);
-  if (!target) throw std::invalid_argument(error);
-  return getKernel(KernelSpec{key.kernel, key.spec}, *target, cache).entry;
-}
-
 }  // namespace megamoe::kernels

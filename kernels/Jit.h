@@ -25,7 +25,4 @@ struct JitResult {
 JitResult getKernel(const KernelSpec& spec, const TargetOptions& target, const cache::KernelCache& cache,
                     bool force = false);
 
-// Registers getKernel as the runtime's JIT hook is done by the runtime side; this is the function it calls.
-std::optional<cache::CacheEntry> jitCompile(const cache::KernelKey& key, const cache::KernelCache& cache);
-
 }  // namespace megamoe::kernels

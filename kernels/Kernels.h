@@ -60,14 +60,14 @@ struct GemmNtSpec {
 
 // Grouped bf16 GEMMs over experts, one persistent kernel each, driven by device-side group offsets: offsets is an
 // i32 [E + 1] array of row starts (offsets[e + 1] - offsets[e] = group e's size, any value, 0 included; no host
-// sync and no padding needed); `grid` CTAs loop over the tiles (shapes: tiles() below). fp32 accumulation.
+// sync and no padding needed); `grid` blocks loop over the tiles (shapes: tiles() below). fp32 accumulation.
 //   grouped_gemm_nt: C [M_total, N] = A [M_total, K] * B[e] [N, K]^T   (forward L1 / L2)
 //   grouped_gemm_nn: C [M_total, N] = A [M_total, K] * B[e] [K, N]     (backward dgrad)
 //   grouped_gemm_tn: C[e] [M, N]    = A_e [K_e, M]^T * B_e [K_e, N]    (weight gradients; K_e = group size;
 //                    an expert without tokens gets C[e] = 0, written)
 // Args: A, B, C, offsets, grid. Rows of C outside the groups are never written.
 // Tiles (docs/decisions/gemm-tiles.md): 128 x BN tiles (BN = 256 when N allows, else 128) on two warpgroups with a
-// 3-stage asynchronous copy pipeline; K x MN operands (NN's B, TN's A and B) stay MN-major in shared memory and the
+// 3-stage ring of asynchronous copies; K x MN operands (NN's B, TN's A and B) stay MN-major in shared memory and the
 // MMA reads them transposed.
 struct GroupedGemmSpec {
   enum Layout : int64_t { kNT = 0, kNN = 1, kTN = 2 };
@@ -76,8 +76,8 @@ struct GroupedGemmSpec {
   struct Tiles {
     int64_t threads, m, n, k, stages;
     // The target can send epilogue rows as bulk copies (Kernel::bulkStore) that drain while the next tile runs.
-    // Measured on the H200: one bulk copy per 512-byte row is slower than the block's 16-byte stores into local
-    // memory (TN 0.86 vs 0.94 of torch._grouped_mm), so only the combines, whose rows go to their home rank, use them.
+    // One bulk copy per 512-byte row is slower than the block's 16-byte stores into local memory, so only the
+    // combines, whose rows go to their home rank, use them (docs/decisions/gemm-tiles.md, epilogue stores).
     bool bulkStores;
     // Warp-specialised (sm_90a): threads [0, mmaThreads) are the MMA warpgroups (one per 64 rows), the last
     // warpgroup only copies (the producer); ring slots pass between them on mbarriers.
@@ -116,13 +116,14 @@ struct GroupedGemmSpec {
 };
 
 // The grouped GEMM kernel of spec s. warpSpecialized (sm_90a; ignored for gfx950) builds the producer / MMA
-// warpgroup split (GroupedGemmPipeline.h: WarpSpecialized) instead of the single-role loop: correct on the H200,
-// measured slower with cp.async as the producer's copy (docs/decisions/gemm-tiles.md).
+// warpgroup split (kernels/gemm/WarpSpecializedEngine.h) instead of the single-role engine: correct on the H200,
+// measured slower with cp.async as the producer's copy (docs/decisions/gemm-tiles.md); no registered kernel builds
+// it (codegen_test keeps it buildable).
 // tensorMaps builds grouped_gemm_{nt,nn,tn}_tma: args A, B, C, offsets, tickets (i32 [2], zero before the first
 // launch, left zero by each launch), split (scratch of abi::splitScratchBytes(grid) bytes whose first
 // abi::splitCounterBytes(grid) are zero before the first launch and left zero by each), max_split (i32), grid,
 // mapA, mapB. On sm_90a NT / NN the last round's tiles, which would leave most blocks idle, run split over K in up
-// to max_split parts (at most 255; 0 or 1: never; GroupedGemmPipeline.h WarpSpecialized::SplitTail); TN and gfx950
+// to max_split parts (at most 255; 0 or 1: never; kernels/gemm/SplitTail.h); TN and gfx950
 // ignore both (split may then be 0). On sm_90a the maps are CUtensorMaps (bf16, 128-byte swizzle, zero fill;
 // Device::encodeTensorMapBf16) and the kernel is warp-specialised with TMA loads. gfx950 builds the single-role
 // kernel and ignores the maps (any pointer):
@@ -217,7 +218,7 @@ enum LegBits : int64_t { kLegComm = 1, kLegGemm = 2 };
 // f32 [cap]), pool_offsets (i32 [E/R + 1]), weights (w1 for NT and TN's shape, w2 for NN), extra (NT: h out when
 // save_h; TN: dh), out, tickets (i32 [2], zero), push_blocks, grid, legs (i32), topk_idx (i32 [T, topk]; read with
 // dedup), recv_stride (i32: max tokens per rank; with dedup), map_a, map_b: TN on sm_90a runs the warp-specialised
-// TMA engine and takes CUtensorMaps of dh [cap, 2I] and of the pool [cap, H] (64 x 64 boxes, as
+// engine with TMA loads and takes CUtensorMaps of dh [cap, 2I] and of the pool [cap, H] (64 x 64 boxes, as
 // grouped_gemm_tn_tma); NT without dedup (2I a multiple of 256) runs it as cluster pairs (an even grid and
 // push_blocks) and takes maps of the pool [cap, H] and of w1 [E/R * 2I, H] (64 x 128 boxes, as grouped_gemm_nt_tma;
 // the gate and up halves of a tile load as two boxes); NN (I a multiple of 256) too, with maps of the pool [cap, H]
@@ -251,7 +252,7 @@ struct DispatchGemmSpec {
 // Gemm-only: rows go into my own combine buffer and nothing is summed.
 // Args: ctx, a (act / dh), b (w2 / w1), pool_offsets, pool_src (heap), comb (heap), done (heap i64 [2][R]),
 // topk_idx, topk_weights (f32), tokens (i32), y (y / dx), dw (heap f32), d_topk_weights (f32), tickets, grid, legs,
-// map_a, map_b: the NN combine on sm_90a runs the warp-specialised TMA engine and takes CUtensorMaps of dh
+// map_a, map_b: the NN combine on sm_90a runs the warp-specialised engine with TMA and takes CUtensorMaps of dh
 // [cap, 2I] (64 x 128 boxes) and of w1 [E/R * 2I, H] (64 x 64 boxes), as grouped_gemm_nn_tma; the NT combine (H a
 // multiple of 256) runs it as cluster pairs (an even grid) and takes maps of act [cap, I] and of w2 [E/R * H, I]
 // (64 x 128 boxes, as grouped_gemm_nt_tma); otherwise two unused pointers.

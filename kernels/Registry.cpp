@@ -76,7 +76,7 @@ KernelInfo groupedGemmInfo(GroupedGemmSpec::Layout layout, bool tensorMaps = fal
               e = layout == S::kTN ? positiveMultiple(third, s.get(third), S::kBlockM, "BLOCK_M")
                                    : positiveMultiple(third, s.get(third), S::kBlockK, "BLOCK_K");
             if (e.empty() && layout != S::kTN && s.get("K") < 128)
-              e = "K=" + std::to_string(s.get("K")) + " must be >= 128 (the 3-stage copy pipeline's prologue)";
+              e = "K=" + std::to_string(s.get("K")) + " must be >= 128 (the 3-stage ring's prologue)";
             if (e.empty() && tensorMaps && (s.get("pairs") < 0 || s.get("pairs") > 1))
               e = "pairs must be 0 or 1 (cluster pairs sharing B's tile by multicast)";
             if (e.empty() && tensorMaps && s.get("pairs") && layout == S::kTN)

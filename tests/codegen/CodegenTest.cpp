@@ -209,7 +209,7 @@ TEST(Codegen, TmaGroupedGemmDrawsTickets) {
   }
 }
 
-// The NT / NN `_tma` kernels on sm_90a carry the split-K tail (WarpSpecialized::SplitTail): a split's warpgroup
+// The NT / NN `_tma` kernels on sm_90a carry the split-K tail (kernels/gemm/SplitTail.h): a split's warpgroup
 // fences its partial's stores before its leader counts it in, and the last split sums the partials with 16-byte
 // loads. TN takes the same arguments and ignores them.
 TEST(Codegen, TmaGroupedGemmSplitTail) {

@@ -1,0 +1,100 @@
+// What a grouped GEMM multiplies, for either engine: A, B and C in global memory (and as tensor maps), their ring
+// and staging tiles, the copies of one K step into a ring slot, and the default epilogue's row stores.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <optional>
+
+#include "dsl/Dsl.h"
+#include "kernels/Kernels.h"
+#include "kernels/gemm/Rings.h"
+#include "kernels/gemm/TileScheduler.h"
+
+namespace megamoe::kernels {
+
+// The two trailing tensor-map arguments of a kernel that may run the warp-specialised engine with TMA: CUtensorMaps
+// where the kernel was built with tensor maps (dsl::Kernel's tensorMaps), otherwise unused pointers (empty here).
+struct TensorMapArgs {
+  std::optional<dsl::TensorMap> a, b;
+};
+inline TensorMapArgs tensorMapArgs(dsl::Kernel& k) { return {k.tensorMap("map_a"), k.tensorMap("map_b")}; }
+
+// NT reads both operands K-major; NN's B and TN's A and B are K x MN slabs kept MN-major.
+struct GemmOperands {
+  dsl::Kernel& k;
+  const GroupedGemmSpec& s;
+  const GroupedGemmSpec::Tiles& c;
+  dsl::GlobalPtr a, b, out;
+  Rings rings;
+
+  // Optional parts of the fused operators.
+  // NT only: B's tile is two halves, rows [n0 / 2, + bn / 2) and [gateUpRows + n0 / 2, + bn / 2) of B[e] (the gate
+  // and up rows of a SwiGLU pair, so the epilogue sees gate | up side by side). 0 = plain.
+  int64_t gateUpRows = 0;
+  // NT / NN, copies by the block's threads (not TMA): A's tile row r is global row gatherA[r] (shared i32 [c.m],
+  // filled before the tile's first copies and block-synced) instead of row m0 + r. The table is read when copies
+  // are issued, so the single-role engine's beforeLoads may rewrite it: every copy of the previous tile was issued
+  // before the K loop's last barrier.
+  std::optional<dsl::SharedTile> gatherA;
+  // 0 (run time) skips the K loop: the tile's accumulator stays zero (communication-only benchmark legs).
+  std::function<dsl::I32()> mmaOn;
+
+  bool tn() const { return s.layout == GroupedGemmSpec::kTN; }
+  bool aMN() const { return tn(); }
+  bool bMN() const { return s.layout != GroupedGemmSpec::kNT; }
+  // First output row of the tile: NT/NN rows of the group; TN rows of C[e] (M).
+  dsl::I32 m0(const TilePlace& p) const { return tn() ? p.mTile * c.m : p.groupStart + p.mTile * c.m; }
+  // K steps: fixed for NT/NN; the group's size for TN.
+  dsl::I32 kTiles(const TilePlace& p) const {
+    dsl::I32 steps = tn() ? (p.groupEnd - p.groupStart + (c.k - 1)) / c.k : k.i32(s.kOrM / c.k);
+    return mmaOn ? steps * mmaOn() : steps;
+  }
+  // Issues the copies (cp.async on sm_90a, synchronous on gfx950) of K step kt of tile p into ring slot `slot`.
+  void issue(const TilePlace& p, const dsl::I32& kt, const dsl::I32& slot) const {
+    using namespace dsl;
+    I32 first = m0(p);
+    if (tn()) {
+      // Rows are the group's tokens: A [tokens, M], B [tokens, N]; tokens past the group are zero-filled.
+      I32 row = p.groupStart + kt * c.k;
+      I32 valid = p.groupEnd - row;
+      k.copyTileMN(a + (k.widen(row) * s.kOrM + k.widen(first)), k.i32(s.kOrM), rings.a.stage(slot), valid, true);
+      k.copyTileMN(b + (k.widen(row) * s.n + k.widen(p.n0)), k.i32(s.n), rings.b.stage(slot), valid, true);
+      return;
+    }
+    if (gatherA) {
+      k.copyTileGather(a + k.widen(kt * c.k), k.i32(s.kOrM), *gatherA, rings.a.stage(slot), p.groupEnd - first, true,
+                       true);
+    } else {
+      GlobalPtr aRows = a + k.widen(first) * s.kOrM;
+      k.copyTile(aRows + k.widen(kt * c.k), k.i32(s.kOrM), rings.a.stage(slot), p.groupEnd - first, true, true);
+    }
+    if (s.layout == GroupedGemmSpec::kNT && gateUpRows > 0) {
+      const int64_t half = c.n / 2;
+      SharedTile stage = rings.b.stage(slot);
+      I64 gate = k.widen(p.expert) * (2 * gateUpRows) + k.widen(p.n0 / 2);
+      k.copyTile(b + (gate * s.kOrM + k.widen(kt * c.k)), k.i32(s.kOrM), stage.rowSlice(0, half), k.i32(half), true,
+                 true);
+      k.copyTile(b + ((gate + gateUpRows) * s.kOrM + k.widen(kt * c.k)), k.i32(s.kOrM), stage.rowSlice(half, half),
+                 k.i32(half), true, true);
+    } else if (s.layout == GroupedGemmSpec::kNT) {
+      GlobalPtr bRows = b + (k.widen(p.expert) * s.n + k.widen(p.n0)) * s.kOrM;
+      k.copyTile(bRows + k.widen(kt * c.k), k.i32(s.kOrM), rings.b.stage(slot), k.i32(c.n), true, true);
+    } else {
+      GlobalPtr bSlab = b + ((k.widen(p.expert) * s.kOrM + k.widen(kt * c.k)) * s.n + k.widen(p.n0));
+      k.copyTileMN(bSlab, k.i32(s.n), rings.b.stage(slot), k.i32(c.k), true);
+    }
+  }
+  // The default epilogue's stores: the staging tile's rows, C's rows from first0 on (TN: rows of dW[e], all of them;
+  // NT / NN: those inside the group, none where first0 lies past it, e.g. a pair's second m-tile).
+  void storeStaged(const TilePlace& p, const dsl::I32& first0) const {
+    using namespace dsl;
+    if (tn())
+      k.copyTile(rings.staging, out + ((k.widen(p.expert) * s.kOrM + k.widen(first0)) * s.n + k.widen(p.n0)),
+                 k.i32(s.n), k.i32(rings.staging.rows()), /*swizzle=*/false);
+    else
+      k.copyTile(rings.staging, out + (k.widen(first0) * s.n + k.widen(p.n0)), k.i32(s.n),
+                 k.select(first0 < p.groupEnd, p.groupEnd - first0, k.i32(0)), /*swizzle=*/false);
+  }
+};
+
+}  // namespace megamoe::kernels

@@ -1,0 +1,448 @@
+// The warp-specialised engine (sm_90a): a producer warpgroup loads the ring (TMA boxes, or cp.async), the MMA
+// warpgroups multiply and store; ring slots, tiles and the staging tile pass between them on mbarriers.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <initializer_list>
+#include <optional>
+#include <stdexcept>
+#include <vector>
+
+#include "dsl/Dsl.h"
+#include "kernels/Kernels.h"
+#include "kernels/gemm/Operands.h"
+#include "kernels/gemm/PairMailbox.h"
+#include "kernels/gemm/SplitTail.h"
+#include "kernels/gemm/TileScheduler.h"
+
+namespace megamoe::kernels {
+
+// The warp-specialised engine (sm_90a, Tiles::warpSpecialized): the last warpgroup (the producer) issues every
+// copy, the MMA warpgroups only wait, multiply and store. Ring slot s passes from producer to MMA on full[s] (its
+// copies have landed: one cp.async arrival per producer thread) and back on empty[s] (the MMA that read it has
+// finished: one arrival per MMA warpgroup). The producer runs up to `stages` slots ahead, across tiles, so the next
+// tile's first stages load while the MMA warpgroups run the epilogue. Tiles reach the MMA warpgroups through a
+// two-entry hand-over table in shared memory (tileFull / tileEmpty), the last entry marked invalid. Each MMA
+// warpgroup runs its own loop over its 64 rows of every tile; the two take turns on a 64-row staging tile.
+// Registers move to the MMA warpgroups (setmaxnreg): at 384 threads a block starts at 168 each; the producer gives
+// 112 of them back and the MMA warpgroups take them (56 + 2 x 216 fits the 168 x 3 launched; at 48 the producer
+// spilled).
+//
+// With tensor maps (sm_90a TMA) one producer thread loads each stage as boxes completing on full[s] (expected
+// bytes), so the producer's copies cost a few instructions instead of 24 cp.async with their addresses per thread:
+// NT / NN's A [rows, K] in boxes of 128 rows x 64 K, NT's B [E * N, K] in boxes of 128 rows x 64 K, NN's B
+// [E * K, N] and TN's A [tokens, M] and B [tokens, N] in boxes of 64 K x 64 MN (MN atoms outermost: mma_tile's
+// mn_atoms_outer; TN zeroes a group's partial last step in shared memory, zeroTail).
+struct WarpSpecializedEngine {
+  static constexpr int64_t kHandover = 2, kFields = 8, kProducerRegisters = 56, kMmaRegisters = 216;
+  GemmOperands gemm;
+  // mbarriers: full[S], empty[S], tileFull[2], tileEmpty[2], with pairs the mailbox's 4, then turn[2];
+  // info: i32 [2][8]
+  dsl::SharedTile bars, info;
+  TensorMapArgs maps;
+  // Pairs (with tensor maps, BN = 256): blocks 2c and 2c + 1 form a cluster running the scheduler's m-tile pairs;
+  // each loads its own A and one half of B, multicast into both, so B's traffic from L2 halves.
+  std::optional<dsl::I32> blockInPair = std::nullopt;
+  // Pairs drawing tickets: block 0 of the pair draws, and sends each ticket into block 1's mailbox.
+  std::optional<PairMailbox> mailbox = std::nullopt;
+  // The split-K tail (enableSplit).
+  std::optional<SplitTail> split = std::nullopt;
+  // Fused operators (with tensor maps): called by the producer leader alone before a tile's loads, e.g. to wait for
+  // the tile's rows to arrive.
+  std::function<void(const TilePlace&)> leaderBeforeLoads;
+  // Replaces the default row stores: called by the 128 threads of MMA warpgroup w (its own group: blockSync is its
+  // barrier) once its 64 rows of the tile, from firstRow on, are in the staging tile.
+  std::function<void(const TilePlace&, const dsl::I32& firstRow, int64_t w)> epilogue;
+  // The epilogue sends staging rows out as bulk copies (committed): they have read the staging tile before the
+  // other warpgroup takes its turn, and are written before the MMA warpgroups leave the engine.
+  bool bulkEpilogue = false;
+
+  // Ring stages: 4 when they fit the 227 KB beside the 64-row staging tile, the engine's barriers (1024-byte
+  // aligned, as every mbarriers() tile) and hand-over table and the kernel's own shared i32 tables (entries each;
+  // sharedTable rounds to 16 bytes), else 3.
+  static int64_t stagesFor(const GroupedGemmSpec::Tiles& c, std::initializer_list<int64_t> tables, bool pairs = false) {
+    // 16 barriers: full / empty at 4 stages, the tile hand-over's 4 and the staging turns' 2 (pairs: 4 more).
+    int64_t bytes = 1024 + 16 * 8 + kHandover * kFields * 4 + 64 * (c.n + 8) * 2;
+    if (pairs) bytes += PairMailbox::kSharedBytes;
+    for (int64_t n : tables) bytes += (n + 3) / 4 * 16;
+    return bytes + 4 * (c.m + c.n) * c.k * 2 <= 227 * 1024 ? 4 : 3;
+  }
+
+  // The staging tile holds one warpgroup's 64 rows (allocateRings(..., 64)): the MMA warpgroups run their own K
+  // loops over the shared ring and take turns storing, so one stores while the other multiplies. Without tensor
+  // maps the producer warpgroup copies with cp.async.
+  static WarpSpecializedEngine allocate(const GemmOperands& gemm, const TensorMapArgs& maps,
+                                        std::optional<dsl::I32> blockInPair = std::nullopt) {
+    if (maps.a.has_value() != maps.b.has_value() || (maps.a && gemm.gatherA) ||
+        (maps.a && gemm.gateUpRows && (gemm.s.layout != GroupedGemmSpec::kNT || gemm.c.n != 256)))
+      throw std::logic_error("tensor maps: both operands, no gathered rows; gate | up halves only as NT's two "
+                             "128-row boxes");
+    if (blockInPair && (!maps.a || gemm.c.n != 256 || gemm.tn()))
+      throw std::logic_error("pairs: tensor maps, NT / NN, BN = 256");
+    if (gemm.rings.staging.rows() != 64) throw std::logic_error("warp-specialised: a 64-row staging tile");
+    dsl::Kernel& k = gemm.k;
+    WarpSpecializedEngine engine{
+        gemm, k.mbarriers(2 * gemm.c.stages + 2 * kHandover + (blockInPair ? PairMailbox::kBarriers : 0) + 2),
+        k.dynamicSharedTile(dsl::Elem::i32, 1, kHandover * kFields, 1, 0, /*align=*/16), maps, blockInPair};
+    if (blockInPair)
+      engine.mailbox.emplace(PairMailbox::allocate(k, engine.bars, 2 * gemm.c.stages + 2 * kHandover, *blockInPair));
+    return engine;
+  }
+  // The split-K tail (SplitTail.h) over `scratch` (abi::splitScratchBytes(grid)); the kernel's tables must count
+  // the shared i32 [2] it allocates (stagesFor(c, {..., 2})).
+  void enableSplit(const dsl::GlobalPtr& scratch, const dsl::I32& maxSplit, const dsl::I32& grid) {
+    if (!tma() || gemm.tn() || epilogue || gemm.mmaOn) throw std::logic_error("split-K tail: plain NT / NN with TMA");
+    split = SplitTail::over(gemm.k, scratch, maxSplit, grid, blockInPair);
+  }
+  int64_t warpgroups() const { return gemm.c.mmaThreads() / 128; }
+  // The staging tile passes between the MMA warpgroups on mbarrier turn(w) (warpgroup w's turn): the other
+  // warpgroup's 128 threads arrive once done with it (release), w waits before using it (acquire). Named barriers
+  // (bar.arrive / bar.sync) ordered the same accesses, but compute-sanitizer racecheck does not follow bar.arrive
+  // and reported every hand-over as a hazard; it follows mbarriers.
+  dsl::I32 turn(int64_t w) const {
+    return gemm.k.i32(2 * stages() + 2 * kHandover + (blockInPair ? PairMailbox::kBarriers : 0) + w);
+  }
+  // TN with TMA: both MMA warpgroups meet here once they have zeroed their share of a group's last K step.
+  static constexpr int kTailBarrier = 7;
+  // Rows of one 64 MN x 64 K TMA box (8 KB: 64 K rows of 128 bytes) in a [K][MN] ring tile of `cols` elements.
+  static int64_t boxRows(const dsl::SharedTile& t) { return 8192 / (t.cols() * 2); }
+  bool tma() const { return maps.a.has_value(); }
+  int64_t stages() const { return gemm.c.stages; }
+  dsl::I32 full(const dsl::I32& slot) const { return slot; }
+  dsl::I32 empty(const dsl::I32& slot) const { return slot + stages(); }
+  dsl::I32 tileFull(const dsl::I32& q) const { return q + 2 * stages(); }
+  dsl::I32 tileEmpty(const dsl::I32& q) const { return q + (2 * stages() + kHandover); }
+
+  // Thread 0 sets up the barriers; every thread of the block calls it.
+  void init() const {
+    using namespace dsl;
+    dsl::Kernel& k = gemm.k;
+    k.ifThen(k.threadIdx() == 0, [&] {
+      for (int64_t sl = 0; sl < stages(); ++sl) {
+        k.mbarrierInit(bars, full(k.i32(sl)), tma() ? 1 : k.blockThreads() - gemm.c.mmaThreads());
+        k.mbarrierInit(bars, empty(k.i32(sl)), warpgroups() * (blockInPair ? 2 : 1));
+      }
+      for (int64_t q = 0; q < kHandover; ++q) {
+        k.mbarrierInit(bars, tileFull(k.i32(q)), 1);
+        k.mbarrierInit(bars, tileEmpty(k.i32(q)), gemm.c.mmaThreads());  // every reader of the entry
+      }
+      for (int64_t w = 0; w < 2; ++w) k.mbarrierInit(bars, turn(w), 128);
+      if (mailbox) mailbox->init();
+    });
+    if (blockInPair)
+      k.clusterSync();  // both blocks' barriers exist before either multicasts or arrives on the other's
+    else
+      k.blockSync();
+  }
+
+  // Producer leader: hands tile number j (its place, or the end mark) to the MMA warpgroups.
+  void handOver(const dsl::I32& j, const TilePlace* p, const std::optional<KSlice>& slice = std::nullopt) const {
+    using namespace dsl;
+    dsl::Kernel& k = gemm.k;
+    I32 q = j % kHandover;
+    k.ifThen(k.i32(kHandover - 1) < j, [&] { k.mbarrierWait(bars, tileEmpty(q), (j / kHandover + 1) % 2); });
+    I32 at = q * kFields;
+    info.storeI32(at, k.i32(p ? 1 : 0));
+    if (p) {
+      std::vector<I32> v = p->pack();
+      for (size_t f = 0; f < v.size(); ++f) info.storeI32(at + int64_t(f + 1), v[f]);
+      if (slice) {  // fields 6 and 7 (K steps below 2^16)
+        info.storeI32(at + 6, slice->k0 + slice->steps * 65536);
+        info.storeI32(at + 7, slice->code);
+      }
+    }
+    k.mbarrierArrive(bars, tileFull(q));
+  }
+  // MMA warpgroups: waits for tile number j's entry; returns its valid flag.
+  dsl::I32 receive(const dsl::I32& j) const {
+    gemm.k.mbarrierWait(bars, tileFull(j % kHandover), (j / kHandover) % 2);
+    return info.loadI32((j % kHandover) * kFields);
+  }
+  TilePlace placeOf(const dsl::I32& q) const {
+    std::vector<dsl::I32> v;
+    for (int64_t f = 1; f <= 5; ++f) v.push_back(info.loadI32(q * kFields + f));
+    return TilePlace::unpack(v);
+  }
+  KSlice sliceOf(const dsl::I32& q) const {
+    dsl::I32 ks = info.loadI32(q * kFields + 6);
+    return {ks % 65536, ks / 65536, info.loadI32(q * kFields + 7)};
+  }
+
+  // Producer: the copies of tile p's K steps from stage counter g on; returns the counter after them.
+  dsl::I32 load(const TilePlace& p, const dsl::I32& g) const {
+    using namespace dsl;
+    dsl::Kernel& k = gemm.k;
+    I32 steps = gemm.kTiles(p);
+    k.forRange(k.i32(0), steps, k.i32(1), [&](I32 kt) {
+      I32 gi = g + kt, slot = gi % stages();
+      // Refilling a slot waits until the MMA of its previous round has finished reading it.
+      k.ifThen(k.i32(stages() - 1) < gi, [&] { k.mbarrierWait(bars, empty(slot), (gi / stages() + 1) % 2); });
+      gemm.issue(p, kt, slot);
+      k.asyncArrive(bars, full(slot));
+    });
+    return g + steps;
+  }
+
+  // Producer leader with tensor maps: hands tile p over as tile number j, then (after leaderBeforeLoads) loads its
+  // boxes from stage counter g on; returns the counter after them.
+  dsl::I32 produceBoxes(const TilePlace& p, const dsl::I32& j, const dsl::I32& g, const std::optional<dsl::Bool>& lone,
+                        const std::optional<KSlice>& slice) const {
+    handOver(j, &p, slice);
+    if (leaderBeforeLoads) leaderBeforeLoads(p);
+    return loadBoxes(p, g, lone, slice);
+  }
+
+  // Producer leader with tensor maps: tile p's boxes from stage counter g on; returns the counter after them. Pairs:
+  // each block loads its A and half of B multicast into both, or all of its own B where the tile is lone.
+  dsl::I32 loadBoxes(const TilePlace& p, const dsl::I32& g, const std::optional<dsl::Bool>& lone,
+                     const std::optional<KSlice>& slice) const {
+    using namespace dsl;
+    dsl::Kernel& k = gemm.k;
+    const auto& c = gemm.c;
+    const auto& s = gemm.s;
+    I32 steps = slice ? slice->steps : gemm.kTiles(p);
+    k.forRange(k.i32(0), steps, k.i32(1), [&](I32 kt) {
+      I32 gi = g + kt, slot = gi % stages(), kk = (slice ? slice->k0 + kt : kt) * c.k;
+      k.ifThen(k.i32(stages() - 1) < gi, [&] { k.mbarrierWait(bars, empty(slot), (gi / stages() + 1) % 2); });
+      k.mbarrierArriveExpectTx(bars, full(slot), (c.m + c.n) * c.k * 2);
+      if (gemm.tn()) {  // K x MN slabs of the group's rows: A's M atoms and B's N atoms, one 64 x 64 box each
+        SharedTile a = gemm.rings.a.stage(slot), b = gemm.rings.b.stage(slot);
+        I32 row = p.groupStart + kk;
+        for (int64_t at = 0; at < c.m / 64; ++at)
+          k.tmaLoad(*maps.a, {gemm.m0(p) + 64 * at, row}, a.rowSlice(boxRows(a) * at, boxRows(a)), bars, full(slot));
+        for (int64_t at = 0; at < c.n / 64; ++at)
+          k.tmaLoad(*maps.b, {p.n0 + 64 * at, row}, b.rowSlice(boxRows(b) * at, boxRows(b)), bars, full(slot));
+        return;
+      }
+      k.tmaLoad(*maps.a, {kk, gemm.m0(p)}, gemm.rings.a.stage(slot), bars, full(slot));
+      SharedTile stage = gemm.rings.b.stage(slot);
+      // B's boxes: all of them, or with pairs this block's half, multicast into both blocks of the cluster.
+      auto loadB = [&](int64_t half, int64_t halves, int64_t multicast) {
+        if (s.layout == GroupedGemmSpec::kNT) {
+          for (int64_t h = half * 2 / halves; h < (half + 1) * 2 / halves; ++h) {
+            // Rows of B[e]: the tile's, or with gate | up halves n0 / 2 .. of the gate rows, then of the up rows.
+            I32 row = gemm.gateUpRows ? p.n0 / 2 + h * gemm.gateUpRows : p.n0 + 128 * h;
+            k.tmaLoad(*maps.b, {kk, p.expert * s.n + row}, stage.rowSlice(128 * h, 128), bars, full(slot), multicast);
+          }
+        } else {  // K x 64 boxes: 64 rows of 128 bytes, MN atom a at a * 8 KB
+          for (int64_t a = half * (c.n / 64) / halves; a < (half + 1) * (c.n / 64) / halves; ++a)
+            k.tmaLoad(*maps.b, {p.n0 + 64 * a, p.expert * s.kOrM + kk}, stage.rowSlice(c.k / 4 * a, c.k / 4), bars,
+                      full(slot), multicast);
+        }
+      };
+      if (blockInPair) {
+        if (lone) {
+          k.ifThen(!*lone && *blockInPair == 0, [&] { loadB(0, 2, 0b11); });
+          k.ifThen(!*lone && *blockInPair == 1, [&] { loadB(1, 2, 0b11); });
+          k.ifThen(*lone, [&] { loadB(0, 1, 0); });
+        } else {
+          k.ifThen(*blockInPair == 0, [&] { loadB(0, 2, 0b11); });
+          k.ifThen(*blockInPair == 1, [&] { loadB(1, 2, 0b11); });
+        }
+      } else {
+        loadB(0, 1, 0);
+      }
+    });
+    return g + steps;
+  }
+
+  // A warpgroup leader gives a ring slot back: to this block's producer, and with pairs to the other block's too
+  // (its multicast writes this block's copy of the slot).
+  void release(const dsl::I32& bar) const {
+    gemm.k.mbarrierArrive(bars, bar);
+    if (blockInPair) gemm.k.mbarrierArrivePeer(bars, bar, gemm.k.i32(1) - *blockInPair);
+  }
+
+  // MMA warpgroup w (its own thread group): tile number j, at p, its K loop from stage counter g on (rows 64w ..
+  // of the tile), then its rows' epilogue; returns the counter after it.
+  dsl::I32 compute(const TilePlace& p, const dsl::I32& g, int64_t w, const dsl::I32& j,
+                   const std::optional<KSlice>& slice) const {
+    using namespace dsl;
+    dsl::Kernel& k = gemm.k;
+    const auto& c = gemm.c;
+    Bool wgLeader = k.threadIdx() % 128 == 0;
+    I32 steps = slice ? slice->steps : gemm.kTiles(p);
+    // Both warpgroups multiply every tile, even where one's 64 rows lie past the group: letting that one only pass
+    // the ring slots on was slower on groups of random sizes (docs/decisions/gemm-tiles.md, not kept).
+    // The step's ring slot and phase are carried, computed one step ahead: the barrier and operand addresses then
+    // do not wait for arithmetic behind the previous step's MMA wait (bench/results/2026-12-01-h200-stall-sites).
+    auto looped = k.forRange(
+        k.i32(0), steps, k.i32(1), k.zeroAcc(64, c.n), {g % stages(), (g / stages()) % 2},
+        [&](I32 kt, Acc acc, const std::vector<I32>& at) {
+          I32 slot = at[0], phase = at[1];
+          Bool last = slot == stages() - 1;
+          I32 previous = k.select(slot == 0, k.i32(stages() - 1), slot - 1);
+          std::vector<I32> next{k.select(last, k.i32(0), slot + 1), k.select(last, k.i32(1) - phase, phase)};
+          k.mbarrierWait(bars, full(slot), phase);
+          if (tma() && gemm.tn()) zeroTail(p, kt, slot, w);
+          if (!tma()) k.proxyFence();  // the producer's cp.async wrote through the generic proxy (TMA: the async one)
+          Acc out = k.mma(acc, gemm.rings.a.stage(slot), gemm.rings.b.stage(slot), /*pending=*/1, gemm.aMN(),
+                          gemm.bMN(), /*mnAtomsOuter=*/tma());
+          // The MMA of step kt - 1 has finished in this warpgroup: its slot goes back to the producer(s).
+          k.ifThen(k.i32(0) < kt && wgLeader, [&] { release(empty(previous)); });
+          return std::pair<Acc, std::vector<I32>>{out, next};
+        });
+    Acc acc = k.drain(looped.first);
+    k.ifThen(k.i32(0) < steps && wgLeader, [&] { release(empty((g + steps + (stages() - 1)) % stages())); });
+    // A split of the tail: its partial out, and whether this warpgroup is its tile's last split (then it stores).
+    std::optional<Bool> isSplit, reduce;
+    if (split && slice) {
+      isSplit = !(slice->code == 0);
+      reduce = *isSplit && split->arrive(k, c.n, acc, *slice, w);
+    }
+    // Warpgroup 0 stores tile j after warpgroup 1 has stored tile j - 1 (turn(0)'s phase j - 1); warpgroup 1 after
+    // warpgroup 0 tile j (turn(1)'s phase j).
+    if (w == 0)
+      k.ifThen(k.i32(0) < j, [&] { k.mbarrierWait(bars, turn(0), (j - 1) % 2); });
+    else
+      k.mbarrierWait(bars, turn(1), j % 2);
+    // The staging tile's rows out (once filled: by the accumulator, or by the split's sum), every thread.
+    auto stageAndStore = [&](const std::function<void()>& fill) {
+      fill();
+      k.blockSync();
+      if (epilogue)
+        epilogue(p, gemm.m0(p) + 64 * w, w);
+      else
+        gemm.storeStaged(p, gemm.m0(p) + 64 * w);
+    };
+    auto fromAcc = [&] { k.storeAcc(acc, gemm.rings.staging.asRowsOf(64 * w)); };
+    if (isSplit) {
+      k.ifThen(!*isSplit, [&] { stageAndStore(fromAcc); });
+      k.ifThen(*reduce, [&] { stageAndStore([&] { split->sum(k, c.n, gemm.rings.staging, *slice, w); }); });
+    } else {
+      stageAndStore(fromAcc);
+    }
+    if (bulkEpilogue) {
+      k.bulkWait(/*readOnly=*/true);  // this thread's copies have read their staging rows ...
+      k.blockSync();                  // ... and every thread's, before the other warpgroup may overwrite them
+    }
+    k.mbarrierArrive(bars, turn(1 - w));
+    return g + steps;
+  }
+
+  // TN with TMA, K step kt of tile p in `slot`: where it is the group's last and partial, the K rows past the group
+  // (the next group's tokens, or zero fill) become zeros before any MMA reads them. Warpgroup w clears its own A
+  // box and its half of B's boxes; both then meet on kTailBarrier (after a proxy fence: wgmma reads through the
+  // async proxy), so that neither multiplies the slot before the other's zeros are in.
+  void zeroTail(const TilePlace& p, const dsl::I32& kt, const dsl::I32& slot, int64_t w) const {
+    using namespace dsl;
+    dsl::Kernel& k = gemm.k;
+    const auto& c = gemm.c;
+    I32 valid = p.groupEnd - p.groupStart - kt * c.k;  // > 0: kt is one of the group's steps
+    k.ifThen(valid < k.i32(c.k), [&] {
+      I32 lane = k.threadIdx() % 128;
+      auto clear = [&](const SharedTile& ring, int64_t at) {
+        SharedTile box = ring.stage(slot).rowSlice(boxRows(ring) * at, boxRows(ring));
+        const int64_t rowBytes = box.cols() * 2;
+        // 16-byte chunks of K rows valid .. 63 (128 bytes each: the swizzle only permutes chunks within a row).
+        k.forRange(lane, (k.i32(c.k) - valid) * 8, k.i32(128), [&](I32 q) {
+          I32 at8 = (valid + q / 8) * 128 + (q % 8) * 16;
+          box.store(at8 / rowBytes, at8 % rowBytes / 2, k.zeros(8, Elem::bf16));
+        });
+      };
+      clear(gemm.rings.a, w);
+      const int64_t bBoxes = c.n / 64, share = bBoxes / warpgroups();
+      for (int64_t at = w * share; at < (w + 1) * share; ++at) clear(gemm.rings.b, at);
+      k.proxyFence();
+      k.namedBarrier(kTailBarrier, int(gemm.c.mmaThreads()), /*arriveOnly=*/false);
+    });
+  }
+
+  // Static persistent loop (block b runs tiles b, b + grid, ...) with cp.async producers: every producer thread
+  // copies, the leader hands the tiles over. (The kernels with tensor maps draw tickets: runDynamic.)
+  void runStatic(const TileScheduler& sched, const dsl::SharedTile& first, const dsl::I32& grid) const {
+    using namespace dsl;
+    dsl::Kernel& k = gemm.k;
+    const auto& c = gemm.c;
+    if (tma() || blockInPair) throw std::logic_error("the static loop: cp.async producers, single blocks");
+    I32 total = sched.buildTable(first);
+    init();
+    k.group(c.mmaThreads(), k.blockThreads() - c.mmaThreads(), /*barrier=*/2, [&] {
+      k.setMaxRegisters(kProducerRegisters, /*increase=*/false);
+      Bool leader = k.threadIdx() == k.i32(c.mmaThreads());
+      std::vector<I32> end = k.forRange(k.blockIdx(), total, grid, {k.i32(0), k.i32(0)},
+                                        [&](I32 t, const std::vector<I32>& v) {
+                                          TilePlace p = sched.place(t, first);
+                                          k.ifThen(leader, [&] { handOver(v[1], &p); });
+                                          return std::vector<I32>{load(p, v[0]), v[1] + 1};
+                                        });
+      k.ifThen(leader, [&] { handOver(end[1], nullptr); });
+      k.asyncCommit();
+      k.asyncWait(0);
+    });
+    multiply();
+  }
+
+  // The MMA warpgroups, each in its own group: tiles as handed over until the end mark.
+  void multiply() const {
+    using namespace dsl;
+    dsl::Kernel& k = gemm.k;
+    for (int64_t w = 0; w < warpgroups(); ++w) {
+      k.group(128 * w, 128, /*barrier=*/3 + int(w), [&] {
+        k.setMaxRegisters(kMmaRegisters, /*increase=*/true);
+        k.whileLoop(
+            {receive(k.i32(0)), k.i32(0), k.i32(0)}, [&](const std::vector<I32>& v) { return !(v[0] == 0); },
+            [&](const std::vector<I32>& v) {
+              I32 j = v[1];
+              std::optional<KSlice> slice;
+              if (split) slice = sliceOf(j % kHandover);
+              I32 g = compute(placeOf(j % kHandover), v[2], w, j, slice);
+              // Entry j has been read: each thread gives it back itself (racecheck does not follow a warpgroup
+              // leader's arrival after a barrier of its group, and flagged the producer's rewrite of the entry).
+              k.mbarrierArrive(bars, tileEmpty(j % kHandover));
+              return std::vector<I32>{receive(j + 1), j + 1, g};
+            });
+        if (bulkEpilogue) k.bulkWait(/*readOnly=*/false);  // written before what follows the engine (e.g. a signal)
+      });
+    }
+  }
+
+  // Dynamic loop with tensor maps (SingleRoleEngine::runDynamic's protocol): the producer leader draws tickets from
+  // tickets[0] (global i32, zero at launch) and hands each tile over; the last of `grid` blocks to run out resets
+  // tickets[0..1]. Every thread of the block calls it, after the kernel's own block-wide work.
+  void runDynamic(const TileScheduler& sched, const dsl::SharedTile& first, const dsl::GlobalPtr& tickets,
+                  const dsl::I32& total, const dsl::I32& grid) const {
+    using namespace dsl;
+    dsl::Kernel& k = gemm.k;
+    const auto& c = gemm.c;
+    if (!tma()) throw std::logic_error("runDynamic: tensor maps");
+    init();
+    k.group(c.mmaThreads(), k.blockThreads() - c.mmaThreads(), /*barrier=*/2, [&] {
+      k.setMaxRegisters(kProducerRegisters, /*increase=*/false);
+      k.ifThen(k.threadIdx() == k.i32(c.mmaThreads()), [&] {
+        // Ticket number j of this block (pairs: of the pair; both blocks get the same).
+        auto draw = [&](const I32& j) {
+          return mailbox ? mailbox->draw(tickets, j) : tickets.atomicAddI32(k.i32(1));
+        };
+        // Split-K tail: which tickets are whole units and which a share of one (without it: all whole).
+        SplitTail::Rounds rounds{total, k.i32(1), total};
+        const int64_t kSteps = gemm.s.kOrM / c.k;
+        if (split) rounds = split->rounds(k, total, blockInPair ? grid / 2 : grid, kSteps);
+        std::vector<I32> end = k.whileLoop(
+            {draw(k.i32(0)), k.i32(0), k.i32(0)}, [&](const std::vector<I32>& v) { return v[0] < rounds.all; },
+            [&](const std::vector<I32>& v) {
+              std::optional<Bool> lone;
+              std::optional<KSlice> slice;
+              I32 unit = v[0];
+              if (split) {
+                auto [u, sl] = split->share(k, v[0], rounds, kSteps);
+                unit = u;
+                slice = sl;
+              }
+              TilePlace p = sched.place(unit, first, &lone);
+              I32 g = produceBoxes(p, v[1], v[2], lone, slice);
+              return std::vector<I32>{draw(v[1] + 1), v[1] + 1, g};
+            });
+        handOver(end[1], nullptr);
+        if (blockInPair)
+          k.ifThen(*blockInPair == 0, [&] { resetTicketsIfLast(k, tickets, grid / 2); });  // block 0s draw
+        else
+          resetTicketsIfLast(k, tickets, grid);
+      });
+    });
+    multiply();
+    if (blockInPair) k.clusterSync();  // no block leaves while the other may still copy, multicast or arrive into it
+  }
+};
+
+}  // namespace megamoe::kernels
