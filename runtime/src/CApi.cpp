@@ -147,8 +147,11 @@ megamoe::MoeLayerConfig toConfig(const megamoe_layer_config* config, int ranks) 
   out.dedupTokens = c->dedup_tokens != 0;
   out.smBudget = c->sm_budget;
   out.receiveCapacity = c->receive_capacity;
+  out.topkIdxInt64 = c->topk_idx_bits == 64;
   out.dtype = megamoe::DType::kBf16;
   if (auto e = megamoe::MoeLayer::validate(out, ranks); !e.empty()) invalid("MoE layer: " + e);
+  if (c->topk_idx_bits != 0 && c->topk_idx_bits != 32 && c->topk_idx_bits != 64)
+    invalid("topk_idx_bits=" + std::to_string(c->topk_idx_bits) + " must be 32 (or 0) or 64: topk_idx is int32 or int64");
   if (c->dtype != MEGAMOE_DTYPE_BF16)
     throw megamoe::Error(megamoe::ErrorCode::kInvalidArgument,
                          "dtype=" + std::to_string(c->dtype) + " must be MEGAMOE_DTYPE_BF16: the kernels are bf16 only");

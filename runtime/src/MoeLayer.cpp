@@ -241,6 +241,7 @@ std::vector<std::pair<std::string, std::vector<std::pair<std::string, int64_t>>>
     out.push_back(dispatch(kLayoutTN, 0));
     out.push_back(combine(kLayoutNN));
   }
+  if (c.topkIdxInt64) out.push_back({"topk_idx_narrow", {}});  // last: its index is kernels.size() - 1
   return out;
 }
 
@@ -248,18 +249,19 @@ namespace {
 
 // The local working buffers of a workspace, in one place: the constructor allocates them, bytesFor() counts them.
 struct BufferSizes {
-  int64_t sendSlot, sendList, sendOff, sendBase, poolOffsets, routeEpoch, prologueScratch, tickets, act, dh;
+  int64_t sendSlot, sendList, sendOff, sendBase, poolOffsets, routeEpoch, prologueScratch, tickets, act, dh, topkIdx32;
   static BufferSizes of(const MoeLayerConfig& c, int ranks) {
     const int64_t picks = c.maxTokens * c.topk, E = c.experts, local = E / ranks, rows = poolRows(c, ranks);
     // Tile tickets: i32 [2] for each of the dispatch, the combine and the dW2 GEMM.
     return {picks * 4,   picks * 4, (E + 1) * 4, E * 4, (local + 1) * 4, 8, prologueScratchBytes(E), 24,
-            rows * c.intermediate * kBf16, c.training ? rows * 2 * c.intermediate * kBf16 : 0};
+            rows * c.intermediate * kBf16, c.training ? rows * 2 * c.intermediate * kBf16 : 0, picks * 4};
   }
   // What the device allocates for each (at least 16 bytes; nothing for a size of 0).
   static int64_t allocated(int64_t bytes) { return bytes ? std::max<int64_t>(bytes, 16) : 0; }
   int64_t total() const {
     int64_t t = 0;
-    for (int64_t b : {sendSlot, sendList, sendOff, sendBase, poolOffsets, routeEpoch, prologueScratch, tickets, act, dh})
+    for (int64_t b :
+         {sendSlot, sendList, sendOff, sendBase, poolOffsets, routeEpoch, prologueScratch, tickets, act, dh, topkIdx32})
       t += allocated(b);
     return t;
   }
@@ -333,6 +335,7 @@ Workspace::Workspace(Runtime& runtime, const MoeLayerConfig& config, std::unique
   b.routeEpoch = alloc(sizes.routeEpoch);
   b.act = alloc(sizes.act);
   b.dh = alloc(sizes.dh);
+  b.topkIdx32 = alloc(sizes.topkIdx32);
   // Zero between launches (the kernels reset them): the tile tickets and the prologue's counters.
   b.tickets = alloc(sizes.tickets);
   d.memsetZero(b.tickets, size_t(sizes.tickets), nullptr);
@@ -351,7 +354,7 @@ Workspace::~Workspace() {
   const Buffers& b = buffers_;
   try {
     for (DevicePtr p : {b.sendSlot, b.sendList, b.sendOff, b.sendBase, b.poolOffsets, b.routeEpoch, b.act, b.dh,
-                        b.tickets, b.prologueScratch})
+                        b.tickets, b.prologueScratch, b.topkIdx32})
       if (p) d.free(p);
   } catch (...) {
   }
@@ -507,6 +510,23 @@ struct MoeLayer::Impl {
     a.ptr("arrivals", b.arrivals).ptr("done", b.done).ptr("barrier", b.barrier);
     launch(kStageBegin, 1, stream, a, heap);
   }
+  // The int32 topk_idx the kernels read: the caller's, or (int64 indices) its narrowed copy in the workspace.
+  DevicePtr topkIdx32(const MoeLayerConfig& c, DevicePtr topkIdx, int64_t tokens, StreamHandle stream,
+                      const SymmetricHeap& heap) {
+    if (!c.topkIdxInt64) return topkIdx;
+    const int64_t count = tokens * c.topk;
+    const Kernel& kernel = *kernels.back();
+    const int64_t threads = kernel.metadata().blockThreads;
+    const int32_t blocks = int32_t(std::clamp<int64_t>((count / 2 + threads - 1) / threads, 1, 8 * int64_t(grid)));
+    KernelArgs a(kernel.key().kernel);
+    a.context(b.ctx).ptr("src", topkIdx).ptr("dst", b.topkIdx32).i32("count", count).i32("grid", blocks);
+    LaunchDims dims;
+    dims.grid = {uint32_t(blocks), 1, 1};
+    dims.block = {uint32_t(threads), 1, 1};
+    dims.sharedBytes = uint32_t(kernel.metadata().sharedBytes);
+    runtime.launch(kernel, dims, stream, a, &heap);
+    return b.topkIdx32;
+  }
   // dispatch_prologue: the routing tables of topk_idx, its counts exchanged with the peers.
   void prologue(DevicePtr topkIdx, int64_t tokens, int64_t capacity, StreamHandle stream, const SymmetricHeap& heap) {
     KernelArgs a = args(kPrologue);
@@ -640,7 +660,7 @@ void MoeLayer::forward(const ForwardArgs& a, StreamHandle stream) {
     invalid("forward: x, topk_idx, topk_weights and y must not be null when tokens > 0");
   for (const auto& [name, p] : {std::pair{"x", a.x}, {"y", a.y}, {"w1", a.w1}, {"w2", a.w2}})
     requireAligned("forward", name, p, 16, "16-byte vector accesses");
-  requireAligned("forward", "topk_idx", a.topkIdx, 4, "i32 loads");
+  requireAligned("forward", "topk_idx", a.topkIdx, c.topkIdxInt64 ? 8 : 4, "i32 / i64 loads");
   requireAligned("forward", "topk_weights", a.topkWeights, 4, "f32 loads");
   requireGridInBounds(impl_->grid);
   heap().requireUsable();
@@ -652,13 +672,14 @@ void MoeLayer::forward(const ForwardArgs& a, StreamHandle stream) {
   ProfileRange range("megamoe.forward");
   MEGAMOE_LOG(kDebug, "layer forward: rank " + std::to_string(rank()) + ", " + std::to_string(a.tokens) + " tokens");
   m.mark(m.events, size_t(Stage::kPrologue), stream);
-  m.prologue(a.topkIdx, a.tokens, poolRows(c, ranks()), stream, heap());
+  const DevicePtr idx = m.topkIdx32(c, a.topkIdx, a.tokens, stream, heap());
+  m.prologue(idx, a.tokens, poolRows(c, ranks()), stream, heap());
   // The dispatch and the combine (kernels/Kernels.h DispatchGemmSpec, GemmCombineSpec) run as cluster pairs on
   // sm_90a (m.pairGrid, m.pairPush); w1 [E/R * 2I, H] and w2 [E/R * H, I] in 64 x 128 boxes, encoded per call (a
   // CUDA graph captures them by value).
   const int64_t local = c.experts / ranks();
   m.mark(m.events, size_t(Stage::kDispatchGemm), stream);
-  KernelArgs dispatch = m.dispatchArgs(kDispatchNT, dispatchLegs, a.topkIdx, a.topkWeights, c.maxTokens);
+  KernelArgs dispatch = m.dispatchArgs(kDispatchNT, dispatchLegs, idx, a.topkWeights, c.maxTokens);
   dispatch.ptr("src", a.x).ptr("weights", a.w1).ptr("extra", saved).ptr("out", m.b.act);
   dispatch.ptr("tickets", m.b.tickets).i32("push_blocks", m.pairPush).i32("grid", m.pairGrid);
   dispatch.tensorMap("map_a", m.poolRowsMap).tensorMap("map_b", m.boxes(a.w1, local * 2 * c.intermediate, c.hidden, 128));
@@ -667,7 +688,7 @@ void MoeLayer::forward(const ForwardArgs& a, StreamHandle stream) {
   // barrier of stage_begin; its counter zeroing repeats the prologue's: the other parity is idle in this call).
   if (m.profiling) m.stageBegin(stream, heap());
   m.mark(m.events, size_t(Stage::kGemmCombine), stream);
-  KernelArgs combine = m.combineArgs(kCombineNT, combineLegs, a.topkIdx, a.topkWeights, a.tokens);
+  KernelArgs combine = m.combineArgs(kCombineNT, combineLegs, idx, a.topkWeights, a.tokens);
   combine.ptr("a", m.b.act).ptr("b", a.w2).ptr("y", a.y).ptr("d_topk_weights", 0).ptr("tickets", m.b.tickets + 8);
   combine.i32("grid", m.pairGrid).tensorMap("map_a", m.actRowsMap);
   combine.tensorMap("map_b", m.boxes(a.w2, local * c.hidden, c.intermediate, 128));
@@ -692,7 +713,7 @@ void MoeLayer::backward(const BackwardArgs& a, StreamHandle stream) {
   for (const auto& [name, p] : {std::pair{"dy", a.dy}, {"x", a.x}, {"dx", a.dx}, {"w1", a.w1}, {"w2", a.w2},
                                 {"dW1", a.dW1}, {"dW2", a.dW2}})
     requireAligned("backward", name, p, 16, "16-byte vector accesses");
-  requireAligned("backward", "topk_idx", a.topkIdx, 4, "i32 loads");
+  requireAligned("backward", "topk_idx", a.topkIdx, c.topkIdxInt64 ? 8 : 4, "i32 / i64 loads");
   requireAligned("backward", "topk_weights", a.topkWeights, 4, "f32 loads");
   requireAligned("backward", "d_topk_weights", a.dTopkWeights, 4, "f32 stores");
   requireGridInBounds(m.grid);
@@ -713,10 +734,11 @@ void MoeLayer::backward(const BackwardArgs& a, StreamHandle stream) {
   // The forward's routing again (deterministic: the same pool rows for the same topk_idx on every rank), so that the
   // backward needs nothing of the forward but its saved h, whatever ran on the workspace in between.
   start(BackwardStage::kDgradDispatch);
-  m.prologue(a.topkIdx, a.tokens, poolRows(c, ranks()), stream, heap());
+  const DevicePtr idx = m.topkIdx32(c, a.topkIdx, a.tokens, stream, heap());
+  m.prologue(idx, a.tokens, poolRows(c, ranks()), stream, heap());
   // dy re-dispatched; B is w2 [E/R * H, I] as K x N slabs, encoded per call (a CUDA graph captures it by value). It
   // runs as cluster pairs on sm_90a (DispatchGemmSpec).
-  KernelArgs dgrad = m.dispatchArgs(kDispatchNN, dispatchLegs, a.topkIdx, a.topkWeights, c.maxTokens);
+  KernelArgs dgrad = m.dispatchArgs(kDispatchNN, dispatchLegs, idx, a.topkWeights, c.maxTokens);
   dgrad.ptr("src", a.dy).ptr("weights", a.w2).ptr("extra", 0).ptr("out", m.b.act).ptr("tickets", m.b.tickets);
   dgrad.i32("push_blocks", m.pairPush).i32("grid", m.pairGrid).tensorMap("map_a", m.poolRowsMap);
   dgrad.tensorMap("map_b", m.boxes64(a.w2, local * c.hidden, c.intermediate));
@@ -737,7 +759,7 @@ void MoeLayer::backward(const BackwardArgs& a, StreamHandle stream) {
   end(BackwardStage::kWgradW2);
   begin();
   start(BackwardStage::kWgradW1Dispatch);
-  KernelArgs wgradW1 = m.dispatchArgs(kDispatchTN, dispatchLegs, a.topkIdx, a.topkWeights, c.maxTokens);
+  KernelArgs wgradW1 = m.dispatchArgs(kDispatchTN, dispatchLegs, idx, a.topkWeights, c.maxTokens);
   wgradW1.ptr("src", a.x).ptr("weights", a.w1).ptr("extra", m.b.dh).ptr("out", a.dW1).ptr("tickets", m.b.tickets);
   wgradW1.i32("push_blocks", m.pushBlocks).i32("grid", grid).tensorMap("map_a", m.dhMap).tensorMap("map_b", m.poolMap);
   m.launch(kDispatchTN, m.grid, stream, wgradW1, heap());
@@ -746,7 +768,7 @@ void MoeLayer::backward(const BackwardArgs& a, StreamHandle stream) {
   begin();
   start(BackwardStage::kDgradCombine);
   // dx rows; B is w1 [E/R * 2I, H] as K x N slabs (kernels/Kernels.h GemmCombineSpec), encoded per call.
-  KernelArgs dgradCombine = m.combineArgs(kCombineNN, combineLegs, a.topkIdx, a.topkWeights, a.tokens);
+  KernelArgs dgradCombine = m.combineArgs(kCombineNN, combineLegs, idx, a.topkWeights, a.tokens);
   dgradCombine.ptr("a", m.b.dh).ptr("b", a.w1).ptr("y", a.dx).ptr("d_topk_weights", a.dTopkWeights);
   dgradCombine.ptr("tickets", m.b.tickets + 8).i32("grid", grid).tensorMap("map_a", m.dhRowsMap);
   dgradCombine.tensorMap("map_b", m.boxes64(a.w1, local * 2 * c.intermediate, c.hidden));

@@ -1248,6 +1248,56 @@ TEST_P(LayerTest, DefaultSmBudgetsShareTheDevice) {
               runCase(g, rng, Routing::kUniform, cycled(R, {256, 0, 97}), 1.f, false).c_str());
 }
 
+// topk_idx as int64 (MoeLayerConfig::topkIdxInt64): the same inputs and weights as an int32 layer, -1 picks included,
+// give the bitwise same y on every rank.
+TEST_P(LayerTest, Int64TopkIdxMatchesInt32) {
+  const int R = ranks();
+  MEGAMOE_REQUIRE_SM90A_RANKS(backend_, R);
+  std::mt19937 rng = testRng();
+  const Shape s = smallShape(R);
+  Group narrow;
+  ASSERT_NO_FATAL_FAILURE(openGroup(narrow, s, {}, parseEnv(), rng));
+  MoeLayerConfig config = layerConfig(s, {});
+  config.topkIdxInt64 = true;
+  std::vector<Runtime*> runtimes;
+  for (int r = 0; r < R; ++r) runtimes.push_back(narrow[r].runtime.get());
+  auto layers = MoeLayer::createLocal(runtimes, config);
+  const std::vector<int64_t> tokens = cycled(R, {300, 0, 77});
+  size_t differing = 0;
+  for (int r = 0; r < R; ++r) {
+    const Inputs in = makeInputs(rng, s, Routing::kSparse, r, tokens[size_t(r)], 0, 1.f);
+    upload(narrow[r], in);
+    narrow[r].fillSentinels();
+  }
+  forwardAll(narrow, tokens);
+  std::vector<std::vector<uint16_t>> y32;
+  for (int r = 0; r < R; ++r) y32.push_back(narrow[r].readY());
+  // The same call through the int64 layers: topk_idx widened, y into the same (re-filled) buffer.
+  std::vector<DevicePtr> idx64(static_cast<size_t>(R));
+  for (int r = 0; r < R; ++r) {
+    Device& d = narrow[r].device();
+    const std::vector<int32_t> idx = readBack<int32_t>(d, narrow[r].topkIdx, size_t(s.maxTokens * s.topk));
+    const std::vector<int64_t> wideIdx(idx.begin(), idx.end());
+    idx64[size_t(r)] = d.allocate(wideIdx.size() * 8);
+    uploadAndWait(d, idx64[size_t(r)], wideIdx.data(), wideIdx.size() * 8);
+    narrow[r].fillSentinels();
+  }
+  for (int r = 0; r < R; ++r) {
+    ForwardArgs a = narrow[r].args(tokens[size_t(r)]);
+    a.topkIdx = idx64[size_t(r)];
+    layers[size_t(r)]->forward(a, narrow[r].stream);
+  }
+  for (int r = 0; r < R; ++r) layers[size_t(r)]->checkErrors(narrow[r].stream);
+  for (int r = 0; r < R; ++r) {
+    differing += countDiffering(y32[size_t(r)], narrow[r].readY());
+    narrow[r].device().free(idx64[size_t(r)]);
+  }
+  EXPECT_EQ(differing, 0u) << "int64 topk_idx gave another y";
+  std::printf("SUMMARY layer int64 topk_idx (%s): y of %s tokens bitwise equal to int32's: %s\n",
+              placement(*backend_, R).c_str(), joined(tokens).c_str(), differing ? "NO" : "yes");
+  for (auto& l : layers) l.reset();
+}
+
 // A receive capacity just below what a routing sends to one rank (every token picks one hot expert of rank 1; every
 // other rank receives less): every rank's prologue sees it before a row moves, every rank's error record says
 // kCapacity naming rank 1 and exactly the rows it needed, and nothing is written into y (all sentinels).

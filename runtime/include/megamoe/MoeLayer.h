@@ -57,6 +57,9 @@ struct MoeLayerConfig {
   // rank and the rows it needed (checkErrors names them), as for any device error. Twice the mean
   // (2 * max_tokens * topk) holds every routing but a skewed one.
   int64_t receiveCapacity = 0;
+  // topk_idx holds int64 (torch.topk, DeepEP) instead of int32: each call first narrows it on the device
+  // (topk_idx_narrow; a value outside [-1, 2^31) is a bad index, named in the error record).
+  bool topkIdxInt64 = false;
 };
 
 // What each fused operator runs (benchmark legs). kFused is the layer; kCommOnly moves the same bytes between the

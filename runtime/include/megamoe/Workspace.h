@@ -57,7 +57,8 @@ class Workspace {
     DevicePtr ctx = 0, counts = 0, flags = 0, arrivals = 0, done = 0, pool = 0, poolSrc = 0, poolW = 0, comb = 0,
               dw = 0, barrier = 0;                                             // heap regions
     DevicePtr sendSlot = 0, sendList = 0, sendOff = 0, sendBase = 0, poolOffsets = 0, routeEpoch = 0,
-              prologueScratch = 0, tickets = 0, act = 0, dh = 0;               // local (dh: training only)
+              prologueScratch = 0, tickets = 0, act = 0, dh = 0,               // local (dh: training only)
+              topkIdx32 = 0;                                                   // int64 topk_idx, narrowed
   };
   const Buffers& buffers() const { return buffers_; }
   // Rows of the receive pool (every rank may send every pick to this one).

@@ -195,11 +195,12 @@ typedef struct megamoe_layer_config {
                                  the ranks of one process on a device (MoeLayerConfig::smBudget) */
   int64_t receive_capacity;   /* rows a rank may receive per call (MoeLayerConfig::receiveCapacity); 0 = the worst
                                  case; added after 0.1.0: a caller's struct_size without it reads 0 */
+  int64_t topk_idx_bits;      /* 0 or 32: topk_idx is int32; 64: int64 (torch.topk, DeepEP); anything else refused */
   /* Later releases add fields here, and to MEGAMOE_LAYER_CONFIG_INIT. */
 } megamoe_layer_config;
 #define MEGAMOE_DTYPE_BF16 0
 /* struct_size set, every other field 0 (dtype MEGAMOE_DTYPE_BF16): megamoe_layer_config c = MEGAMOE_LAYER_CONFIG_INIT; */
-#define MEGAMOE_LAYER_CONFIG_INIT {sizeof(megamoe_layer_config), 0, 0, 0, 0, 0, 0, 0, MEGAMOE_DTYPE_BF16, 0, 0, 0}
+#define MEGAMOE_LAYER_CONFIG_INIT {sizeof(megamoe_layer_config), 0, 0, 0, 0, 0, 0, 0, MEGAMOE_DTYPE_BF16, 0, 0, 0, 0}
 
 /* Legs (benchmarks): what each fused operator runs. */
 #define MEGAMOE_LEG_FUSED 0

@@ -189,6 +189,34 @@ TEST_F(WorkspaceOnFakeHip, ReceiveCapacityShrinksThePoolAndReachesThePrologue) {
   d.free(p);
 }
 
+// int64 topk_idx: each call first narrows the caller's indices into the workspace's int32 buffer, which every later
+// kernel reads; an int64 array must be 8-byte aligned.
+TEST_F(WorkspaceOnFakeHip, Int64IndicesAreNarrowedFirst) {
+  MoeLayerConfig wide = small(true);
+  wide.topkIdxInt64 = true;
+  test::storeFakeLayerKernels(dir.path(), wide, kRanks, /*recordArguments=*/true);
+  auto workspaces = Workspace::createLocal(raw(), wide);
+  auto layer = MoeLayer::create(workspaces[0], wide);
+  Device& d = *runtimes[0]->device();
+  const DevicePtr p = d.allocate(1 << 20);
+  const int from = test::FakeHip::get().launchCount();
+  ForwardArgs a{p, 8, p + 256, p, p, p, p};
+  a.saved = p;
+  layer->forward(a, nullptr);
+  const auto narrows = launchesOf("topk_idx_narrow", from);
+  const auto prologues = launchesOf("dispatch_prologue", from);
+  ASSERT_EQ(narrows.size(), 1u);
+  ASSERT_EQ(prologues.size(), 1u);
+  const DevicePtr narrowed = workspaces[0]->buffers().topkIdx32;
+  EXPECT_EQ(narrows[0].params[argIndex("topk_idx_narrow", "src")], p + 256);
+  EXPECT_EQ(narrows[0].params[argIndex("topk_idx_narrow", "dst")], narrowed);
+  EXPECT_EQ(prologues[0].params[argIndex("dispatch_prologue", "topk_idx")], narrowed);
+  ForwardArgs misaligned = a;
+  misaligned.topkIdx = p + 4;
+  EXPECT_NE(errorOf([&] { layer->forward(misaligned, nullptr); }).find("topk_idx"), std::string::npos);
+  d.free(p);
+}
+
 // The figures the README quotes for DeepSeek-V3 (H 7168, I 2048, 256 experts, top-8, 8192 tokens per rank).
 TEST(WorkspaceSizes, DeepSeekV3) {
   for (int ranks : {2, 8}) {

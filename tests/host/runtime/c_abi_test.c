@@ -203,7 +203,7 @@ int main(void) {
     megamoe_heap* heaps[MEGAMOE_MAX_RANKS + 1];
     megamoe_layer* layers[MEGAMOE_MAX_RANKS + 1];
     megamoe_region_spec regions[1] = {{"flags", 64, 64}};
-    megamoe_layer_config good = {sizeof(megamoe_layer_config), 512, 256, 16, 4, 64, 0, 0, MEGAMOE_DTYPE_BF16, 0, 0, 0};
+    megamoe_layer_config good = {sizeof(megamoe_layer_config), 512, 256, 16, 4, 64, 0, 0, MEGAMOE_DTYPE_BF16, 0, 0, 0, 0};
     const size_t counts[3] = {(size_t)-1, 0, MEGAMOE_MAX_RANKS + 1};
     size_t c, i;
     for (i = 0; i <= MEGAMOE_MAX_RANKS; ++i) many[i] = runtime;
@@ -233,9 +233,9 @@ int main(void) {
 
   { /* The layer: bad configurations name the constraint; an empty cache names the command that fills it. */
     megamoe_layer* layer = (megamoe_layer*)1;
-    megamoe_layer_config bad = {sizeof(megamoe_layer_config), 7100, 2048, 256, 8, 8192, 0, 0, MEGAMOE_DTYPE_BF16, 0, 0, 0};
-    megamoe_layer_config good = {sizeof(megamoe_layer_config), 512, 256, 16, 4, 64, 0, 1, MEGAMOE_DTYPE_BF16, 1, 0, 0};
-    megamoe_layer_config fp8 = {sizeof(megamoe_layer_config), 512, 256, 16, 4, 64, 0, 1, 7, 0, 0, 0};
+    megamoe_layer_config bad = {sizeof(megamoe_layer_config), 7100, 2048, 256, 8, 8192, 0, 0, MEGAMOE_DTYPE_BF16, 0, 0, 0, 0};
+    megamoe_layer_config good = {sizeof(megamoe_layer_config), 512, 256, 16, 4, 64, 0, 1, MEGAMOE_DTYPE_BF16, 1, 0, 0, 0};
+    megamoe_layer_config fp8 = {sizeof(megamoe_layer_config), 512, 256, 16, 4, 64, 0, 1, 7, 0, 0, 0, 0};
     megamoe_layer_config garbage, wraps;
     float ms[MEGAMOE_STAGE_COUNT];
     CHECK_STATUS(megamoe_layer_create(NULL, &good, 0, 1, NULL, &layer), MEGAMOE_ERROR_INVALID_ARGUMENT);
@@ -307,6 +307,12 @@ int main(void) {
     CHECK_STATUS(megamoe_layer_create_local(&runtime, 1, &c, layers), MEGAMOE_ERROR_INVALID_ARGUMENT);
     CHECK(contains(megamoe_last_error(), "config->struct_size=0"));
     CHECK(layers[0] == NULL);
+    /* topk_idx is int32 or int64, nothing else. */
+    c.struct_size = sizeof c;
+    c.topk_idx_bits = 16;
+    CHECK_STATUS(megamoe_layer_create(runtime, &c, 0, 1, NULL, &layer), MEGAMOE_ERROR_INVALID_ARGUMENT);
+    CHECK(contains(megamoe_last_error(), "topk_idx_bits=16 must be 32 (or 0) or 64"));
+    c.topk_idx_bits = 0;
     /* A 0.1.0 caller's struct (it ends with sm_budget): accepted, receive_capacity read as 0 (the worst case). */
     c.struct_size = offsetof(megamoe_layer_config, receive_capacity);
     c.receive_capacity = -5; /* beyond its struct_size: never read */
