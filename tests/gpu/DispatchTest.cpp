@@ -93,6 +93,8 @@ struct Rank {
     a.ptr("send_list", sendList).ptr("send_off", sendOff).ptr("send_base", sendBase);
     a.ptr("arrivals", heap->regionAddress("arrivals")).ptr("done", heap->regionAddress("done"));
     a.ptr("route_epoch", routeEpoch).ptr("scratch", scratch).i32("blocks", kPrologueBlocks);
+    // The worst case (every rank's every pick here): these tests check the tables, not a receive capacity.
+    a.i32("capacity", int64_t(heap->nranks()) * int64_t(maxPicks));
     launch(*prologue, uint32_t(kPrologueBlocks), a);
   }
   void launchEpochAdvance() {
