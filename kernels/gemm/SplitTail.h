@@ -5,6 +5,7 @@
 #include <optional>
 #include <utility>
 
+#include "compiler/abi/DeviceAbi.h"
 #include "dsl/Dsl.h"
 #include "kernels/gemm/SharedTables.h"
 

@@ -32,7 +32,8 @@ namespace megamoe::kernels {
 // bytes), so the producer's copies cost a few instructions instead of 24 cp.async with their addresses per thread:
 // NT / NN's A [rows, K] in boxes of 128 rows x 64 K, NT's B [E * N, K] in boxes of 128 rows x 64 K, NN's B
 // [E * K, N] and TN's A [tokens, M] and B [tokens, N] in boxes of 64 K x 64 MN (MN atoms outermost: mma_tile's
-// mn_atoms_outer; TN zeroes a group's partial last step in shared memory, zeroTail).
+// mn_atoms_outer; TN zeroes a group's partial last step in shared memory, zeroTail). Every registered kernel on this
+// engine has tensor maps; the cp.async producers (runStatic) only codegen_test builds.
 struct WarpSpecializedEngine {
   static constexpr int64_t kHandover = 2, kFields = 8, kProducerRegisters = 56, kMmaRegisters = 216;
   GemmOperands gemm;

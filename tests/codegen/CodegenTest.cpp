@@ -252,9 +252,9 @@ TEST(Codegen, TmaGroupedGemmKLoopKeepsAddressArithmeticOut) {
     }
 }
 
-// The forward (NT) and dgrad (NN) dispatches on sm_90a run the TMA engine as cluster pairs (NT: its B tile's gate
+// The forward (NT) and dgrad (NN) dispatches on sm_90a run the warp-specialised engine as cluster pairs (NT: its B tile's gate
 // and up halves loaded as two boxes, one per block of a pair, multicast); with dedup the NT tiles gather rows and
-// stay on the single-role loop (cp.async).
+// stay on the single-role engine (cp.async).
 TEST(Codegen, DispatchRunsAsClusterPairs) {
   using G = kernels::GroupedGemmSpec;
   for (auto [layout, dedup] : {std::pair{G::kNT, 0}, std::pair{G::kNT, 1}, std::pair{G::kNN, 0}}) {

@@ -74,7 +74,7 @@ TEST(MoeLayer, LoadsTheForwardKernelsAndForTrainingTheBackwardOnes) {
   const auto backward = MoeLayer::kernelSpecs(training, 2);
   ASSERT_EQ(backward.size(), 10u);
   EXPECT_EQ(backward[1].second[7], (std::pair<std::string, int64_t>{"save_h", 1}));  // the forward keeps h
-  EXPECT_EQ(backward[7].first, "grouped_gemm_tn_tma");  // dW2 on the TMA engine
+  EXPECT_EQ(backward[7].first, "grouped_gemm_tn_tma");  // dW2 on the warp-specialised engine
   const auto specs = MoeLayer::kernelSpecs(deepseek(), 2);
   ASSERT_EQ(specs.size(), 5u);
   EXPECT_EQ(specs[0].first, "dispatch_prologue");
