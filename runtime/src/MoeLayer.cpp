@@ -236,7 +236,7 @@ std::vector<std::pair<std::string, std::vector<std::pair<std::string, int64_t>>>
   if (c.training) {
     out.push_back(dispatch(kLayoutNN, 0));
     out.push_back({"swiglu_bwd", {{"I", I}, {"clamp_milli", c.swigluClampMilli}}});
-    // dW2 on the TMA engine (sm_90a; gfx950 builds the single-role kernel and ignores the two map arguments)
+    // dW2 on the warp-specialised engine (sm_90a; gfx950 builds the single-role kernel and ignores the map arguments)
     out.push_back({"grouped_gemm_tn_tma", {{"E", E / R}, {"N", I}, {"M", H}, {"pairs", 0}}});
     out.push_back(dispatch(kLayoutTN, 0));
     out.push_back(combine(kLayoutNN));

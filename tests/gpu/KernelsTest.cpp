@@ -440,7 +440,7 @@ TEST(GpuKernels, TmaGroupedGemmNtSplitTailAfterRounds) {
 }
 
 // Three K steps a tile: consecutive tiles start their K loops at ring slots 0, 3, 2, 1, ... in alternating
-// phases, which the MMA loop carries from one step to the next (kernels/GroupedGemmPipeline.h compute); one cluster
+// phases, which the MMA loop carries from one step to the next (kernels/gemm/WarpSpecializedEngine.h, compute); one cluster
 // (grid 2) or three blocks run every tile.
 TEST(GpuKernels, TmaGroupedGemmNtPairsThreeStepTiles) {
   MEGAMOE_REQUIRE_SM90A(gpu);
