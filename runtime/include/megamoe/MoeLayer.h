@@ -5,11 +5,11 @@
 //                          reads have arrived; SwiGLU in the tile's epilogue (act = silu(gate) * up)
 //   grouped_gemm_combine   L2 tiles stored straight into the token's home rank, then the top-k weighted sum in fp32
 //   epoch_advance          the next call's epoch (docs/decisions/epochs.md)
-// Layouts (bf16 unless said): x [tokens, H]; topk_idx int32 (int64 with topkIdxInt64) [tokens, topk] (-1 = no expert; rank r owns experts
-// [r * E/R, (r + 1) * E/R)); topk_weights fp32 [tokens, topk]; w1 [E/R, 2I, H] (rows [0, I) gate, [I, 2I) up);
-// w2 [E/R, H, I]; y [tokens, H]. Token counts may differ between ranks and calls (0 .. max_tokens).
+// Layouts (bf16 unless said): x [tokens, H]; topk_idx int32 (int64 with topkIdxInt64) [tokens, topk] (-1 = no
+// expert; rank r owns experts [r * E/R, (r + 1) * E/R)); topk_weights fp32 [tokens, topk]; w1 [E/R, 2I, H] (rows
+// [0, I) gate, [I, 2I) up); w2 [E/R, H, I]; y [tokens, H]. Token counts may differ between ranks and calls.
 // Lifetimes: a layer uses its Runtime for every launch, so the Runtime must outlive it (the C ABI's handles keep
-// it alive for the caller, see megamoe.h); the layer owns its heap. Streams: see forward().
+// it alive for the caller, see megamoe.h); the layer keeps its workspace (Workspace.h) alive. Streams: forward().
 #pragma once
 #include <array>
 #include <cstdint>
