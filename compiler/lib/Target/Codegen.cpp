@@ -2,6 +2,7 @@
 #include "megamoe/Target/Codegen.h"
 
 #include "compiler/abi/KernelAbi.h"
+#include "compiler/cache/Json.h"
 
 #include <dlfcn.h>
 #include <unistd.h>
@@ -46,17 +47,10 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double msSince(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
 
-std::string jsonEscape(const std::string& s) {
+// A JSON string literal of `s`, through the project's one writer (compiler/cache/Json.h).
+std::string quoted(const std::string& s) {
   std::string out;
-  for (char c : s) {
-    if (c == '"' || c == '\\') out += '\\', out += c;
-    else if (c == '\n') out += "\\n";
-    else if (static_cast<unsigned char>(c) < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\u%04x", c);
-      out += buf;
-    } else out += c;
-  }
+  json::appendQuoted(out, s);
   return out;
 }
 
@@ -411,19 +405,19 @@ void checkBudgets(const TargetOptions& options, CompiledKernel& k) {
 
 std::string StaticFacts::json() const {
   std::ostringstream o;
-  o << "{\"target\":\"" << target << "\",\"registers\":" << registers << ",\"agprs\":" << agprs << ",\"sgprs\":" << sgprs
+  o << "{\"target\":" << quoted(target) << ",\"registers\":" << registers << ",\"agprs\":" << agprs << ",\"sgprs\":" << sgprs
     << ",\"scratch_bytes\":" << scratchBytes << ",\"spill_bytes\":" << spillBytes << ",\"shared_bytes\":" << sharedBytes
-    << ",\"mma_instructions\":" << mmaInstructions << ",\"mma_mnemonic\":\"" << mmaMnemonic
-    << "\",\"expects_mma\":" << (expectsMma ? "true" : "false") << ",\"violations\":[";
-  for (size_t i = 0; i < violations.size(); ++i) o << (i ? "," : "") << '"' << jsonEscape(violations[i]) << '"';
+    << ",\"mma_instructions\":" << mmaInstructions << ",\"mma_mnemonic\":" << quoted(mmaMnemonic)
+    << ",\"expects_mma\":" << (expectsMma ? "true" : "false") << ",\"violations\":[";
+  for (size_t i = 0; i < violations.size(); ++i) o << (i ? "," : "") << quoted(violations[i]);
   o << "]}";
   return o.str();
 }
 
 std::string CompiledKernel::metadataJson() const {
   std::ostringstream o;
-  o << "{\"symbol\":\"" << name << "\",\"block_threads\":" << blockThreads << ",\"shared_bytes\":" << dynamicSharedBytes
-    << ",\"signature\":\"" << signature << "\",\"abi_version\":" << abi::kKernelAbiVersion
+  o << "{\"symbol\":" << quoted(name) << ",\"block_threads\":" << blockThreads << ",\"shared_bytes\":" << dynamicSharedBytes
+    << ",\"signature\":" << quoted(signature) << ",\"abi_version\":" << abi::kKernelAbiVersion
     << ",\"compile_ms\":{\"lower\":" << lowerMs << ",\"optimize\":" << optimizeMs << ",\"codegen\":" << codegenMs
     << ",\"link\":" << linkMs << "},\"static\":" << facts.json() << "}";
   return o.str();
