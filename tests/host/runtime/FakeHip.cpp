@@ -2,6 +2,7 @@
 // device memory with POSIX shared memory (so IPC handles work across fork()ed processes, like the real thing).
 // Loaded through MEGAMOE_HIP_LIBRARY (or openBackend's path); tests query it through the fakehip_* functions.
 #include <fcntl.h>
+#include <cerrno>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -93,7 +94,13 @@ void record(const char* call) {
 }
 
 void* mapShared(const std::string& name, size_t bytes, bool create) {
-  const int fd = ::shm_open(name.c_str(), create ? (O_CREAT | O_EXCL | O_RDWR) : O_RDWR, 0600);
+  int fd = ::shm_open(name.c_str(), create ? (O_CREAT | O_EXCL | O_RDWR) : O_RDWR, 0600);
+  // A name of ours that exists already was left by a dead process with our pid (names hold the creator's pid and
+  // a counter; a crashed test leaves its objects behind): reuse after unlinking it.
+  if (fd < 0 && create && errno == EEXIST) {
+    ::shm_unlink(name.c_str());
+    fd = ::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+  }
   if (fd < 0) return nullptr;
   if (create && ::ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
     ::close(fd);
