@@ -18,12 +18,12 @@ KernelLoader::JitCompiler& jitCompiler() {
   return *jit;
 }
 
-// The megamoe-cache command that rebuilds the entry of `key` in place.
-std::string regenerateCommand(const cache::KernelKey& key) {
+// The megamoe-cache command that builds the entry of `key`.
+std::string generateCommand(const cache::KernelKey& key) {
   std::string spec;
   for (const auto& [name, value] : key.spec) spec += (spec.empty() ? "" : ",") + name + "=" + std::to_string(value);
   return "megamoe-cache generate --kernel " + key.kernel + (spec.empty() ? "" : " --spec " + spec) + " --targets " +
-         key.target + " --force";
+         key.target;
 }
 
 }  // namespace
@@ -106,7 +106,7 @@ cache::CacheEntry KernelLoader::find(const cache::KernelKey& key, const std::str
   }
   throw Error(ErrorCode::kKernelNotFound,
               what + " and no JIT compiler is linked into this process; generate it with: " +
-                  (generateHint.empty() ? std::string("megamoe-cache (see tools/)") : generateHint));
+                  (generateHint.empty() ? generateCommand(key) : generateHint));
 }
 
 std::string defaultTargetOptions(const std::string& target) {
@@ -147,7 +147,7 @@ std::shared_ptr<const Kernel> KernelLoader::load(const std::shared_ptr<Device>& 
               (metadata.signature.empty() ? std::string("(none recorded)") : metadata.signature) + " at kernel ABI " +
               std::to_string(metadata.abiVersion) + ", this runtime declares " + want + " at kernel ABI " +
               std::to_string(abi::kKernelAbiVersion) + " (" + abi::signatureText(*decl) +
-              "); regenerate it with: " + regenerateCommand(resolved));
+              "); regenerate it with: " + generateCommand(resolved) + " --force");
       MEGAMOE_LOG(kWarn, std::string("kernel cache: stale entry: ") + stale.what());
       throw stale;
     }

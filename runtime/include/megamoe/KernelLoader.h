@@ -60,13 +60,14 @@ class KernelLoader {
   const std::string& cacheRoot() const { return cache_.root(); }
 
   // The cache entry for `key`: exact lookup when key.fingerprint is set, else the newest entry for any
-  // fingerprint; on a miss the JIT, else Error(kKernelNotFound) with `generateHint` (the command that builds it).
+  // fingerprint; on a miss the JIT, else Error(kKernelNotFound) with `generateHint` (the command that builds it;
+  // empty: the megamoe-cache command for `key`).
   cache::CacheEntry find(const cache::KernelKey& key, const std::string& generateHint) const;
 
   // find() + load on `device`, cached per (device, digest). An empty key.target means the device's target; a
   // target the device cannot run is an Error(kInvalidArgument). An entry of a declared kernel whose signature (or
   // kernel-ABI version) differs from the declaration's is refused: Error(kStaleKernel) naming the kernel, both
-  // hashes and `generateHint`.
+  // hashes and the megamoe-cache command that rebuilds it.
   std::shared_ptr<const Kernel> load(const std::shared_ptr<Device>& device, const cache::KernelKey& key,
                                      const std::string& generateHint);
 

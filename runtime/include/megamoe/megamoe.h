@@ -126,7 +126,8 @@ MEGAMOE_API int megamoe_runtime_destroy(megamoe_runtime* runtime);
 MEGAMOE_API int megamoe_device_count(const char* backend, int* count);
 
 /* Finds the kernel in the cache (MEGAMOE_CACHE_DIR), else asks the JIT when linked in, else fails with
- * MEGAMOE_ERROR_KERNEL_NOT_FOUND naming the key, the cache and generate_hint (the command that builds it). */
+ * MEGAMOE_ERROR_KERNEL_NOT_FOUND naming the key, the cache and generate_hint (the command that builds it; NULL or "":
+ * the megamoe-cache command for the key). */
 MEGAMOE_API int megamoe_kernel_load(megamoe_runtime* runtime, const megamoe_kernel_key* key,
                                     const char* generate_hint, megamoe_kernel** out);
 /* block_threads and shared_bytes may each be NULL (not wanted). */
