@@ -515,16 +515,12 @@ struct MoeLayer::Impl {
                       const SymmetricHeap& heap) {
     if (!c.topkIdxInt64) return topkIdx;
     const int64_t count = tokens * c.topk;
-    const Kernel& kernel = *kernels.back();
-    const int64_t threads = kernel.metadata().blockThreads;
+    const auto narrow = KernelIndex(kernels.size() - 1);  // kernelSpecs() lists it last
+    const int64_t threads = kernels[narrow]->metadata().blockThreads;
     const int32_t blocks = int32_t(std::clamp<int64_t>((count / 2 + threads - 1) / threads, 1, 8 * int64_t(grid)));
-    KernelArgs a(kernel.key().kernel);
-    a.context(b.ctx).ptr("src", topkIdx).ptr("dst", b.topkIdx32).i32("count", count).i32("grid", blocks);
-    LaunchDims dims;
-    dims.grid = {uint32_t(blocks), 1, 1};
-    dims.block = {uint32_t(threads), 1, 1};
-    dims.sharedBytes = uint32_t(kernel.metadata().sharedBytes);
-    runtime.launch(kernel, dims, stream, a, &heap);
+    KernelArgs a = args(narrow);
+    a.ptr("src", topkIdx).ptr("dst", b.topkIdx32).i32("count", count).i32("grid", blocks);
+    launch(narrow, uint32_t(blocks), stream, a, heap);
     return b.topkIdx32;
   }
   // dispatch_prologue: the routing tables of topk_idx, its counts exchanged with the peers.
@@ -574,11 +570,7 @@ MoeLayer::MoeLayer(std::shared_ptr<Workspace> workspace, const MoeLayerConfig& c
   const int ranks = workspace_->ranks();
   for (const auto& [name, spec] : kernelSpecs(config, ranks)) {
     cache::KernelKey key{name, spec, m.device.target(), defaultTargetOptions(m.device.target()), /*any*/ ""};
-    std::string text;
-    for (const auto& [k, v] : spec) text += (text.empty() ? "" : ",") + k + "=" + std::to_string(v);
-    m.kernels.push_back(m.runtime.loadKernel(key, "megamoe-cache generate --kernel " + name +
-                                                      (text.empty() ? "" : " --spec " + text) + " --targets " +
-                                                      m.device.target()));
+    m.kernels.push_back(m.runtime.loadKernel(key, ""));  // a miss names the megamoe-cache command (KernelLoader)
   }
   // One block per SM of the budget, all resident: the combine's blocks wait for each other (see
   // docs/decisions/fused-dispatch.md).
