@@ -254,6 +254,24 @@ MEGAMOE_API int megamoe_workspace_create_local(megamoe_runtime* const* runtimes,
                                                const megamoe_layer_config* config,
                                                megamoe_workspace** out_workspaces);
 MEGAMOE_API int megamoe_workspace_destroy(megamoe_workspace* workspace); /* NULL is accepted */
+/* Rendezvous through the caller (an all-gather over its process group, MPI, anything; no socket, no path):
+ *   1. megamoe_workspace_prepare allocates this rank's share and makes its handle: megamoe_workspace_handle_size()
+ *      bytes, the same size on every rank, written by megamoe_workspace_export;
+ *   2. the caller gathers every rank's handle, in rank order, into nranks * handle_size bytes;
+ *   3. megamoe_workspace_join checks every handle (format, rank, ranks, configuration: a difference names the rank
+ *      and the field) and maps every peer's heap. Every rank's workspace is usable once every rank's join has
+ *      returned MEGAMOE_OK: the caller meets its ranks (a barrier) before the first layer call.
+ * The pending object is destroyed by the caller after join, whatever join returned (after a successful join it
+ * holds nothing). Before destroying a workspace made this way, the caller synchronises its stream and meets its
+ * ranks (a barrier): a peer may write into this rank's heap until its last call has finished. */
+typedef struct megamoe_workspace_pending megamoe_workspace_pending;
+MEGAMOE_API size_t megamoe_workspace_handle_size(void);
+MEGAMOE_API int megamoe_workspace_prepare(megamoe_runtime* runtime, const megamoe_layer_config* config, int rank,
+                                          int nranks, megamoe_workspace_pending** out);
+MEGAMOE_API int megamoe_workspace_export(const megamoe_workspace_pending* pending, void* handle, size_t size);
+MEGAMOE_API int megamoe_workspace_join(megamoe_workspace_pending* pending, const void* handles, size_t size,
+                                       megamoe_workspace** out);
+MEGAMOE_API int megamoe_workspace_pending_destroy(megamoe_workspace_pending* pending); /* NULL is accepted */
 /* A layer on `workspace`; its config must fit the workspace's (each size at most the workspace's). */
 MEGAMOE_API int megamoe_layer_create_on(megamoe_workspace* workspace, const megamoe_layer_config* config,
                                         megamoe_layer** out);
