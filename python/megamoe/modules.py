@@ -124,7 +124,8 @@ def reference_moe(x, topk_idx, topk_weights, w1, w2):
     """The layer in plain PyTorch on one rank holding every expert (w1 [E, 2I, H], w2 [E, H, I]), in x's dtype
     with fp32 routing weights: what fused_moe computes, for tests and examples. Differentiable."""
     I = w2.shape[2]
-    y = torch.zeros(x.shape, dtype=torch.float32, device=x.device)
+    acc = torch.promote_types(x.dtype, torch.float32)  # fp32 sums for bf16 (as the kernels), fp64 for fp64
+    y = torch.zeros(x.shape, dtype=acc, device=x.device)
     flat = topk_idx.reshape(-1).long()
     token = torch.arange(x.shape[0], device=x.device).repeat_interleave(topk_idx.shape[1])
     for e in range(w1.shape[0]):
@@ -132,5 +133,5 @@ def reference_moe(x, topk_idx, topk_weights, w1, w2):
         rows = x[token[sel]]
         h = rows @ w1[e].t()
         out = (torch.nn.functional.silu(h[:, :I]) * h[:, I:]) @ w2[e].t()
-        y = y.index_add(0, token[sel], out.float() * topk_weights.reshape(-1)[sel, None])
+        y = y.index_add(0, token[sel], out.to(acc) * topk_weights.reshape(-1)[sel, None].to(acc))
     return y.to(x.dtype)
