@@ -115,12 +115,21 @@ class Workspace:
         return handle
 
     def _all_gather(self, mine):
+        """Every rank's handle bytes, in rank order: all_gather_into_tensor of a uint8 tensor (a CUDA one on an NCCL
+        group, a CPU one otherwise); a backend without it (gloo on an older torch) gathers into a list instead."""
         dist = _dist()
         on_cuda = dist.get_backend(self.group) == "nccl"
         dev = self.device if on_cuda else torch.device("cpu")
-        local = torch.frombuffer(bytearray(mine), dtype=torch.uint8).to(dev)
-        out = torch.empty(len(mine) * self.ranks, dtype=torch.uint8, device=dev)
-        dist.all_gather_into_tensor(out, local, group=self.group)
+        local = torch.tensor(list(mine), dtype=torch.uint8, device=dev)
+        try:
+            out = torch.empty(len(mine) * self.ranks, dtype=torch.uint8, device=dev)
+            dist.all_gather_into_tensor(out, local, group=self.group)
+        except (AttributeError, RuntimeError, NotImplementedError):
+            if on_cuda:
+                raise
+            parts = [torch.empty_like(local) for _ in range(self.ranks)]
+            dist.all_gather(parts, local, group=self.group)
+            out = torch.cat(parts)
         return bytes(out.cpu().tolist())
 
     def _barrier(self):

@@ -6,6 +6,7 @@ import logging
 import os
 import stat
 import subprocess
+import sys
 
 import pytest
 
@@ -393,3 +394,22 @@ def test_converter_rules():
         megamoe.convert_experts(torch.zeros(2, 3, 2), gate=torch.zeros(2, 2, 4), up=torch.zeros(2, 2, 4))
     with pytest.raises(ValueError, match="3 experts do not split over 2 ranks"):
         megamoe.convert_experts(torch.zeros(3, 4, 2), gate=torch.zeros(3, 2, 4), up=torch.zeros(3, 2, 4), ranks=2)
+
+
+def test_two_processes_meet_through_a_process_group(fake_env, tmp_path):
+    fill_cache(fake_env, ranks=2)
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "two_ranks_fake.py")
+    procs = []
+    for rank in range(2):
+        env = dict(os.environ, RANK=str(rank), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+                   MEGAMOE_RENDEZVOUS_TIMEOUT_S="20")
+        procs.append(subprocess.Popen([sys.executable, script], env=env, stdout=subprocess.PIPE,
+                                      stderr=subprocess.STDOUT, text=True))
+    outs = [p.communicate(timeout=90)[0] for p in procs]
+    for rank, (p, out) in enumerate(zip(procs, outs)):
+        assert p.returncode == 0, "rank %d:\n%s" % (rank, out)
+        assert "rank %d: exchanged through the group (handles)" % rank in out, out
