@@ -3,6 +3,9 @@ C ABI (ctypes; docs/python.md). Without torch only the bindings (megamoe._lib) a
 from ._lib import Library, MegamoeError, library_candidates  # noqa: F401
 
 __version__ = "0.1.0"
+__all__ = ["Library", "MegamoeError", "library_candidates", "HAS_CUSTOM_OP", "ArgumentError", "fused_moe", "grouped_mm",
+           "grouped_mm_nt", "grouped_mm_nn", "grouped_mm_tn", "MoeExperts", "convert_experts", "reference_moe",
+           "to_gate_up_down", "Workspace", "layer_command"]
 
 try:
     import torch  # noqa: F401

@@ -1,6 +1,5 @@
 """A megamoe workspace for PyTorch: one per process and GPU, shared by every MoE layer of a model. Made from a
 torch.distributed process group (the ranks' handles exchanged over it) or, without one, for one process and one GPU."""
-import ctypes
 import itertools
 import os
 import tempfile
