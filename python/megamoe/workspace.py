@@ -177,9 +177,8 @@ class Workspace:
 
     def check_errors(self):
         """Synchronises torch's current stream and raises MegamoeError naming the first device error."""
-        for layer in self.layers.values():
-            layer.handle.check_errors(self.stream())
-            return
+        # The layers share the workspace's heap and its error record: any one of them reads it.
+        next(iter(self.layers.values())).handle.check_errors(self.stream())
 
     def close(self):
         """Synchronises, meets the ranks (a barrier over the group), then frees the layers and the workspace."""
