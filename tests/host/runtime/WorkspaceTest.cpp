@@ -252,8 +252,9 @@ TEST_F(WorkspaceOnFakeHip, HandlesExchangedByTheCallerMakeOneWorkspaceAcrossProc
       d.free(saved);
       layer.reset();
       test::allGatherThroughFiles(dir.path(), "done", r, kRanks, {1});  // met again: now destroy
+      const bool peerMapped = ctx.peer_offset[1 - r] != 0;  // read before ws.reset() frees the context
       ws.reset();
-      return "ok " + std::to_string(ctx.peer_offset[1 - r] != 0);
+      return "ok " + std::to_string(peerMapped);
     }));
   }
   for (auto& c : ranks) {
