@@ -332,7 +332,7 @@ class Runtime:
                       (ctypes.c_uint32 * rank)(*box), out)
         return out
 
-    def launch(self, kernel, grid, stream, **args):
+    def launch(self, kernel, grid, stream, /, **args):  # positional-only: kernels declare a "grid" argument too
         """Launches on `stream` (native handle, 0 = default) with arguments by their declared names: device
         addresses and integers as Python ints, tensor maps as tensor_map()'s bytes. A name the kernel does not
         declare, or one it declares and is not given, is a TypeError naming them."""
