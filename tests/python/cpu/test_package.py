@@ -127,6 +127,12 @@ def test_launch_by_name_refuses_unknown_and_missing_arguments(fake_env):
     before = fake_launches()
     rt.launch(k, (1, 1, 1), 0, **{n: 0 for n in names})
     assert fake_launches() == before + 1
+    # A kernel that declares an argument named grid (topk_idx_narrow, the grouped GEMMs): it is the kernel's, not
+    # the launch's grid.
+    narrow = rt.kernel("topk_idx_narrow", [])
+    assert "grid" in [n for n, _ in narrow.signature]
+    rt.launch(narrow, (2, 1, 1), 0, **{n: 0 for n, _ in narrow.signature})
+    assert fake_launches() == before + 2
     rt.close()
 
 
