@@ -29,7 +29,8 @@ namespace megamoe::kernels {
 // spilled).
 //
 // With tensor maps (sm_90a TMA) one producer thread loads each stage as boxes completing on full[s] (expected
-// bytes), so the producer's copies cost a few instructions instead of 24 cp.async with their addresses per thread:
+// bytes), so the producer's copies cost a few instructions instead of 24 cp.async with their addresses per thread.
+// The boxes are the maps' declared ones (compiler/abi/KernelAbi.cpp), which the runtime encodes the maps with:
 // NT / NN's A [rows, K] in boxes of 128 rows x 64 K, NT's B [E * N, K] in boxes of 128 rows x 64 K, NN's B
 // [E * K, N] and TN's A [tokens, M] and B [tokens, N] in boxes of 64 K x 64 MN (MN atoms outermost: mma_tile's
 // mn_atoms_outer; TN zeroes a group's partial last step in shared memory, zeroTail). Every registered kernel on this
@@ -81,6 +82,17 @@ struct WarpSpecializedEngine {
     if (blockInPair && (!maps.a || gemm.c.n != 256 || gemm.tn()))
       throw std::logic_error("pairs: tensor maps, NT / NN, BN = 256");
     if (gemm.rings.staging.rows() != 64) throw std::logic_error("warp-specialised: a 64-row staging tile");
+    // A K-major operand's box is one whole stage (A) or a band of whole rows (NT's B); an MN-major slab's box is one
+    // 64-wide K step of an MN atom (boxRows).
+    const auto& c = gemm.c;
+    if (maps.a && !gemm.tn() && (maps.a->box().cols != c.k || maps.a->box().rows != c.m))
+      throw std::logic_error("tensor maps: A's declared box must be one " + std::to_string(c.k) + " x " +
+                             std::to_string(c.m) + " stage");
+    const int64_t bRows = maps.b ? maps.b->box().rows : 0;
+    if (maps.b && gemm.s.layout == GroupedGemmSpec::kNT &&
+        (maps.b->box().cols != c.k || c.n % bRows != 0 || (gemm.gateUpRows && c.n != 2 * bRows)))
+      throw std::logic_error("tensor maps: NT's B box must be whole " + std::to_string(c.k) + "-wide rows of the tile "
+                             "(with gate | up halves, one half)");
     dsl::Kernel& k = gemm.k;
     WarpSpecializedEngine engine{
         gemm, k.mbarriers(2 * gemm.c.stages + 2 * kHandover + (blockInPair ? PairMailbox::kBarriers : 0) + 2),
@@ -105,8 +117,10 @@ struct WarpSpecializedEngine {
   }
   // TN with TMA: both MMA warpgroups meet here once they have zeroed their share of a group's last K step.
   static constexpr int kTailBarrier = 7;
-  // Rows of one 64 MN x 64 K TMA box (8 KB: 64 K rows of 128 bytes) in a [K][MN] ring tile of `cols` elements.
-  static int64_t boxRows(const dsl::SharedTile& t) { return 8192 / (t.cols() * 2); }
+  // Rows of one MN x K TMA box (64 x 64: 8 KB, 64 K rows of 128 bytes) in a [K][MN] ring tile of `cols` elements.
+  static int64_t boxRows(const dsl::SharedTile& t, const dsl::TensorMap& map) {
+    return map.box().bytes() / (t.cols() * 2);
+  }
   bool tma() const { return maps.a.has_value(); }
   int64_t stages() const { return gemm.c.stages; }
   dsl::I32 full(const dsl::I32& slot) const { return slot; }
@@ -206,13 +220,15 @@ struct WarpSpecializedEngine {
       I32 gi = g + kt, slot = gi % stages(), kk = (slice ? slice->k0 + kt : kt) * c.k;
       k.ifThen(k.i32(stages() - 1) < gi, [&] { k.mbarrierWait(bars, empty(slot), (gi / stages() + 1) % 2); });
       k.mbarrierArriveExpectTx(bars, full(slot), (c.m + c.n) * c.k * 2);
-      if (gemm.tn()) {  // K x MN slabs of the group's rows: A's M atoms and B's N atoms, one 64 x 64 box each
+      if (gemm.tn()) {  // K x MN slabs of the group's rows: A's M atoms and B's N atoms, one box each
         SharedTile a = gemm.rings.a.stage(slot), b = gemm.rings.b.stage(slot);
+        const int64_t aMN = maps.a->box().cols, bMN = maps.b->box().cols, aRows = boxRows(a, *maps.a),
+                      bRows = boxRows(b, *maps.b);
         I32 row = p.groupStart + kk;
-        for (int64_t at = 0; at < c.m / 64; ++at)
-          k.tmaLoad(*maps.a, {gemm.m0(p) + 64 * at, row}, a.rowSlice(boxRows(a) * at, boxRows(a)), bars, full(slot));
-        for (int64_t at = 0; at < c.n / 64; ++at)
-          k.tmaLoad(*maps.b, {p.n0 + 64 * at, row}, b.rowSlice(boxRows(b) * at, boxRows(b)), bars, full(slot));
+        for (int64_t at = 0; at < c.m / aMN; ++at)
+          k.tmaLoad(*maps.a, {gemm.m0(p) + aMN * at, row}, a.rowSlice(aRows * at, aRows), bars, full(slot));
+        for (int64_t at = 0; at < c.n / bMN; ++at)
+          k.tmaLoad(*maps.b, {p.n0 + bMN * at, row}, b.rowSlice(bRows * at, bRows), bars, full(slot));
         return;
       }
       k.tmaLoad(*maps.a, {kk, gemm.m0(p)}, gemm.rings.a.stage(slot), bars, full(slot));
@@ -220,14 +236,16 @@ struct WarpSpecializedEngine {
       // B's boxes: all of them, or with pairs this block's half, multicast into both blocks of the cluster.
       auto loadB = [&](int64_t half, int64_t halves, int64_t multicast) {
         if (s.layout == GroupedGemmSpec::kNT) {
-          for (int64_t h = half * 2 / halves; h < (half + 1) * 2 / halves; ++h) {
+          const int64_t rows = maps.b->box().rows, boxes = c.n / rows;
+          for (int64_t h = half * boxes / halves; h < (half + 1) * boxes / halves; ++h) {
             // Rows of B[e]: the tile's, or with gate | up halves n0 / 2 .. of the gate rows, then of the up rows.
-            I32 row = gemm.gateUpRows ? p.n0 / 2 + h * gemm.gateUpRows : p.n0 + 128 * h;
-            k.tmaLoad(*maps.b, {kk, p.expert * s.n + row}, stage.rowSlice(128 * h, 128), bars, full(slot), multicast);
+            I32 row = gemm.gateUpRows ? p.n0 / 2 + h * gemm.gateUpRows : p.n0 + rows * h;
+            k.tmaLoad(*maps.b, {kk, p.expert * s.n + row}, stage.rowSlice(rows * h, rows), bars, full(slot), multicast);
           }
-        } else {  // K x 64 boxes: 64 rows of 128 bytes, MN atom a at a * 8 KB
-          for (int64_t a = half * (c.n / 64) / halves; a < (half + 1) * (c.n / 64) / halves; ++a)
-            k.tmaLoad(*maps.b, {p.n0 + 64 * a, p.expert * s.kOrM + kk}, stage.rowSlice(c.k / 4 * a, c.k / 4), bars,
+        } else {  // K x MN boxes (64 x 64: 64 rows of 128 bytes), MN atom a at a * 8 KB
+          const int64_t mn = maps.b->box().cols, rows = boxRows(stage, *maps.b), atoms = c.n / mn;
+          for (int64_t a = half * atoms / halves; a < (half + 1) * atoms / halves; ++a)
+            k.tmaLoad(*maps.b, {p.n0 + mn * a, p.expert * s.kOrM + kk}, stage.rowSlice(rows * a, rows), bars,
                       full(slot), multicast);
         }
       };
@@ -332,8 +350,8 @@ struct WarpSpecializedEngine {
     I32 valid = p.groupEnd - p.groupStart - kt * c.k;  // > 0: kt is one of the group's steps
     k.ifThen(valid < k.i32(c.k), [&] {
       I32 lane = k.threadIdx() % 128;
-      auto clear = [&](const SharedTile& ring, int64_t at) {
-        SharedTile box = ring.stage(slot).rowSlice(boxRows(ring) * at, boxRows(ring));
+      auto clear = [&](const SharedTile& ring, const TensorMap& map, int64_t at) {
+        SharedTile box = ring.stage(slot).rowSlice(boxRows(ring, map) * at, boxRows(ring, map));
         const int64_t rowBytes = box.cols() * 2;
         // 16-byte chunks of K rows valid .. 63 (128 bytes each: the swizzle only permutes chunks within a row).
         k.forRange(lane, (k.i32(c.k) - valid) * 8, k.i32(128), [&](I32 q) {
@@ -341,9 +359,9 @@ struct WarpSpecializedEngine {
           box.store(at8 / rowBytes, at8 % rowBytes / 2, k.zeros(8, Elem::bf16));
         });
       };
-      clear(gemm.rings.a, w);
-      const int64_t bBoxes = c.n / 64, share = bBoxes / warpgroups();
-      for (int64_t at = w * share; at < (w + 1) * share; ++at) clear(gemm.rings.b, at);
+      clear(gemm.rings.a, *maps.a, w);
+      const int64_t bBoxes = c.n / maps.b->box().cols, share = bBoxes / warpgroups();
+      for (int64_t at = w * share; at < (w + 1) * share; ++at) clear(gemm.rings.b, *maps.b, at);
       k.proxyFence();
       k.namedBarrier(kTailBarrier, int(gemm.c.mmaThreads()), /*arriveOnly=*/false);
     });
