@@ -108,12 +108,12 @@ struct WarpSpecializedEngine {
     split = SplitTail::over(gemm.k, scratch, maxSplit, grid, blockInPair);
   }
   int64_t warpgroups() const { return gemm.c.mmaThreads() / 128; }
-  // The staging tile passes between the MMA warpgroups on mbarrier turn(w) (warpgroup w's turn): the other
+  // The staging tile passes between the MMA warpgroups in turns (Turns; warpgroup w's turn): the other
   // warpgroup's 128 threads arrive once done with it (release), w waits before using it (acquire). Named barriers
   // (bar.arrive / bar.sync) ordered the same accesses, but compute-sanitizer racecheck does not follow bar.arrive
   // and reported every hand-over as a hazard; it follows mbarriers.
-  dsl::I32 turn(int64_t w) const {
-    return gemm.k.i32(2 * stages() + 2 * kHandover + (blockInPair ? PairMailbox::kBarriers : 0) + w);
+  Turns turns() const {
+    return {gemm.k, bars, 2 * stages() + 2 * kHandover + (blockInPair ? PairMailbox::kBarriers : 0)};
   }
   // TN with TMA: both MMA warpgroups meet here once they have zeroed their share of a group's last K step.
   static constexpr int kTailBarrier = 7;
@@ -123,25 +123,18 @@ struct WarpSpecializedEngine {
   }
   bool tma() const { return maps.a.has_value(); }
   int64_t stages() const { return gemm.c.stages; }
-  dsl::I32 full(const dsl::I32& slot) const { return slot; }
-  dsl::I32 empty(const dsl::I32& slot) const { return slot + stages(); }
-  dsl::I32 tileFull(const dsl::I32& q) const { return q + 2 * stages(); }
-  dsl::I32 tileEmpty(const dsl::I32& q) const { return q + (2 * stages() + kHandover); }
+  // The ring slots (full[S], empty[S]) and the tile hand-over table's entries (tileFull[2], tileEmpty[2]).
+  BarrierRing slots() const { return {gemm.k, bars, stages(), 0, stages()}; }
+  BarrierRing handOvers() const { return {gemm.k, bars, kHandover, 2 * stages(), 2 * stages() + kHandover}; }
 
   // Thread 0 sets up the barriers; every thread of the block calls it.
   void init() const {
     using namespace dsl;
     dsl::Kernel& k = gemm.k;
     k.ifThen(k.threadIdx() == 0, [&] {
-      for (int64_t sl = 0; sl < stages(); ++sl) {
-        k.mbarrierInit(bars, full(k.i32(sl)), tma() ? 1 : k.blockThreads() - gemm.c.mmaThreads());
-        k.mbarrierInit(bars, empty(k.i32(sl)), warpgroups() * (blockInPair ? 2 : 1));
-      }
-      for (int64_t q = 0; q < kHandover; ++q) {
-        k.mbarrierInit(bars, tileFull(k.i32(q)), 1);
-        k.mbarrierInit(bars, tileEmpty(k.i32(q)), gemm.c.mmaThreads());  // every reader of the entry
-      }
-      for (int64_t w = 0; w < 2; ++w) k.mbarrierInit(bars, turn(w), 128);
+      slots().init(tma() ? 1 : k.blockThreads() - gemm.c.mmaThreads(), warpgroups() * (blockInPair ? 2 : 1));
+      handOvers().init(1, gemm.c.mmaThreads());  // empty: every reader of the entry
+      turns().init(128);
       if (mailbox) mailbox->init();
     });
     if (blockInPair)
@@ -154,8 +147,9 @@ struct WarpSpecializedEngine {
   void handOver(const dsl::I32& j, const TilePlace* p, const std::optional<KSlice>& slice = std::nullopt) const {
     using namespace dsl;
     dsl::Kernel& k = gemm.k;
-    I32 q = j % kHandover;
-    k.ifThen(k.i32(kHandover - 1) < j, [&] { k.mbarrierWait(bars, tileEmpty(q), (j / kHandover + 1) % 2); });
+    const BarrierRing ring = handOvers();
+    I32 q = ring.entry(j);
+    ring.acquire(j, q);
     I32 at = q * kFields;
     info.storeI32(at, k.i32(p ? 1 : 0));
     if (p) {
@@ -166,11 +160,11 @@ struct WarpSpecializedEngine {
         info.storeI32(at + 7, slice->code);
       }
     }
-    k.mbarrierArrive(bars, tileFull(q));
+    ring.commit(q);
   }
   // MMA warpgroups: waits for tile number j's entry; returns its valid flag.
   dsl::I32 receive(const dsl::I32& j) const {
-    gemm.k.mbarrierWait(bars, tileFull(j % kHandover), (j / kHandover) % 2);
+    handOvers().wait(j);
     return info.loadI32((j % kHandover) * kFields);
   }
   TilePlace placeOf(const dsl::I32& q) const {
@@ -188,12 +182,12 @@ struct WarpSpecializedEngine {
     using namespace dsl;
     dsl::Kernel& k = gemm.k;
     I32 steps = gemm.kTiles(p);
+    const BarrierRing ring = slots();
     k.forRange(k.i32(0), steps, k.i32(1), [&](I32 kt) {
-      I32 gi = g + kt, slot = gi % stages();
-      // Refilling a slot waits until the MMA of its previous round has finished reading it.
-      k.ifThen(k.i32(stages() - 1) < gi, [&] { k.mbarrierWait(bars, empty(slot), (gi / stages() + 1) % 2); });
+      I32 gi = g + kt, slot = ring.entry(gi);
+      ring.acquire(gi, slot);  // refilling a slot waits until the MMA of its previous round has read it
       gemm.issue(p, kt, slot);
-      k.asyncArrive(bars, full(slot));
+      ring.commitAsync(slot);
     });
     return g + steps;
   }
@@ -216,22 +210,23 @@ struct WarpSpecializedEngine {
     const auto& c = gemm.c;
     const auto& s = gemm.s;
     I32 steps = slice ? slice->steps : gemm.kTiles(p);
+    const BarrierRing ring = slots();
     k.forRange(k.i32(0), steps, k.i32(1), [&](I32 kt) {
-      I32 gi = g + kt, slot = gi % stages(), kk = (slice ? slice->k0 + kt : kt) * c.k;
-      k.ifThen(k.i32(stages() - 1) < gi, [&] { k.mbarrierWait(bars, empty(slot), (gi / stages() + 1) % 2); });
-      k.mbarrierArriveExpectTx(bars, full(slot), (c.m + c.n) * c.k * 2);
+      I32 gi = g + kt, slot = ring.entry(gi), kk = (slice ? slice->k0 + kt : kt) * c.k;
+      ring.acquire(gi, slot);
+      ring.commitExpecting(slot, (c.m + c.n) * c.k * 2);
       if (gemm.tn()) {  // K x MN slabs of the group's rows: A's M atoms and B's N atoms, one box each
         SharedTile a = gemm.rings.a.stage(slot), b = gemm.rings.b.stage(slot);
         const int64_t aMN = maps.a->box().cols, bMN = maps.b->box().cols, aRows = boxRows(a, *maps.a),
                       bRows = boxRows(b, *maps.b);
         I32 row = p.groupStart + kk;
         for (int64_t at = 0; at < c.m / aMN; ++at)
-          k.tmaLoad(*maps.a, {gemm.m0(p) + aMN * at, row}, a.rowSlice(aRows * at, aRows), bars, full(slot));
+          k.tmaLoad(*maps.a, {gemm.m0(p) + aMN * at, row}, a.rowSlice(aRows * at, aRows), bars, ring.full(slot));
         for (int64_t at = 0; at < c.n / bMN; ++at)
-          k.tmaLoad(*maps.b, {p.n0 + bMN * at, row}, b.rowSlice(bRows * at, bRows), bars, full(slot));
+          k.tmaLoad(*maps.b, {p.n0 + bMN * at, row}, b.rowSlice(bRows * at, bRows), bars, ring.full(slot));
         return;
       }
-      k.tmaLoad(*maps.a, {kk, gemm.m0(p)}, gemm.rings.a.stage(slot), bars, full(slot));
+      k.tmaLoad(*maps.a, {kk, gemm.m0(p)}, gemm.rings.a.stage(slot), bars, ring.full(slot));
       SharedTile stage = gemm.rings.b.stage(slot);
       // B's boxes: all of them, or with pairs this block's half, multicast into both blocks of the cluster.
       auto loadB = [&](int64_t half, int64_t halves, int64_t multicast) {
@@ -240,13 +235,13 @@ struct WarpSpecializedEngine {
           for (int64_t h = half * boxes / halves; h < (half + 1) * boxes / halves; ++h) {
             // Rows of B[e]: the tile's, or with gate | up halves n0 / 2 .. of the gate rows, then of the up rows.
             I32 row = gemm.gateUpRows ? p.n0 / 2 + h * gemm.gateUpRows : p.n0 + rows * h;
-            k.tmaLoad(*maps.b, {kk, p.expert * s.n + row}, stage.rowSlice(rows * h, rows), bars, full(slot), multicast);
+            k.tmaLoad(*maps.b, {kk, p.expert * s.n + row}, stage.rowSlice(rows * h, rows), bars, ring.full(slot), multicast);
           }
         } else {  // K x MN boxes (64 x 64: 64 rows of 128 bytes), MN atom a at a * 8 KB
           const int64_t mn = maps.b->box().cols, rows = boxRows(stage, *maps.b), atoms = c.n / mn;
           for (int64_t a = half * atoms / halves; a < (half + 1) * atoms / halves; ++a)
             k.tmaLoad(*maps.b, {p.n0 + mn * a, p.expert * s.kOrM + kk}, stage.rowSlice(rows * a, rows), bars,
-                      full(slot), multicast);
+                      ring.full(slot), multicast);
         }
       };
       if (blockInPair) {
@@ -265,12 +260,6 @@ struct WarpSpecializedEngine {
     return g + steps;
   }
 
-  // A warpgroup leader gives a ring slot back: to this block's producer, and with pairs to the other block's too
-  // (its multicast writes this block's copy of the slot).
-  void release(const dsl::I32& bar) const {
-    gemm.k.mbarrierArrive(bars, bar);
-    if (blockInPair) gemm.k.mbarrierArrivePeer(bars, bar, gemm.k.i32(1) - *blockInPair);
-  }
 
   // MMA warpgroup w (its own thread group): tile number j, at p, its K loop from stage counter g on (rows 64w ..
   // of the tile), then its rows' epilogue; returns the counter after it.
@@ -285,36 +274,34 @@ struct WarpSpecializedEngine {
     // the ring slots on was slower on groups of random sizes (docs/decisions/gemm-tiles.md, not kept).
     // The step's ring slot and phase are carried, computed one step ahead: the barrier and operand addresses then
     // do not wait for arithmetic behind the previous step's MMA wait (bench/results/2026-12-01-h200-stall-sites).
+    const BarrierRing ring = slots();
+    const RingPosition first = ring.position(g);
     auto looped = k.forRange(
-        k.i32(0), steps, k.i32(1), k.zeroAcc(64, c.n), {g % stages(), (g / stages()) % 2},
-        [&](I32 kt, Acc acc, const std::vector<I32>& at) {
-          I32 slot = at[0], phase = at[1];
-          Bool last = slot == stages() - 1;
-          I32 previous = k.select(slot == 0, k.i32(stages() - 1), slot - 1);
-          std::vector<I32> next{k.select(last, k.i32(0), slot + 1), k.select(last, k.i32(1) - phase, phase)};
-          k.mbarrierWait(bars, full(slot), phase);
+        k.i32(0), steps, k.i32(1), k.zeroAcc(64, c.n), {first.entry, first.phase},
+        [&](I32 kt, Acc acc, const std::vector<I32>& carried) {
+          const RingPosition at{carried[0], carried[1]};
+          const I32 slot = at.entry;
+          const BarrierRing::Step step = ring.step(at);
+          ring.wait(at);
           if (tma() && gemm.tn()) zeroTail(p, kt, slot, w);
           if (!tma()) k.proxyFence();  // the producer's cp.async wrote through the generic proxy (TMA: the async one)
           Acc out = k.mma(acc, gemm.rings.a.stage(slot), gemm.rings.b.stage(slot), /*pending=*/1, gemm.aMN(),
                           gemm.bMN(), /*mnAtomsOuter=*/tma());
           // The MMA of step kt - 1 has finished in this warpgroup: its slot goes back to the producer(s).
-          k.ifThen(k.i32(0) < kt && wgLeader, [&] { release(empty(previous)); });
-          return std::pair<Acc, std::vector<I32>>{out, next};
+          // (With pairs to both blocks' producers: both multicast into this block's copy of the slot.)
+          k.ifThen(k.i32(0) < kt && wgLeader, [&] { ring.release(step.previous, blockInPair); });
+          return std::pair<Acc, std::vector<I32>>{out, {step.next.entry, step.next.phase}};
         });
     Acc acc = k.drain(looped.first);
-    k.ifThen(k.i32(0) < steps && wgLeader, [&] { release(empty((g + steps + (stages() - 1)) % stages())); });
+    k.ifThen(k.i32(0) < steps && wgLeader, [&] { ring.release(ring.entryBefore(g + steps), blockInPair); });
     // A split of the tail: its partial out, and whether this warpgroup is its tile's last split (then it stores).
     std::optional<Bool> isSplit, reduce;
     if (split && slice) {
       isSplit = !(slice->code == 0);
       reduce = *isSplit && split->arrive(k, c.n, acc, *slice, w);
     }
-    // Warpgroup 0 stores tile j after warpgroup 1 has stored tile j - 1 (turn(0)'s phase j - 1); warpgroup 1 after
-    // warpgroup 0 tile j (turn(1)'s phase j).
-    if (w == 0)
-      k.ifThen(k.i32(0) < j, [&] { k.mbarrierWait(bars, turn(0), (j - 1) % 2); });
-    else
-      k.mbarrierWait(bars, turn(1), j % 2);
+    // Warpgroup 0 stores tile j after warpgroup 1 has stored tile j - 1; warpgroup 1 after warpgroup 0 tile j.
+    turns().wait(w, j);
     // The staging tile's rows out (once filled: by the accumulator, or by the split's sum), every thread.
     auto stageAndStore = [&](const std::function<void()>& fill) {
       fill();
@@ -335,7 +322,7 @@ struct WarpSpecializedEngine {
       k.bulkWait(/*readOnly=*/true);  // this thread's copies have read their staging rows ...
       k.blockSync();                  // ... and every thread's, before the other warpgroup may overwrite them
     }
-    k.mbarrierArrive(bars, turn(1 - w));
+    turns().pass(w);
     return g + steps;
   }
 
@@ -408,7 +395,7 @@ struct WarpSpecializedEngine {
               I32 g = compute(placeOf(j % kHandover), v[2], w, j, slice);
               // Entry j has been read: each thread gives it back itself (racecheck does not follow a warpgroup
               // leader's arrival after a barrier of its group, and flagged the producer's rewrite of the entry).
-              k.mbarrierArrive(bars, tileEmpty(j % kHandover));
+              handOvers().release(handOvers().entry(j));
               return std::vector<I32>{receive(j + 1), j + 1, g};
             });
         if (bulkEpilogue) k.bulkWait(/*readOnly=*/false);  // written before what follows the engine (e.g. a signal)
