@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Generates every sm_90a kernel the GPU tests (gpu_kernels_test, gpu_comm_test, gpu_dispatch_test, gpu_layer_test) load into the
+# Generates every sm_90a kernel the GPU tests (gpu_kernels_test, gpu_comm_test, gpu_dispatch_test, gpu_layer_test,
+# tests/python/gpu, examples/; tests/python/gpu's DeepSeek-V3 overhead case uses scripts/gen-bench-cache.sh's) load into the
 # cache directory $1, at 2 and at 8 ranks, so that a machine without a compiler can run them (gpu_layer_test's
 # LayerTestCache.GpuTestCacheListsEveryLayerKernel checks that the layer kernels below cover its layers):
 # MEGAMOE_CACHE_DIR=$1 build/tests/gpu/gpu_kernels_test.
@@ -92,6 +93,8 @@ kernels=(
   "dispatch_grouped_gemm E=256,ranks=8,topk=8,H=7168,I=2048,clamp_milli=0,layout=0,save_h=1,dedup=0"
   "dispatch_grouped_gemm E=256,ranks=8,topk=8,H=7168,I=2048,clamp_milli=0,layout=1,save_h=0,dedup=0"
   "dispatch_grouped_gemm E=256,ranks=8,topk=8,H=7168,I=2048,clamp_milli=0,layout=2,save_h=0,dedup=0"
+  # tests/python/gpu: grouped_mm_nt's input gradient (NN over [E, N, K] weights read as [E, K', N'])
+  "grouped_gemm_nn_tma E=8,N=256,K=512,pairs=1"
 )
 for entry in "${kernels[@]}"; do
   read -r kernel spec <<<"$entry"
@@ -105,4 +108,12 @@ for entry in "${kernels[@]}"; do
   fi
   grep -E "^$kernel" <<<"$out" || true
 done
+# tests/python/gpu and examples/: the whole H=512 I=256 E=16 topk=4 layer at one rank and at two (inference and
+# training, int32 and int64 topk_idx); most EP2 entries are already there from the list above.
+if ! out=$("$tool" generate --hidden 512 --intermediate 256 --experts 16 --topk 4 --ep 1,2 --targets sm_90a \
+           --cache-dir "$dir" --quiet 2>&1); then
+  echo "$out" >&2
+  echo "failed: $tool generate --hidden 512 --intermediate 256 --experts 16 --topk 4 --ep 1,2" >&2
+  exit 1
+fi
 echo "GPU test kernels are in $dir"

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine from the repository root, over what scripts/gpu-stage.sh put into .carry/:
 # SASS check of every cached cubin, the GPU test tier, and the benchmarks. Logs and JSON go to $OUT.
-#   usage: scripts/gpu-run.sh [sass] [tests] [gemm] [layer] [sanitize]   (default: sass tests gemm)
+#   usage: scripts/gpu-run.sh [sass] [tests] [gemm] [layer] [sanitize] [python] [example]   (default: sass tests gemm)
 set -uo pipefail
 OUT=${OUT:-/tmp/megamoe-out}; mkdir -p "$OUT"
 export MEGAMOE_CACHE_DIR=$PWD/.carry/cache
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
+# The Python package from this tree (python/megamoe) over the staged library.
+export MEGAMOE_LIB=$PWD/.carry/lib/libmegamoe.so PYTHONPATH=$PWD/python${PYTHONPATH:+:$PYTHONPATH} OUT
 steps=${*:-sass tests gemm}
 nvidia-smi -L | tee "$OUT/machine.txt"; date -u | tee -a "$OUT/machine.txt"
 for step in $steps; do
@@ -45,5 +47,23 @@ for step in $steps; do
         MEGAMOE_WAIT_TIMEOUT_MS=30000 timeout 270 compute-sanitizer --tool $tool .carry/bin/gpu_layer_test \
           --gtest_filter="$filter"
       done 2>&1 | tee "$OUT/sanitize.txt" ;;
+    python)
+      # The package's GPU tier (tests/python/gpu): pytest where installed, else the file's own runner; JUnit XML and
+      # (without pytest) JSON verdicts in $OUT, the op's overhead against the C++ layer in $OUT/python-overhead.json.
+      # Ranks sharing the GPU time-slice, so their waits are bounded at 60 s.
+      if python3 -c 'import pytest' 2>/dev/null; then
+        MEGAMOE_WAIT_TIMEOUT_MS=60000 timeout 560 python3 -m pytest -v -rs -p no:cacheprovider tests/python/gpu \
+          --junitxml="$OUT/python-junit.xml"
+      else
+        MEGAMOE_WAIT_TIMEOUT_MS=60000 timeout 560 python3 tests/python/gpu/test_gpu.py --junit "$OUT/python-junit.xml" \
+          --json "$OUT/python.json"
+      fi 2>&1 | tee "$OUT/python.txt" ;;
+    example)
+      # The examples as the README runs them: two ranks (on one GPU when there is one, each on half its SMs).
+      for ex in train_moe serve_graph; do
+        echo "== examples/$ex.py"
+        MEGAMOE_WAIT_TIMEOUT_MS=60000 timeout 270 python3 -m torch.distributed.run --standalone --nproc_per_node 2 \
+          "examples/$ex.py"; echo "exit status $?"
+      done 2>&1 | tee "$OUT/example.txt" ;;
   esac
 done

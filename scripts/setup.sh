@@ -6,7 +6,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-pkgs=(llvm-22-dev libmlir-22-dev mlir-22-tools llvm-22-tools lld-22 liblld-22-dev libfmt-dev libgtest-dev cmake g++ ninja-build)
+pkgs=(llvm-22-dev libmlir-22-dev mlir-22-tools llvm-22-tools lld-22 liblld-22-dev libfmt-dev libgtest-dev cmake g++ ninja-build
+      python3-torch python3-pytest python3-numpy python3-setuptools python3-pip)  # the Python package's CPU tier
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -11,6 +11,14 @@ scripts/setup.sh
 export MEGAMOE_CACHE_DIR=${MEGAMOE_CACHE_DIR:-$(mktemp -d)/megamoe-cache}
 ctest --test-dir "$build" --output-on-failure -j "$jobs"
 
+# Python CPU tier: the package (python/megamoe) imports, checks arguments, and drives the C ABI against the fake HIP
+# backend; Debian's python3 with python3-torch and python3-pytest (setup.sh installs them).
+if /usr/bin/python3 -c 'import torch, pytest' 2>/dev/null; then
+  MEGAMOE_BUILD_DIR=$build /usr/bin/python3 -m pytest -q -p no:cacheprovider tests/python/cpu
+else
+  echo "test: Python CPU tier skipped: /usr/bin/python3 lacks torch or pytest (apt-get install python3-torch python3-pytest)"
+fi
+
 # Sanitizer tier: runtime + cache only (no LLVM/MLIR inside), built separately.
 san=${build}-asan
 if [ ! -f "$san/build.ninja" ]; then

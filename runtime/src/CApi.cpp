@@ -60,6 +60,11 @@ struct megamoe_workspace {
   std::shared_ptr<megamoe::Workspace> workspace;
 };
 
+struct megamoe_workspace_pending {
+  std::shared_ptr<megamoe::Runtime> runtime;  // outlives `pending`
+  std::unique_ptr<megamoe::Workspace::Pending> pending;
+};
+
 struct megamoe_layer {
   std::shared_ptr<megamoe::Runtime> runtime;  // outlives `layer` (declared first, destroyed last)
   std::unique_ptr<megamoe::MoeLayer> layer;   // keeps its workspace alive
@@ -518,6 +523,52 @@ int megamoe_workspace_create_local(megamoe_runtime* const* runtimes, size_t nran
 
 int megamoe_workspace_destroy(megamoe_workspace* workspace) {
   return guarded([&] { delete workspace; });
+}
+
+size_t megamoe_workspace_handle_size(void) { return megamoe::Workspace::handleBytes(); }
+
+int megamoe_workspace_prepare(megamoe_runtime* runtime, const megamoe_layer_config* config, int rank, int nranks,
+                              megamoe_workspace_pending** out) {
+  return guarded([&] {
+    requireArg(out, "out");
+    *out = nullptr;
+    requireArg(runtime, "runtime");
+    const megamoe::MoeLayerConfig checked = memberConfig(config, rank, nranks, "");
+    auto handle = std::make_unique<megamoe_workspace_pending>();
+    handle->runtime = runtime->runtime;
+    handle->pending = megamoe::Workspace::prepare(*runtime->runtime, checked, rank, nranks);
+    *out = handle.release();
+  });
+}
+
+int megamoe_workspace_export(const megamoe_workspace_pending* pending, void* handle, size_t size) {
+  return guarded([&] {
+    requireArg(pending, "pending");
+    requireArg(handle, "handle");
+    const std::vector<uint8_t>& bytes = pending->pending->handle();
+    if (size != bytes.size())
+      invalid("size=" + std::to_string(size) + " must be megamoe_workspace_handle_size()=" +
+              std::to_string(bytes.size()));
+    std::memcpy(handle, bytes.data(), bytes.size());
+  });
+}
+
+int megamoe_workspace_join(megamoe_workspace_pending* pending, const void* handles, size_t size,
+                           megamoe_workspace** out) {
+  return guarded([&] {
+    requireArg(out, "out");
+    *out = nullptr;
+    requireArg(pending, "pending");
+    requireArg(handles, "handles");
+    auto handle = std::make_unique<megamoe_workspace>();
+    handle->runtime = pending->runtime;
+    handle->workspace = megamoe::Workspace::join(*pending->pending, static_cast<const uint8_t*>(handles), size);
+    *out = handle.release();
+  });
+}
+
+int megamoe_workspace_pending_destroy(megamoe_workspace_pending* pending) {
+  return guarded([&] { delete pending; });
 }
 
 int megamoe_layer_create_on(megamoe_workspace* workspace, const megamoe_layer_config* config, megamoe_layer** out) {

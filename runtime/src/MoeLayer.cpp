@@ -381,11 +381,11 @@ std::vector<std::shared_ptr<Workspace>> Workspace::createLocal(const std::vector
   return out;
 }
 
-std::shared_ptr<Workspace> Workspace::create(Runtime& runtime, const MoeLayerConfig& config, int rank, int ranks,
-                                             const std::string& rendezvousPath) {
-  if (auto e = MoeLayer::validate(config, ranks); !e.empty()) invalid("MoE layer: " + e);
-  // Every rank must build the same layer; the heap layout alone misses most fields (intermediate, training, ...).
-  // "kernels" catches ranks whose builds derive different kernels from the same fields.
+namespace {
+
+// What every rank of a workspace must declare alike; the heap layout alone misses most fields (intermediate,
+// training, ...). "kernels" catches ranks whose builds derive different kernels from the same fields.
+RendezvousAgreement layerAgreement(const MoeLayerConfig& config, int ranks) {
   std::string kernels;
   for (const auto& [name, spec] : MoeLayer::kernelSpecs(config, ranks)) {
     kernels += (kernels.empty() ? "" : " ") + name + "(";
@@ -393,7 +393,7 @@ std::shared_ptr<Workspace> Workspace::create(Runtime& runtime, const MoeLayerCon
       kernels += (i ? "," : "") + spec[i].first + "=" + std::to_string(spec[i].second);
     kernels += ")";
   }
-  const RendezvousAgreement agreement = {
+  return {
       {"hidden", std::to_string(config.hidden)},
       {"intermediate", std::to_string(config.intermediate)},
       {"experts", std::to_string(config.experts)},
@@ -406,9 +406,44 @@ std::shared_ptr<Workspace> Workspace::create(Runtime& runtime, const MoeLayerCon
       {"receive_capacity", std::to_string(megamoe::poolRows(config, ranks))},
       {"kernels", kernels},
   };
+}
+
+}  // namespace
+
+std::shared_ptr<Workspace> Workspace::create(Runtime& runtime, const MoeLayerConfig& config, int rank, int ranks,
+                                             const std::string& rendezvousPath) {
+  if (auto e = MoeLayer::validate(config, ranks); !e.empty()) invalid("MoE layer: " + e);
   const int budget = resolveSmBudget(config, runtime.env(), *runtime.device(), 1);
-  auto heap = runtime.createHeap(MoeLayer::heapRegions(config, ranks), rank, ranks, rendezvousPath, agreement);
+  auto heap = runtime.createHeap(MoeLayer::heapRegions(config, ranks), rank, ranks, rendezvousPath,
+                                 layerAgreement(config, ranks));
   return std::shared_ptr<Workspace>(new Workspace(runtime, config, std::move(heap), budget));
+}
+
+Workspace::Pending::~Pending() = default;
+
+const std::vector<uint8_t>& Workspace::Pending::handle() const {
+  if (!heap_) invalid("Workspace::Pending::handle(): this pending workspace was joined already");
+  return heap_->exchangeHandle();
+}
+
+std::unique_ptr<Workspace::Pending> Workspace::prepare(Runtime& runtime, const MoeLayerConfig& config, int rank,
+                                                       int ranks) {
+  if (auto e = MoeLayer::validate(config, ranks); !e.empty()) invalid("MoE layer: " + e);
+  std::unique_ptr<Pending> pending(new Pending());
+  pending->runtime_ = &runtime;
+  pending->config_ = std::make_unique<MoeLayerConfig>(config);
+  pending->smBudget_ = resolveSmBudget(config, runtime.env(), *runtime.device(), 1);
+  pending->heap_ = SymmetricHeap::prepareExchange(runtime.device(), MoeLayer::heapRegions(config, ranks), rank, ranks,
+                                                  runtime.env(), layerAgreement(config, ranks));
+  return pending;
+}
+
+std::shared_ptr<Workspace> Workspace::join(Pending& pending, const uint8_t* handles, size_t bytes) {
+  if (!pending.heap_) invalid("Workspace::join(): this pending workspace was joined already");
+  pending.heap_->join(handles, bytes);
+  std::shared_ptr<Workspace> ws(
+      new Workspace(*pending.runtime_, *pending.config_, std::move(pending.heap_), pending.smBudget_));
+  return ws;
 }
 
 struct MoeLayer::Impl {

@@ -152,6 +152,78 @@ uint64_t secretDigest(const std::string& secret) {
   return fnv1aText(fnv1aText(kFnvOffset, "megamoe rendezvous secret"), secret);
 }
 
+// A value as a message shows it: whole when short, else the stretch where it departs from `other`.
+static std::string shownValue(const std::string& value, const std::string& other) {
+  constexpr size_t kWhole = 96, kContext = 40;
+  if (value.size() <= kWhole) return value;
+  const size_t at = static_cast<size_t>(
+      std::mismatch(value.begin(), value.end(), other.begin(), other.end()).first - value.begin());
+  const size_t from = at > kContext ? at - kContext : 0;
+  const size_t to = std::min(value.size(), at + kContext);
+  return (from ? "..." : "") + value.substr(from, to - from) + (to < value.size() ? "..." : "");
+}
+
+std::string agreementDifference(const RendezvousAgreement& mine, const RendezvousAgreement& theirs,
+                                const std::string& who, const std::string& reference) {
+  for (const auto& [name, value] : mine) {
+    auto it = std::find_if(theirs.begin(), theirs.end(), [&](const auto& e) { return e.first == name; });
+    if (it == theirs.end())
+      return who + " does not declare " + name + " (" + reference + "'s " + name + "=" + shownValue(value, "") + ")";
+    if (it->second != value)
+      return who + "'s " + name + "=" + shownValue(it->second, value) + " differs from " + reference + "'s " + name + "=" +
+             shownValue(value, it->second);
+  }
+  for (const auto& [name, value] : theirs) {
+    auto it = std::find_if(mine.begin(), mine.end(), [&](const auto& e) { return e.first == name; });
+    if (it == mine.end())
+      return who + " declares " + name + "=" + shownValue(value, "") + ", which " + reference + " does not declare";
+  }
+  return "";
+}
+
+static uint64_t handleDigest(const HandleHeader& h, const std::vector<uint8_t>& body) {
+  uint64_t state = fnv1a(kFnvOffset, &h.rank, sizeof h.rank);
+  state = fnv1a(state, &h.nranks, sizeof h.nranks);
+  state = fnv1a(state, &h.layoutHash, sizeof h.layoutHash);
+  return fnv1a(state, body.data(), body.size());
+}
+
+std::vector<uint8_t> encodeHandle(const HandleHeader& fields, const RendezvousAgreement& agreement,
+                                  const std::vector<uint8_t>& payload) {
+  const std::vector<uint8_t> body = encodeHello(agreement, payload);
+  if (sizeof(HandleHeader) + body.size() > kHandleBytes)
+    throw Error(ErrorCode::kInvalidArgument, "the rendezvous handle needs " +
+                                                 std::to_string(sizeof(HandleHeader) + body.size()) +
+                                                 " bytes (its agreement and payload), more than its " +
+                                                 std::to_string(kHandleBytes));
+  HandleHeader h = fields;
+  h.magic = kHandleMagic;
+  h.version = kHandleVersion;
+  h.bodyBytes = body.size();
+  h.digest = handleDigest(h, body);
+  std::vector<uint8_t> out(kHandleBytes, 0);
+  std::memcpy(out.data(), &h, sizeof h);
+  std::memcpy(out.data() + sizeof h, body.data(), body.size());
+  return out;
+}
+
+std::string decodeHandle(const uint8_t* bytes, DecodedHandle* out) {
+  HandleHeader& h = out->header;
+  std::memcpy(&h, bytes, sizeof h);
+  if (h.magic != kHandleMagic) return "is not a megamoe rendezvous handle (magic " + std::to_string(h.magic) + ")";
+  if (h.version != kHandleVersion)
+    return "has handle format version " + std::to_string(h.version) + ", this megamoe reads " +
+           std::to_string(kHandleVersion) + " (ranks of different megamoe versions?)";
+  if (h.bodyBytes > kHandleBytes - sizeof h) return "declares a body of " + std::to_string(h.bodyBytes) + " bytes";
+  const std::vector<uint8_t> body(bytes + sizeof h, bytes + sizeof h + h.bodyBytes);
+  if (handleDigest(h, body) != h.digest)
+    return "is damaged (its checksum does not match)";
+  for (size_t i = sizeof h + h.bodyBytes; i < kHandleBytes; ++i)
+    if (bytes[i] != 0) return "is damaged (bytes after its body are not zero)";
+  if (!decodeHello(body, &out->agreement, &out->payload)) return "is damaged (its agreement list does not parse)";
+  return "";
+}
+
 }  // namespace wire
 
 namespace {
@@ -332,36 +404,6 @@ class RefusalLog {
 
 double secondsSince(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
-// A value as a message shows it: whole when short, else the stretch where it departs from `other`.
-std::string shownValue(const std::string& value, const std::string& other) {
-  constexpr size_t kWhole = 96, kContext = 40;
-  if (value.size() <= kWhole) return value;
-  const size_t at = static_cast<size_t>(
-      std::mismatch(value.begin(), value.end(), other.begin(), other.end()).first - value.begin());
-  const size_t from = at > kContext ? at - kContext : 0;
-  const size_t to = std::min(value.size(), at + kContext);
-  return (from ? "..." : "") + value.substr(from, to - from) + (to < value.size() ? "..." : "");
-}
-
-// How rank `r`'s agreed values differ from rank 0's ("" when they do not).
-std::string agreementDifference(const RendezvousAgreement& mine, const RendezvousAgreement& theirs, int r) {
-  const std::string who = "rank " + std::to_string(r);
-  for (const auto& [name, value] : mine) {
-    auto it = std::find_if(theirs.begin(), theirs.end(), [&](const auto& e) { return e.first == name; });
-    if (it == theirs.end())
-      return who + " does not declare " + name + " (rank 0's " + name + "=" + shownValue(value, "") + ")";
-    if (it->second != value)
-      return who + "'s " + name + "=" + shownValue(it->second, value) + " differs from rank 0's " + name + "=" +
-             shownValue(value, it->second);
-  }
-  for (const auto& [name, value] : theirs) {
-    auto it = std::find_if(mine.begin(), mine.end(), [&](const auto& e) { return e.first == name; });
-    if (it == mine.end())
-      return who + " declares " + name + "=" + shownValue(value, "") + ", which rank 0 does not declare";
-  }
-  return "";
-}
-
 }  // namespace
 
 Rendezvous::Rendezvous(const RendezvousOptions& options, const std::vector<uint8_t>& payload) : options_(options) {
@@ -537,7 +579,8 @@ void Rendezvous::lead(const std::vector<uint8_t>& payload) {
       fail(ErrorCode::kRendezvous, who + " joined the rendezvous at " + path + " twice (two processes claim " + who +
                                        ")", p.fd);
     // The named values first: they say which field differs, where the layout hash can only say that one does.
-    const std::string difference = agreementDifference(options_.agreement, agreement, h.rank);
+    const std::string difference =
+        wire::agreementDifference(options_.agreement, agreement, "rank " + std::to_string(h.rank), "rank 0");
     if (!difference.empty()) fail(ErrorCode::kRendezvous, difference, p.fd);
     if (h.layoutHash != options_.layoutHash)
       fail(ErrorCode::kRendezvous, who + "'s heap layout (hash " + hex(h.layoutHash) + ") differs from rank 0's (" +

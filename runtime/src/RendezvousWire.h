@@ -53,5 +53,35 @@ bool decodePayloads(const std::vector<uint8_t>& body, int nranks, std::vector<Ra
 uint64_t agreementDigest(const RendezvousAgreement& agreement);
 // What the hello carries instead of the secret itself.
 uint64_t secretDigest(const std::string& secret);
+// How `theirs` differs from `mine` ("" when it does not), naming the first field: "rank 1's intermediate=1024
+// differs from rank 0's intermediate=2048" for who = "rank 1", reference = "rank 0".
+std::string agreementDifference(const RendezvousAgreement& mine, const RendezvousAgreement& theirs,
+                                const std::string& who, const std::string& reference);
+
+// The handle of a rendezvous the caller carries out (SymmetricHeap::prepareExchange): kHandleBytes on every rank,
+// a HandleHeader, then a kHello body (agreement and payload), then zeros.
+constexpr uint32_t kHandleMagic = 0x484d4d4du;  // "MMMH"
+constexpr uint32_t kHandleVersion = 1;
+constexpr size_t kHandleBytes = 4096;
+struct HandleHeader {
+  uint32_t magic = kHandleMagic;
+  uint32_t version = kHandleVersion;
+  int32_t rank = 0;
+  int32_t nranks = 0;
+  uint64_t layoutHash = 0;
+  uint64_t bodyBytes = 0;
+  uint64_t digest = 0;  // FNV-1a of rank, nranks, layoutHash and the body
+};
+static_assert(sizeof(HandleHeader) == 40, "handle header must not change silently");
+// kHandleBytes; Error(kInvalidArgument) when the agreement and payload do not fit.
+std::vector<uint8_t> encodeHandle(const HandleHeader& fields, const RendezvousAgreement& agreement,
+                                  const std::vector<uint8_t>& payload);
+struct DecodedHandle {
+  HandleHeader header;
+  RendezvousAgreement agreement;
+  std::vector<uint8_t> payload;
+};
+// Reads kHandleBytes at `bytes`: "" when they are a well-formed handle, else what is wrong ("is damaged (...)").
+std::string decodeHandle(const uint8_t* bytes, DecodedHandle* out);
 
 }  // namespace megamoe::wire

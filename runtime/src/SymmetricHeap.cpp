@@ -1,12 +1,14 @@
 // Symmetric heap setup, device-error checking and teardown (see SymmetricHeap.h).
 #include "megamoe/SymmetricHeap.h"
 
+#include <algorithm>
 #include <cstring>
 #include <set>
 #include <sstream>
 
 #include "megamoe/Error.h"
 #include "megamoe/Log.h"
+#include "RendezvousWire.h"
 #include "megamoe/Rendezvous.h"
 
 namespace megamoe {
@@ -41,6 +43,22 @@ std::string regionsText(const HeapLayout& layout) {
   for (const Region& r : layout.regions())
     out += (out.empty() ? "" : ", ") + r.name + "@" + std::to_string(r.offset) + "+" + std::to_string(r.size);
   return out;
+}
+
+// Modes B and C: this process is `rank` of `nranks`.
+void checkMember(const std::shared_ptr<Device>& device, int rank, int nranks) {
+  if (!device) throw Error(ErrorCode::kInvalidArgument, "null device for the symmetric heap");
+  if (nranks < 1 || nranks > abi::kMaxRanks)
+    throw Error(ErrorCode::kInvalidArgument, "a symmetric heap spans 1 to " + std::to_string(abi::kMaxRanks) +
+                                                 " ranks, got " + std::to_string(nranks));
+  if (rank < 0 || rank >= nranks)
+    throw Error(ErrorCode::kInvalidArgument, "rank " + std::to_string(rank) + " is outside 0.." +
+                                                 std::to_string(nranks - 1));
+}
+
+// What every rank of one group must compute alike: the layout and the backend.
+uint64_t groupHash(const HeapLayout& layout, const Device& device) {
+  return layout.hash() ^ (static_cast<uint64_t>(device.kind()) << 56);
 }
 
 }  // namespace
@@ -189,13 +207,7 @@ std::unique_ptr<SymmetricHeap> SymmetricHeap::createMultiProcess(const std::shar
                                                                  int nranks, const std::string& rendezvousPath,
                                                                  const RuntimeEnv& env,
                                                                  const RendezvousAgreement& agreement) {
-  if (!device) throw Error(ErrorCode::kInvalidArgument, "null device for the symmetric heap");
-  if (nranks < 1 || nranks > abi::kMaxRanks)
-    throw Error(ErrorCode::kInvalidArgument, "a symmetric heap spans 1 to " + std::to_string(abi::kMaxRanks) +
-                                                 " ranks, got " + std::to_string(nranks));
-  if (rank < 0 || rank >= nranks)
-    throw Error(ErrorCode::kInvalidArgument, "rank " + std::to_string(rank) + " is outside 0.." +
-                                                 std::to_string(nranks - 1));
+  checkMember(device, rank, nranks);
   const HeapLayout layout = layoutFor(regions);
   MEGAMOE_LOG(kInfo, "symmetric heap: rank " + std::to_string(rank) + " of " + std::to_string(nranks) +
                      ", one process per GPU (mode B), " + backendKindName(device->kind()) + " device " +
@@ -204,72 +216,166 @@ std::unique_ptr<SymmetricHeap> SymmetricHeap::createMultiProcess(const std::shar
                      std::to_string(env.waitTimeoutMs) + " ms" +
                      (nranks > 1 ? ", rendezvous at " + rendezvousPath : std::string()));
   MEGAMOE_LOG(kDebug, "symmetric heap regions: " + regionsText(layout));
-  std::unique_ptr<SymmetricHeap> heap(new SymmetricHeap(device, layout, rank, nranks));
-  heap->base_ = device->allocate(layout.totalBytes());
-  // Zero before anyone can see the memory: flags and counters start at 0 (epoch scheme).
-  device->memsetZero(heap->base_, layout.totalBytes(), nullptr);
-  device->synchronize(nullptr);
-
-  IpcPayload mine;
-  if (nranks > 1) mine.handle = device->exportIpcHandle(heap->base_);
-  mine.heapBytes = layout.totalBytes();
-  mine.backend = static_cast<uint32_t>(device->kind());
+  std::unique_ptr<SymmetricHeap> heap = allocateOwn(device, layout, rank, nranks);
   RendezvousOptions options;
   options.path = rendezvousPath;
   options.rank = rank;
   options.nranks = nranks;
-  options.layoutHash = layout.hash() ^ (static_cast<uint64_t>(device->kind()) << 56);
+  options.layoutHash = groupHash(layout, *device);
   options.timeoutS = env.rendezvousTimeoutS;
   options.secret = env.rendezvousSecret;
   options.agreement = agreement;
-  heap->rendezvous_ = std::make_unique<Rendezvous>(options, toBytes(mine));
-
+  heap->rendezvous_ = std::make_unique<Rendezvous>(options, heap->ownPayload());
   try {
-    heap->peerMappings_.assign(nranks, 0);
-    std::vector<int64_t> offsets(nranks, 0);
-    // Each peer's payload, field by field, before anything is mapped: the layout hash agreed at the rendezvous is
-    // what the peers said; the payload is what they would have us map.
-    std::vector<IpcPayload> theirs(nranks);
-    for (int p = 0; p < nranks; ++p) {
-      if (p == rank) continue;
-      const std::string who = "rank " + std::to_string(p) + "'s heap payload";
-      const std::vector<uint8_t>& bytes = heap->rendezvous_->payloads()[p];
-      if (bytes.size() != sizeof(IpcPayload))
-        throw Error(ErrorCode::kRendezvous, who + " is " + std::to_string(bytes.size()) + " bytes, not " +
-                                                std::to_string(sizeof(IpcPayload)));
-      std::memcpy(&theirs[p], bytes.data(), sizeof(IpcPayload));
-      if (theirs[p].heapBytes != mine.heapBytes)
-        throw Error(ErrorCode::kRendezvous, who + " has heapBytes=" + std::to_string(theirs[p].heapBytes) +
-                                                ", but rank " + std::to_string(rank) + "'s layout totals " +
-                                                std::to_string(mine.heapBytes) + " bytes");
-      if (theirs[p].backend != mine.backend)
-        throw Error(ErrorCode::kRendezvous,
-                    who + " has backend=" +
-                        (theirs[p].backend <= static_cast<uint32_t>(BackendKind::kHip)
-                             ? std::string(backendKindName(static_cast<BackendKind>(theirs[p].backend)))
-                             : std::to_string(theirs[p].backend)) +
-                        ", but rank " + std::to_string(rank) + "'s is " + backendKindName(device->kind()));
-      if (theirs[p].reserved != 0)
-        throw Error(ErrorCode::kRendezvous, who + " has reserved=" + std::to_string(theirs[p].reserved) +
-                                                " (must be 0: another version of megamoe?)");
-    }
-    for (int p = 0; p < nranks; ++p) {
-      if (p == rank) continue;
-      heap->peerMappings_[p] = device->openIpcHandle(theirs[p].handle);
-      offsets[p] = static_cast<int64_t>(heap->peerMappings_[p] - heap->base_);
-    }
-    heap->writeContext(offsets, env.waitTimeoutMs);
-    device->synchronize(nullptr);
+    heap->mapPeers(heap->rendezvous_->payloads(), env.waitTimeoutMs);
     // Nobody returns before everybody has mapped everybody: a kernel launched next may write into any peer.
     heap->rendezvous_->barrier("heap setup");
-    if (nranks > 1)
-      MEGAMOE_LOG(kDebug, "symmetric heap: rank " + std::to_string(rank) + " mapped the heaps of its " +
-                          std::to_string(nranks - 1) + " peers");
   } catch (const std::exception& e) {
     heap->rendezvous_->abandon("rank " + std::to_string(rank) + " could not set up its heap: " + e.what());
     throw;
   }
   return heap;
+}
+
+std::unique_ptr<SymmetricHeap> SymmetricHeap::allocateOwn(const std::shared_ptr<Device>& device, HeapLayout layout,
+                                                          int rank, int nranks) {
+  std::unique_ptr<SymmetricHeap> heap(new SymmetricHeap(device, std::move(layout), rank, nranks));
+  heap->base_ = device->allocate(heap->layout_.totalBytes());
+  // Zero before anyone can see the memory: flags and counters start at 0 (epoch scheme).
+  device->memsetZero(heap->base_, heap->layout_.totalBytes(), nullptr);
+  device->synchronize(nullptr);
+  return heap;
+}
+
+std::vector<uint8_t> SymmetricHeap::ownPayload() const {
+  IpcPayload mine;
+  if (nranks_ > 1) mine.handle = device_->exportIpcHandle(base_);
+  mine.heapBytes = layout_.totalBytes();
+  mine.backend = static_cast<uint32_t>(device_->kind());
+  return toBytes(mine);
+}
+
+void SymmetricHeap::mapPeers(const std::vector<std::vector<uint8_t>>& payloads, uint64_t waitTimeoutMs) {
+  const uint64_t heapBytes = layout_.totalBytes();
+  peerMappings_.assign(nranks_, 0);
+  std::vector<int64_t> offsets(nranks_, 0);
+  // Each peer's payload, field by field, before anything is mapped: the layout hash agreed at the rendezvous is
+  // what the peers said; the payload is what they would have us map.
+  std::vector<IpcPayload> theirs(nranks_);
+  for (int p = 0; p < nranks_; ++p) {
+    if (p == rank_) continue;
+    const std::string who = "rank " + std::to_string(p) + "'s heap payload";
+    const std::vector<uint8_t>& bytes = payloads[p];
+    if (bytes.size() != sizeof(IpcPayload))
+      throw Error(ErrorCode::kRendezvous, who + " is " + std::to_string(bytes.size()) + " bytes, not " +
+                                              std::to_string(sizeof(IpcPayload)));
+    std::memcpy(&theirs[p], bytes.data(), sizeof(IpcPayload));
+    if (theirs[p].heapBytes != heapBytes)
+      throw Error(ErrorCode::kRendezvous, who + " has heapBytes=" + std::to_string(theirs[p].heapBytes) +
+                                              ", but rank " + std::to_string(rank_) + "'s layout totals " +
+                                              std::to_string(heapBytes) + " bytes");
+    if (theirs[p].backend != static_cast<uint32_t>(device_->kind()))
+      throw Error(ErrorCode::kRendezvous,
+                  who + " has backend=" +
+                      (theirs[p].backend <= static_cast<uint32_t>(BackendKind::kHip)
+                           ? std::string(backendKindName(static_cast<BackendKind>(theirs[p].backend)))
+                           : std::to_string(theirs[p].backend)) +
+                      ", but rank " + std::to_string(rank_) + "'s is " + backendKindName(device_->kind()));
+    if (theirs[p].reserved != 0)
+      throw Error(ErrorCode::kRendezvous, who + " has reserved=" + std::to_string(theirs[p].reserved) +
+                                              " (must be 0: another version of megamoe?)");
+  }
+  for (int p = 0; p < nranks_; ++p) {
+    if (p == rank_) continue;
+    peerMappings_[p] = device_->openIpcHandle(theirs[p].handle);
+    offsets[p] = static_cast<int64_t>(peerMappings_[p] - base_);
+  }
+  writeContext(offsets, waitTimeoutMs);
+  device_->synchronize(nullptr);
+  if (nranks_ > 1)
+    MEGAMOE_LOG(kDebug, "symmetric heap: rank " + std::to_string(rank_) + " mapped the heaps of its " +
+                        std::to_string(nranks_ - 1) + " peers");
+}
+
+std::unique_ptr<SymmetricHeap> SymmetricHeap::prepareExchange(const std::shared_ptr<Device>& device,
+                                                              const std::vector<RegionSpec>& regions, int rank,
+                                                              int nranks, const RuntimeEnv& env,
+                                                              const RendezvousAgreement& agreement) {
+  checkMember(device, rank, nranks);
+  for (const auto& [name, value] : agreement)
+    if (name.empty() || std::count_if(agreement.begin(), agreement.end(),
+                                      [&](const auto& e) { return e.first == name; }) > 1)
+      throw Error(ErrorCode::kInvalidArgument, "agreement names must be non-empty and distinct ('" + name + "')");
+  const HeapLayout layout = layoutFor(regions);
+  std::unique_ptr<SymmetricHeap> heap = allocateOwn(device, layout, rank, nranks);
+  wire::HandleHeader fields;
+  fields.rank = rank;
+  fields.nranks = nranks;
+  fields.layoutHash = groupHash(layout, *device);
+  heap->handle_ = wire::encodeHandle(fields, agreement, heap->ownPayload());
+  heap->agreement_ = agreement;
+  heap->waitTimeoutMs_ = env.waitTimeoutMs;
+  MEGAMOE_LOG(kInfo, "symmetric heap: rank " + std::to_string(rank) + " of " + std::to_string(nranks) +
+                         ", handles exchanged by the caller (mode C), " + backendKindName(device->kind()) +
+                         " device " + std::to_string(device->ordinal()) + ": " + bytesText(layout.totalBytes()) +
+                         ", " + std::to_string(layout.regions().size()) + " regions, device wait timeout " +
+                         std::to_string(env.waitTimeoutMs) + " ms");
+  MEGAMOE_LOG(kDebug, "symmetric heap regions: " + regionsText(layout));
+  return heap;
+}
+
+bool SymmetricHeap::joined() const { return handle_.empty() || !peerMappings_.empty(); }
+
+void SymmetricHeap::join(const uint8_t* handles, size_t bytes) {
+  auto refuse = [](const std::string& why) { throw Error(ErrorCode::kRendezvous, why); };
+  if (handle_.empty()) throw Error(ErrorCode::kInvalidArgument, "join(): this heap was not made by prepareExchange");
+  if (joined()) throw Error(ErrorCode::kInvalidArgument, "join(): rank " + std::to_string(rank_) + " joined already");
+  if (!handles) throw Error(ErrorCode::kInvalidArgument, "join(): handles is null");
+  const size_t expected = size_t(nranks_) * kHandleBytes;
+  if (bytes != expected)
+    throw Error(ErrorCode::kInvalidArgument, "join(): " + std::to_string(bytes) + " bytes of handles, expected " +
+                                                 std::to_string(nranks_) + " ranks x " +
+                                                 std::to_string(kHandleBytes) + " = " + std::to_string(expected));
+  static_assert(kHandleBytes == wire::kHandleBytes, "one handle size");
+  const wire::HandleHeader& mine = *reinterpret_cast<const wire::HandleHeader*>(handle_.data());
+  std::vector<std::vector<uint8_t>> payloads(nranks_);
+  for (int p = 0; p < nranks_; ++p) {
+    const uint8_t* at = handles + size_t(p) * kHandleBytes;
+    const std::string who = "the handle at position " + std::to_string(p);
+    if (p == rank_) {
+      // Our own must come back as we gave it: anything else means the caller gathered out of order.
+      if (std::memcmp(at, handle_.data(), kHandleBytes) != 0)
+        refuse(who + " is not rank " + std::to_string(rank_) + "'s own handle (gathered out of rank order, or from " +
+               "another group?)");
+      payloads[p] = {};
+      continue;
+    }
+    wire::DecodedHandle theirs;
+    if (const std::string wrong = wire::decodeHandle(at, &theirs); !wrong.empty()) refuse(who + " " + wrong);
+    const wire::HandleHeader& h = theirs.header;
+    if (h.nranks != nranks_)
+      refuse(who + " is of a group of " + std::to_string(h.nranks) + " ranks, rank " + std::to_string(rank_) +
+             "'s of " + std::to_string(nranks_));
+    if (h.rank != p)
+      refuse(who + " is rank " + std::to_string(h.rank) + "'s (handles must be gathered in rank order)");
+    if (h.layoutHash != mine.layoutHash)
+      refuse("rank " + std::to_string(p) + "'s heap layout (hash " + std::to_string(h.layoutHash) +
+             ") differs from rank " + std::to_string(rank_) + "'s (" + std::to_string(mine.layoutHash) + ")");
+    const std::string difference = wire::agreementDifference(agreement_, theirs.agreement, "rank " + std::to_string(p),
+                                                             "rank " + std::to_string(rank_));
+    if (!difference.empty()) refuse(difference);
+    payloads[p] = std::move(theirs.payload);
+  }
+  try {
+    mapPeers(payloads, waitTimeoutMs_);
+  } catch (...) {
+    for (DevicePtr& mapped : peerMappings_) {
+      if (mapped) device_->closeIpcHandle(mapped);
+      mapped = 0;
+    }
+    peerMappings_.clear();
+    throw;
+  }
 }
 
 SymmetricHeap::~SymmetricHeap() {
@@ -313,10 +419,13 @@ DevicePtr SymmetricHeap::peerAddress(int peer, DevicePtr localAddress) const {
 
 bool SymmetricHeap::usable() const {
   std::lock_guard<std::mutex> lock(stateMutex_);
-  return usable_;
+  return usable_ && joined();
 }
 
 void SymmetricHeap::requireUsable() const {
+  if (!joined())
+    throw Error(ErrorCode::kHeapUnusable, "the symmetric heap of rank " + std::to_string(rank_) +
+                                              " waits for join(): the ranks' handles were not exchanged yet");
   std::lock_guard<std::mutex> lock(stateMutex_);
   if (!usable_)
     throw Error(ErrorCode::kHeapUnusable, "the symmetric heap of rank " + std::to_string(rank_) +

@@ -37,6 +37,7 @@
 #include <iterator>
 #include <memory>
 #include <numeric>
+#include <optional>
 #include <random>
 #include <set>
 #include <sstream>
@@ -50,6 +51,8 @@
 #include "megamoe/MoeLayer.h"
 #include "megamoe/Runtime.h"
 #include "megamoe/SymmetricHeap.h"
+#include "megamoe/Workspace.h"
+#include "tests/support/FileAllGather.h"
 #include "megamoe/env.h"
 
 namespace megamoe {
@@ -245,10 +248,33 @@ struct Group {
   }
 };
 
+// Rank's buffers at max_tokens and its experts' weights (uniform, variance 1/H for w1 and 1/I for w2), drawn from
+// `seeds`: rank r's are the r-th pair of draws.
+void allocateRank(Rank& rank, const Shape& s, uint64_t& seeds) {
+  const size_t w1Elems = size_t(s.w1Rows() * s.hidden), w2Elems = size_t(s.w2Rows() * s.inter);
+  Device& d = rank.device();
+  rank.x = d.allocate(size_t(s.maxTokens * s.hidden) * 2);
+  rank.topkIdx = d.allocate(size_t(s.maxTokens * s.topk) * 4);
+  rank.topkWeights = d.allocate(size_t(s.maxTokens * s.topk) * 4);
+  rank.w1 = d.allocate(w1Elems * 2);
+  rank.w2 = d.allocate(w2Elems * 2);
+  rank.y = d.allocate(s.yElems() * 2);
+  rank.dy = d.allocate(size_t(s.maxTokens * s.hidden) * 2);
+  rank.dx = d.allocate(s.yElems() * 2);
+  rank.dTopkWeights = d.allocate(s.dTopkElems() * 4);
+  rank.dW1 = d.allocate(s.dW1Elems() * 2);
+  rank.dW2 = d.allocate(s.dW2Elems() * 2);
+  rank.w1Host = uniformBf16(splitMix64(seeds), w1Elems, float(1 / std::sqrt(double(s.hidden))));
+  rank.w2Host = uniformBf16(splitMix64(seeds), w2Elems, float(1 / std::sqrt(double(s.inter))));
+  uploadAndWait(d, rank.w1, rank.w1Host.data(), w1Elems * 2);
+  uploadAndWait(d, rank.w2, rank.w2Host.data(), w2Elems * 2);
+}
+
 // Opens rank r's runtime on device r % deviceCount, a layer on every rank (createLocal: kernels from the cache; a
 // cache miss throws Error(kKernelNotFound), which fails the test), the buffers at max_tokens and random expert
-// weights (uniform, variance 1/H for w1 and 1/I for w2).
-void openGroup(Group& g, const Shape& s, const LayerOptions& o, const RuntimeEnv& env, std::mt19937& rng) {
+// weights (allocateRank; drawn from `weightSeeds` when given, else from `rng`).
+void openGroup(Group& g, const Shape& s, const LayerOptions& o, const RuntimeEnv& env, std::mt19937& rng,
+               std::optional<uint64_t> weightSeeds = std::nullopt) {
   const MoeLayerConfig config = layerConfig(s, o);
   ASSERT_EQ(MoeLayer::validate(config, s.ranks), "");
   ASSERT_EQ(s.hidden % 8, 0);  // the reference's dot products run in chains of 8 (validate asks for 128)
@@ -273,27 +299,8 @@ void openGroup(Group& g, const Shape& s, const LayerOptions& o, const RuntimeEnv
     EXPECT_EQ(layers[size_t(r)]->ranks(), s.ranks);
     g[r].layer = std::move(layers[size_t(r)]);
   }
-  const size_t w1Elems = size_t(s.w1Rows() * s.hidden), w2Elems = size_t(s.w2Rows() * s.inter);
-  uint64_t seeds = (uint64_t(rng()) << 32) | uint64_t(rng());
-  for (int r = 0; r < s.ranks; ++r) {
-    Rank& rank = g[r];
-    Device& d = rank.device();
-    rank.x = d.allocate(size_t(s.maxTokens * s.hidden) * 2);
-    rank.topkIdx = d.allocate(size_t(s.maxTokens * s.topk) * 4);
-    rank.topkWeights = d.allocate(size_t(s.maxTokens * s.topk) * 4);
-    rank.w1 = d.allocate(w1Elems * 2);
-    rank.w2 = d.allocate(w2Elems * 2);
-    rank.y = d.allocate(s.yElems() * 2);
-    rank.dy = d.allocate(size_t(s.maxTokens * s.hidden) * 2);
-    rank.dx = d.allocate(s.yElems() * 2);
-    rank.dTopkWeights = d.allocate(s.dTopkElems() * 4);
-    rank.dW1 = d.allocate(s.dW1Elems() * 2);
-    rank.dW2 = d.allocate(s.dW2Elems() * 2);
-    rank.w1Host = uniformBf16(splitMix64(seeds), w1Elems, float(1 / std::sqrt(double(s.hidden))));
-    rank.w2Host = uniformBf16(splitMix64(seeds), w2Elems, float(1 / std::sqrt(double(s.inter))));
-    uploadAndWait(d, rank.w1, rank.w1Host.data(), w1Elems * 2);
-    uploadAndWait(d, rank.w2, rank.w2Host.data(), w2Elems * 2);
-  }
+  uint64_t seeds = weightSeeds ? *weightSeeds : (uint64_t(rng()) << 32) | uint64_t(rng());
+  for (int r = 0; r < s.ranks; ++r) allocateRank(g[r], s, seeds);
 }
 
 // ---- inputs ----
@@ -1755,7 +1762,160 @@ TEST(LayerTestCache, GpuTestCacheListsEveryLayerKernel) {
               testedLayers().size(), listed.size(), path.c_str());
 }
 
+// ---- The caller-exchanged rendezvous (Workspace::prepare / join): one process per rank, the workers this binary
+// re-executes, every rank on GPU r % deviceCount (CUDA IPC works between processes on one device), the handles
+// all-gathered by the "caller" through files. Each rank's training step must be bitwise the one-process group's
+// (createLocal) on the same inputs, weights and SM budget.
+
+Shape exchangeShape(int ranks) { return smallShape(ranks); }
+LayerOptions exchangeOptions(int ranks, int sms) {
+  LayerOptions o;
+  o.training = true;
+  o.smBudget = (sms / ranks) & ~1;  // each process its share: the ranks' persistent kernels must all be resident
+  return o;
+}
+constexpr uint64_t kExchangeWeightSeed = 0x5eedc0ffee123ull;
+Inputs exchangeInputs(const Shape& s, int rank) {
+  std::mt19937 rng(uint32_t(7000 + rank));
+  return makeInputs(rng, s, Routing::kUniform, rank, 100 + 61 * rank, 0, 1.f, /*training=*/true);
+}
+// y, dx, d_topk_weights, dW1 and dW2 (guard rows included) of one forward + backward, as bytes.
+std::vector<uint8_t> stepOutputs(Rank& rank, const Inputs& in, DevicePtr saved) {
+  rank.fillSentinels();
+  upload(rank, in);
+  ForwardArgs f = rank.args(in.tokens);
+  f.saved = saved;
+  rank.layer->forward(f, rank.stream);
+  BackwardArgs b = rank.backwardArgs(in.tokens);
+  b.saved = saved;
+  rank.layer->backward(b, rank.stream);
+  rank.layer->checkErrors(rank.stream);
+  std::vector<uint8_t> out;
+  auto append = [&](DevicePtr at, size_t bytes) {
+    const std::vector<uint8_t> v = rank.read<uint8_t>(at, bytes);
+    out.insert(out.end(), v.begin(), v.end());
+  };
+  const Shape& s = rank.shape;
+  append(rank.y, s.yElems() * 2);
+  append(rank.dx, s.yElems() * 2);
+  append(rank.dTopkWeights, s.dTopkElems() * 4);
+  append(rank.dW1, s.dW1Elems() * 2);
+  append(rank.dW2, s.dW2Elems() * 2);
+  return out;
+}
+
+int runExchangeWorker(int r, int R, const std::string& dir) {
+  try {
+    const Shape s = exchangeShape(R);
+    const int devices = openBackend(BackendKind::kCuda)->deviceCount();
+    Rank rank;
+    rank.shape = s;
+    rank.runtime = std::make_unique<Runtime>(BackendKind::kCuda, rankOrdinal(r, devices), parseEnv());
+    rank.stream = rank.device().createStream();
+    const MoeLayerConfig config = layerConfig(s, exchangeOptions(R, rank.device().multiprocessors()));
+    auto pending = Workspace::prepare(*rank.runtime, config, r, R);
+    const std::vector<uint8_t> handles = test::allGatherThroughFiles(dir, "handles", r, R, pending->handle(), 60);
+    std::shared_ptr<Workspace> ws = Workspace::join(*pending, handles.data(), handles.size());
+    test::allGatherThroughFiles(dir, "joined", r, R, {1}, 60);  // the caller's barrier before the first call
+    rank.layer = MoeLayer::create(ws, config);
+    uint64_t seeds = kExchangeWeightSeed;
+    for (int q = 0; q < r; ++q) {  // the earlier ranks' draws: this rank's weights are the group's rank r's
+      splitMix64(seeds);
+      splitMix64(seeds);
+    }
+    allocateRank(rank, s, seeds);
+    const DevicePtr saved = rank.device().allocate(size_t(MoeLayer::savedBytes(config, R)));
+    const std::vector<uint8_t> out = stepOutputs(rank, exchangeInputs(s, r), saved);
+    rank.device().free(saved);
+    test::allGatherThroughFiles(dir, "outputs", r, R, out, 60);  // also: every rank is done before any destroys
+    rank.layer.reset();
+    ws.reset();
+    std::printf("rank %d of %d: workspace from exchanged handles, training step done (%zu output bytes)\n", r, R,
+                out.size());
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "rank %d: %s\n", r, e.what());
+    return 1;
+  }
+}
+
+TEST_P(LayerTest, WorkspaceFromExchangedHandlesMatchesOneProcess) {
+  const int R = ranks();
+  MEGAMOE_REQUIRE_SM90A_RANKS(backend_, R);
+  char pattern[] = "/tmp/megamoe-exchange-XXXXXX";
+  ASSERT_NE(::mkdtemp(pattern), nullptr);
+  const std::string dir = pattern;
+  std::vector<std::vector<std::string>> workers;
+  for (int r = 0; r < R; ++r) workers.push_back({"--exchange-worker", std::to_string(r), std::to_string(R), dir});
+  std::vector<WorkerExit> exits;
+  const auto start = std::chrono::steady_clock::now();
+  ASSERT_TRUE(runSelfWorkers(workers, std::chrono::seconds(180), std::chrono::milliseconds(50), &exits));
+  const double workerS = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  bool allOk = true;
+  for (size_t r = 0; r < exits.size(); ++r) {
+    if (exits[r].hung) ADD_FAILURE() << "rank " << r << " hung";
+    else EXPECT_TRUE(exits[r].succeeded()) << "rank " << r << " failed (see its stderr)";
+    allOk = allOk && !exits[r].hung && exits[r].succeeded();
+  }
+  if (allOk) {
+    // The same step in this process, every rank on its share of the same SMs.
+    const Shape s = exchangeShape(R);
+    Group g;
+    std::mt19937 unused(0);
+    const int sms = openBackend(BackendKind::kCuda)->device(0)->multiprocessors();
+    const LayerOptions o = exchangeOptions(R, sms);
+    ASSERT_NO_FATAL_FAILURE(openGroup(g, s, o, parseEnv(), unused, kExchangeWeightSeed));
+    // Every rank's forward, then every rank's backward, then the read-back (the group's calls run side by side).
+    std::vector<Inputs> in;
+    for (int r = 0; r < R; ++r) {
+      in.push_back(exchangeInputs(s, r));
+      g[r].fillSentinels();
+      upload(g[r], in.back());
+    }
+    std::vector<int64_t> tokens;
+    for (const Inputs& i : in) tokens.push_back(i.tokens);
+    stepAll(g, tokens);
+    std::vector<uint8_t> expected;
+    for (int r = 0; r < R; ++r) {
+      const std::vector<uint8_t> theirs = [&] {
+        std::vector<uint8_t> out;
+        auto append = [&](DevicePtr at, size_t bytes) {
+          const std::vector<uint8_t> v = g[r].read<uint8_t>(at, bytes);
+          out.insert(out.end(), v.begin(), v.end());
+        };
+        append(g[r].y, s.yElems() * 2);
+        append(g[r].dx, s.yElems() * 2);
+        append(g[r].dTopkWeights, s.dTopkElems() * 4);
+        append(g[r].dW1, s.dW1Elems() * 2);
+        append(g[r].dW2, s.dW2Elems() * 2);
+        return out;
+      }();
+      expected.insert(expected.end(), theirs.begin(), theirs.end());
+    }
+    std::vector<uint8_t> got;
+    for (int r = 0; r < R; ++r) {
+      std::ifstream f(dir + "/outputs." + std::to_string(r), std::ios::binary);
+      got.insert(got.end(), std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+    }
+    ASSERT_EQ(got.size(), expected.size());
+    size_t differing = 0;
+    for (size_t i = 0; i < got.size(); ++i) differing += got[i] != expected[i];
+    EXPECT_EQ(differing, 0u) << "bytes of the processes' outputs that differ from the one-process group's";
+    std::printf("SUMMARY exchanged-handle workspace, %d processes (%s): training step bitwise equal to one process's "
+                "(%zu output bytes, %zu differ); workers took %.1f s\n",
+                R, placement(*backend_, R).c_str(), got.size(), differing, workerS);
+  }
+  std::error_code ignored;
+  std::filesystem::remove_all(dir, ignored);
+}
+
 }  // namespace
 }  // namespace megamoe
 
-int main(int argc, char** argv) { return megamoe::gputest::runGpuTests(argc, argv); }
+int main(int argc, char** argv) {
+  if (argc == 5 && std::strcmp(argv[1], "--exchange-worker") == 0) {
+    megamoe::gputest::initGpuTestProcess();
+    return megamoe::runExchangeWorker(std::atoi(argv[2]), std::atoi(argv[3]), argv[4]);
+  }
+  return megamoe::gputest::runGpuTests(argc, argv);
+}

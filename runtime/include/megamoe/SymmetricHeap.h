@@ -3,6 +3,8 @@
 // the rank's DeviceContext and DeviceError record (compiler/abi/DeviceAbi.h), written by the runtime.
 //   Mode A (createSingleProcess): one process drives all GPUs; peers are reached through peer access and UVA.
 //   Mode B (createMultiProcess): one process per GPU; IPC handles are exchanged through a Rendezvous.
+//   Mode C (prepareExchange + join): one process per GPU; the caller exchanges the handles (an all-gather over its
+//   process group, MPI, anything), so nothing on the file system is shared and two jobs cannot meet.
 // A device error seen by checkErrors() marks the heap unusable for good (docs/decisions/epochs.md).
 #pragma once
 #include <memory>
@@ -47,8 +49,22 @@ class SymmetricHeap {
                                                            const RuntimeEnv& env,
                                                            const RendezvousAgreement& agreement = {});
 
+  // Mode C, step 1: allocates and zeroes this rank's heap; exchangeHandle() is what the caller hands to every rank.
+  // The heap is unusable until join(). `agreement` as in mode B.
+  static std::unique_ptr<SymmetricHeap> prepareExchange(const std::shared_ptr<Device>& device,
+                                                        const std::vector<RegionSpec>& regions, int rank, int nranks,
+                                                        const RuntimeEnv& env,
+                                                        const RendezvousAgreement& agreement = {});
+  static constexpr size_t kHandleBytes = 4096;  // every rank's handle, on every rank
+  const std::vector<uint8_t>& exchangeHandle() const { return handle_; }
+  // Mode C, step 2: `handles` holds every rank's handle in rank order (nranks * kHandleBytes). Each is checked before
+  // anything is mapped (format, checksum, its rank and ranks, heap layout and size, backend, agreement), and the
+  // first that is wrong is an Error(kRendezvous) naming the rank and the field; then every peer's heap is mapped.
+  // Returns without waiting for the peers: the caller meets its ranks before the first kernel that reaches a peer.
+  void join(const uint8_t* handles, size_t bytes);
+  bool joined() const;
   // Closes peer mappings first (IPC close before free), waits for the peers to do the same (mode B, bounded), then
-  // frees this rank's allocation.
+  // frees this rank's allocation. Mode C has no teardown barrier: the caller meets its ranks before destroying.
   ~SymmetricHeap();
   SymmetricHeap(const SymmetricHeap&) = delete;
   SymmetricHeap& operator=(const SymmetricHeap&) = delete;
@@ -78,6 +94,12 @@ class SymmetricHeap {
  private:
   struct SharedAllocations;
   SymmetricHeap(std::shared_ptr<Device> device, HeapLayout layout, int rank, int nranks);
+  // Modes B and C: this rank's zeroed allocation, and what it tells its peers.
+  static std::unique_ptr<SymmetricHeap> allocateOwn(const std::shared_ptr<Device>& device, HeapLayout layout, int rank,
+                                                    int nranks);
+  std::vector<uint8_t> ownPayload() const;
+  // Modes B and C: checks every peer's payload, then maps the peers and writes the context.
+  void mapPeers(const std::vector<std::vector<uint8_t>>& payloads, uint64_t waitTimeoutMs);
   void writeContext(const std::vector<int64_t>& peerOffsets, uint64_t waitTimeoutMs);
   void markUnusable(const std::string& reason);
 
@@ -90,6 +112,9 @@ class SymmetricHeap {
   std::shared_ptr<SharedAllocations> shared_;  // mode A: owns every rank's allocation
   std::vector<DevicePtr> peerMappings_;         // mode B: IPC mappings of peers' heaps (0 at our rank)
   std::unique_ptr<Rendezvous> rendezvous_;      // mode B, kept for the teardown barrier
+  std::vector<uint8_t> handle_;                 // mode C: this rank's handle
+  RendezvousAgreement agreement_;               // mode C: what every handle must declare
+  uint64_t waitTimeoutMs_ = 0;                  // mode C: for the context join() writes
   mutable std::mutex stateMutex_;
   bool usable_ = true;
   std::string unusableReason_;

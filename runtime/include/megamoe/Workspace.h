@@ -36,6 +36,29 @@ class Workspace {
   // This process is `rank` of `ranks`; the ranks meet at `rendezvousPath` (Rendezvous.h) and agree on `config`.
   static std::shared_ptr<Workspace> create(Runtime& runtime, const MoeLayerConfig& config, int rank, int ranks,
                                            const std::string& rendezvousPath);
+  // Rendezvous through the caller (an all-gather over its process group, MPI, anything; no socket): prepare()
+  // allocates this rank's share and makes its handle (handleBytes(), equal on every rank); the caller gathers every
+  // rank's handle in rank order; join() checks them (a difference names the rank and the field, e.g. "rank 1's
+  // intermediate=1024 differs from rank 0's intermediate=2048") and maps the peers. Every rank's workspace may be
+  // used once every rank's join() has returned: the caller meets its ranks (a barrier) first, and again before
+  // destroying it (a peer may write into this rank's heap until its last call has finished).
+  class Pending {
+   public:
+    ~Pending();
+    const std::vector<uint8_t>& handle() const;
+   private:
+    friend class Workspace;
+    Pending() = default;
+    Runtime* runtime_ = nullptr;
+    std::unique_ptr<MoeLayerConfig> config_;
+    std::unique_ptr<SymmetricHeap> heap_;
+    int smBudget_ = 0;
+  };
+  static size_t handleBytes() { return SymmetricHeap::kHandleBytes; }
+  static std::unique_ptr<Pending> prepare(Runtime& runtime, const MoeLayerConfig& config, int rank, int ranks);
+  // `handles`: ranks * handleBytes() bytes. On success `pending` is emptied (its heap now belongs to the workspace);
+  // on failure it may be joined again with corrected handles.
+  static std::shared_ptr<Workspace> join(Pending& pending, const uint8_t* handles, size_t bytes);
   ~Workspace();
   Workspace(const Workspace&) = delete;
   Workspace& operator=(const Workspace&) = delete;

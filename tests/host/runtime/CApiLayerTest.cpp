@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <vector>
 
 #include "FakeLayerKernels.h"
 #include "TestSupport.h"
@@ -55,6 +56,48 @@ TEST_F(CApiOnFakeHip, LocalLayerOutlivesItsRuntime) {
   runtime = nullptr;
   EXPECT_EQ(megamoe_layer_forward(layers[0], 0, 0, 0, 0, kW1, kW2, 0, nullptr), MEGAMOE_OK) << megamoe_last_error();
   EXPECT_EQ(megamoe_layer_destroy(layers[0]), MEGAMOE_OK);
+}
+
+// The caller-exchanged rendezvous through the C ABI: sizes are checked, a workspace joined from its handles serves a
+// layer, handles gathered out of order are refused naming the position, and the pending object is freed either way.
+TEST_F(CApiOnFakeHip, WorkspaceFromHandlesTheCallerExchanged) {
+  const size_t size = megamoe_workspace_handle_size();
+  ASSERT_GT(size, 0u);
+  megamoe_workspace_pending* pending = nullptr;
+  ASSERT_EQ(megamoe_workspace_prepare(runtime, &config, 0, 1, &pending), MEGAMOE_OK) << megamoe_last_error();
+  std::vector<uint8_t> handle(size);
+  EXPECT_EQ(megamoe_workspace_export(pending, handle.data(), size - 1), MEGAMOE_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(megamoe_last_error()).find("megamoe_workspace_handle_size()"), std::string::npos)
+      << megamoe_last_error();
+  ASSERT_EQ(megamoe_workspace_export(pending, handle.data(), size), MEGAMOE_OK) << megamoe_last_error();
+  megamoe_workspace* workspace = nullptr;
+  ASSERT_EQ(megamoe_workspace_join(pending, handle.data(), size, &workspace), MEGAMOE_OK) << megamoe_last_error();
+  EXPECT_EQ(megamoe_workspace_export(pending, handle.data(), size), MEGAMOE_ERROR_INVALID_ARGUMENT)
+      << "a joined pending workspace holds nothing";
+  EXPECT_EQ(megamoe_workspace_pending_destroy(pending), MEGAMOE_OK);
+  megamoe_layer* layer = nullptr;
+  ASSERT_EQ(megamoe_layer_create_on(workspace, &config, &layer), MEGAMOE_OK) << megamoe_last_error();
+  EXPECT_EQ(megamoe_layer_forward_saved(layer, 0, 0, 0, 0, kW1, kW2, 0, 0, nullptr), MEGAMOE_OK)
+      << megamoe_last_error();
+  EXPECT_EQ(megamoe_workspace_destroy(workspace), MEGAMOE_OK);  // the layer keeps it alive
+  EXPECT_EQ(megamoe_layer_check_errors(layer, nullptr), MEGAMOE_OK) << megamoe_last_error();
+  EXPECT_EQ(megamoe_layer_destroy(layer), MEGAMOE_OK);
+
+  // Two ranks in one process, handles swapped: refused, and both pending objects are destroyed unjoined.
+  megamoe_workspace_pending* ranks[2] = {nullptr, nullptr};
+  for (int r = 0; r < 2; ++r)
+    ASSERT_EQ(megamoe_workspace_prepare(runtime, &config, r, 2, &ranks[r]), MEGAMOE_OK) << megamoe_last_error();
+  std::vector<uint8_t> swapped(2 * size);
+  ASSERT_EQ(megamoe_workspace_export(ranks[1], swapped.data(), size), MEGAMOE_OK);
+  ASSERT_EQ(megamoe_workspace_export(ranks[0], swapped.data() + size, size), MEGAMOE_OK);
+  workspace = nullptr;
+  EXPECT_EQ(megamoe_workspace_join(ranks[0], swapped.data(), 2 * size, &workspace), MEGAMOE_ERROR_RENDEZVOUS);
+  EXPECT_EQ(workspace, nullptr);
+  EXPECT_NE(std::string(megamoe_last_error()).find("position 0 is not rank 0's own handle"), std::string::npos)
+      << megamoe_last_error();
+  for (auto* p : ranks) EXPECT_EQ(megamoe_workspace_pending_destroy(p), MEGAMOE_OK);
+  EXPECT_EQ(megamoe_workspace_prepare(runtime, &config, 2, 2, &pending), MEGAMOE_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(megamoe_last_error()).find("rank=2"), std::string::npos) << megamoe_last_error();
 }
 
 // Hardening item 16: a launch without its parameter array is an invalid argument, not a read through NULL.

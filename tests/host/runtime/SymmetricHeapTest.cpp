@@ -191,6 +191,112 @@ TEST(SymmetricHeap, ModeBAcrossForkedRanksMapsEveryPeer) {
   }
 }
 
+TEST(SymmetricHeap, ModeCHandlesExchangedByTheCallerMapEveryPeerAcrossProcesses) {
+  test::TempDir dir;
+  const int nranks = 3;
+  std::vector<std::unique_ptr<test::Child>> ranks;
+  for (int r = 0; r < nranks; ++r) {
+    ranks.push_back(std::make_unique<test::Child>([=, &dir]() -> std::string {
+      auto fail = [&](const std::string& why) { throw std::runtime_error("rank " + std::to_string(r) + ": " + why); };
+      auto heap = SymmetricHeap::prepareExchange(fakeDevice(r), kRegions, r, nranks, fakeEnv(), {{"job", "a"}});
+      if (heap->exchangeHandle().size() != SymmetricHeap::kHandleBytes) fail("handle size");
+      if (heap->usable()) fail("usable before join()");
+      try {
+        heap->requireUsable();
+        fail("requireUsable() passed before join()");
+      } catch (const Error& e) {
+        if (std::string(e.what()).find("waits for join()") == std::string::npos) fail(e.what());
+      }
+      const std::vector<uint8_t> all = test::allGatherThroughFiles(dir.path(), "handles", r, nranks,
+                                                                   heap->exchangeHandle());
+      heap->join(all.data(), all.size());
+      if (!heap->usable()) fail("not usable after join()");
+      const abi::DeviceContext ctx = readContext(*heap);
+      if (ctx.rank != static_cast<uint32_t>(r) || ctx.nranks != nranks) fail("bad rank fields");
+      // The caller's barrier, then every peer's context read through the mapping names that peer.
+      test::allGatherThroughFiles(dir.path(), "joined", r, nranks, {1});
+      for (int p = 0; p < nranks; ++p) {
+        abi::DeviceContext peer{};
+        heap->device().copyDeviceToHost(&peer, heap->peerAddress(p, heap->contextAddress()), sizeof peer);
+        if (peer.rank != static_cast<uint32_t>(p)) fail("peer " + std::to_string(p) + "'s context is wrong");
+      }
+      if (test::FakeHip::get().openIpcMappings() != nranks - 1) fail("expected one mapping per peer");
+      test::allGatherThroughFiles(dir.path(), "done", r, nranks, {1});  // the caller meets its ranks, then destroys
+      heap.reset();
+      if (test::FakeHip::get().openIpcMappings() != 0) fail("mappings left open after teardown");
+      return "ok";
+    }));
+  }
+  for (auto& c : ranks) {
+    const test::ChildOutcome o = c->wait(30);
+    ASSERT_TRUE(o.finished);
+    EXPECT_TRUE(o.ok) << o.text;
+  }
+}
+
+TEST(SymmetricHeap, ModeCChecksEveryHandleBeforeMappingAnything) {
+  auto prepare = [](int rank, int nranks, const RendezvousAgreement& agreement,
+                    const std::vector<RegionSpec>& regions = kRegions) {
+    return SymmetricHeap::prepareExchange(fakeDevice(rank), regions, rank, nranks, fakeEnv(), agreement);
+  };
+  auto zero = prepare(0, 2, {{"intermediate", "2048"}, {"topk", "8"}});
+  auto one = prepare(1, 2, {{"topk", "8"}, {"intermediate", "2048"}});  // order does not matter
+  auto concat = [](std::initializer_list<std::vector<uint8_t>> parts) {
+    std::vector<uint8_t> out;
+    for (const auto& p : parts) out.insert(out.end(), p.begin(), p.end());
+    return out;
+  };
+  auto refusal = [&](const std::vector<uint8_t>& handles, ErrorCode code = ErrorCode::kRendezvous) -> std::string {
+    try {
+      zero->join(handles.data(), handles.size());
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), code) << e.what();
+      EXPECT_FALSE(zero->joined());
+      EXPECT_EQ(test::FakeHip::get().openIpcMappings(), 0) << "a refused join mapped something: " << e.what();
+      return e.what();
+    }
+    ADD_FAILURE() << "join accepted bad handles";
+    return "";
+  };
+  const std::vector<uint8_t> h0 = zero->exchangeHandle(), h1 = one->exchangeHandle();
+  EXPECT_NE(refusal(std::vector<uint8_t>(h0), ErrorCode::kInvalidArgument).find("expected 2 ranks x 4096"),
+            std::string::npos);
+  EXPECT_NE(refusal(concat({h1, h0})).find("is not rank 0's own handle"), std::string::npos);
+  EXPECT_NE(refusal(concat({h0, h0})).find("position 1 is rank 0's"), std::string::npos);
+  std::vector<uint8_t> damaged = h1;
+  damaged[100] ^= 1;
+  EXPECT_NE(refusal(concat({h0, damaged})).find("position 1 is damaged"), std::string::npos);
+  std::vector<uint8_t> junk(SymmetricHeap::kHandleBytes, 7);
+  EXPECT_NE(refusal(concat({h0, junk})).find("is not a megamoe rendezvous handle"), std::string::npos);
+  auto otherGroup = prepare(1, 3, {{"intermediate", "2048"}, {"topk", "8"}});
+  EXPECT_NE(refusal(concat({h0, otherGroup->exchangeHandle()})).find("of a group of 3 ranks"), std::string::npos);
+  auto otherLayout = prepare(1, 2, {{"intermediate", "2048"}, {"topk", "8"}}, {{"flags", 4096, 256}});
+  EXPECT_NE(refusal(concat({h0, otherLayout->exchangeHandle()})).find("rank 1's heap layout"), std::string::npos);
+  auto otherValue = prepare(1, 2, {{"intermediate", "1024"}, {"topk", "8"}});
+  EXPECT_NE(refusal(concat({h0, otherValue->exchangeHandle()}))
+                .find("rank 1's intermediate=1024 differs from rank 0's intermediate=2048"),
+            std::string::npos);
+  auto missing = prepare(1, 2, {{"topk", "8"}});
+  EXPECT_NE(refusal(concat({h0, missing->exchangeHandle()})).find("rank 1 does not declare intermediate"),
+            std::string::npos);
+  // The right handles, after all those refusals: both ranks join and see each other.
+  const std::vector<uint8_t> all = concat({h0, h1});
+  zero->join(all.data(), all.size());
+  one->join(all.data(), all.size());
+  EXPECT_TRUE(zero->usable() && one->usable());
+  EXPECT_EQ(zero->peerAddress(1, zero->regionAddress("pool")) - zero->regionAddress("pool") + zero->base(),
+            zero->base() + uint64_t(readContext(*zero).peer_offset[1]));
+  abi::DeviceContext peer{};
+  zero->device().copyDeviceToHost(&peer, zero->peerAddress(1, zero->contextAddress()), sizeof peer);
+  EXPECT_EQ(peer.rank, 1u);
+  try {
+    zero->join(all.data(), all.size());
+    ADD_FAILURE() << "a second join() was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("joined already"), std::string::npos) << e.what();
+  }
+}
+
 TEST(SymmetricHeap, ModeBWithDifferentRegionsNamesTheRank) {
   test::TempDir dir;
   const std::string path = dir.file("heap.sock");

@@ -8,6 +8,8 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
+#include <thread>
 #include <cstdlib>
 #include <filesystem>
 #include <functional>
@@ -19,6 +21,7 @@
 #include <vector>
 
 #include "FakeHipControl.h"
+#include "tests/support/FileAllGather.h"
 #include "compiler/abi/KernelAbi.h"
 #include "megamoe/Error.h"
 #include "megamoe/Log.h"

@@ -217,6 +217,86 @@ TEST_F(WorkspaceOnFakeHip, Int64IndicesAreNarrowedFirst) {
   d.free(p);
 }
 
+// Rendezvous through the caller: each fork()ed rank prepares its workspace, the "caller" all-gathers the handles (here
+// through files), every rank joins, meets, runs a training forward and backward of a layer on it, and meets again
+// before destroying it. The layers' launches reach the peers' heaps through the mapped handles.
+TEST_F(WorkspaceOnFakeHip, HandlesExchangedByTheCallerMakeOneWorkspaceAcrossProcesses) {
+  std::vector<std::unique_ptr<test::Child>> ranks;
+  for (int r = 0; r < kRanks; ++r) {
+    ranks.push_back(std::make_unique<test::Child>([&, r]() -> std::string {
+      RuntimeEnv env = runtimes[0]->env();
+      Runtime rt(BackendKind::kHip, 0, env);
+      auto pending = Workspace::prepare(rt, small(true), r, kRanks);
+      if (pending->handle().size() != Workspace::handleBytes()) throw std::runtime_error("handle size");
+      const std::vector<uint8_t> all = test::allGatherThroughFiles(dir.path(), "handles", r, kRanks, pending->handle());
+      std::shared_ptr<Workspace> ws = Workspace::join(*pending, all.data(), all.size());
+      test::allGatherThroughFiles(dir.path(), "joined", r, kRanks, {1});  // the caller's barrier
+      if (ws->rank() != r || ws->ranks() != kRanks) throw std::runtime_error("rank fields");
+      const abi::DeviceContext& ctx = ws->heap().context();
+      for (int p = 0; p < kRanks; ++p) {
+        abi::DeviceContext peer{};
+        ws->device().copyDeviceToHost(&peer, ws->heap().peerAddress(p, ws->heap().contextAddress()), sizeof peer);
+        if (peer.rank != uint32_t(p)) throw std::runtime_error("peer " + std::to_string(p) + " not reached");
+      }
+      auto layer = MoeLayer::create(ws, small(true));
+      Device& d = *rt.device();
+      const DevicePtr p = d.allocate(1 << 20), saved = d.allocate(size_t(MoeLayer::savedBytes(small(true), kRanks)));
+      ForwardArgs a{p, 8, p, p, p, p, p};
+      a.saved = saved;
+      layer->forward(a, nullptr);
+      BackwardArgs b{p, p, 8, p, p, p, p, p, p, p, p};
+      b.saved = saved;
+      layer->backward(b, nullptr);
+      ws->heap().checkErrors();
+      d.free(p);
+      d.free(saved);
+      layer.reset();
+      test::allGatherThroughFiles(dir.path(), "done", r, kRanks, {1});  // met again: now destroy
+      ws.reset();
+      return "ok " + std::to_string(ctx.peer_offset[1 - r] != 0);
+    }));
+  }
+  for (auto& c : ranks) {
+    const test::ChildOutcome o = c->wait(30);
+    ASSERT_TRUE(o.finished);
+    EXPECT_TRUE(o.ok) << o.text;
+    EXPECT_EQ(o.text, "ok 1");
+  }
+}
+
+// A rank whose layer configuration differs is named with the field, before anything is mapped; a join with the
+// right handles then works, and the C ABI's calls do the same.
+TEST_F(WorkspaceOnFakeHip, HandlesOfADifferentConfigurationAreRefusedNamingTheField) {
+  MoeLayerConfig clamped = small(true);
+  clamped.swigluClampMilli = 7000;
+  auto zero = Workspace::prepare(*runtimes[0], small(true), 0, kRanks);
+  auto one = Workspace::prepare(*runtimes[1], clamped, 1, kRanks);
+  std::vector<uint8_t> all = zero->handle();
+  all.insert(all.end(), one->handle().begin(), one->handle().end());
+  try {
+    Workspace::join(*zero, all.data(), all.size());
+    ADD_FAILURE() << "handles of another configuration were joined";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kRendezvous);
+    EXPECT_NE(std::string(e.what()).find("rank 1's swiglu_clamp_milli=7000 differs from rank 0's swiglu_clamp_milli=0"),
+              std::string::npos)
+        << e.what();
+  }
+  auto again = Workspace::prepare(*runtimes[1], small(true), 1, kRanks);
+  all = zero->handle();
+  all.insert(all.end(), again->handle().begin(), again->handle().end());
+  auto w0 = Workspace::join(*zero, all.data(), all.size());
+  auto w1 = Workspace::join(*again, all.data(), all.size());
+  // Rank 0 reaches rank 1's pool through its mapping (a mapping of its own: another address, the same memory).
+  const uint64_t mark = 0x5eed1234abcdull;
+  w1->device().copyHostToDevice(w1->buffers().pool, &mark, sizeof mark);
+  uint64_t seen = 0;
+  w0->device().copyDeviceToHost(&seen, w0->heap().peerAddress(1, w0->buffers().pool), sizeof seen);
+  EXPECT_EQ(seen, mark);
+  EXPECT_NE(errorOf([&] { Workspace::join(*zero, all.data(), all.size()); }).find("joined already"),
+            std::string::npos);
+}
+
 // The figures the README quotes for DeepSeek-V3 (H 7168, I 2048, 256 experts, top-8, 8192 tokens per rank).
 TEST(WorkspaceSizes, DeepSeekV3) {
   for (int ranks : {2, 8}) {

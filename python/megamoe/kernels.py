@@ -1,0 +1,63 @@
+"""Kernel cache misses: the one megamoe-cache command that generates what is missing, and, where megamoe's compiler
+is installed (a megamoe-cache executable), compiling it on first use (JIT), said in the log."""
+import logging
+import os
+import shutil
+import subprocess
+
+from . import _lib
+
+log = logging.getLogger("megamoe")
+
+
+def layer_command(hidden, intermediate, experts, topk, ranks, target):
+    """The megamoe-cache command that generates every kernel of one layer (forward, backward, int64 topk_idx,
+    token deduplication) at `ranks` ranks."""
+    return ("megamoe-cache generate --hidden %d --intermediate %d --experts %d --topk %d --ep %d --targets %s"
+            % (hidden, intermediate, experts, topk, ranks, target or "sm_90a"))
+
+
+def cache_tool():
+    """The megamoe-cache executable, or None: $MEGAMOE_CACHE_TOOL, else the one beside the loaded libmegamoe.so
+    (BUILD/lib/../bin, PREFIX/lib/../bin), else megamoe-cache on PATH."""
+    env = os.environ.get("MEGAMOE_CACHE_TOOL")
+    if env:
+        return env if os.access(env, os.X_OK) else None
+    try:
+        lib_path = _lib.Library.get().path
+    except OSError:
+        lib_path = None
+    if lib_path and os.path.isabs(lib_path):
+        beside = os.path.join(os.path.dirname(lib_path), "..", "bin", "megamoe-cache")
+        if os.access(beside, os.X_OK):
+            return os.path.normpath(beside)
+    return shutil.which("megamoe-cache")
+
+
+def jit_enabled():
+    """MEGAMOE_JIT=0 turns compiling on a miss off (the miss is then an error naming the command)."""
+    return os.environ.get("MEGAMOE_JIT", "1") != "0"
+
+
+def with_kernels(load, command, what):
+    """load() (which loads kernels from the cache); on a miss, compiles with `command` (a megamoe-cache command
+    line, without the program name's path) when a compiler is installed and retries once; else raises the miss
+    naming `command`."""
+    try:
+        return load()
+    except _lib.MegamoeError as e:
+        if e.status != _lib.KERNEL_NOT_FOUND:
+            raise
+        miss = e
+    tool = cache_tool() if jit_enabled() else None
+    if tool is None:
+        raise _lib.MegamoeError(miss.status, "%s: kernels missing from the cache; generate them with:\n    %s\n"
+                                             "(the runtime said: %s)" % (what, command, miss.message))
+    argv = [tool] + command.split()[1:] + ["--quiet"]
+    log.warning("megamoe: %s: kernels missing from the cache; compiling them now (JIT): %s", what, " ".join(argv))
+    done = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if done.returncode != 0:
+        raise _lib.MegamoeError(miss.status, "%s: the JIT compile failed (exit status %d): %s\n%s" % (
+            what, done.returncode, " ".join(argv), done.stdout[-4000:]))
+    log.warning("megamoe: %s: compiled (JIT) into the cache", what)
+    return load()

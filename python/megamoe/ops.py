@@ -1,0 +1,434 @@
+"""The PyTorch ops: fused_moe (the expert-parallel MoE layer: dispatch, L1, SwiGLU, L2, combine; forward and
+backward) and the grouped GEMMs (NT / NN / TN over group offsets). On torch >= 2.4 they are torch.library custom ops
+(megamoe::fused_moe, megamoe::fused_moe_backward, megamoe::grouped_mm_nt / _nn / _tn) with fake implementations and
+registered autograd, so torch.compile(fullgraph=True) traces through them and CUDA graphs capture them; on an older
+torch (Debian's 1.13) the same implementations run through torch.autograd.Function. Every call runs on torch's
+current stream; arguments are checked here, at the boundary, with errors that name the argument and the rule."""
+import logging
+from typing import Tuple
+
+import torch
+
+from . import _lib
+from .kernels import with_kernels
+from .workspace import Workspace, layer_of
+
+log = logging.getLogger("megamoe")
+HAS_CUSTOM_OP = all(hasattr(torch.library, n) for n in ("custom_op", "register_fake", "register_autograd"))
+
+
+class ArgumentError(ValueError):
+    """A bad argument of a megamoe op: the message names the op, the argument and the rule."""
+
+
+def _fail(op, message):
+    raise ArgumentError("%s: %s" % (op, message))
+
+
+def _dtype_name(d):
+    return str(d).replace("torch.", "")
+
+
+def _tensor(op, name, t, dtypes, dims, layout):
+    if not isinstance(t, torch.Tensor):
+        _fail(op, "%s must be a torch.Tensor (got %s)" % (name, type(t).__name__))
+    if t.dtype not in dtypes:
+        _fail(op, "%s must be %s (got %s)" % (name, " or ".join(_dtype_name(d) for d in dtypes), _dtype_name(t.dtype)))
+    if t.dim() != dims:
+        _fail(op, "%s must have %d dimensions %s (got shape %s)" % (name, dims, layout, list(t.shape)))
+
+
+def _contiguous(op, **tensors):
+    for name, t in tensors.items():
+        if not t.is_contiguous():
+            _fail(op, "%s must be contiguous (got strides %s for shape %s; call .contiguous())" % (
+                name, list(t.stride()), list(t.shape)))
+
+
+def _on_device(op, device, **tensors):
+    for name, t in tensors.items():
+        if t.device != device:
+            _fail(op, "%s must be on %s, the workspace's device (got %s)" % (name, device, t.device))
+
+
+def _aligned(op, **tensors):
+    """name=(tensor, bytes): the address of each tensor's first element is a multiple of `bytes` (the kernels'
+    vector loads). Real tensors only: run inside the ops, not on the fake tensors of a trace."""
+    for name, (t, alignment) in tensors.items():
+        if t.numel() and t.data_ptr() % alignment:
+            _fail(op, "%s must be %d-byte aligned (address 0x%x; a view at an offset of %d elements)" % (
+                name, alignment, t.data_ptr(), t.storage_offset()))
+
+
+def _address(t, keep):
+    """t's address, or for an empty tensor a one-element buffer's (the layer refuses null pointers; an empty call
+    still takes part in the ranks' exchange). keep collects the buffers so they live through the call."""
+    if t.numel():
+        return t.data_ptr()
+    buf = torch.empty(16, dtype=torch.uint8, device=t.device)
+    keep.append(buf)
+    return buf.data_ptr()
+
+
+# ---- fused_moe ----
+
+def _fused_moe_forward(x, topk_idx, topk_weights, w1, w2, layer_id, training):
+    layer = layer_of(layer_id)
+    _aligned("fused_moe", x=(x, 16), w1=(w1, 16), w2=(w2, 16), topk_weights=(topk_weights, 4),
+             topk_idx=(topk_idx, topk_idx.element_size()))
+    ws = layer.workspace
+    y = torch.empty_like(x)
+    saved = torch.empty(layer.saved_bytes if training else 0, dtype=torch.uint8, device=x.device)
+    keep = []
+    layer.handle.forward(_address(x, keep), x.shape[0], _address(topk_idx, keep), _address(topk_weights, keep),
+                         w1.data_ptr(), w2.data_ptr(), _address(y, keep), ws.stream(),
+                         saved=saved.data_ptr() if training else None)
+    return y, saved
+
+
+def _fused_moe_backward(dy, x, topk_idx, topk_weights, w1, w2, saved, layer_id):
+    layer = layer_of(layer_id)
+    if saved.numel() != layer.saved_bytes:
+        _fail("fused_moe backward", "saved must be the %d bytes its forward wrote (got %d)" % (
+            layer.saved_bytes, saved.numel()))
+    _aligned("fused_moe backward", dy=(dy, 16), saved=(saved, 16))
+    ws = layer.workspace
+    dx = torch.empty_like(x)
+    d_topk_weights = torch.empty(topk_weights.shape, dtype=torch.float32, device=x.device)
+    dw1, dw2 = torch.empty_like(w1), torch.empty_like(w2)
+    keep = []
+    layer.handle.backward(_address(dy, keep), _address(x, keep), x.shape[0], _address(topk_idx, keep),
+                          _address(topk_weights, keep), w1.data_ptr(), w2.data_ptr(), _address(dx, keep),
+                          _address(d_topk_weights, keep), dw1.data_ptr(), dw2.data_ptr(), ws.stream(),
+                          saved=saved.data_ptr())
+    return dx, d_topk_weights, dw1, dw2
+
+
+if HAS_CUSTOM_OP:
+    @torch.library.custom_op("megamoe::fused_moe", mutates_args=())
+    def _fused_moe_op(x: torch.Tensor, topk_idx: torch.Tensor, topk_weights: torch.Tensor, w1: torch.Tensor,
+                      w2: torch.Tensor, layer_id: int, training: bool) -> Tuple[torch.Tensor, torch.Tensor]:
+        return _fused_moe_forward(x, topk_idx, topk_weights, w1, w2, layer_id, training)
+
+    @_fused_moe_op.register_fake
+    def _(x, topk_idx, topk_weights, w1, w2, layer_id, training):
+        n = layer_of(layer_id).saved_bytes if training else 0
+        return torch.empty_like(x), x.new_empty((n,), dtype=torch.uint8)
+
+    @torch.library.custom_op("megamoe::fused_moe_backward", mutates_args=())
+    def _fused_moe_backward_op(dy: torch.Tensor, x: torch.Tensor, topk_idx: torch.Tensor, topk_weights: torch.Tensor,
+                               w1: torch.Tensor, w2: torch.Tensor, saved: torch.Tensor, layer_id: int
+                               ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        return _fused_moe_backward(dy, x, topk_idx, topk_weights, w1, w2, saved, layer_id)
+
+    @_fused_moe_backward_op.register_fake
+    def _(dy, x, topk_idx, topk_weights, w1, w2, saved, layer_id):
+        return (torch.empty_like(x), topk_weights.new_empty(topk_weights.shape, dtype=torch.float32),
+                torch.empty_like(w1), torch.empty_like(w2))
+
+    def _setup_context(ctx, inputs, output):
+        x, topk_idx, topk_weights, w1, w2, layer_id, training = inputs
+        ctx.save_for_backward(x, topk_idx, topk_weights, w1, w2, output[1])
+        ctx.layer_id = layer_id
+
+    def _backward(ctx, dy, d_saved):
+        x, topk_idx, topk_weights, w1, w2, saved = ctx.saved_tensors
+        dx, dtw, dw1, dw2 = _fused_moe_backward_op(dy.contiguous(), x, topk_idx, topk_weights, w1, w2, saved,
+                                                   ctx.layer_id)
+        return dx, None, dtw, dw1, dw2, None, None
+
+    _fused_moe_op.register_autograd(_backward, setup_context=_setup_context)
+
+    def _fused_moe_call(*args):
+        return _fused_moe_op(*args)
+else:
+    class _FusedMoeFunction(torch.autograd.Function):
+        """torch < 2.4: the same forward and backward through autograd.Function (no torch.compile op)."""
+
+        @staticmethod
+        def forward(ctx, x, topk_idx, topk_weights, w1, w2, layer_id, training):
+            y, saved = _fused_moe_forward(x, topk_idx, topk_weights, w1, w2, layer_id, training)
+            ctx.save_for_backward(x, topk_idx, topk_weights, w1, w2, saved)
+            ctx.layer_id = layer_id
+            ctx.mark_non_differentiable(saved)
+            return y, saved
+
+        @staticmethod
+        def backward(ctx, dy, d_saved):
+            x, topk_idx, topk_weights, w1, w2, saved = ctx.saved_tensors
+            dx, dtw, dw1, dw2 = _fused_moe_backward(dy.contiguous(), x, topk_idx, topk_weights, w1, w2, saved,
+                                                    ctx.layer_id)
+            return dx, None, dtw, dw1, dw2, None, None
+
+    def _fused_moe_call(*args):
+        return _FusedMoeFunction.apply(*args)
+
+
+def check_fused_moe_args(x, topk_idx, topk_weights, w1, w2, workspace):
+    """The boundary checks of fused_moe (no device access); returns (hidden, intermediate, experts, topk)."""
+    op = "fused_moe"
+    if not isinstance(workspace, Workspace):
+        _fail(op, "workspace must be a megamoe.Workspace (got %s)" % type(workspace).__name__)
+    _tensor(op, "x", x, (torch.bfloat16,), 2, "[tokens, hidden]")
+    _tensor(op, "topk_idx", topk_idx, (torch.int32, torch.int64), 2, "[tokens, topk]")
+    _tensor(op, "topk_weights", topk_weights, (torch.float32,), 2, "[tokens, topk]")
+    _tensor(op, "w1", w1, (torch.bfloat16,), 3, "[local experts, 2 * intermediate, hidden]")
+    _tensor(op, "w2", w2, (torch.bfloat16,), 3, "[local experts, hidden, intermediate]")
+    T, H = x.shape
+    if topk_idx.shape[0] != T:
+        _fail(op, "topk_idx must have one row per token of x: shape [%d, topk] (got %s)" % (T, list(topk_idx.shape)))
+    K = topk_idx.shape[1]
+    if tuple(topk_weights.shape) != tuple(topk_idx.shape):
+        _fail(op, "topk_weights must have topk_idx's shape %s (got %s)" % (list(topk_idx.shape),
+                                                                         list(topk_weights.shape)))
+    if w1.shape[2] != H:
+        _fail(op, "w1 must be [local experts, 2 * intermediate, hidden=%d] (got %s)" % (H, list(w1.shape)))
+    if w1.shape[1] % 2:
+        _fail(op, "w1's second dimension must be even: gate rows then up rows, 2 * intermediate (got %d)" % w1.shape[1])
+    E_local, I = w1.shape[0], w1.shape[1] // 2
+    if tuple(w2.shape) != (E_local, H, I):
+        _fail(op, "w2 must be [local experts=%d, hidden=%d, intermediate=%d] to match w1 %s (got %s)" % (
+            E_local, H, I, list(w1.shape), list(w2.shape)))
+    if T > workspace.max_tokens:
+        _fail(op, "x has %d tokens, above the workspace's max_tokens=%d" % (T, workspace.max_tokens))
+    E = E_local * workspace.ranks
+    for name, value in (("hidden", H), ("intermediate", I), ("experts", E), ("topk", K)):
+        if value > workspace.shape[name]:
+            _fail(op, "%s=%d (from the arguments' shapes) exceeds the workspace's %s=%d" % (
+                name, value, name, workspace.shape[name]))
+    _contiguous(op, x=x, topk_idx=topk_idx, topk_weights=topk_weights, w1=w1, w2=w2)
+    _on_device(op, workspace.device, x=x, topk_idx=topk_idx, topk_weights=topk_weights, w1=w1, w2=w2)
+    return H, I, E, K
+
+
+def fused_moe(x, topk_idx, topk_weights, w1, w2, workspace):
+    """The expert-parallel MoE layer on this rank: y [tokens, hidden] bf16 = sum over k of topk_weights[t, k] *
+    expert_{topk_idx[t, k]}(x[t]), expert_e(x) = (silu(x w1[e][:I]^T) * (x w1[e][I:]^T)) w2[e]^T.
+
+    x: bf16 [tokens, hidden]; topk_idx: int32 or int64 [tokens, topk], global expert ids (-1: no expert; rank r owns
+    experts [r E/R, (r+1) E/R)); topk_weights: fp32 [tokens, topk]; w1: bf16 [E/R, 2 * intermediate, hidden] (gate
+    rows, then up rows); w2: bf16 [E/R, hidden, intermediate]; all contiguous, on the workspace's device; tokens at
+    most the workspace's max_tokens (token counts may differ between ranks). Every rank of the workspace calls its
+    layers in the same order. Differentiable in x, topk_weights, w1 and w2 when the workspace serves training: the
+    forward then keeps its saved state in a tensor saved for backward, so any number of forwards may be in flight
+    and their backwards run in any order."""
+    H, I, E, K = check_fused_moe_args(x, topk_idx, topk_weights, w1, w2, workspace)
+    training = torch.is_grad_enabled() and (x.requires_grad or topk_weights.requires_grad or w1.requires_grad
+                                            or w2.requires_grad)
+    if training and not workspace.training:
+        _fail("fused_moe", "gradients are wanted (an input requires grad) but the workspace was made with "
+                           "training=False; make it with training=True or call under torch.no_grad()")
+    bits = 64 if topk_idx.dtype == torch.int64 else 32
+    layer = workspace.layer_for(H, I, E, K, training, bits)
+    y, _ = _fused_moe_call(x, topk_idx, topk_weights, w1, w2, layer.id, training)
+    return y
+
+
+# ---- grouped GEMMs ----
+
+_runtimes = {}
+
+
+def _runtime(device):
+    ordinal = device.index if device.index is not None else torch.cuda.current_device()
+    if ordinal not in _runtimes:
+        _runtimes[ordinal] = _lib.Runtime("hip" if getattr(torch.version, "hip", None) else "cuda", ordinal)
+        _runtimes[ordinal].sms = torch.cuda.get_device_properties(ordinal).multi_processor_count
+    return _runtimes[ordinal]
+
+
+GEMM_MAX_SPLIT = 8  # the split-K tail's parts (NT / NN; bench/results 2026-12-01-h200-session10-final)
+_SCRATCH_HEAD = 256  # tickets (i32 [2]) in the first bytes, the split scratch from here
+
+
+def grouped_kernel_spec(layout, E, N, KM):
+    """(kernel name, spec) that grouped_mm_<layout> launches: the TMA build, as cluster pairs where N allows."""
+    if layout == "tn":
+        return "grouped_gemm_tn_tma", [("E", E), ("N", N), ("M", KM), ("pairs", 0)]
+    return "grouped_gemm_%s_tma" % layout, [("E", E), ("N", N), ("K", KM), ("pairs", int(N % 256 == 0))]
+
+
+def _grouped_rules(op, layout, N, KM):
+    if N % 128:
+        _fail(op, "N=%d must be a multiple of 128 (the kernels' BLOCK_N)" % N)
+    if layout == "tn":
+        if KM % 128:
+            _fail(op, "M=%d must be a multiple of 128 (BLOCK_M of TN)" % KM)
+    elif KM % 64 or KM < 128:
+        _fail(op, "K=%d must be a multiple of 64 and at least 128 (BLOCK_K, the 3-stage ring)" % KM)
+
+
+def _check_offs(op, offs, E, device):
+    _tensor(op, "offs", offs, (torch.int32,), 1, "[groups]: each group's end row")
+    if offs.shape[0] != E:
+        _fail(op, "offs must have one end per group, %d (got %d)" % (E, offs.shape[0]))
+    if E < 1 or E > 1024:
+        _fail(op, "the group count %d must be 1..1024" % E)
+    _on_device(op, device, offs=offs)
+
+
+def check_grouped_args(layout, a, b, offs):
+    """Boundary checks of grouped_mm_<layout>; returns (E, N, K or M)."""
+    op = "grouped_mm_" + layout
+    if layout == "tn":
+        _tensor(op, "a", a, (torch.bfloat16,), 2, "[rows, M]")
+        _tensor(op, "b", b, (torch.bfloat16,), 2, "[rows, N]")
+        if b.shape[0] != a.shape[0]:
+            _fail(op, "b must have a's %d rows (got %s)" % (a.shape[0], list(b.shape)))
+        E, N, KM = offs.shape[0] if isinstance(offs, torch.Tensor) and offs.dim() == 1 else 0, b.shape[1], a.shape[1]
+    else:
+        _tensor(op, "a", a, (torch.bfloat16,), 2, "[rows, K]")
+        _tensor(op, "b", b, (torch.bfloat16,), 3, "[groups, N, K]" if layout == "nt" else "[groups, K, N]")
+        E = b.shape[0]
+        K = a.shape[1]
+        bK = b.shape[2] if layout == "nt" else b.shape[1]
+        if bK != K:
+            _fail(op, "b's K dimension must be a's K=%d (got b %s)" % (K, list(b.shape)))
+        N, KM = (b.shape[1] if layout == "nt" else b.shape[2]), K
+    _check_offs(op, offs, E, a.device)
+    _grouped_rules(op, layout, N, KM)
+    _contiguous(op, a=a, b=b, offs=offs)
+    _on_device(op, a.device, b=b)
+    if a.device.type != "cuda":
+        _fail(op, "a must be on a CUDA device (got %s)" % a.device)
+    return E, N, KM
+
+
+def _grouped_mm(layout, a, b, offs):
+    op = "grouped_mm_" + layout
+    E, N, KM = check_grouped_args(layout, a, b, offs)
+    _aligned(op, a=(a, 16), b=(b, 16))
+    rows = a.shape[0]
+    out = (torch.empty(E, KM, N, dtype=a.dtype, device=a.device) if layout == "tn"
+           else torch.empty(rows, N, dtype=a.dtype, device=a.device))
+    if rows == 0:
+        return out.zero_()
+    rt = _runtime(a.device)
+    name, spec = grouped_kernel_spec(layout, E, N, KM)
+    kernel = with_kernels(lambda: rt.kernel(name, spec), _lib.generate_command(name, spec, rt.target), op)
+    pairs = layout != "tn" and spec[-1][1] == 1
+    grid = max(2, rt.sms // 2 * 2) if pairs else rt.sms
+    split_bytes, zeroed = rt.lib.split_scratch_bytes(grid)
+    scratch = torch.empty(_SCRATCH_HEAD + split_bytes, dtype=torch.uint8, device=a.device)
+    scratch[:_SCRATCH_HEAD + zeroed].zero_()  # the tickets and the split counters start at zero
+    starts = torch.cat([offs.new_zeros(1), offs])  # the kernels' offsets: E + 1 group starts, the last = the end
+    # A [rows, KM]; B [rows, N] (TN), [E * N, KM] (NT) or [E * KM, N] (NN); boxes as the kernel declares them.
+    map_a = rt.tensor_map(kernel, "map_a", a.data_ptr(), rows, KM)
+    map_b = (rt.tensor_map(kernel, "map_b", b.data_ptr(), rows, N) if layout == "tn"
+             else rt.tensor_map(kernel, "map_b", b.data_ptr(), E * N, KM) if layout == "nt"
+             else rt.tensor_map(kernel, "map_b", b.data_ptr(), E * KM, N))
+    rt.launch(kernel, (grid, 1, 1), torch.cuda.current_stream(a.device).cuda_stream, a=a.data_ptr(),
+              b=b.data_ptr(), c=out.data_ptr(), offsets=starts.data_ptr(), tickets=scratch.data_ptr(),
+              split=scratch.data_ptr() + _SCRATCH_HEAD, max_split=0 if layout == "tn" else GEMM_MAX_SPLIT,
+              grid=grid, map_a=map_a, map_b=map_b)
+    return out
+
+
+def _grouped_fake(layout, a, b, offs):
+    if layout == "tn":
+        return a.new_empty((offs.shape[0], a.shape[1], b.shape[1]))
+    return a.new_empty((a.shape[0], b.shape[1] if layout == "nt" else b.shape[2]))
+
+
+# Gradients, in the same kernels (c = a b[e]^T, c = a b[e], c[e] = a_e^T b_e):
+#   NT: da = NN(dc, b)          db = TN(dc, a)
+#   NN: da = NT(dc, b)          db = TN(a, dc)
+#   TN: da = NT(b, dc)          db = NN(a, dc)
+def _grouped_grads(layout, a, b, offs, dc, needs):
+    ops = {"nt": grouped_mm_nt, "nn": grouped_mm_nn, "tn": grouped_mm_tn}
+    dc = dc.contiguous()
+    da = db = None
+    if layout == "nt":
+        da = ops["nn"](dc, b, offs) if needs[0] else None
+        db = ops["tn"](dc, a, offs) if needs[1] else None
+    elif layout == "nn":
+        da = ops["nt"](dc, b, offs) if needs[0] else None
+        db = ops["tn"](a, dc, offs) if needs[1] else None
+    else:
+        da = ops["nt"](b, dc, offs) if needs[0] else None
+        db = ops["nn"](a, dc, offs) if needs[1] else None
+    return da, db
+
+
+def _make_grouped(layout):
+    if HAS_CUSTOM_OP:
+        @torch.library.custom_op("megamoe::grouped_mm_" + layout, mutates_args=())
+        def op(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor) -> torch.Tensor:
+            return _grouped_mm(layout, a, b, offs)
+
+        op.register_fake(lambda a, b, offs: _grouped_fake(layout, a, b, offs))
+
+        def setup(ctx, inputs, output):
+            ctx.save_for_backward(*inputs)
+
+        def backward(ctx, dc):
+            a, b, offs = ctx.saved_tensors
+            da, db = _grouped_grads(layout, a, b, offs, dc, ctx.needs_input_grad[:2])
+            return da, db, None
+
+        op.register_autograd(backward, setup_context=setup)
+        return op
+
+    class Function(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, a, b, offs):
+            ctx.save_for_backward(a, b, offs)
+            return _grouped_mm(layout, a, b, offs)
+
+        @staticmethod
+        def backward(ctx, dc):
+            a, b, offs = ctx.saved_tensors
+            da, db = _grouped_grads(layout, a, b, offs, dc, ctx.needs_input_grad[:2])
+            return da, db, None
+
+    return Function.apply
+
+
+_grouped_nt, _grouped_nn, _grouped_tn = (_make_grouped(l) for l in ("nt", "nn", "tn"))
+
+
+def grouped_mm_nt(a, b, offs):
+    """c [rows, N] = a [rows, K] b[e]^T for the rows of group e, b [groups, N, K] (an expert's weights as stored);
+    offs int32 [groups]: each group's end row (torch._grouped_mm's offs). Rows past offs[-1] are not written.
+    N a multiple of 128; K a multiple of 64, at least 128."""
+    return _grouped_nt(a, b, offs)
+
+
+def grouped_mm_nn(a, b, offs):
+    """c [rows, N] = a [rows, K] b[e] for the rows of group e, b [groups, K, N]; offs as grouped_mm_nt's."""
+    return _grouped_nn(a, b, offs)
+
+
+def grouped_mm_tn(a, b, offs):
+    """c [groups, M, N], c[e] = a_e^T b_e over the rows of group e (a [rows, M], b [rows, N]): weight gradients. A
+    group without rows gets zeros. M and N multiples of 128."""
+    return _grouped_tn(a, b, offs)
+
+
+def grouped_mm(a, b, offs, fallback=True):
+    """A drop-in for torch._grouped_mm(a, b, offs=offs) in bf16: a [rows, K] with b [groups, K, N] (any of its two
+    layouts: b.transpose(-2, -1) contiguous runs NT, b contiguous runs NN), or a [M, rows] with b [rows, N] (the
+    2d x 2d form: a per-group [M, N] result, TN). Shapes these kernels do not serve go to torch._grouped_mm when
+    fallback is set and this torch has it (said once in the log at info), else raise naming the rule."""
+    try:
+        if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.dim() == 2 and b.dim() == 3:
+            bt = b.transpose(-2, -1)
+            if bt.is_contiguous():
+                check_grouped_args("nt", a.contiguous(), bt, offs)
+                return grouped_mm_nt(a.contiguous(), bt, offs)
+            check_grouped_args("nn", a.contiguous(), b.contiguous(), offs)
+            return grouped_mm_nn(a.contiguous(), b.contiguous(), offs)
+        if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.dim() == 2 and b.dim() == 2:
+            at = a.t().contiguous()
+            check_grouped_args("tn", at, b.contiguous(), offs)
+            return grouped_mm_tn(at, b.contiguous(), offs)
+        _fail("grouped_mm", "a and b must be 2d x 3d ([rows, K] x [groups, K, N]) or 2d x 2d ([M, rows] x "
+                            "[rows, N]) (got %s x %s)" % (
+                                list(getattr(a, "shape", [])), list(getattr(b, "shape", []))))
+    except ArgumentError as e:
+        if not (fallback and hasattr(torch, "_grouped_mm")):
+            raise
+        if not getattr(grouped_mm, "_said", False):
+            log.info("megamoe: grouped_mm falls back to torch._grouped_mm: %s", e)
+            grouped_mm._said = True
+        return torch._grouped_mm(a, b, offs=offs)

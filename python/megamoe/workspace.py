@@ -1,0 +1,213 @@
+"""A megamoe workspace for PyTorch: one per process and GPU, shared by every MoE layer of a model. Made from a
+torch.distributed process group (the ranks' handles exchanged over it) or, without one, for one process and one GPU."""
+import itertools
+import os
+import tempfile
+import threading
+
+import torch
+
+from . import _lib
+from .kernels import layer_command, with_kernels
+
+_layers = {}  # layer id -> _Layer: what the custom op's integer argument names (see ops.py)
+_ids = itertools.count(1)
+_lock = threading.Lock()
+
+
+def layer_of(layer_id):
+    try:
+        return _layers[layer_id]
+    except KeyError:
+        raise ValueError("megamoe: layer id %d names no live layer (its workspace was closed)" % layer_id) from None
+
+
+class _Layer:
+    """One megamoe_layer on a workspace: its shape, training or not, int32 or int64 topk_idx."""
+
+    def __init__(self, workspace, handle, key, saved_bytes):
+        self.workspace, self.handle, self.key, self.saved_bytes = workspace, handle, key, saved_bytes
+        with _lock:
+            self.id = next(_ids)
+            _layers[self.id] = self
+
+
+def _dist():
+    import torch.distributed as dist
+    return dist
+
+
+class Workspace:
+    """The symmetric heap and working buffers of this rank, sized for layers up to (hidden, intermediate, experts,
+    topk) at up to max_tokens tokens per rank and call.
+
+    group: a torch.distributed process group (None: the default group when one is initialised, else one process on
+    one GPU); every rank of it makes its workspace with the same arguments, and its ranks are the expert-parallel
+    ranks (rank r owns experts [r E/R, (r+1) E/R)). The handles are exchanged over the group (all_gather_into_tensor;
+    a CUDA tensor on an NCCL group, a CPU one on gloo), then the ranks meet (a barrier) before the first layer call.
+    training: the workspace serves training layers (it holds their dh buffer); sm_budget: SMs of this rank's kernels
+    (even; 0: MEGAMOE_SM_BUDGET, else every SM); receive_capacity, dedup_tokens, swiglu_clamp_milli: as in
+    megamoe_layer_config (runtime/include/megamoe/MoeLayer.h). All layer calls run on torch's current stream, and
+    must be ordered on one stream. close() (or `with`) synchronises, meets the ranks and frees the workspace."""
+
+    def __init__(self, hidden, intermediate, experts, topk, max_tokens, group=None, training=True, sm_budget=0,
+                 receive_capacity=0, dedup_tokens=False, swiglu_clamp_milli=0, device=None, backend=None,
+                 _host_tensors=False):
+        dist = _dist() if torch.distributed.is_available() else None
+        if group is None and dist is not None and dist.is_initialized():
+            group = dist.group.WORLD
+        self.group = group
+        self.rank = dist.get_rank(group) if group is not None else 0
+        self.ranks = dist.get_world_size(group) if group is not None else 1
+        if self.ranks > _lib.MAX_RANKS:
+            raise ValueError("Workspace: the group has %d ranks, above the most a workspace spans (%d)" % (
+                self.ranks, _lib.MAX_RANKS))
+        self.backend = backend or ("hip" if getattr(torch.version, "hip", None) else "cuda")
+        # _host_tensors (the CPU test tier only): the fake HIP backend's "device memory" is host memory, so the
+        # layer calls take CPU tensors there and run on the default stream.
+        self._host_tensors = _host_tensors
+        if _host_tensors:
+            self.device = torch.device("cpu")
+            ordinal = int(device or 0)
+        else:
+            if device is None:
+                device = torch.device("cuda", torch.cuda.current_device())
+            self.device = torch.device(device) if not isinstance(device, int) else torch.device("cuda", device)
+            if self.device.type != "cuda":
+                raise ValueError("Workspace: device must be a CUDA device (got %s)" % self.device)
+            ordinal = self.device.index if self.device.index is not None else torch.cuda.current_device()
+        self.lib = _lib.Library.get()
+        self.shape = dict(hidden=hidden, intermediate=intermediate, experts=experts, topk=topk)
+        self.max_tokens = int(max_tokens)
+        self.training = bool(training)
+        self.options = dict(sm_budget=sm_budget, receive_capacity=receive_capacity, dedup_tokens=int(dedup_tokens),
+                            swiglu_clamp_milli=swiglu_clamp_milli)
+        self.config = self._config(training=int(training), **self.shape)
+        self.runtime = _lib.Runtime(self.backend, ordinal, self.lib)
+        self.layers = {}
+        self.handle = None
+        self.handle = self._create()
+        # The layers of the workspace's own shape, made now: a compiled graph then only looks them up.
+        for training_layer in ((False, True) if self.training else (False,)):
+            for idx_bits in (32, 64):
+                self.layer(training=training_layer, topk_idx_bits=idx_bits, **self.shape)
+
+    def _config(self, hidden, intermediate, experts, topk, training=0, topk_idx_bits=0):
+        return _lib.LayerConfig(hidden=hidden, intermediate=intermediate, experts=experts, topk=topk,
+                                max_tokens=self.max_tokens, training=training, dtype=0, topk_idx_bits=topk_idx_bits,
+                                **self.options)
+
+    def _create(self):
+        rt, cfg = self.runtime, self.config
+        if self.ranks == 1:
+            return _lib.WorkspaceHandle.create(rt, cfg, 0, 1, None)
+        dist = _dist()
+        if _lib.WorkspaceHandle.exchange_supported(self.lib):
+            handle = _lib.WorkspaceHandle.join_through(rt, cfg, self.rank, self.ranks, self._all_gather)
+        else:
+            # A library without the caller-exchanged rendezvous: the ranks meet at a socket path rank 0 names.
+            path = [os.path.join(tempfile.gettempdir(), "megamoe-ws-%d-%d.sock" % (os.getpid(), id(self)))]
+            dist.broadcast_object_list(path, src=dist.get_global_rank(self.group, 0) if hasattr(
+                dist, "get_global_rank") else 0, group=self.group)
+            handle = _lib.WorkspaceHandle.create(rt, cfg, self.rank, self.ranks, path[0])
+        self._barrier()
+        return handle
+
+    def _all_gather(self, mine):
+        """Every rank's handle bytes, in rank order: all_gather_into_tensor of a uint8 tensor (a CUDA one on an NCCL
+        group, a CPU one otherwise); a backend without it (gloo on an older torch) gathers into a list instead."""
+        dist = _dist()
+        on_cuda = dist.get_backend(self.group) == "nccl"
+        dev = self.device if on_cuda else torch.device("cpu")
+        local = torch.tensor(list(mine), dtype=torch.uint8, device=dev)
+        try:
+            out = torch.empty(len(mine) * self.ranks, dtype=torch.uint8, device=dev)
+            dist.all_gather_into_tensor(out, local, group=self.group)
+        except (AttributeError, RuntimeError, NotImplementedError):
+            if on_cuda:
+                raise
+            parts = [torch.empty_like(local) for _ in range(self.ranks)]
+            dist.all_gather(parts, local, group=self.group)
+            out = torch.cat(parts)
+        return bytes(out.cpu().tolist())
+
+    def _barrier(self):
+        dist = _dist()
+        if dist.get_backend(self.group) == "nccl":
+            dist.barrier(group=self.group, device_ids=[self.device.index])
+        else:
+            dist.barrier(group=self.group)
+
+    def layer(self, hidden, intermediate, experts, topk, training, topk_idx_bits=32):
+        """The layer of that shape on this workspace (made once): a _Layer with its handle, id and saved bytes."""
+        key = (hidden, intermediate, experts, topk, bool(training), topk_idx_bits)
+        if key in self.layers:
+            return self.layers[key]
+        if self.handle is None:
+            raise RuntimeError("megamoe: the workspace is closed")
+        if training and not self.training:
+            raise ValueError("megamoe: a training layer needs a workspace made with training=True")
+        cfg = self._config(hidden, intermediate, experts, topk, int(training), topk_idx_bits)
+        command = layer_command(hidden, intermediate, experts, topk, self.ranks, self.runtime.target)
+        what = "the MoE layer hidden=%d intermediate=%d experts=%d topk=%d at %d ranks" % (
+            hidden, intermediate, experts, topk, self.ranks)
+        handle = with_kernels(lambda: _lib.LayerHandle.create_on(self.handle, cfg), command, what)
+        saved = self.lib.saved_bytes(cfg, self.ranks) if training else 0
+        self.layers[key] = _Layer(self, handle, key, saved)
+        return self.layers[key]
+
+    def layer_for(self, hidden, intermediate, experts, topk, training, topk_idx_bits):
+        """A pure lookup (what a compiled graph runs): the layer must have been made (layer(), or the workspace's
+        own shape, or an MoeExperts module on it)."""
+        try:
+            return self.layers[(hidden, intermediate, experts, topk, training, topk_idx_bits)]
+        except KeyError:
+            raise ValueError("megamoe: no layer hidden=%d intermediate=%d experts=%d topk=%d (training %s) on this "
+                             "workspace; make it first with workspace.layer(...) or an MoeExperts module" % (
+                                 hidden, intermediate, experts, topk, training)) from None
+
+    def bytes(self):
+        """(heap bytes, buffer bytes) of this rank's workspace."""
+        return self.lib.workspace_bytes(self.config, self.ranks)
+
+    def stream(self):
+        if self._host_tensors:
+            return 0
+        return torch.cuda.current_stream(self.device).cuda_stream
+
+    def check_errors(self):
+        """Synchronises torch's current stream and raises MegamoeError naming the first device error."""
+        # The layers share the workspace's heap and its error record: any one of them reads it.
+        next(iter(self.layers.values())).handle.check_errors(self.stream())
+
+    def close(self):
+        """Synchronises, meets the ranks (a barrier over the group), then frees the layers and the workspace."""
+        if self.handle is None:
+            return
+        if not self._host_tensors:
+            torch.cuda.synchronize(self.device)
+        if self.ranks > 1:
+            self._barrier()
+        with _lock:
+            for layer in self.layers.values():
+                _layers.pop(layer.id, None)
+        for layer in self.layers.values():
+            layer.handle.destroy()
+        self.layers = {}
+        self.handle.destroy()
+        self.handle = None
+        self.runtime.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        # One rank frees itself; several ranks must close() together (a peer may still write into this heap).
+        try:
+            if self.handle is not None and self.ranks == 1:
+                self.close()
+        except Exception:
+            pass

@@ -1,0 +1,415 @@
+"""The package's CPU tier (no GPU): it imports, checks arguments at the boundary, and its bindings drive the C ABI
+against the fake HIP backend (tests/host/runtime/FakeHip.cpp; its "device memory" is host memory) with stand-in
+layer kernels (megamoe_fake_layer_cache): workspaces, layers, forward and backward calls, saved state, errors."""
+import ctypes
+import logging
+import os
+import stat
+import subprocess
+import sys
+
+import pytest
+
+from conftest import BUILD
+
+torch = pytest.importorskip("torch")
+import megamoe  # noqa: E402
+from megamoe import _lib  # noqa: E402
+
+FAKE_HIP = os.path.join(BUILD, "lib", "libamdhip64_fake.so")
+FAKE_CACHE = os.path.join(BUILD, "bin", "megamoe_fake_layer_cache")
+LIB = os.path.join(BUILD, "lib", "libmegamoe.so")
+SHAPE = dict(hidden=512, intermediate=256, experts=16, topk=4)
+MAX_TOKENS = 64
+
+if not all(os.path.exists(p) for p in (FAKE_HIP, FAKE_CACHE, LIB)):
+    pytest.skip("the build folder %s lacks libmegamoe.so, the fake HIP library or megamoe_fake_layer_cache "
+                "(build it first)" % BUILD, allow_module_level=True)
+
+
+@pytest.fixture(autouse=True)
+def fake_env(monkeypatch, tmp_path):
+    monkeypatch.setenv("MEGAMOE_LIB", LIB)
+    monkeypatch.setenv("MEGAMOE_HIP_LIBRARY", FAKE_HIP)
+    monkeypatch.setenv("MEGAMOE_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("MEGAMOE_JIT", "0")
+    yield tmp_path / "cache"
+
+
+def fill_cache(cache, hidden=512, intermediate=256, experts=16, topk=4, ranks=1):
+    subprocess.run([FAKE_CACHE, str(cache), str(hidden), str(intermediate), str(experts), str(topk),
+                    str(MAX_TOKENS), str(ranks)], check=True)
+
+
+@pytest.fixture
+def ws(fake_env):
+    fill_cache(fake_env)
+    w = megamoe.Workspace(max_tokens=MAX_TOKENS, backend="hip", _host_tensors=True, **SHAPE)
+    yield w
+    w.close()
+
+
+def fake_launches():
+    return ctypes.CDLL(FAKE_HIP).fakehip_launch_count()
+
+
+def inputs(T=10, idx_dtype=torch.int32, grad=True):
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(T, 512, generator=g).to(torch.bfloat16).requires_grad_(grad)
+    idx = torch.stack([torch.randperm(16, generator=g)[:4] for _ in range(max(T, 1))])[:T].to(idx_dtype)
+    w = torch.rand(T, 4, generator=g).requires_grad_(grad)
+    w1 = torch.randn(16, 512, 512, generator=g).to(torch.bfloat16).requires_grad_(grad)
+    w2 = torch.randn(16, 512, 256, generator=g).to(torch.bfloat16).requires_grad_(grad)
+    return x, idx, w, w1, w2
+
+
+# ---- the bindings ----
+
+def test_library_found_and_versioned():
+    lib = _lib.Library.get(LIB)
+    assert lib.version() == megamoe.__version__
+    assert lib.status_name(_lib.KERNEL_NOT_FOUND) == "kernel not found"
+    assert _lib.library_candidates()[0] == LIB  # $MEGAMOE_LIB first
+
+
+def test_missing_library_names_every_place_tried(monkeypatch):
+    with pytest.raises(OSError, match="libmegamoe.so not found; tried: /nonexistent/libmegamoe.so"):
+        _lib.Library("/nonexistent/libmegamoe.so")
+
+
+def test_layer_config_matches_the_header():
+    # megamoe.h: struct_size then 12 int64 fields; MEGAMOE_LAYER_CONFIG_INIT's size.
+    assert ctypes.sizeof(_lib.LayerConfig) == 8 + 12 * 8
+    assert _lib.LayerConfig(hidden=1).struct_size == ctypes.sizeof(_lib.LayerConfig)
+
+
+def test_fake_devices_and_runtime():
+    lib = _lib.Library.get(LIB)
+    assert lib.device_count("hip") == 4  # the fake's default
+    rt = _lib.Runtime("hip", 1, lib)
+    assert rt.target == "gfx950"
+    rt.close()
+    with pytest.raises(megamoe.MegamoeError) as e:
+        _lib.Runtime("hip", 7, lib)
+    assert e.value.status != _lib.OK
+
+
+def test_sizes_before_allocation():
+    lib = _lib.Library.get(LIB)
+    train = _lib.LayerConfig(max_tokens=MAX_TOKENS, training=1, **SHAPE)
+    infer = _lib.LayerConfig(max_tokens=MAX_TOKENS, training=0, **SHAPE)
+    heap, buffers = lib.workspace_bytes(train, 1)
+    heap0, buffers0 = lib.workspace_bytes(infer, 1)
+    assert heap > 0 and buffers > buffers0  # training adds dh
+    saved = lib.saved_bytes(train, 1)
+    assert saved > 0 and saved % (2 * 256 * 2) == 0  # received rows x 2I bf16
+    assert lib.saved_bytes(infer, 1) == 0
+    assert lib.saved_bytes(_lib.LayerConfig(max_tokens=2 * MAX_TOKENS, training=1, **SHAPE), 1) > saved
+
+
+def test_invalid_config_names_the_field():
+    lib = _lib.Library.get(LIB)
+    with pytest.raises(megamoe.MegamoeError) as e:
+        lib.workspace_bytes(_lib.LayerConfig(hidden=12, intermediate=256, experts=16, topk=4, max_tokens=64), 1)
+    assert e.value.status == _lib.INVALID_ARGUMENT and "hidden=12" in str(e.value)
+
+
+def test_launch_by_name_refuses_unknown_and_missing_arguments(fake_env):
+    fill_cache(fake_env)
+    rt = _lib.Runtime("hip", 0)
+    k = rt.kernel("epoch_advance", [])
+    names = [n for n, _ in k.signature]
+    assert names  # declared in compiler/abi/KernelAbi.cpp
+    with pytest.raises(TypeError, match="missing"):
+        rt.launch(k, (1, 1, 1), 0)
+    with pytest.raises(TypeError, match="unknown \\['bogus'\\]"):
+        rt.launch(k, (1, 1, 1), 0, bogus=1, **{n: 0 for n in names})
+    before = fake_launches()
+    rt.launch(k, (1, 1, 1), 0, **{n: 0 for n in names})
+    assert fake_launches() == before + 1
+    rt.close()
+
+
+# ---- the workspace and the op on the fake backend ----
+
+def test_cache_miss_names_the_whole_layer_command():
+    with pytest.raises(megamoe.MegamoeError) as e:
+        megamoe.Workspace(max_tokens=MAX_TOKENS, backend="hip", _host_tensors=True, **SHAPE)
+    assert e.value.status == _lib.KERNEL_NOT_FOUND
+    assert ("megamoe-cache generate --hidden 512 --intermediate 256 --experts 16 --topk 4 --ep 1 --targets gfx950"
+            in str(e.value))
+
+
+def test_jit_compiles_on_a_miss_and_says_so(fake_env, tmp_path, monkeypatch, caplog):
+    # A stand-in megamoe-cache: `generate --hidden H --intermediate I --experts E --topk K --ep R ...` fills the cache.
+    tool = tmp_path / "megamoe-cache"
+    tool.write_text("#!/bin/sh\n# $1=generate\nshift\nwhile [ $# -gt 0 ]; do case $1 in --hidden) H=$2;; "
+                    "--intermediate) I=$2;; --experts) E=$2;; --topk) K=$2;; --ep) R=$2;; esac; shift; done\n"
+                    "exec %s \"$MEGAMOE_CACHE_DIR\" $H $I $E $K %d $R\n" % (FAKE_CACHE, MAX_TOKENS))
+    tool.chmod(tool.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("MEGAMOE_CACHE_TOOL", str(tool))
+    monkeypatch.setenv("MEGAMOE_JIT", "1")
+    with caplog.at_level(logging.WARNING, logger="megamoe"):
+        w = megamoe.Workspace(max_tokens=MAX_TOKENS, backend="hip", _host_tensors=True, **SHAPE)
+    assert any("compiling them now (JIT)" in r.getMessage() for r in caplog.records)
+    assert len(w.layers) == 4  # inference and training, int32 and int64 topk_idx
+    w.close()
+
+
+def test_forward_and_backward_launch_on_the_fake(ws):
+    x, idx, wts, w1, w2 = inputs()
+    before = fake_launches()
+    y = megamoe.fused_moe(x, idx, wts, w1, w2, ws)
+    forward_launches = fake_launches() - before
+    assert y.shape == x.shape and y.dtype == torch.bfloat16 and y.requires_grad
+    assert forward_launches >= 3  # prologue, dispatch + L1, L2 + combine, epoch
+    y.float().sum().backward()
+    assert fake_launches() - before > 2 * forward_launches  # the backward's five stages
+    for t in (x, wts, w1, w2):
+        assert t.grad is not None and t.grad.shape == t.shape and t.grad.dtype == t.dtype
+
+
+def test_inference_uses_the_layer_without_saved_state(ws, monkeypatch):
+    x, idx, wts, w1, w2 = inputs(grad=False)
+    used = []
+    for key, layer in ws.layers.items():
+        orig = layer.handle.forward
+        monkeypatch.setattr(layer.handle, "forward",
+                            lambda *a, key=key, orig=orig, **k: (used.append((key, k.get("saved"))), orig(*a, **k)))
+    megamoe.fused_moe(x, idx, wts, w1, w2, ws)
+    with torch.no_grad():
+        megamoe.fused_moe(x, idx.long(), wts, w1, w2, ws)
+    assert [(k[4], k[5], s) for k, s in used] == [(False, 32, None), (False, 64, None)]
+
+
+def test_saved_state_is_a_torch_tensor_per_forward_and_backwards_run_in_any_order(ws, monkeypatch):
+    layer = ws.layer(training=True, topk_idx_bits=32, **SHAPE)
+    seen = {"forward": [], "backward": []}
+    for name in seen:
+        orig = getattr(layer.handle, name)
+        monkeypatch.setattr(layer.handle, name,
+                            lambda *a, name=name, orig=orig, **k: (seen[name].append(k["saved"]), orig(*a, **k)))
+    ys = []
+    for i in range(3):
+        x, idx, wts, w1, w2 = inputs()
+        ys.append(megamoe.fused_moe(x, idx, wts, w1, w2, ws))
+    assert len(set(seen["forward"])) == 3 and all(seen["forward"])  # three distinct saved tensors in flight
+    for i in (1, 2, 0):
+        ys[i].float().sum().backward()
+    assert seen["backward"] == [seen["forward"][i] for i in (1, 2, 0)]  # each backward reads its own forward's
+
+
+def test_saved_tensor_has_the_layers_saved_bytes(ws):
+    from megamoe.ops import _fused_moe_call
+    x, idx, wts, w1, w2 = inputs()
+    layer = ws.layer(training=True, topk_idx_bits=32, **SHAPE)
+    cfg = _lib.LayerConfig(max_tokens=MAX_TOKENS, training=1, **SHAPE)
+    y, saved = _fused_moe_call(x, idx, wts, w1, w2, layer.id, True)
+    assert saved.dtype == torch.uint8 and saved.numel() == layer.saved_bytes == ws.lib.saved_bytes(cfg, 1)
+    assert not saved.requires_grad and saved.data_ptr() % 16 == 0
+
+
+def test_zero_tokens_still_call_the_layer(ws):
+    x, idx, wts, w1, w2 = inputs(T=0)
+    before = fake_launches()
+    y = megamoe.fused_moe(x, idx, wts, w1, w2, ws)
+    assert y.shape == (0, 512) and fake_launches() > before  # an empty rank still takes part in the exchange
+
+
+def test_four_layers_on_one_workspace(ws):
+    layers = [megamoe.MoeExperts(512, 256, 16, 4, ws) for _ in range(4)]
+    x, idx, wts, _, _ = inputs()
+    h = x
+    for m in layers:
+        h = m(h, idx, wts)
+    h.float().sum().backward()
+    assert all(m.w1.grad is not None and m.w2.grad is not None for m in layers)
+    assert len(ws.layers) == 4  # one shape: the modules share the workspace's layers
+
+
+def test_smaller_layer_fits_the_workspace(ws, fake_env):
+    fill_cache(fake_env, 256, 128, 8, 2)
+    m = megamoe.MoeExperts(256, 128, 8, 2, ws)
+    assert (256, 128, 8, 2, True, 32) in ws.layers
+    x = torch.randn(3, 256).bfloat16()
+    idx = torch.tensor([[0, 7], [1, 2], [3, -1]], dtype=torch.int32)
+    assert m(x, idx, torch.rand(3, 2)).shape == x.shape
+    with pytest.raises(megamoe.MegamoeError, match="experts=32 exceeds the workspace's experts=16"):
+        megamoe.MoeExperts(512, 256, 32, 4, ws)
+
+
+# ---- boundary checks ----
+
+def check_error(ws, match, **changes):
+    args = dict(zip(("x", "topk_idx", "topk_weights", "w1", "w2"), inputs(grad=False)))
+    args.update(changes)
+    with pytest.raises(megamoe.ArgumentError, match=match):
+        megamoe.fused_moe(args["x"], args["topk_idx"], args["topk_weights"], args["w1"], args["w2"], ws)
+
+
+def test_dtype_rules(ws):
+    x, idx, wts, w1, w2 = inputs(grad=False)
+    check_error(ws, r"fused_moe: x must be bfloat16 \(got float32\)", x=x.float())
+    check_error(ws, r"topk_idx must be int32 or int64 \(got float32\)", topk_idx=idx.float())
+    check_error(ws, r"topk_weights must be float32 \(got bfloat16\)", topk_weights=wts.bfloat16())
+    check_error(ws, r"w1 must be bfloat16", w1=w1.float())
+    check_error(ws, r"w2 must be bfloat16", w2=w2.half())
+    check_error(ws, r"x must be a torch.Tensor \(got list\)", x=[1, 2])
+
+
+def test_shape_rules(ws):
+    x, idx, wts, w1, w2 = inputs(grad=False)
+    check_error(ws, r"x must have 2 dimensions \[tokens, hidden\]", x=x[None])
+    check_error(ws, r"topk_idx must have one row per token of x", topk_idx=idx[:5])
+    check_error(ws, r"topk_weights must have topk_idx's shape", topk_weights=wts[:, :3])
+    check_error(ws, r"w1 must be \[local experts, 2 \* intermediate, hidden=512\]", w1=w1[:, :, :256])
+    check_error(ws, r"w2 must be \[local experts=16, hidden=512, intermediate=256\]", w2=w2[:, :, :128])
+    check_error(ws, r"w1's second dimension must be even", w1=w1[:, :511])
+
+
+def test_tokens_above_the_maximum(ws):
+    x, idx, wts, _, _ = inputs(T=MAX_TOKENS + 1, grad=False)
+    check_error(ws, r"x has 65 tokens, above the workspace's max_tokens=64", x=x, topk_idx=idx, topk_weights=wts)
+
+
+def test_layer_larger_than_the_workspace(ws):
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(4, 1024, generator=g).bfloat16()
+    idx = torch.zeros(4, 4, dtype=torch.int32)
+    wts = torch.rand(4, 4)
+    w1 = torch.zeros(16, 512, 1024, dtype=torch.bfloat16)
+    w2 = torch.zeros(16, 1024, 256, dtype=torch.bfloat16)
+    check_error(ws, r"hidden=1024 \(from the arguments' shapes\) exceeds the workspace's hidden=512", x=x,
+                topk_idx=idx, topk_weights=wts, w1=w1, w2=w2)
+
+
+def test_contiguity_rule(ws):
+    x, idx, wts, w1, w2 = inputs(grad=False)
+    check_error(ws, r"w2 must be contiguous \(got strides", w2=w2.transpose(1, 2).contiguous().transpose(1, 2))
+    check_error(ws, r"topk_idx must be contiguous", topk_idx=idx.t().contiguous().t())
+
+
+def test_device_rule(ws):
+    x, idx, wts, w1, w2 = inputs(grad=False)
+    check_error(ws, r"w1 must be on cpu, the workspace's device \(got meta\)", w1=w1.to("meta"))
+
+
+def test_alignment_rule(ws):
+    x, *_ = inputs(grad=False)
+    flat = torch.empty(x.numel() + 1, dtype=torch.bfloat16)
+    shifted = flat[1:].view(x.shape)  # 2 bytes past an aligned address
+    check_error(ws, r"x must be 16-byte aligned", x=shifted)
+
+
+def test_int64_topk_idx_accepted(ws):
+    x, idx, wts, w1, w2 = inputs(idx_dtype=torch.int64)
+    y = megamoe.fused_moe(x, idx, wts, w1, w2, ws)
+    y.float().sum().backward()
+    assert wts.grad is not None
+
+
+def test_training_needs_a_training_workspace(fake_env):
+    fill_cache(fake_env)
+    w = megamoe.Workspace(max_tokens=MAX_TOKENS, training=False, backend="hip", _host_tensors=True, **SHAPE)
+    x, idx, wts, w1, w2 = inputs()
+    with pytest.raises(megamoe.ArgumentError, match="made with training=False"):
+        megamoe.fused_moe(x, idx, wts, w1, w2, w)
+    with torch.no_grad():
+        assert megamoe.fused_moe(x, idx, wts, w1, w2, w).shape == x.shape
+    w.close()
+
+
+def test_workspace_argument_rule():
+    x, idx, wts, w1, w2 = inputs(grad=False)
+    with pytest.raises(megamoe.ArgumentError, match="workspace must be a megamoe.Workspace"):
+        megamoe.fused_moe(x, idx, wts, w1, w2, None)
+
+
+def test_grouped_mm_rules():
+    a = torch.zeros(300, 256, dtype=torch.bfloat16)
+    b = torch.zeros(4, 512, 256, dtype=torch.bfloat16)
+    offs = torch.tensor([50, 100, 200, 300], dtype=torch.int32)
+    with pytest.raises(megamoe.ArgumentError, match="grouped_mm_nt: N=100 must be a multiple of 128"):
+        megamoe.grouped_mm_nt(a, torch.zeros(4, 100, 256, dtype=torch.bfloat16), offs)
+    with pytest.raises(megamoe.ArgumentError, match=r"K=96 must be a multiple of 64 and at least 128"):
+        megamoe.grouped_mm_nt(a[:, :96], b[:, :, :96], offs)
+    with pytest.raises(megamoe.ArgumentError, match="offs must be int32"):
+        megamoe.grouped_mm_nt(a, b, offs.long())
+    with pytest.raises(megamoe.ArgumentError, match="offs must have one end per group, 4"):
+        megamoe.grouped_mm_nt(a, b, offs[:3])
+    with pytest.raises(megamoe.ArgumentError, match="b's K dimension must be a's K=256"):
+        megamoe.grouped_mm_nn(a, b, offs)
+    with pytest.raises(megamoe.ArgumentError, match="grouped_mm_tn: M=256 must be a multiple of 128|a must be on a"):
+        megamoe.grouped_mm_tn(a, torch.zeros(300, 512, dtype=torch.bfloat16), offs)
+    with pytest.raises(megamoe.ArgumentError, match="a must be on a CUDA device"):
+        megamoe.grouped_mm_nt(a, b, offs)
+    with pytest.raises(megamoe.ArgumentError, match="grouped_mm: a and b must be 2d x 3d"):
+        megamoe.grouped_mm(a[None], b, offs, fallback=False)
+
+
+# ---- converters and the plain-PyTorch reference ----
+
+def hf_moe(x, idx, wts, gate, up, down):
+    """The layer as a checkpoint's modules compute it: per expert down(silu(gate(x)) * up(x))."""
+    y = torch.zeros(x.shape, dtype=torch.float64)
+    for t in range(x.shape[0]):
+        for k in range(idx.shape[1]):
+            e = int(idx[t, k])
+            xt = x[t].double()
+            y[t] += wts[t, k].double() * (down[e].double() @ (torch.nn.functional.silu(gate[e].double() @ xt)
+                                                              * (up[e].double() @ xt)))
+    return y
+
+
+def test_converters_agree_and_match_the_checkpoint_formula():
+    g = torch.Generator().manual_seed(3)
+    E, H, I = 4, 16, 8
+    gate, up, down = (torch.randn(E, I, H, generator=g), torch.randn(E, I, H, generator=g),
+                      torch.randn(E, H, I, generator=g))
+    w1, w2 = megamoe.convert_experts(down, gate=list(gate), up=list(up))
+    assert w1.shape == (E, 2 * I, H) and w2.shape == (E, H, I) and w1.is_contiguous()
+    inter = torch.stack([gate, up], dim=2).reshape(E, 2 * I, H)  # rows gate0, up0, gate1, ...
+    for got in (megamoe.convert_experts(down, gate_up=torch.cat([gate, up], 1)),
+                megamoe.convert_experts(down, gate_up=inter, interleaved=True),
+                megamoe.convert_experts(down.transpose(1, 2), gate_up=torch.cat([gate, up], 1).transpose(1, 2),
+                                        transposed=True),
+                megamoe.convert_experts(down.transpose(1, 2), gate=gate.transpose(1, 2), up=up.transpose(1, 2),
+                                        transposed=True)):
+        assert torch.equal(got[0], w1) and torch.equal(got[1], w2)
+    half = megamoe.convert_experts(down, gate=gate, up=up, rank=1, ranks=2)
+    assert torch.equal(half[0], w1[2:]) and torch.equal(half[1], w2[2:])
+    g1, u1, d1 = megamoe.to_gate_up_down(w1, w2)
+    assert torch.equal(g1, gate) and torch.equal(u1, up) and torch.equal(d1, down)
+    x = torch.randn(5, H, generator=g)
+    idx = torch.tensor([[0, 1], [2, 3], [3, 3], [1, 0], [2, 0]])
+    wts = torch.rand(5, 2, generator=g)
+    ref = megamoe.reference_moe(x.double(), idx, wts, w1.double(), w2.double())
+    assert torch.allclose(ref.double(), hf_moe(x, idx, wts, gate, up, down), rtol=1e-9, atol=1e-9)
+
+
+def test_converter_rules():
+    with pytest.raises(ValueError, match="either gate_up or gate and up"):
+        megamoe.convert_experts(torch.zeros(2, 4, 2), gate=torch.zeros(2, 2, 4), gate_up=torch.zeros(2, 4, 4))
+    with pytest.raises(ValueError, match="down must be"):
+        megamoe.convert_experts(torch.zeros(2, 3, 2), gate=torch.zeros(2, 2, 4), up=torch.zeros(2, 2, 4))
+    with pytest.raises(ValueError, match="3 experts do not split over 2 ranks"):
+        megamoe.convert_experts(torch.zeros(3, 4, 2), gate=torch.zeros(3, 2, 4), up=torch.zeros(3, 2, 4), ranks=2)
+
+
+def test_two_processes_meet_through_a_process_group(fake_env, tmp_path):
+    fill_cache(fake_env, ranks=2)
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "two_ranks_fake.py")
+    procs = []
+    for rank in range(2):
+        env = dict(os.environ, RANK=str(rank), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+                   MEGAMOE_RENDEZVOUS_TIMEOUT_S="20")
+        procs.append(subprocess.Popen([sys.executable, script], env=env, stdout=subprocess.PIPE,
+                                      stderr=subprocess.STDOUT, text=True))
+    outs = [p.communicate(timeout=90)[0] for p in procs]
+    for rank, (p, out) in enumerate(zip(procs, outs)):
+        assert p.returncode == 0, "rank %d:\n%s" % (rank, out)
+        assert "rank %d: exchanged through the group (handles)" % rank in out, out

@@ -1,0 +1,455 @@
+"""The package's GPU tier (one GPU; the kernels from $MEGAMOE_CACHE_DIR, scripts/gen-gpu-test-cache.sh): fused_moe
+forward and backward against an fp32 reference, the op against the C++ layer bitwise, torch.compile(fullgraph) against
+eager bitwise, CUDA-graph capture of forward and backward, several forwards in flight with backwards in any order,
+a 4-layer model on one workspace, a finite-difference check, bad inputs and a device error, the grouped GEMMs, the
+op's overhead against the C++ layer (within 3%, eager and compiled), two ranks on one GPU through a process group.
+Runs under pytest, or without it: `python3 tests/python/gpu/test_gpu.py --junit FILE --json FILE`."""
+import json
+import math
+import os
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.normpath(os.path.join(HERE, "..", "..", ".."))
+sys.path[:0] = [os.path.join(ROOT, "python"), os.path.join(ROOT, "tests", "python")]
+
+import torch  # noqa: E402
+
+import harness  # noqa: E402
+from harness import raises, skip  # noqa: E402
+
+if not torch.cuda.is_available():
+    if harness.pytest is not None and __name__ != "__main__":
+        harness.pytest.skip("no CUDA device: the GPU tier needs one", allow_module_level=True)
+    print("SKIPPED: no CUDA device: the GPU tier needs one")
+    sys.exit(0)
+
+import megamoe  # noqa: E402
+from megamoe import _lib  # noqa: E402
+
+H, I, E, K = 512, 256, 16, 4          # gpu_layer_test's shape; its kernels at EP1 and EP2 are in the test cache
+SHAPE = dict(hidden=H, intermediate=I, experts=E, topk=K)
+MAX_TOKENS = 256
+TOL = 1e-2
+DEV = torch.device("cuda", torch.cuda.current_device())
+_ws = None
+
+
+def ws():
+    """The tier's workspace: one process, one GPU, training (made once)."""
+    global _ws
+    if _ws is None:
+        _ws = megamoe.Workspace(max_tokens=MAX_TOKENS, **SHAPE)
+    return _ws
+
+
+def gen(seed):
+    return torch.Generator(device="cuda").manual_seed(seed)
+
+
+def routing(T, seed, idx_dtype=torch.int32, skip_fraction=0.0, experts=E, topk=K):
+    g = gen(seed)
+    idx = torch.rand(T, experts, device="cuda", generator=g).topk(topk, dim=1).indices.to(idx_dtype)
+    if skip_fraction:
+        idx[torch.rand(T, topk, device="cuda", generator=g) < skip_fraction] = -1
+    wts = torch.softmax(torch.randn(T, topk, device="cuda", generator=g), dim=1)
+    return idx.contiguous(), wts
+
+
+def tokens(T, seed, hidden=H):
+    return torch.randn(T, hidden, device="cuda", generator=gen(seed)).to(torch.bfloat16)
+
+
+def weights(seed, experts=E, hidden=H, inter=I):
+    g = gen(seed)
+    w1 = (torch.randn(experts, 2 * inter, hidden, device="cuda", generator=g) / math.sqrt(hidden)).to(torch.bfloat16)
+    w2 = (torch.randn(experts, hidden, inter, device="cuda", generator=g) / math.sqrt(inter)).to(torch.bfloat16)
+    return w1, w2
+
+
+def rel(got, ref):
+    ref = ref.double()
+    d = (got.double() - ref).norm()
+    n = ref.norm()
+    return float(d / n) if n > 0 else (0.0 if d == 0 else math.inf)
+
+
+def bitwise(a, b):
+    return a.shape == b.shape and torch.equal(a.contiguous().view(torch.uint8), b.contiguous().view(torch.uint8))
+
+
+def reference(x, idx, wts, w1, w2, dy):
+    """y, dx, d_topk_weights, dw1, dw2 in fp32 (autograd of reference_moe on fp32 copies)."""
+    leaves = [t.detach().float().requires_grad_() for t in (x, wts, w1, w2)]
+    with torch.enable_grad():
+        y = megamoe.reference_moe(leaves[0], idx, leaves[1], leaves[2], leaves[3])
+        grads = torch.autograd.grad(y, leaves, dy.float())
+    return (y.detach(),) + tuple(grads)
+
+
+def op_fwd_bwd(x, idx, wts, w1, w2, dy, fn=None):
+    leaves = [t.detach().requires_grad_() for t in (x, wts, w1, w2)]
+    fn = fn or (lambda a, i, b, c, d: megamoe.fused_moe(a, i, b, c, d, ws()))
+    y = fn(leaves[0], idx, leaves[1], leaves[2], leaves[3])
+    grads = torch.autograd.grad(y, leaves, dy)
+    return (y.detach(),) + tuple(grads)
+
+
+NAMES = ("y", "dx", "d_topk_weights", "dw1", "dw2")
+
+
+def test_forward_backward_against_fp32_reference():
+    w1, w2 = weights(1)
+    for T, idx_dtype, skip_fraction in ((MAX_TOKENS, torch.int32, 0.0), (37, torch.int64, 0.0),
+                                        (200, torch.int32, 0.1), (1, torch.int64, 0.0)):
+        x = tokens(T, 2 + T)
+        idx, wts = routing(T, 3 + T, idx_dtype, skip_fraction)
+        dy = tokens(T, 4 + T)
+        got = op_fwd_bwd(x, idx, wts, w1, w2, dy)
+        ref = reference(x, idx, wts, w1, w2, dy)
+        for name, g, r in zip(NAMES, got, ref):
+            assert torch.isfinite(g.float()).all(), "%s not all written (T=%d)" % (name, T)
+            assert rel(g, r) <= TOL, "%s rel err %.3e at T=%d %s skip %.1f" % (name, rel(g, r), T, idx_dtype,
+                                                                             skip_fraction)
+        assert bool((got[2][idx < 0] == 0).all()), "d_topk_weights of -1 picks must be 0"
+
+
+def test_zero_tokens():
+    w1, w2 = weights(1)
+    x = tokens(0, 5)
+    idx, wts = routing(0, 6)
+    got = op_fwd_bwd(x, idx, wts, w1, w2, tokens(0, 7))
+    assert got[0].shape == (0, H) and bool((got[3] == 0).all()) and bool((got[4] == 0).all())
+
+
+def test_op_bitwise_equals_the_cpp_layer():
+    w1, w2 = weights(11)
+    T = 199
+    x, dy = tokens(T, 12), tokens(T, 13)
+    idx, wts = routing(T, 14)
+    got = op_fwd_bwd(x, idx, wts, w1, w2, dy)
+    layer = ws().layer(training=True, topk_idx_bits=32, **SHAPE)
+    y, dx = torch.empty_like(x), torch.empty_like(x)
+    dtw = torch.empty_like(wts)
+    dw1, dw2 = torch.empty_like(w1), torch.empty_like(w2)
+    saved = torch.empty(layer.saved_bytes, dtype=torch.uint8, device="cuda")
+    stream = torch.cuda.current_stream().cuda_stream
+    layer.handle.forward(x.data_ptr(), T, idx.data_ptr(), wts.data_ptr(), w1.data_ptr(), w2.data_ptr(), y.data_ptr(),
+                         stream, saved=saved.data_ptr())
+    layer.handle.backward(dy.data_ptr(), x.data_ptr(), T, idx.data_ptr(), wts.data_ptr(), w1.data_ptr(),
+                          w2.data_ptr(), dx.data_ptr(), dtw.data_ptr(), dw1.data_ptr(), dw2.data_ptr(), stream,
+                          saved=saved.data_ptr())
+    layer.handle.check_errors(stream)
+    for name, g, c in zip(NAMES, got, (y, dx, dtw, dw1, dw2)):
+        assert bitwise(g, c), "%s: the op differs from the C++ layer" % name
+
+
+def test_compiled_fullgraph_bitwise_equals_eager():
+    if not megamoe.HAS_CUSTOM_OP:
+        skip("torch %s has no torch.library.custom_op" % torch.__version__)
+    w1, w2 = weights(21)
+    compiled = torch.compile(lambda a, i, b, c, d: megamoe.fused_moe(a, i, b, c, d, ws()), fullgraph=True)
+    for T, idx_dtype in ((MAX_TOKENS, torch.int32), (77, torch.int64)):
+        x, dy = tokens(T, 22 + T), tokens(T, 23 + T)
+        idx, wts = routing(T, 24 + T, idx_dtype)
+        eager = op_fwd_bwd(x, idx, wts, w1, w2, dy)
+        comp = op_fwd_bwd(x, idx, wts, w1, w2, dy, fn=compiled)
+        for name, e, c in zip(NAMES, eager, comp):
+            assert bitwise(e, c), "%s: compiled differs from eager at T=%d" % (name, T)
+    with torch.no_grad():  # inference under compile: the layer without saved state
+        x = tokens(64, 25)
+        idx, wts = routing(64, 26)
+        assert bitwise(compiled(x, idx, wts, w1, w2), megamoe.fused_moe(x, idx, wts, w1, w2, ws()))
+
+
+def test_cuda_graph_captures_forward_and_backward():
+    w1, w2 = [torch.nn.Parameter(w) for w in weights(31)]
+    T = 128
+    x = tokens(T, 32).requires_grad_()
+    idx, wts = routing(T, 33)
+    wts.requires_grad_()
+    dy = tokens(T, 34)
+    leaves = [x, wts, w1, w2]
+
+    def step():
+        y = megamoe.fused_moe(x, idx, wts, w1, w2, ws())
+        return (y,) + torch.autograd.grad(y, leaves, dy)
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(2):
+            step()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, capture_error_mode="thread_local"):
+        static = step()
+    for seed in range(3):  # fresh inputs written in place, then a replay against an eager call on them
+        with torch.no_grad():
+            x.copy_(tokens(T, 40 + seed))
+            new_idx, new_wts = routing(T, 50 + seed)
+            idx.copy_(new_idx)
+            wts.copy_(new_wts)
+            dy.copy_(tokens(T, 60 + seed))
+        graph.replay()
+        eager = op_fwd_bwd(x, idx, wts, w1, w2, dy)
+        for name, s, e in zip(NAMES, static, eager):
+            assert bitwise(s, e), "%s: replay %d differs from eager" % (name, seed)
+    ws().check_errors()
+
+
+def test_forwards_in_flight_backwards_in_any_order():
+    w1, w2 = weights(71)
+    cases = []
+    for i in range(3):
+        T = 60 + 50 * i
+        x, dy = tokens(T, 72 + i), tokens(T, 75 + i)
+        idx, wts = routing(T, 78 + i)
+        cases.append((x, idx, wts, dy))
+    pairs = [op_fwd_bwd(x, idx, wts, w1, w2, dy) for x, idx, wts, dy in cases]  # forward, then its backward
+    outstanding = []
+    for x, idx, wts, dy in cases:  # three forwards in flight
+        leaves = [t.detach().requires_grad_() for t in (x, wts, w1, w2)]
+        outstanding.append((megamoe.fused_moe(leaves[0], idx, leaves[1], leaves[2], leaves[3], ws()), leaves, dy))
+    for i in (1, 2, 0):
+        y, leaves, dy = outstanding[i]
+        grads = torch.autograd.grad(y, leaves, dy)
+        for name, a, b in zip(NAMES, (y.detach(),) + grads, pairs[i]):
+            assert bitwise(a, b), "forward %d's %s differs from its forward + backward pair" % (i, name)
+
+
+def test_four_layer_model_on_one_workspace():
+    layers = [megamoe.MoeExperts(H, I, E, K, ws()) for _ in range(4)]
+    T = 96
+    x = tokens(T, 81).requires_grad_()
+    routes = [routing(T, 82 + l) for l in range(4)]
+    wts = [w.requires_grad_() for _, w in routes]
+    h = x
+    for l, m in enumerate(layers):  # residual blocks; all four forwards in flight before the backward
+        h = h + m(h, routes[l][0], wts[l])
+    loss = h.float().square().mean()
+    params = [x] + wts + [p for m in layers for p in (m.w1, m.w2)]
+    grads = torch.autograd.grad(loss, params)
+    ref_params = [p.detach().float().requires_grad_() for p in params]
+    with torch.enable_grad():
+        rh = ref_params[0]
+        for l in range(4):
+            w1, w2 = ref_params[5 + 2 * l], ref_params[6 + 2 * l]
+            rh = rh + megamoe.reference_moe(rh, routes[l][0], ref_params[1 + l], w1, w2)
+        ref_loss = rh.square().mean()
+        ref_grads = torch.autograd.grad(ref_loss, ref_params)
+    assert abs(float(loss) - float(ref_loss)) <= TOL * abs(float(ref_loss))
+    for i, (g, r) in enumerate(zip(grads, ref_grads)):
+        assert rel(g, r) <= 2 * TOL, "parameter %d: rel err %.3e" % (i, rel(g, r))
+    assert len(ws().layers) == 4  # one shape: every module uses the workspace's own layers
+
+
+def test_finite_differences_on_a_tiny_shape():
+    w1, w2 = weights(91)
+    T = 8
+    x, dy = tokens(T, 92), tokens(T, 93)
+    idx, wts = routing(T, 94)
+    _, dx, dtw, dw1, dw2 = op_fwd_bwd(x, idx, wts, w1, w2, dy)
+
+    def loss(x_, wts_, w1_, w2_):
+        with torch.no_grad():
+            return float((megamoe.fused_moe(x_, idx, wts_, w1_, w2_, ws()).double() * dy.double()).sum())
+
+    g = gen(95)
+    for name, grad, base in (("x", dx, x), ("w1", dw1, w1), ("w2", dw2, w2), ("topk_weights", dtw, wts)):
+        # along the gradient's signs (scaled at random): the change in the loss then dwarfs y's bf16 rounding
+        v = torch.sign(grad.float()) * (0.5 + torch.rand(base.shape, device="cuda", generator=g))
+        # 5% of the typical magnitude; y is linear in topk_weights, so a larger step there costs no accuracy
+        eps = (0.5 if name == "topk_weights" else 0.05) * float(base.float().abs().mean())
+        plus = (base.double() + eps * v).to(base.dtype)  # the perturbation as the dtype holds it
+        minus = (base.double() - eps * v).to(base.dtype)
+        args = {"x": x, "topk_weights": wts, "w1": w1, "w2": w2}
+        call = lambda t: loss(*[t if n == name else a for n, a in args.items()])
+        fd = call(plus) - call(minus)
+        analytic = float((grad.double() * (plus.double() - minus.double())).sum())
+        assert analytic > 0 and abs(fd - analytic) <= 2e-2 * analytic, "%s: finite difference %.6e, gradient %.6e" % (
+            name, fd, analytic)
+
+
+def test_bad_inputs():
+    w1, w2 = weights(101)
+    x = tokens(16, 102)
+    idx, wts = routing(16, 103)
+    w = ws()
+    with raises(megamoe.ArgumentError, match=r"x must be on cuda:\d, the workspace's device \(got cpu\)"):
+        megamoe.fused_moe(x.cpu(), idx, wts, w1, w2, w)
+    flat = torch.empty(x.numel() + 8, dtype=torch.bfloat16, device="cuda")
+    shifted = flat[1:1 + x.numel()].view(x.shape)
+    with raises(megamoe.ArgumentError, match="x must be 16-byte aligned"):
+        megamoe.fused_moe(shifted, idx, wts, w1, w2, w)
+    big = tokens(MAX_TOKENS + 1, 104)
+    bidx, bwts = routing(MAX_TOKENS + 1, 105)
+    with raises(megamoe.ArgumentError, match="x has 257 tokens, above the workspace's max_tokens=256"):
+        megamoe.fused_moe(big, bidx, bwts, w1, w2, w)
+    with raises(megamoe.ArgumentError, match="topk_weights must be float32"):
+        megamoe.fused_moe(x, idx, wts.half(), w1, w2, w)
+    with raises(megamoe.ArgumentError, match="w1 must be contiguous"):
+        megamoe.fused_moe(x, idx, wts, w1.transpose(1, 2).contiguous().transpose(1, 2), w2, w)
+    with raises(megamoe.ArgumentError, match="topk_idx must be int32 or int64"):
+        megamoe.fused_moe(x, idx.short(), wts, w1, w2, w)
+
+
+def test_grouped_gemms_against_fp32_and_torch():
+    g = gen(111)
+    G, N, Kd, rows = 8, 512, 256, 1000
+    sizes = torch.tensor([0, 200, 13, 300, 77, 0, 250, 160])
+    offs = torch.cumsum(sizes, 0).to(torch.int32).cuda()
+    starts = [0] + torch.cumsum(sizes, 0).tolist()
+    a = torch.randn(rows, Kd, device="cuda", generator=g).to(torch.bfloat16)
+    b_nt = torch.randn(G, N, Kd, device="cuda", generator=g).to(torch.bfloat16)
+    b_nn = torch.randn(G, Kd, N, device="cuda", generator=g).to(torch.bfloat16)
+    bt = torch.randn(rows, N, device="cuda", generator=g).to(torch.bfloat16)
+    ref_nt = torch.cat([a[starts[e]:starts[e + 1]].float() @ b_nt[e].float().t() for e in range(G)])
+    ref_nn = torch.cat([a[starts[e]:starts[e + 1]].float() @ b_nn[e].float() for e in range(G)])
+    ref_tn = torch.stack([a[starts[e]:starts[e + 1]].float().t() @ bt[starts[e]:starts[e + 1]].float()
+                          for e in range(G)])
+    nt, nn, tn = megamoe.grouped_mm_nt(a, b_nt, offs), megamoe.grouped_mm_nn(a, b_nn, offs), \
+        megamoe.grouped_mm_tn(a, bt, offs)
+    for name, got, ref in (("nt", nt, ref_nt), ("nn", nn, ref_nn), ("tn", tn, ref_tn)):
+        assert rel(got, ref) <= TOL, "%s rel err %.3e" % (name, rel(got, ref))
+    assert bool((tn[0] == 0).all()) and bool((tn[5] == 0).all()), "empty groups give zeros"
+    # the drop-in picks the layout from b's strides, as torch._grouped_mm takes b [groups, K, N]
+    assert bitwise(megamoe.grouped_mm(a, b_nt.transpose(-2, -1), offs), nt)
+    assert bitwise(megamoe.grouped_mm(a, b_nn, offs), nn)
+    assert bitwise(megamoe.grouped_mm(a.t(), bt, offs), tn)
+    if hasattr(torch, "_grouped_mm"):
+        try:
+            theirs = torch._grouped_mm(a, b_nt.transpose(-2, -1), offs=offs)
+        except RuntimeError as e:  # e.g. offsets that are not multiples of 16
+            theirs = None
+            print("torch._grouped_mm refused the ragged offsets: %s" % str(e).splitlines()[0])
+        if theirs is not None:
+            assert rel(nt, theirs.float()) <= TOL
+    if megamoe.HAS_CUSTOM_OP:
+        compiled = torch.compile(megamoe.grouped_mm_nt, fullgraph=True)
+        assert bitwise(compiled(a, b_nt, offs), nt)
+
+
+def test_grouped_mm_nt_gradients():
+    g = gen(121)
+    G, N, Kd = 8, 512, 256
+    sizes = torch.tensor([64, 0, 100, 36, 128, 50, 70, 52])
+    offs = torch.cumsum(sizes, 0).to(torch.int32).cuda()
+    rows = int(sizes.sum())
+    a = torch.randn(rows, Kd, device="cuda", generator=g).to(torch.bfloat16).requires_grad_()
+    b = torch.randn(G, N, Kd, device="cuda", generator=g).to(torch.bfloat16).requires_grad_()
+    dc = torch.randn(rows, N, device="cuda", generator=g).to(torch.bfloat16)
+    da, db = torch.autograd.grad(megamoe.grouped_mm_nt(a, b, offs), [a, b], dc)
+    af, bf = a.detach().float().requires_grad_(), b.detach().float().requires_grad_()
+    starts = [0] + torch.cumsum(sizes, 0).tolist()
+    with torch.enable_grad():
+        c = torch.cat([af[starts[e]:starts[e + 1]] @ bf[e].t() for e in range(G)])
+        rda, rdb = torch.autograd.grad(c, [af, bf], dc.float())
+    assert rel(da, rda) <= TOL and rel(db, rdb) <= TOL, (rel(da, rda), rel(db, rdb))
+    assert bool((db[1] == 0).all())
+
+
+def interleaved_ms(fns, rounds=7, calls=5):
+    """Median per-call ms of each function, measured in shuffled interleaved rounds (one warm-up round)."""
+    import random
+    import statistics
+    order = random.Random(2026)
+    names = list(fns)
+    times = {n: [] for n in names}
+    for r in range(rounds + 1):
+        order.shuffle(names)
+        for n in names:
+            torch.cuda.synchronize()
+            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            fns[n]()
+            s.record()
+            for _ in range(calls):
+                fns[n]()
+            e.record()
+            e.synchronize()
+            if r:
+                times[n].append(s.elapsed_time(e) / calls)
+    return {n: statistics.median(t) for n, t in times.items()}
+
+
+def test_overhead_of_the_op_within_3_percent_of_the_cpp_layer():
+    """DeepSeek-V3 at EP2's per-GPU work on one rank (128 experts, 8192 tokens): forward + backward through the op,
+    eagerly and compiled, against the C++ layer's calls into preallocated buffers, in the same run."""
+    H2, I2, E2, K2, T = 7168, 2048, 128, 8, 8192
+    big = megamoe.Workspace(H2, I2, E2, K2, T)
+    try:
+        w1, w2 = weights(131, E2, H2, I2)
+        x, dy = tokens(T, 132, H2), tokens(T, 133, H2)
+        idx, wts = routing(T, 134, experts=E2, topk=K2)
+        leaves = [t.detach().requires_grad_() for t in (x, wts, w1, w2)]
+        layer = big.layer(H2, I2, E2, K2, True, 32)
+        out = [torch.empty_like(x), torch.empty_like(x), torch.empty_like(wts), torch.empty_like(w1),
+               torch.empty_like(w2)]
+        saved = torch.empty(layer.saved_bytes, dtype=torch.uint8, device="cuda")
+
+        def cpp():
+            stream = torch.cuda.current_stream().cuda_stream
+            layer.handle.forward(x.data_ptr(), T, idx.data_ptr(), wts.data_ptr(), w1.data_ptr(), w2.data_ptr(),
+                                 out[0].data_ptr(), stream, saved=saved.data_ptr())
+            layer.handle.backward(dy.data_ptr(), x.data_ptr(), T, idx.data_ptr(), wts.data_ptr(), w1.data_ptr(),
+                                  w2.data_ptr(), out[1].data_ptr(), out[2].data_ptr(), out[3].data_ptr(),
+                                  out[4].data_ptr(), stream, saved=saved.data_ptr())
+
+        def through(fn):
+            def run():
+                y = fn(leaves[0], idx, leaves[1], leaves[2], leaves[3])
+                torch.autograd.grad(y, leaves, dy)
+            return run
+
+        eager = lambda a, i, b, c, d: megamoe.fused_moe(a, i, b, c, d, big)
+        fns = {"cpp": cpp, "op_eager": through(eager)}
+        if megamoe.HAS_CUSTOM_OP:
+            fns["op_compiled"] = through(torch.compile(eager, fullgraph=True))
+        for fn in fns.values():
+            fn()  # compiles, loads, warms
+        ms = interleaved_ms(fns)
+        big.check_errors()
+        report = {"shape": dict(hidden=H2, intermediate=I2, experts=E2, topk=K2, tokens=T), "ms": ms,
+                  "ratio": {n: ms[n] / ms["cpp"] for n in ms}}
+        print("fwd+bwd ms: " + ", ".join("%s %.3f (%.4f)" % (n, ms[n], report["ratio"][n]) for n in ms))
+        if os.environ.get("OUT"):
+            with open(os.path.join(os.environ["OUT"], "python-overhead.json"), "w") as f:
+                json.dump(report, f, indent=1)
+        for n in ms:
+            assert ms[n] <= 1.03 * ms["cpp"], "%s: %.3f ms against the C++ layer's %.3f ms (%.4f)" % (
+                n, ms[n], ms["cpp"], ms[n] / ms["cpp"])
+    finally:
+        big.close()
+
+
+def test_two_ranks_on_one_gpu_through_a_process_group():
+    script = os.path.join(HERE, "two_ranks.py")
+    env = dict(os.environ, MEGAMOE_WAIT_TIMEOUT_MS=os.environ.get("MEGAMOE_WAIT_TIMEOUT_MS", "60000"))
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+                           script], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=400)
+    print(done.stdout[-3000:])
+    assert done.returncode == 0, done.stdout[-6000:]
+    assert "two ranks: all checks passed" in done.stdout
+
+
+def test_device_error_surfaces_at_check_errors():
+    """Last: an expert index outside [-1, E) is found on the device and named at check_errors (a workspace of its
+    own, which the error makes unusable)."""
+    bad = megamoe.Workspace(max_tokens=64, training=False, **SHAPE)
+    try:
+        w1, w2 = weights(141)
+        x = tokens(8, 142)
+        idx, wts = routing(8, 143)
+        idx[3, 1] = E + 5
+        with torch.no_grad():
+            megamoe.fused_moe(x, idx, wts, w1, w2, bad)
+        with raises(megamoe.MegamoeError) as e:
+            bad.check_errors()
+        assert e.value.status == _lib.DEVICE, e.value
+    finally:
+        bad.close()
+
+
+if __name__ == "__main__":
+    sys.exit(harness.main(globals()))
