@@ -339,10 +339,11 @@ GlobalPtr Kernel::ptr(std::string_view name, Elem e) {
 I32 Kernel::i32Arg(std::string_view name) { return {this, arg(name, abi::ArgKind::kI32)}; }
 I64 Kernel::i64Arg(std::string_view name) { return {this, arg(name, abi::ArgKind::kI64)}; }
 Context Kernel::context() { return {this, arg("ctx", abi::ArgKind::kContext)}; }
-std::optional<TensorMap> Kernel::tensorMap(std::string_view name) {
+std::optional<TensorMap> Kernel::tensorMap(std::string_view name, const abi::SpecConstants& spec) {
   Value v = arg(name, abi::ArgKind::kTensorMap);
+  const abi::TensorMapBox box = abi::tensorMapBox(decl_, name, spec);
   if (!tensorMaps_) return std::nullopt;
-  return TensorMap(v);
+  return TensorMap(v, box);
 }
 
 I32 Kernel::i32(int64_t v) { return constant<32>(this, v); }
@@ -679,6 +680,12 @@ void Kernel::mbarrierArriveExpectTx(const SharedTile& bars, const I32& i, int64_
 }
 void Kernel::tmaLoad(const TensorMap& map, const std::vector<I32>& coords, const SharedTile& dst, const SharedTile& bars,
                      const I32& i, int64_t multicast) {
+  const abi::TensorMapBox& box = map.box();
+  const abi::Elem elem = dst.elem() == Elem::bf16 ? abi::Elem::kBf16 : abi::Elem::kNone;
+  if (box.elem != elem || box.bytes() != dst.bytes())
+    throw std::logic_error(name_ + ": a tmaLoad of a declared " + std::to_string(box.cols) + " x " +
+                           std::to_string(box.rows) + " " + abi::elemName(box.elem) + " box into a shared tile of " +
+                           std::to_string(dst.bytes()) + " bytes");
   SmallVector<Value> c;
   for (const I32& v : coords) c.push_back(v.value());
   TmaLoadOp::create(b_, loc_, map.value(), dst.value(), mbarrierAt(bars, i), c, multicast);

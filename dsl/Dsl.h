@@ -161,13 +161,17 @@ struct Acc {
 };
 
 // A CUtensorMap kernel argument (sm_90a TMA): 128 bytes passed by value; the host encodes it
-// (cuTensorMapEncodeTiled) and passes its address in the launch's parameter array like any other argument.
+// (cuTensorMapEncodeTiled, in the box the argument declares) and passes its address in the launch's parameter array
+// like any other argument. `box` is the declared box for the kernel's constants: every tmaLoad through the map
+// copies exactly that box.
 class TensorMap {
  public:
-  explicit TensorMap(mlir::Value v) : v_(v) {}
+  TensorMap(mlir::Value v, const abi::TensorMapBox& box) : v_(v), box_(box) {}
   mlir::Value value() const { return v_; }
+  const abi::TensorMapBox& box() const { return box_; }
  private:
   mlir::Value v_;
+  abi::TensorMapBox box_;
 };
 
 // Device context (compiler/abi/DeviceAbi.h DeviceContext): fields loaded on use.
@@ -211,8 +215,9 @@ class Kernel {
   I32 i32Arg(std::string_view name);
   I64 i64Arg(std::string_view name);
   Context context();  // "ctx"
-  // The map where the build passes CUtensorMaps, else nothing (the argument is an unused pointer).
-  std::optional<TensorMap> tensorMap(std::string_view name);
+  // The map where the build passes CUtensorMaps, else nothing (the argument is an unused pointer); its box is the
+  // one the declaration gives for the kernel's constants `spec` (abi::tensorMapBox).
+  std::optional<TensorMap> tensorMap(std::string_view name, const abi::SpecConstants& spec);
 
   // Constants and ids.
   I32 i32(int64_t v);
@@ -281,7 +286,8 @@ class Kernel {
   // The calling thread: one arrival on barrier i that also expects `bytes` from tmaLoads completing on it.
   void mbarrierArriveExpectTx(const SharedTile& bars, const I32& i, int64_t bytes);
   // The calling thread: starts copying the box of `map` at `coords` (innermost first) into `dst`, completing on
-  // barrier i (sm_90a TMA; elements outside the tensor arrive as zeros).
+  // barrier i (sm_90a TMA; elements outside the tensor arrive as zeros). `dst` holds exactly the map's declared box
+  // (its element type and bytes; std::logic_error otherwise).
   // A non-zero `multicast` mask writes the box into those CTAs of the cluster (same offsets, their barrier i).
   void tmaLoad(const TensorMap& map, const std::vector<I32>& coords, const SharedTile& dst, const SharedTile& bars,
                const I32& i, int64_t multicast = 0);

@@ -82,7 +82,7 @@ mlir::OwningOpRef<mlir::ModuleOp> buildDispatchGemm(mlir::MLIRContext& mctx, con
   Legs legs = decodeLegs(k.i32Arg("legs"));
   GlobalPtr topkIdx = k.ptr("topk_idx", Elem::i32);
   I32 recvStride = k.i32Arg("recv_stride");
-  const TensorMapArgs maps = tensorMapArgs(k);  // sm_90a TN: dh's and the pool's rows; NT: the pool's and w1's
+  const TensorMapArgs maps = tensorMapArgs(k, s.spec());  // sm_90a TN: dh and the pool; NT: the pool and w1
   const bool dedup = s.dedup != 0;
 
   // A failed prologue (an expert index out of range) leaves nothing to do here; the peers' waits time out.
@@ -302,7 +302,7 @@ mlir::OwningOpRef<mlir::ModuleOp> buildGemmCombine(mlir::MLIRContext& mctx, cons
   GlobalPtr tickets = k.ptr("tickets", Elem::i32);
   I32 grid = k.i32Arg("grid");
   Legs legs = decodeLegs(k.i32Arg("legs"));
-  const TensorMapArgs maps = tensorMapArgs(k);  // sm_90a NN: dh's rows and w1; NT: act's rows and w2
+  const TensorMapArgs maps = tensorMapArgs(k, s.spec());  // sm_90a NN: dh's rows and w1; NT: act's rows and w2
 
   k.returnIf(!k.errorClear(ctx));
   Rings rings = allocateRings(k, g, c, ws ? 64 : 0);

@@ -38,7 +38,7 @@ mlir::OwningOpRef<mlir::ModuleOp> buildGroupedGemm(mlir::MLIRContext& ctx, const
   }
   I32 grid = k.i32Arg("grid");
   TensorMapArgs maps;
-  if (tensorMaps) maps = tensorMapArgs(k);  // gfx950: the same argument list, the maps unused
+  if (tensorMaps) maps = tensorMapArgs(k, s.tmaSpec(pairs ? 1 : 0));  // gfx950: the same arguments, maps unused
   // Pairs: blocks run in clusters of two sharing B's tile (multicast); the grid must then be even.
   std::optional<I32> blockInPair;
   if (tma && pairs) {

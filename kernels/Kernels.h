@@ -342,7 +342,9 @@ const std::vector<ModelShape>& presets();
 const ModelShape* findPreset(std::string_view name);
 // "" when the shape can be served at `ranks` expert-parallel ranks; else the violated constraint.
 std::string validateShape(const ModelShape& shape, int64_t ranks);
-// The kernels one MoE layer of this shape needs at `ranks` ranks (deduplicated, stable order).
+// The kernels one MoE layer of this shape needs at `ranks` ranks, for every option that changes them: the union of
+// compiler/abi/LayerKernels.h's lists (what the runtime loads) over training, dedup and int64 topk_idx, without a
+// clamp (deduplicated, stable order).
 std::vector<KernelSpec> layerKernels(const ModelShape& shape, int64_t ranks);
 
 }  // namespace megamoe::kernels

@@ -3,9 +3,14 @@
 #include <stdexcept>
 
 #include "compiler/abi/KernelAbi.h"
+#include "compiler/abi/LayerKernels.h"
 #include "kernels/Kernels.h"
 
 namespace megamoe::kernels {
+
+static_assert(GroupedGemmSpec::kNT == abi::kLayoutNT && GroupedGemmSpec::kNN == abi::kLayoutNN &&
+                  GroupedGemmSpec::kTN == abi::kLayoutTN,
+              "the layer list's layout constants are GroupedGemmSpec::Layout's");
 
 mlir::OwningOpRef<mlir::ModuleOp> buildSwiglu(mlir::MLIRContext& ctx, const SwigluSpec& s);
 mlir::OwningOpRef<mlir::ModuleOp> buildGemmNt(mlir::MLIRContext& ctx, const GemmNtSpec& s);
@@ -249,30 +254,22 @@ std::string validateShape(const ModelShape& s, int64_t ranks) {
 
 std::vector<KernelSpec> layerKernels(const ModelShape& s, int64_t ranks) {
   if (std::string e = validateShape(s, ranks); !e.empty()) throw std::invalid_argument(s.name + ": " + e);
-  using G = GroupedGemmSpec;
-  const int64_t local = s.experts / ranks, h = s.hidden, i = s.intermediate;
-  using D = DispatchGemmSpec;
-  using C = GemmCombineSpec;
-  const int64_t e = s.experts, k = s.topk;
-  std::vector<KernelSpec> out = {
-      // forward (runtime/src/MoeLayer.cpp launches these; the runtime-JIT tier checks its list against this one)
-      DispatchPrologueSpec{e, k, ranks}.spec(),
-      D{e, ranks, k, h, i, 0, G::kNT, 0}.spec(),
-      C{e, ranks, k, h, i, G::kNT}.spec(),
-      EpochAdvanceSpec{}.spec(),
-      StageBeginSpec{e, ranks}.spec(),  // profiling: the ranks meet before the combine; every backward stage
-      TopkIdxNarrowSpec{}.spec(),  // before the prologue when the caller's topk_idx is int64 (torch.topk, DeepEP)
-      // the forward with token deduplication (MoeLayerConfig::dedupTokens), inference and training
-      D{e, ranks, k, h, i, 0, G::kNT, 0, 1}.spec(),
-      D{e, ranks, k, h, i, 0, G::kNT, 1, 1}.spec(),
-      // training: the forward that keeps h, and the backward
-      D{e, ranks, k, h, i, 0, G::kNT, 1}.spec(),
-      D{e, ranks, k, h, i, 0, G::kNN, 0}.spec(),  // re-dispatched dy, g = dy . w2[e]
-      SwigluBwdSpec{i}.spec(),
-      G{G::kTN, local, i, h}.tmaSpec(),            // dW2[e] [H, I] = dy_e^T [H, rows] . (w act)_e [rows, I]
-      D{e, ranks, k, h, i, 0, G::kTN, 0}.spec(),  // re-dispatched x, dW1[e] [2I, H] = dh_e^T x_e
-      C{e, ranks, k, h, i, G::kNN}.spec(),         // dx rows dh . w1[e], summed at home
-  };
+  // The union of the runtime's lists (compiler/abi/LayerKernels.h) over the layer options that change kernels
+  // (training, token deduplication, int64 topk_idx), without a SwiGLU clamp; each spec once, in first-seen order.
+  std::vector<KernelSpec> out;
+  for (int options = 0; options < 8; ++options) {
+    abi::LayerShape shape{s.hidden, s.intermediate, s.experts, s.topk, ranks};
+    shape.training = options & 1;
+    shape.dedup = options & 2;
+    shape.topkIdxInt64 = options & 4;
+    for (abi::KernelSpec& k : abi::layerKernels(shape).specs) {
+      KernelSpec spec{std::move(k.kernel), std::move(k.constants)};
+      if (std::none_of(out.begin(), out.end(), [&](const KernelSpec& o) {
+            return o.kernel == spec.kernel && o.constants == spec.constants;
+          }))
+        out.push_back(std::move(spec));
+    }
+  }
   return out;
 }
 

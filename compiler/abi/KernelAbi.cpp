@@ -2,22 +2,32 @@
 #include "compiler/abi/KernelAbi.h"
 
 #include <cstdio>
+#include <stdexcept>
 
 namespace megamoe::abi {
 namespace {
 
 // Shorthands for the table below.
-constexpr ArgDecl ctx{"ctx", ArgKind::kContext};
-constexpr ArgDecl bf16(std::string_view n) { return {n, ArgKind::kPtr, Elem::kBf16}; }
-constexpr ArgDecl f32(std::string_view n) { return {n, ArgKind::kPtr, Elem::kF32}; }
-constexpr ArgDecl i32p(std::string_view n) { return {n, ArgKind::kPtr, Elem::kI32}; }
-constexpr ArgDecl i64p(std::string_view n) { return {n, ArgKind::kPtr, Elem::kI64}; }
-constexpr ArgDecl i32(std::string_view n) { return {n, ArgKind::kI32}; }
-constexpr ArgDecl map(std::string_view n) { return {n, ArgKind::kTensorMap}; }
+ArgDecl bf16(std::string_view n) { return {n, ArgKind::kPtr, Elem::kBf16}; }
+ArgDecl f32(std::string_view n) { return {n, ArgKind::kPtr, Elem::kF32}; }
+ArgDecl i32p(std::string_view n) { return {n, ArgKind::kPtr, Elem::kI32}; }
+ArgDecl i64p(std::string_view n) { return {n, ArgKind::kPtr, Elem::kI64}; }
+ArgDecl i32(std::string_view n) { return {n, ArgKind::kI32}; }
+// A tensor map over a bf16 matrix loaded in boxes of 64 columns (one 128-byte swizzled row) x `rows`, or of the
+// shapes `when` selects by the kernel's constants. The grouped GEMMs' boxes (kernels/Kernels.h buildGroupedGemm):
+// 64 x 128 for a K-major operand's 128 rows of a tile (NT / NN A, NT B), 64 x 64 for an MN-major K x 64 slab (NN B,
+// TN A and B).
+ArgDecl map(std::string_view n, int64_t rows, std::vector<BoxWhen> when = {}) {
+  return {n, ArgKind::kTensorMap, Elem::kNone, {Elem::kBf16, 64, rows, Swizzle::k128B}, std::move(when)};
+}
 
 std::vector<KernelDecl> declarations() {
-  const std::vector<ArgDecl> groupedTma = {bf16("a"), bf16("b"), bf16("c"), i32p("offsets"), i32p("tickets"),
-                                           i32p("split"), i32("max_split"), i32("grid"), map("map_a"), map("map_b")};
+  const ArgDecl ctx{"ctx", ArgKind::kContext};
+  auto groupedTma = [](int64_t aRows, int64_t bRows) {
+    return std::vector<ArgDecl>{bf16("a"),   bf16("b"),          bf16("c"),     i32p("offsets"),
+                                i32p("tickets"), i32p("split"),  i32("max_split"), i32("grid"),
+                                map("map_a", aRows), map("map_b", bRows)};
+  };
   const std::vector<ArgDecl> grouped = {bf16("a"), bf16("b"), bf16("c"), i32p("offsets"), i32("grid")};
   return {
       {"swiglu_fwd", {"I", "clamp_milli"}, {bf16("h"), bf16("out"), i32("rows")}, GridRule::kCovering},
@@ -25,9 +35,9 @@ std::vector<KernelDecl> declarations() {
       {"grouped_gemm_nt", {"E", "N", "K"}, grouped, GridRule::kResident},
       {"grouped_gemm_nn", {"E", "N", "K"}, grouped, GridRule::kResident},
       {"grouped_gemm_tn", {"E", "N", "M"}, grouped, GridRule::kResident},
-      {"grouped_gemm_nt_tma", {"E", "N", "K", "pairs"}, groupedTma, GridRule::kResidentPairs},
-      {"grouped_gemm_nn_tma", {"E", "N", "K", "pairs"}, groupedTma, GridRule::kResidentPairs},
-      {"grouped_gemm_tn_tma", {"E", "N", "M", "pairs"}, groupedTma, GridRule::kResident},
+      {"grouped_gemm_nt_tma", {"E", "N", "K", "pairs"}, groupedTma(128, 128), GridRule::kResidentPairs},
+      {"grouped_gemm_nn_tma", {"E", "N", "K", "pairs"}, groupedTma(128, 64), GridRule::kResidentPairs},
+      {"grouped_gemm_tn_tma", {"E", "N", "M", "pairs"}, groupedTma(64, 64), GridRule::kResident},
       {"dispatch_prologue",
        {"E", "topk", "ranks"},
        {ctx, i32p("topk_idx"), i32("tokens"), i32p("counts"), i64p("flags"), i32p("send_slot"),
@@ -40,13 +50,17 @@ std::vector<KernelDecl> declarations() {
        {ctx, bf16("src"), f32("topk_weights"), i32p("send_list"), i32p("send_off"), i32p("send_base"),
         i32p("counts"), i64p("arrivals"), i64p("route_epoch"), bf16("pool"), i32p("pool_src"), f32("pool_w"),
         i32p("pool_offsets"), bf16("weights"), bf16("extra"), bf16("out"), i32p("tickets"), i32("push_blocks"),
-        i32("grid"), i32("legs"), i32p("topk_idx"), i32("recv_stride"), map("map_a"), map("map_b")},
+        i32("grid"), i32("legs"), i32p("topk_idx"), i32("recv_stride"),
+        // NT: the pool and w1 (as grouped_gemm_nt_tma); NN: the pool and w2 (as _nn_tma); TN: dh and the pool
+        map("map_a", 128, {{"layout", 2, 64, 64}}), map("map_b", 128, {{"layout", 1, 64, 64}, {"layout", 2, 64, 64}})},
        GridRule::kResidentPairs},
       {"grouped_gemm_combine",
        {"E", "ranks", "topk", "H", "I", "layout"},
        {ctx, bf16("a"), bf16("b"), i32p("pool_offsets"), i32p("pool_src"), bf16("comb"), i64p("done"),
         i32p("topk_idx"), f32("topk_weights"), i32("tokens"), bf16("y"), f32("dw"), f32("d_topk_weights"),
-        i32p("tickets"), i32("grid"), i32("legs"), map("map_a"), map("map_b")},
+        i32p("tickets"), i32("grid"), i32("legs"),
+        // NT: act and w2 (as grouped_gemm_nt_tma); NN: dh and w1 (as _nn_tma)
+        map("map_a", 128), map("map_b", 128, {{"layout", 1, 64, 64}})},
        GridRule::kResidentPairs},
       {"swiglu_bwd",
        {"I", "clamp_milli"},
@@ -86,6 +100,26 @@ const char* elemName(Elem elem) {
   return "?";
 }
 
+int64_t elemBytes(Elem elem) {
+  switch (elem) {
+    case Elem::kNone: return 0;
+    case Elem::kBf16: return 2;
+    case Elem::kF32:
+    case Elem::kI32: return 4;
+    case Elem::kI64: return 8;
+  }
+  return 0;
+}
+
+const char* swizzleName(Swizzle swizzle) {
+  switch (swizzle) {
+    case Swizzle::k128B: return "sw128";
+  }
+  return "?";
+}
+
+int64_t TensorMapBox::bytes() const { return cols * rows * elemBytes(elem); }
+
 std::string signatureText(const KernelDecl& d) {
   std::string s = "v" + std::to_string(kKernelAbiVersion) + " " + std::string(d.name) + "(";
   for (size_t i = 0; i < d.constants.size(); ++i) s += (i ? "," : "") + std::string(d.constants[i]);
@@ -94,6 +128,14 @@ std::string signatureText(const KernelDecl& d) {
     const ArgDecl& a = d.args[i];
     s += (i ? "," : " ") + std::string(a.name) + ":" + argKindName(a.kind);
     if (a.kind == ArgKind::kPtr) s += std::string(":") + elemName(a.elem);
+    if (a.kind == ArgKind::kTensorMap) {
+      s += std::string(":") + elemName(a.box.elem) + ":" + std::to_string(a.box.cols) + "x" +
+           std::to_string(a.box.rows) + ":" + swizzleName(a.box.swizzle);
+      for (size_t w = 0; w < a.boxWhen.size(); ++w)
+        s += (w ? "," : "[") + std::string(a.boxWhen[w].constant) + "=" + std::to_string(a.boxWhen[w].value) + ":" +
+             std::to_string(a.boxWhen[w].cols) + "x" + std::to_string(a.boxWhen[w].rows) +
+             (w + 1 == a.boxWhen.size() ? "]" : "");
+    }
   }
   return s;
 }
@@ -118,6 +160,23 @@ const KernelDecl* findKernelDecl(std::string_view name) {
   for (const KernelDecl& d : kernelDecls())
     if (d.name == name) return &d;
   return nullptr;
+}
+
+TensorMapBox tensorMapBox(const KernelDecl& decl, std::string_view arg, const SpecConstants& constants) {
+  const int at = decl.indexOf(arg);
+  if (at < 0 || decl.args[size_t(at)].kind != ArgKind::kTensorMap)
+    throw std::invalid_argument(std::string(decl.name) + " has no tensor-map argument '" + std::string(arg) + "'");
+  const ArgDecl& a = decl.args[size_t(at)];
+  for (const BoxWhen& w : a.boxWhen) {
+    const std::pair<std::string, int64_t>* found = nullptr;
+    for (const auto& c : constants)
+      if (c.first == w.constant) found = &c;
+    if (!found)
+      throw std::invalid_argument(std::string(decl.name) + "." + std::string(arg) + ": the box depends on constant '" +
+                                  std::string(w.constant) + "', which the spec does not give");
+    if (found->second == w.value) return {a.box.elem, w.cols, w.rows, a.box.swizzle};
+  }
+  return a.box;
 }
 
 }  // namespace megamoe::abi

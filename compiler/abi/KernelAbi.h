@@ -7,12 +7,14 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace megamoe::abi {
 
 // Bumped when the meaning of a declaration changes without its text changing (e.g. an argument's units).
-inline constexpr int kKernelAbiVersion = 1;
+// 2: a tensor-map argument's box (element type, box shape by the kernel's constants, swizzle) is declared.
+inline constexpr int kKernelAbiVersion = 2;
 
 enum class ArgKind : uint8_t {
   kPtr,        // a device address of `elem` elements (8 bytes)
@@ -24,10 +26,39 @@ enum class ArgKind : uint8_t {
 };
 enum class Elem : uint8_t { kNone, kBf16, kF32, kI32, kI64 };
 
+// A kernel's specialisation constants, in its declaration's order (KernelDecl::constants).
+using SpecConstants = std::vector<std::pair<std::string, int64_t>>;
+
+// The shared-memory layout a TMA load writes (CU_TENSOR_MAP_SWIZZLE_128B: 16-byte chunks of each 128-byte row
+// permuted by the row's index mod 8, the layout the MMA operand tiles are read in).
+enum class Swizzle : uint8_t { k128B };
+
+// What one TMA load through a tensor-map argument copies: a box of `cols` (innermost, elements) x `rows` of a 2-D
+// row-major `elem` matrix, into shared memory in the `swizzle` layout. The kernel loads exactly this box and the
+// runtime encodes its maps with it (tensorMapBox).
+struct TensorMapBox {
+  Elem elem;
+  int64_t cols, rows;
+  Swizzle swizzle;
+  int64_t bytes() const;
+  bool operator==(const TensorMapBox& o) const {
+    return elem == o.elem && cols == o.cols && rows == o.rows && swizzle == o.swizzle;
+  }
+};
+// A box that replaces the default one where constant `constant` has `value` (the first match wins).
+struct BoxWhen {
+  std::string_view constant;
+  int64_t value;
+  int64_t cols, rows;
+};
+
 struct ArgDecl {
   std::string_view name;
   ArgKind kind;
   Elem elem = Elem::kNone;  // kPtr only
+  // kTensorMap only: the box, and where the kernel's constants select another shape.
+  TensorMapBox box{Elem::kNone, 0, 0, Swizzle::k128B};
+  std::vector<BoxWhen> boxWhen = {};
 };
 
 // How the host sizes a launch.
@@ -54,7 +85,10 @@ struct KernelDecl {
 
 const char* argKindName(ArgKind kind);
 const char* elemName(Elem elem);
-// The canonical text of a declaration (what its hash covers): "v1 name(c1,c2) arg:kind:elem,...".
+int64_t elemBytes(Elem elem);  // 0 for kNone
+const char* swizzleName(Swizzle swizzle);
+// The canonical text of a declaration (what its hash covers): "v2 name(c1,c2) arg:kind:elem,...", a tensor map's
+// "map_b:tensor_map:bf16:64x128:sw128[layout=1:64x64]".
 std::string signatureText(const KernelDecl& decl);
 // FNV-1a 64 of signatureText, as 16 lowercase hex digits.
 std::string signatureHash(const KernelDecl& decl);
@@ -62,5 +96,9 @@ std::string signatureHash(const KernelDecl& decl);
 // Every kernel's declaration, and one by name (nullptr for a name no kernel has).
 const std::vector<KernelDecl>& kernelDecls();
 const KernelDecl* findKernelDecl(std::string_view name);
+
+// The box of tensor-map argument `arg` of `decl` for a kernel of these constants (std::invalid_argument naming
+// what is wrong when `arg` is no tensor-map argument of decl, or a constant its box depends on is missing).
+TensorMapBox tensorMapBox(const KernelDecl& decl, std::string_view arg, const SpecConstants& constants);
 
 }  // namespace megamoe::abi

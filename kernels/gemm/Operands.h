@@ -14,10 +14,13 @@ namespace megamoe::kernels {
 
 // The two trailing tensor-map arguments of a kernel that may run the warp-specialised engine with TMA: CUtensorMaps
 // where the kernel was built with tensor maps (dsl::Kernel's tensorMaps), otherwise unused pointers (empty here).
+// Their boxes are the declaration's for the kernel's constants `spec` (compiler/abi/KernelAbi.cpp).
 struct TensorMapArgs {
   std::optional<dsl::TensorMap> a, b;
 };
-inline TensorMapArgs tensorMapArgs(dsl::Kernel& k) { return {k.tensorMap("map_a"), k.tensorMap("map_b")}; }
+inline TensorMapArgs tensorMapArgs(dsl::Kernel& k, const KernelSpec& spec) {
+  return {k.tensorMap("map_a", spec.constants), k.tensorMap("map_b", spec.constants)};
+}
 
 // NT reads both operands K-major; NN's B and TN's A and B are K x MN slabs kept MN-major.
 struct GemmOperands {

@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "dsl/Dsl.h"
+#include "kernels/gemm/Rings.h"
 
 namespace megamoe::kernels {
 
@@ -26,35 +27,32 @@ struct PairMailbox {
     return {k, bars, firstBarrier, blockInPair,
             k.dynamicSharedTile(dsl::Elem::i32, 1, kSlotBytes / 4, 2, 0, /*align=*/16)};
   }
-  dsl::I32 full(const dsl::I32& q) const { return q + firstBarrier; }
-  dsl::I32 empty(const dsl::I32& q) const { return q + (firstBarrier + 2); }
+  // The two slots as a ring: ticket j is hand-over j (block 0 produces, block 1 consumes).
+  BarrierRing ring() const { return {k, bars, 2, firstBarrier, firstBarrier + 2}; }
 
-  // Thread 0, with the engine's barriers.
-  void init() const {
-    for (int64_t q = 0; q < 2; ++q) {
-      k.mbarrierInit(bars, full(k.i32(q)), 1);   // block 1: its own expect_tx, then the copy's bytes
-      k.mbarrierInit(bars, empty(k.i32(q)), 1);  // block 0: block 1 has read the slot
-    }
-  }
+  // Thread 0, with the engine's barriers. full: block 1's own expect_tx, then the copy's bytes; empty: block 1 has
+  // read the slot (its arrival on block 0's barrier).
+  void init() const { ring().init(1, 1); }
   // The producer leader of each block: ticket number j of the pair, drawn from tickets[0] by block 0.
   dsl::I32 draw(const dsl::GlobalPtr& tickets, const dsl::I32& j) const {
     using namespace dsl;
-    I32 q = j % 2;
+    const BarrierRing r = ring();
+    I32 q = r.entry(j);
     I32 drawn = k.ifElse(blockInPair == 0, [&] {
       // Slot q is free once block 1 has read ticket j - 2 from it.
-      k.ifThen(k.i32(1) < j, [&] { k.mbarrierWait(bars, empty(q), (j / 2 + 1) % 2, /*clusterAcquire=*/true); });
+      r.acquire(j, q, /*clusterAcquire=*/true);
       I32 t = tickets.atomicAddI32(k.i32(1));
       slots.stage(q).storeI32(k.i32(0), t);
       k.proxyFence();  // the generic store before the async-proxy copy reads it
-      k.sharedCopyPeer(slots.stage(q), bars, full(q), k.i32(1));
+      k.sharedCopyPeer(slots.stage(q), bars, r.full(q), k.i32(1));  // commits: completes on block 1's full(q)
       return t;
     }, k.i32(0));
     I32 received = k.ifElse(blockInPair == 1, [&] {
-      k.mbarrierArriveExpectTx(bars, full(q), kSlotBytes);
-      k.mbarrierWait(bars, full(q), (j / 2) % 2);
+      r.commitExpecting(q, kSlotBytes);
+      r.wait(j, q);
       I32 t = slots.stage(q).loadI32(k.i32(0));
       // Cluster scope: the slot's read above is ordered before block 0 overwrites it.
-      k.mbarrierArrivePeer(bars, empty(q), k.i32(0), /*clusterRelease=*/true);
+      r.releasePeer(q, k.i32(0));
       return t;
     }, k.i32(0));
     return drawn + received;

@@ -29,7 +29,8 @@ namespace megamoe::kernels {
 // spilled).
 //
 // With tensor maps (sm_90a TMA) one producer thread loads each stage as boxes completing on full[s] (expected
-// bytes), so the producer's copies cost a few instructions instead of 24 cp.async with their addresses per thread:
+// bytes), so the producer's copies cost a few instructions instead of 24 cp.async with their addresses per thread.
+// The boxes are the maps' declared ones (compiler/abi/KernelAbi.cpp), which the runtime encodes the maps with:
 // NT / NN's A [rows, K] in boxes of 128 rows x 64 K, NT's B [E * N, K] in boxes of 128 rows x 64 K, NN's B
 // [E * K, N] and TN's A [tokens, M] and B [tokens, N] in boxes of 64 K x 64 MN (MN atoms outermost: mma_tile's
 // mn_atoms_outer; TN zeroes a group's partial last step in shared memory, zeroTail). Every registered kernel on this
@@ -81,6 +82,17 @@ struct WarpSpecializedEngine {
     if (blockInPair && (!maps.a || gemm.c.n != 256 || gemm.tn()))
       throw std::logic_error("pairs: tensor maps, NT / NN, BN = 256");
     if (gemm.rings.staging.rows() != 64) throw std::logic_error("warp-specialised: a 64-row staging tile");
+    // A K-major operand's box is one whole stage (A) or a band of whole rows (NT's B); an MN-major slab's box is one
+    // 64-wide K step of an MN atom (boxRows).
+    const auto& c = gemm.c;
+    if (maps.a && !gemm.tn() && (maps.a->box().cols != c.k || maps.a->box().rows != c.m))
+      throw std::logic_error("tensor maps: A's declared box must be one " + std::to_string(c.k) + " x " +
+                             std::to_string(c.m) + " stage");
+    const int64_t bRows = maps.b ? maps.b->box().rows : 0;
+    if (maps.b && gemm.s.layout == GroupedGemmSpec::kNT &&
+        (maps.b->box().cols != c.k || c.n % bRows != 0 || (gemm.gateUpRows && c.n != 2 * bRows)))
+      throw std::logic_error("tensor maps: NT's B box must be whole " + std::to_string(c.k) + "-wide rows of the tile "
+                             "(with gate | up halves, one half)");
     dsl::Kernel& k = gemm.k;
     WarpSpecializedEngine engine{
         gemm, k.mbarriers(2 * gemm.c.stages + 2 * kHandover + (blockInPair ? PairMailbox::kBarriers : 0) + 2),
@@ -96,38 +108,33 @@ struct WarpSpecializedEngine {
     split = SplitTail::over(gemm.k, scratch, maxSplit, grid, blockInPair);
   }
   int64_t warpgroups() const { return gemm.c.mmaThreads() / 128; }
-  // The staging tile passes between the MMA warpgroups on mbarrier turn(w) (warpgroup w's turn): the other
+  // The staging tile passes between the MMA warpgroups in turns (Turns; warpgroup w's turn): the other
   // warpgroup's 128 threads arrive once done with it (release), w waits before using it (acquire). Named barriers
   // (bar.arrive / bar.sync) ordered the same accesses, but compute-sanitizer racecheck does not follow bar.arrive
   // and reported every hand-over as a hazard; it follows mbarriers.
-  dsl::I32 turn(int64_t w) const {
-    return gemm.k.i32(2 * stages() + 2 * kHandover + (blockInPair ? PairMailbox::kBarriers : 0) + w);
+  Turns turns() const {
+    return {gemm.k, bars, 2 * stages() + 2 * kHandover + (blockInPair ? PairMailbox::kBarriers : 0)};
   }
   // TN with TMA: both MMA warpgroups meet here once they have zeroed their share of a group's last K step.
   static constexpr int kTailBarrier = 7;
-  // Rows of one 64 MN x 64 K TMA box (8 KB: 64 K rows of 128 bytes) in a [K][MN] ring tile of `cols` elements.
-  static int64_t boxRows(const dsl::SharedTile& t) { return 8192 / (t.cols() * 2); }
+  // Rows of one MN x K TMA box (64 x 64: 8 KB, 64 K rows of 128 bytes) in a [K][MN] ring tile of `cols` elements.
+  static int64_t boxRows(const dsl::SharedTile& t, const dsl::TensorMap& map) {
+    return map.box().bytes() / (t.cols() * 2);
+  }
   bool tma() const { return maps.a.has_value(); }
   int64_t stages() const { return gemm.c.stages; }
-  dsl::I32 full(const dsl::I32& slot) const { return slot; }
-  dsl::I32 empty(const dsl::I32& slot) const { return slot + stages(); }
-  dsl::I32 tileFull(const dsl::I32& q) const { return q + 2 * stages(); }
-  dsl::I32 tileEmpty(const dsl::I32& q) const { return q + (2 * stages() + kHandover); }
+  // The ring slots (full[S], empty[S]) and the tile hand-over table's entries (tileFull[2], tileEmpty[2]).
+  BarrierRing slots() const { return {gemm.k, bars, stages(), 0, stages()}; }
+  BarrierRing handOvers() const { return {gemm.k, bars, kHandover, 2 * stages(), 2 * stages() + kHandover}; }
 
   // Thread 0 sets up the barriers; every thread of the block calls it.
   void init() const {
     using namespace dsl;
     dsl::Kernel& k = gemm.k;
     k.ifThen(k.threadIdx() == 0, [&] {
-      for (int64_t sl = 0; sl < stages(); ++sl) {
-        k.mbarrierInit(bars, full(k.i32(sl)), tma() ? 1 : k.blockThreads() - gemm.c.mmaThreads());
-        k.mbarrierInit(bars, empty(k.i32(sl)), warpgroups() * (blockInPair ? 2 : 1));
-      }
-      for (int64_t q = 0; q < kHandover; ++q) {
-        k.mbarrierInit(bars, tileFull(k.i32(q)), 1);
-        k.mbarrierInit(bars, tileEmpty(k.i32(q)), gemm.c.mmaThreads());  // every reader of the entry
-      }
-      for (int64_t w = 0; w < 2; ++w) k.mbarrierInit(bars, turn(w), 128);
+      slots().init(tma() ? 1 : k.blockThreads() - gemm.c.mmaThreads(), warpgroups() * (blockInPair ? 2 : 1));
+      handOvers().init(1, gemm.c.mmaThreads());  // empty: every reader of the entry
+      turns().init(128);
       if (mailbox) mailbox->init();
     });
     if (blockInPair)
@@ -140,8 +147,9 @@ struct WarpSpecializedEngine {
   void handOver(const dsl::I32& j, const TilePlace* p, const std::optional<KSlice>& slice = std::nullopt) const {
     using namespace dsl;
     dsl::Kernel& k = gemm.k;
-    I32 q = j % kHandover;
-    k.ifThen(k.i32(kHandover - 1) < j, [&] { k.mbarrierWait(bars, tileEmpty(q), (j / kHandover + 1) % 2); });
+    const BarrierRing ring = handOvers();
+    I32 q = ring.entry(j);
+    ring.acquire(j, q);
     I32 at = q * kFields;
     info.storeI32(at, k.i32(p ? 1 : 0));
     if (p) {
@@ -152,11 +160,11 @@ struct WarpSpecializedEngine {
         info.storeI32(at + 7, slice->code);
       }
     }
-    k.mbarrierArrive(bars, tileFull(q));
+    ring.commit(q);
   }
   // MMA warpgroups: waits for tile number j's entry; returns its valid flag.
   dsl::I32 receive(const dsl::I32& j) const {
-    gemm.k.mbarrierWait(bars, tileFull(j % kHandover), (j / kHandover) % 2);
+    handOvers().wait(j);
     return info.loadI32((j % kHandover) * kFields);
   }
   TilePlace placeOf(const dsl::I32& q) const {
@@ -174,12 +182,12 @@ struct WarpSpecializedEngine {
     using namespace dsl;
     dsl::Kernel& k = gemm.k;
     I32 steps = gemm.kTiles(p);
+    const BarrierRing ring = slots();
     k.forRange(k.i32(0), steps, k.i32(1), [&](I32 kt) {
-      I32 gi = g + kt, slot = gi % stages();
-      // Refilling a slot waits until the MMA of its previous round has finished reading it.
-      k.ifThen(k.i32(stages() - 1) < gi, [&] { k.mbarrierWait(bars, empty(slot), (gi / stages() + 1) % 2); });
+      I32 gi = g + kt, slot = ring.entry(gi);
+      ring.acquire(gi, slot);  // refilling a slot waits until the MMA of its previous round has read it
       gemm.issue(p, kt, slot);
-      k.asyncArrive(bars, full(slot));
+      ring.commitAsync(slot);
     });
     return g + steps;
   }
@@ -202,33 +210,38 @@ struct WarpSpecializedEngine {
     const auto& c = gemm.c;
     const auto& s = gemm.s;
     I32 steps = slice ? slice->steps : gemm.kTiles(p);
+    const BarrierRing ring = slots();
     k.forRange(k.i32(0), steps, k.i32(1), [&](I32 kt) {
-      I32 gi = g + kt, slot = gi % stages(), kk = (slice ? slice->k0 + kt : kt) * c.k;
-      k.ifThen(k.i32(stages() - 1) < gi, [&] { k.mbarrierWait(bars, empty(slot), (gi / stages() + 1) % 2); });
-      k.mbarrierArriveExpectTx(bars, full(slot), (c.m + c.n) * c.k * 2);
-      if (gemm.tn()) {  // K x MN slabs of the group's rows: A's M atoms and B's N atoms, one 64 x 64 box each
+      I32 gi = g + kt, slot = ring.entry(gi), kk = (slice ? slice->k0 + kt : kt) * c.k;
+      ring.acquire(gi, slot);
+      ring.commitExpecting(slot, (c.m + c.n) * c.k * 2);
+      if (gemm.tn()) {  // K x MN slabs of the group's rows: A's M atoms and B's N atoms, one box each
         SharedTile a = gemm.rings.a.stage(slot), b = gemm.rings.b.stage(slot);
+        const int64_t aMN = maps.a->box().cols, bMN = maps.b->box().cols, aRows = boxRows(a, *maps.a),
+                      bRows = boxRows(b, *maps.b);
         I32 row = p.groupStart + kk;
-        for (int64_t at = 0; at < c.m / 64; ++at)
-          k.tmaLoad(*maps.a, {gemm.m0(p) + 64 * at, row}, a.rowSlice(boxRows(a) * at, boxRows(a)), bars, full(slot));
-        for (int64_t at = 0; at < c.n / 64; ++at)
-          k.tmaLoad(*maps.b, {p.n0 + 64 * at, row}, b.rowSlice(boxRows(b) * at, boxRows(b)), bars, full(slot));
+        for (int64_t at = 0; at < c.m / aMN; ++at)
+          k.tmaLoad(*maps.a, {gemm.m0(p) + aMN * at, row}, a.rowSlice(aRows * at, aRows), bars, ring.full(slot));
+        for (int64_t at = 0; at < c.n / bMN; ++at)
+          k.tmaLoad(*maps.b, {p.n0 + bMN * at, row}, b.rowSlice(bRows * at, bRows), bars, ring.full(slot));
         return;
       }
-      k.tmaLoad(*maps.a, {kk, gemm.m0(p)}, gemm.rings.a.stage(slot), bars, full(slot));
+      k.tmaLoad(*maps.a, {kk, gemm.m0(p)}, gemm.rings.a.stage(slot), bars, ring.full(slot));
       SharedTile stage = gemm.rings.b.stage(slot);
       // B's boxes: all of them, or with pairs this block's half, multicast into both blocks of the cluster.
       auto loadB = [&](int64_t half, int64_t halves, int64_t multicast) {
         if (s.layout == GroupedGemmSpec::kNT) {
-          for (int64_t h = half * 2 / halves; h < (half + 1) * 2 / halves; ++h) {
+          const int64_t rows = maps.b->box().rows, boxes = c.n / rows;
+          for (int64_t h = half * boxes / halves; h < (half + 1) * boxes / halves; ++h) {
             // Rows of B[e]: the tile's, or with gate | up halves n0 / 2 .. of the gate rows, then of the up rows.
-            I32 row = gemm.gateUpRows ? p.n0 / 2 + h * gemm.gateUpRows : p.n0 + 128 * h;
-            k.tmaLoad(*maps.b, {kk, p.expert * s.n + row}, stage.rowSlice(128 * h, 128), bars, full(slot), multicast);
+            I32 row = gemm.gateUpRows ? p.n0 / 2 + h * gemm.gateUpRows : p.n0 + rows * h;
+            k.tmaLoad(*maps.b, {kk, p.expert * s.n + row}, stage.rowSlice(rows * h, rows), bars, ring.full(slot), multicast);
           }
-        } else {  // K x 64 boxes: 64 rows of 128 bytes, MN atom a at a * 8 KB
-          for (int64_t a = half * (c.n / 64) / halves; a < (half + 1) * (c.n / 64) / halves; ++a)
-            k.tmaLoad(*maps.b, {p.n0 + 64 * a, p.expert * s.kOrM + kk}, stage.rowSlice(c.k / 4 * a, c.k / 4), bars,
-                      full(slot), multicast);
+        } else {  // K x MN boxes (64 x 64: 64 rows of 128 bytes), MN atom a at a * 8 KB
+          const int64_t mn = maps.b->box().cols, rows = boxRows(stage, *maps.b), atoms = c.n / mn;
+          for (int64_t a = half * atoms / halves; a < (half + 1) * atoms / halves; ++a)
+            k.tmaLoad(*maps.b, {p.n0 + mn * a, p.expert * s.kOrM + kk}, stage.rowSlice(rows * a, rows), bars,
+                      ring.full(slot), multicast);
         }
       };
       if (blockInPair) {
@@ -247,12 +260,6 @@ struct WarpSpecializedEngine {
     return g + steps;
   }
 
-  // A warpgroup leader gives a ring slot back: to this block's producer, and with pairs to the other block's too
-  // (its multicast writes this block's copy of the slot).
-  void release(const dsl::I32& bar) const {
-    gemm.k.mbarrierArrive(bars, bar);
-    if (blockInPair) gemm.k.mbarrierArrivePeer(bars, bar, gemm.k.i32(1) - *blockInPair);
-  }
 
   // MMA warpgroup w (its own thread group): tile number j, at p, its K loop from stage counter g on (rows 64w ..
   // of the tile), then its rows' epilogue; returns the counter after it.
@@ -267,36 +274,34 @@ struct WarpSpecializedEngine {
     // the ring slots on was slower on groups of random sizes (docs/decisions/gemm-tiles.md, not kept).
     // The step's ring slot and phase are carried, computed one step ahead: the barrier and operand addresses then
     // do not wait for arithmetic behind the previous step's MMA wait (bench/results/2026-12-01-h200-stall-sites).
+    const BarrierRing ring = slots();
+    const RingPosition first = ring.position(g);
     auto looped = k.forRange(
-        k.i32(0), steps, k.i32(1), k.zeroAcc(64, c.n), {g % stages(), (g / stages()) % 2},
-        [&](I32 kt, Acc acc, const std::vector<I32>& at) {
-          I32 slot = at[0], phase = at[1];
-          Bool last = slot == stages() - 1;
-          I32 previous = k.select(slot == 0, k.i32(stages() - 1), slot - 1);
-          std::vector<I32> next{k.select(last, k.i32(0), slot + 1), k.select(last, k.i32(1) - phase, phase)};
-          k.mbarrierWait(bars, full(slot), phase);
+        k.i32(0), steps, k.i32(1), k.zeroAcc(64, c.n), {first.entry, first.phase},
+        [&](I32 kt, Acc acc, const std::vector<I32>& carried) {
+          const RingPosition at{carried[0], carried[1]};
+          const I32 slot = at.entry;
+          const BarrierRing::Step step = ring.step(at);
+          ring.wait(at);
           if (tma() && gemm.tn()) zeroTail(p, kt, slot, w);
           if (!tma()) k.proxyFence();  // the producer's cp.async wrote through the generic proxy (TMA: the async one)
           Acc out = k.mma(acc, gemm.rings.a.stage(slot), gemm.rings.b.stage(slot), /*pending=*/1, gemm.aMN(),
                           gemm.bMN(), /*mnAtomsOuter=*/tma());
           // The MMA of step kt - 1 has finished in this warpgroup: its slot goes back to the producer(s).
-          k.ifThen(k.i32(0) < kt && wgLeader, [&] { release(empty(previous)); });
-          return std::pair<Acc, std::vector<I32>>{out, next};
+          // (With pairs to both blocks' producers: both multicast into this block's copy of the slot.)
+          k.ifThen(k.i32(0) < kt && wgLeader, [&] { ring.release(step.previous, blockInPair); });
+          return std::pair<Acc, std::vector<I32>>{out, {step.next.entry, step.next.phase}};
         });
     Acc acc = k.drain(looped.first);
-    k.ifThen(k.i32(0) < steps && wgLeader, [&] { release(empty((g + steps + (stages() - 1)) % stages())); });
+    k.ifThen(k.i32(0) < steps && wgLeader, [&] { ring.release(ring.entryBefore(g + steps), blockInPair); });
     // A split of the tail: its partial out, and whether this warpgroup is its tile's last split (then it stores).
     std::optional<Bool> isSplit, reduce;
     if (split && slice) {
       isSplit = !(slice->code == 0);
       reduce = *isSplit && split->arrive(k, c.n, acc, *slice, w);
     }
-    // Warpgroup 0 stores tile j after warpgroup 1 has stored tile j - 1 (turn(0)'s phase j - 1); warpgroup 1 after
-    // warpgroup 0 tile j (turn(1)'s phase j).
-    if (w == 0)
-      k.ifThen(k.i32(0) < j, [&] { k.mbarrierWait(bars, turn(0), (j - 1) % 2); });
-    else
-      k.mbarrierWait(bars, turn(1), j % 2);
+    // Warpgroup 0 stores tile j after warpgroup 1 has stored tile j - 1; warpgroup 1 after warpgroup 0 tile j.
+    turns().wait(w, j);
     // The staging tile's rows out (once filled: by the accumulator, or by the split's sum), every thread.
     auto stageAndStore = [&](const std::function<void()>& fill) {
       fill();
@@ -317,7 +322,7 @@ struct WarpSpecializedEngine {
       k.bulkWait(/*readOnly=*/true);  // this thread's copies have read their staging rows ...
       k.blockSync();                  // ... and every thread's, before the other warpgroup may overwrite them
     }
-    k.mbarrierArrive(bars, turn(1 - w));
+    turns().pass(w);
     return g + steps;
   }
 
@@ -332,8 +337,8 @@ struct WarpSpecializedEngine {
     I32 valid = p.groupEnd - p.groupStart - kt * c.k;  // > 0: kt is one of the group's steps
     k.ifThen(valid < k.i32(c.k), [&] {
       I32 lane = k.threadIdx() % 128;
-      auto clear = [&](const SharedTile& ring, int64_t at) {
-        SharedTile box = ring.stage(slot).rowSlice(boxRows(ring) * at, boxRows(ring));
+      auto clear = [&](const SharedTile& ring, const TensorMap& map, int64_t at) {
+        SharedTile box = ring.stage(slot).rowSlice(boxRows(ring, map) * at, boxRows(ring, map));
         const int64_t rowBytes = box.cols() * 2;
         // 16-byte chunks of K rows valid .. 63 (128 bytes each: the swizzle only permutes chunks within a row).
         k.forRange(lane, (k.i32(c.k) - valid) * 8, k.i32(128), [&](I32 q) {
@@ -341,9 +346,9 @@ struct WarpSpecializedEngine {
           box.store(at8 / rowBytes, at8 % rowBytes / 2, k.zeros(8, Elem::bf16));
         });
       };
-      clear(gemm.rings.a, w);
-      const int64_t bBoxes = c.n / 64, share = bBoxes / warpgroups();
-      for (int64_t at = w * share; at < (w + 1) * share; ++at) clear(gemm.rings.b, at);
+      clear(gemm.rings.a, *maps.a, w);
+      const int64_t bBoxes = c.n / maps.b->box().cols, share = bBoxes / warpgroups();
+      for (int64_t at = w * share; at < (w + 1) * share; ++at) clear(gemm.rings.b, *maps.b, at);
       k.proxyFence();
       k.namedBarrier(kTailBarrier, int(gemm.c.mmaThreads()), /*arriveOnly=*/false);
     });
@@ -390,7 +395,7 @@ struct WarpSpecializedEngine {
               I32 g = compute(placeOf(j % kHandover), v[2], w, j, slice);
               // Entry j has been read: each thread gives it back itself (racecheck does not follow a warpgroup
               // leader's arrival after a barrier of its group, and flagged the producer's rewrite of the entry).
-              k.mbarrierArrive(bars, tileEmpty(j % kHandover));
+              handOvers().release(handOvers().entry(j));
               return std::vector<I32>{receive(j + 1), j + 1, g};
             });
         if (bulkEpilogue) k.bulkWait(/*readOnly=*/false);  // written before what follows the engine (e.g. a signal)

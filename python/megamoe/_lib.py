@@ -97,6 +97,7 @@ SIGNATURES = {
     "megamoe_split_scratch_bytes": (_i32, [_i64, _P(_u64), _P(_u64)]),
     "megamoe_launch": (_i32, [_vp, _vp, _P(Dims), _vp, _P(_vp), _vp]),
     "megamoe_tensor_map_bf16": (_i32, [_vp, _u64, _i32, _P(_u64), _P(_u64), _P(ctypes.c_uint32), _vp]),
+    "megamoe_kernel_tensor_map": (_i32, [_vp, ctypes.c_char_p, _u64, _i64, _i64, _vp]),
     "megamoe_workspace_bytes": (_i32, [_cfg, _sz, _P(_u64), _P(_u64)]),
     "megamoe_layer_saved_bytes": (_i32, [_cfg, _sz, _P(_u64)]),
     "megamoe_workspace_create": (_i32, [_vp, _cfg, _i32, _i32, ctypes.c_char_p, _P(_vp)]),
@@ -322,14 +323,13 @@ class Runtime:
             args.append((name.value.decode(), kind.value))
         return args
 
-    def tensor_map(self, base, dims, strides, box):
-        """A CUtensorMap (bf16, 128-byte swizzle) over device address `base`: dims innermost first, strides in
-        bytes for dimensions 1.., boxes in elements. Returns its 128 bytes."""
+    def tensor_map(self, kernel, arg, base, rows, cols):
+        """The CUtensorMap for tensor-map argument `arg` of `kernel` over a row-major [rows, cols] matrix at device
+        address `base`, in the box the kernel's declaration gives (megamoe_kernel_tensor_map; zeros off CUDA).
+        Returns its 128 bytes."""
         out = (ctypes.c_uint8 * 128)()
-        rank = len(dims)
-        self.lib.call("megamoe_tensor_map_bf16", self.handle, ctypes.c_uint64(base), rank,
-                      (ctypes.c_uint64 * rank)(*dims), (ctypes.c_uint64 * max(rank - 1, 1))(*strides),
-                      (ctypes.c_uint32 * rank)(*box), out)
+        self.lib.call("megamoe_kernel_tensor_map", kernel.handle, arg.encode(), ctypes.c_uint64(base),
+                      ctypes.c_int64(rows), ctypes.c_int64(cols), out)
         return out
 
     def launch(self, kernel, grid, stream, /, **args):  # positional-only: kernels declare a "grid" argument too

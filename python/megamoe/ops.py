@@ -312,13 +312,11 @@ def _grouped_mm(layout, a, b, offs):
     scratch = torch.empty(_SCRATCH_HEAD + split_bytes, dtype=torch.uint8, device=a.device)
     scratch[:_SCRATCH_HEAD + zeroed].zero_()  # the tickets and the split counters start at zero
     starts = torch.cat([offs.new_zeros(1), offs])  # the kernels' offsets: E + 1 group starts, the last = the end
-    if layout == "tn":
-        map_a = rt.tensor_map(a.data_ptr(), [KM, rows], [KM * 2], [64, 64])
-        map_b = rt.tensor_map(b.data_ptr(), [N, rows], [N * 2], [64, 64])
-    else:
-        map_a = rt.tensor_map(a.data_ptr(), [KM, rows], [KM * 2], [64, 128])
-        map_b = (rt.tensor_map(b.data_ptr(), [KM, E * N], [KM * 2], [64, 128]) if layout == "nt"
-                 else rt.tensor_map(b.data_ptr(), [N, E * KM], [N * 2], [64, 64]))
+    # A [rows, KM]; B [rows, N] (TN), [E * N, KM] (NT) or [E * KM, N] (NN); boxes as the kernel declares them.
+    map_a = rt.tensor_map(kernel, "map_a", a.data_ptr(), rows, KM)
+    map_b = (rt.tensor_map(kernel, "map_b", b.data_ptr(), rows, N) if layout == "tn"
+             else rt.tensor_map(kernel, "map_b", b.data_ptr(), E * N, KM) if layout == "nt"
+             else rt.tensor_map(kernel, "map_b", b.data_ptr(), E * KM, N))
     rt.launch(kernel, (grid, 1, 1), torch.cuda.current_stream(a.device).cuda_stream, a=a.data_ptr(),
               b=b.data_ptr(), c=out.data_ptr(), offsets=starts.data_ptr(), tickets=scratch.data_ptr(),
               split=scratch.data_ptr() + _SCRATCH_HEAD, max_split=0 if layout == "tn" else GEMM_MAX_SPLIT,

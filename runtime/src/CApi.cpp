@@ -334,6 +334,17 @@ int megamoe_launch(megamoe_runtime* runtime, const megamoe_kernel* kernel, const
   });
 }
 
+int megamoe_kernel_tensor_map(const megamoe_kernel* kernel, const char* arg, uint64_t base, int64_t rows,
+                              int64_t cols, void* out128) {
+  return guarded([&] {
+    requireArg(kernel, "kernel");
+    requireArg(arg, "arg");
+    requireArg(out128, "out128");
+    const megamoe::TensorMapBytes map = megamoe::encodeTensorMap(*kernel->kernel, arg, base, rows, cols);
+    std::memcpy(out128, map.data(), map.size());
+  });
+}
+
 int megamoe_tensor_map_bf16(megamoe_runtime* runtime, uint64_t base, int rank, const uint64_t* dims,
                             const uint64_t* strides, const uint32_t* box, void* out128) {
   return guarded([&] {

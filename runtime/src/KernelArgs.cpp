@@ -3,9 +3,11 @@
 
 #include <cstring>
 #include <limits>
+#include <stdexcept>
 #include <string>
 
 #include "megamoe/Error.h"
+#include "megamoe/KernelLoader.h"
 
 namespace megamoe {
 namespace {
@@ -81,6 +83,29 @@ void** KernelArgs::params() {
     pointers_.push_back(slots_[i].bytes);
   }
   return pointers_.data();
+}
+
+TensorMapBytes encodeTensorMap(const Kernel& kernel, std::string_view arg, DevicePtr base, int64_t rows,
+                               int64_t cols) {
+  const abi::KernelDecl& decl = declared(kernel.key().kernel);
+  abi::TensorMapBox box{};
+  try {
+    box = abi::tensorMapBox(decl, arg, kernel.key().spec);
+  } catch (const std::invalid_argument& e) {
+    throw Error(ErrorCode::kInvalidArgument, e.what());
+  }
+  if (rows < 1 || cols < 1)
+    throw Error(ErrorCode::kInvalidArgument, std::string(decl.name) + "." + std::string(arg) + ": a [" +
+                                                 std::to_string(rows) + ", " + std::to_string(cols) +
+                                                 "] matrix (rows and cols must be positive)");
+  if (kernel.device().kind() != BackendKind::kCuda) return TensorMapBytes{};
+  if (box.elem != abi::Elem::kBf16 || box.swizzle != abi::Swizzle::k128B)
+    throw Error(ErrorCode::kUnsupported, std::string(decl.name) + "." + std::string(arg) +
+                                             ": the device encodes bf16 maps with the 128-byte swizzle only");
+  const uint64_t dims[2] = {uint64_t(cols), uint64_t(rows)};
+  const uint64_t strides[1] = {uint64_t(cols) * uint64_t(abi::elemBytes(box.elem))};
+  const uint32_t boxDims[2] = {uint32_t(box.cols), uint32_t(box.rows)};
+  return kernel.device().encodeTensorMapBf16(base, 2, dims, strides, boxDims);
 }
 
 }  // namespace megamoe

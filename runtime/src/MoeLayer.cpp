@@ -1,7 +1,6 @@
 // The MoE layer (see MoeLayer.h): heap and buffer layout, kernel loading, and the launches of one forward and one
-// backward. Kernel names, constants and argument orders mirror kernels/Kernels.h (DispatchPrologueSpec,
-// DispatchGemmSpec, GemmCombineSpec, SwigluBwdSpec, StageBeginSpec, GroupedGemmSpec, EpochAdvanceSpec); the
-// runtime-JIT tier checks kernelSpecs() against kernels::layerKernels.
+// backward. The kernels come from the layer's one list (compiler/abi/LayerKernels.h), their arguments by name from
+// their declarations (compiler/abi/KernelAbi.h); kernels/Kernels.h says what each argument means.
 #include "megamoe/MoeLayer.h"
 
 #include <algorithm>
@@ -10,6 +9,7 @@
 #include <limits>
 #include <optional>
 
+#include "compiler/abi/LayerKernels.h"
 #include "megamoe/Error.h"
 #include "megamoe/Log.h"
 #include "megamoe/Profile.h"
@@ -39,17 +39,27 @@ std::string multipleOf(const char* what, int64_t value, int64_t of, const char* 
 // block has (the hardware's limit): the stride of the kernels' grid-stride loops.
 constexpr int64_t kMaxGridBlocks = 1024, kMaxBlockThreads = 1024, kMaxGridThreads = kMaxGridBlocks * kMaxBlockThreads;
 
-// GroupedGemmSpec::Layout values (kernels/Kernels.h).
-constexpr int64_t kLayoutNT = 0, kLayoutNN = 1, kLayoutTN = 2;
 // dispatch_prologue's blocks (each counts 1/16 of the picks; all resident, they meet once) and its scratch
 // (compiler/abi/DeviceAbi.h prologueScratchBytes).
 constexpr int32_t kPrologueBlocks = 16;
 int64_t prologueScratchBytes(int64_t experts) { return abi::prologueScratchBytes(kPrologueBlocks, experts); }
-// Indices into MoeLayer::kernelSpecs() (and Impl::kernels).
-enum KernelIndex : size_t {
-  kPrologue, kDispatchNT, kCombineNT, kEpochAdvance, kStageBegin,  // forward (stage_begin: profiling, backward)
-  kDispatchNN, kSwigluBwd, kWgradTN, kDispatchTN, kCombineNN,        // backward (training)
-};
+// The roles the layer launches its kernels in (compiler/abi/LayerKernels.h).
+using Role = abi::LayerKernel;
+
+// The shape fields that decide the layer's kernels.
+abi::LayerShape layerShape(const MoeLayerConfig& c, int ranks) {
+  abi::LayerShape s;
+  s.hidden = c.hidden;
+  s.intermediate = c.intermediate;
+  s.experts = c.experts;
+  s.topk = c.topk;
+  s.ranks = ranks;
+  s.clampMilli = c.swigluClampMilli;
+  s.training = c.training;
+  s.dedup = c.dedupTokens;
+  s.topkIdxInt64 = c.topkIdxInt64;
+  return s;
+}
 
 // Rows of the receive pool: every rank may send every pick to one owner.
 // Rows of the receive pool: every rank may send every pick to one owner, unless the receive capacity is smaller.
@@ -212,36 +222,9 @@ std::vector<RegionSpec> MoeLayer::heapRegions(const MoeLayerConfig& c, int ranks
 
 std::vector<std::pair<std::string, std::vector<std::pair<std::string, int64_t>>>> MoeLayer::kernelSpecs(
     const MoeLayerConfig& c, int ranks) {
-  const int64_t R = ranks, E = c.experts, k = c.topk, H = c.hidden, I = c.intermediate;
-  auto dispatch = [&](int64_t layout, int64_t saveH, int64_t dedup = 0) {
-    return std::make_pair(std::string("dispatch_grouped_gemm"),
-                          std::vector<std::pair<std::string, int64_t>>{{"E", E}, {"ranks", R}, {"topk", k}, {"H", H},
-                                                                       {"I", I}, {"clamp_milli", c.swigluClampMilli},
-                                                                       {"layout", layout}, {"save_h", saveH},
-                                                                       {"dedup", dedup}});
-  };
-  auto combine = [&](int64_t layout) {
-    return std::make_pair(std::string("grouped_gemm_combine"),
-                          std::vector<std::pair<std::string, int64_t>>{
-                              {"E", E}, {"ranks", R}, {"topk", k}, {"H", H}, {"I", I}, {"layout", layout}});
-  };
-  // Order: the Kernel* indices below.
-  std::vector<std::pair<std::string, std::vector<std::pair<std::string, int64_t>>>> out = {
-      {"dispatch_prologue", {{"E", E}, {"topk", k}, {"ranks", R}}},
-      dispatch(kLayoutNT, c.training ? 1 : 0, c.dedupTokens ? 1 : 0),
-      combine(kLayoutNT),
-      {"epoch_advance", {}},
-      {"stage_begin", {{"E", E}, {"ranks", R}}},
-  };
-  if (c.training) {
-    out.push_back(dispatch(kLayoutNN, 0));
-    out.push_back({"swiglu_bwd", {{"I", I}, {"clamp_milli", c.swigluClampMilli}}});
-    // dW2 on the warp-specialised engine (sm_90a; gfx950 builds the single-role kernel and ignores the map arguments)
-    out.push_back({"grouped_gemm_tn_tma", {{"E", E / R}, {"N", I}, {"M", H}, {"pairs", 0}}});
-    out.push_back(dispatch(kLayoutTN, 0));
-    out.push_back(combine(kLayoutNN));
-  }
-  if (c.topkIdxInt64) out.push_back({"topk_idx_narrow", {}});  // last: its index is kernels.size() - 1
+  std::vector<std::pair<std::string, std::vector<std::pair<std::string, int64_t>>>> out;
+  for (abi::KernelSpec& spec : abi::layerKernels(layerShape(c, ranks)).specs)
+    out.emplace_back(std::move(spec.kernel), std::move(spec.constants));
   return out;
 }
 
@@ -467,7 +450,8 @@ struct MoeLayer::Impl {
   Runtime& runtime;
   Device& device;
   const Workspace::Buffers& b;  // the workspace's
-  std::vector<std::shared_ptr<const Kernel>> kernels;  // in kernelSpecs() order (KernelIndex)
+  abi::LayerKernelList list;                            // the layer's kernels and their roles
+  std::vector<std::shared_ptr<const Kernel>> kernels;  // in list.specs order
   Leg dispatchLeg = Leg::kFused, combineLeg = Leg::kFused;
   bool profiling = false;
   std::array<EventHandle, size_t(Stage::kCount) + 1> events{};
@@ -480,22 +464,17 @@ struct MoeLayer::Impl {
   // A layer with a workspace of its own keeps the last forward's saved state itself (ForwardArgs::saved = 0).
   DevicePtr ownSaved = 0;
   int64_t lastForwardTokens = -1;  // what backward() must match then; -1 before the first forward
-  // The backward's TN tensor maps (kernels/Kernels.h: grouped_gemm_tn_tma for dW2, dispatch_grouped_gemm TN for
-  // dW1): the pool (dy rows, then x rows), act and dh, over the workspace's buffers at this layer's sizes; zeros
-  // (read as unused pointers) where the backend has no TMA.
+  // The tensor maps over the workspace's buffers at this layer's sizes, each for the kernel argument it is passed
+  // as (in the box that argument declares); zeros (read as unused pointers) where the backend has no TMA. Forward:
+  // the dispatch's A (the pool's rows) and the combine's A (act). Backward: the dgrad dispatch's A (the pool: dy
+  // rows), dW2's A and B (the pool, act), dW1's A and B (dh, the pool: x rows) and the dx combine's A (dh).
   using TensorMap = TensorMapBytes;
-  TensorMap poolMap{}, actMap{}, dhMap{};
-  // The dx combine's A (dh), the forward dispatch's (the pool's rows) and the forward combine's (act) in 64-column x
-  // 128-row boxes (grouped_gemm_{nn,nt}_tma's A).
-  TensorMap dhRowsMap{}, poolRowsMap{}, actRowsMap{};
-  // A bf16 [rows, cols] matrix in boxes of 64 columns x boxRows rows.
-  TensorMap boxes(DevicePtr base, int64_t rows, int64_t cols, uint32_t boxRows) {
-    if (device.kind() != BackendKind::kCuda) return TensorMap{};
-    const uint64_t dims[2] = {uint64_t(cols), uint64_t(rows)}, strides[1] = {uint64_t(cols) * 2};
-    const uint32_t box[2] = {64, boxRows};
-    return device.encodeTensorMapBf16(base, 2, dims, strides, box);
+  TensorMap dispatchPoolMap{}, combineActMap{};
+  TensorMap dgradPoolMap{}, wgradPoolMap{}, wgradActMap{}, wgradW1DhMap{}, wgradW1PoolMap{}, dgradDhMap{};
+  // The map for argument `arg` of the kernel in `role` over a bf16 [rows, cols] matrix at base.
+  TensorMap map(Role role, const char* arg, DevicePtr base, int64_t rows, int64_t cols) const {
+    return encodeTensorMap(kernelOf(role), arg, base, rows, cols);
   }
-  TensorMap boxes64(DevicePtr base, int64_t rows, int64_t cols) { return boxes(base, rows, cols, 64); }
 
   Impl(Workspace& ws) : runtime(ws.runtime()), device(ws.device()), b(ws.buffers()) {}
   ~Impl() {
@@ -508,15 +487,15 @@ struct MoeLayer::Impl {
     } catch (...) {
     }
   }
-  // The arguments of kernel `index`, by name (compiler/abi/KernelAbi.h), with the rank's context set.
-  KernelArgs args(KernelIndex index) {
-    KernelArgs a(kernelSpecName(index));
+  // The arguments of the kernel in `role`, by name (compiler/abi/KernelAbi.h), with the rank's context set.
+  KernelArgs args(Role role) {
+    KernelArgs a(kernelSpecName(role));
     a.context(b.ctx);
     return a;
   }
   // The dispatch's arguments every layout shares: the routing tables and the receive pool.
-  KernelArgs dispatchArgs(KernelIndex index, int32_t legs, uint64_t topkIdx, uint64_t topkWeights, int64_t recvStride) {
-    KernelArgs a = args(index);
+  KernelArgs dispatchArgs(Role role, int32_t legs, uint64_t topkIdx, uint64_t topkWeights, int64_t recvStride) {
+    KernelArgs a = args(role);
     a.ptr("topk_weights", topkWeights).ptr("send_list", b.sendList).ptr("send_off", b.sendOff).ptr("send_base", b.sendBase);
     a.ptr("counts", b.counts).ptr("arrivals", b.arrivals).ptr("route_epoch", b.routeEpoch);
     a.ptr("pool", b.pool).ptr("pool_src", b.poolSrc).ptr("pool_w", b.poolW);
@@ -524,15 +503,15 @@ struct MoeLayer::Impl {
     return a;
   }
   // The combine's: where rows go home and how they are summed.
-  KernelArgs combineArgs(KernelIndex index, int32_t legs, uint64_t topkIdx, uint64_t topkWeights, int64_t tokens) {
-    KernelArgs a = args(index);
+  KernelArgs combineArgs(Role role, int32_t legs, uint64_t topkIdx, uint64_t topkWeights, int64_t tokens) {
+    KernelArgs a = args(role);
     a.ptr("pool_offsets", b.poolOffsets).ptr("pool_src", b.poolSrc).ptr("comb", b.comb);
     a.ptr("done", b.done).ptr("topk_idx", topkIdx).ptr("topk_weights", topkWeights).i32("tokens", tokens);
     a.ptr("dw", b.dw).i32("legs", legs);
     return a;
   }
-  void launch(KernelIndex index, uint32_t blocks, StreamHandle stream, KernelArgs& args, const SymmetricHeap& heap) {
-    const Kernel& kernel = *kernels.at(index);
+  void launch(Role role, uint32_t blocks, StreamHandle stream, KernelArgs& args, const SymmetricHeap& heap) {
+    const Kernel& kernel = kernelOf(role);
     LaunchDims dims;
     dims.grid = {blocks, 1, 1};
     dims.block = {uint32_t(kernel.metadata().blockThreads), 1, 1};
@@ -541,32 +520,31 @@ struct MoeLayer::Impl {
   }
   // stage_begin: the other parity's counters zeroed, then all ranks meet.
   void stageBegin(StreamHandle stream, const SymmetricHeap& heap) {
-    KernelArgs a = args(kStageBegin);
+    KernelArgs a = args(Role::kStageBegin);
     a.ptr("arrivals", b.arrivals).ptr("done", b.done).ptr("barrier", b.barrier);
-    launch(kStageBegin, 1, stream, a, heap);
+    launch(Role::kStageBegin, 1, stream, a, heap);
   }
   // The int32 topk_idx the kernels read: the caller's, or (int64 indices) its narrowed copy in the workspace.
   DevicePtr topkIdx32(const MoeLayerConfig& c, DevicePtr topkIdx, int64_t tokens, StreamHandle stream,
                       const SymmetricHeap& heap) {
     if (!c.topkIdxInt64) return topkIdx;
     const int64_t count = tokens * c.topk;
-    const auto narrow = KernelIndex(kernels.size() - 1);  // kernelSpecs() lists it last
-    const int64_t threads = kernels[narrow]->metadata().blockThreads;
+    const int64_t threads = kernelOf(Role::kTopkIdxNarrow).metadata().blockThreads;
     const int32_t blocks = int32_t(std::clamp<int64_t>((count / 2 + threads - 1) / threads, 1, 8 * int64_t(grid)));
-    KernelArgs a = args(narrow);
+    KernelArgs a = args(Role::kTopkIdxNarrow);
     a.ptr("src", topkIdx).ptr("dst", b.topkIdx32).i32("count", count).i32("grid", blocks);
-    launch(narrow, uint32_t(blocks), stream, a, heap);
+    launch(Role::kTopkIdxNarrow, uint32_t(blocks), stream, a, heap);
     return b.topkIdx32;
   }
   // dispatch_prologue: the routing tables of topk_idx, its counts exchanged with the peers.
   void prologue(DevicePtr topkIdx, int64_t tokens, int64_t capacity, StreamHandle stream, const SymmetricHeap& heap) {
-    KernelArgs a = args(kPrologue);
+    KernelArgs a = args(Role::kPrologue);
     a.ptr("topk_idx", topkIdx).i32("tokens", tokens).ptr("counts", b.counts).ptr("flags", b.flags);
     a.ptr("send_slot", b.sendSlot).ptr("pool_offsets", b.poolOffsets).ptr("send_list", b.sendList);
     a.ptr("send_off", b.sendOff).ptr("send_base", b.sendBase).ptr("arrivals", b.arrivals).ptr("done", b.done);
     a.ptr("route_epoch", b.routeEpoch).ptr("scratch", b.prologueScratch).i32("blocks", kPrologueBlocks);
     a.i32("capacity", capacity);
-    launch(kPrologue, uint32_t(kPrologueBlocks), stream, a, heap);
+    launch(Role::kPrologue, uint32_t(kPrologueBlocks), stream, a, heap);
   }
   // The saved state a training call uses: the caller's, else the layer's own (a layer with its own workspace).
   DevicePtr savedFor(DevicePtr callers, const char* call) const {
@@ -579,10 +557,11 @@ struct MoeLayer::Impl {
     return ownSaved;
   }
   void epochAdvance(StreamHandle stream, const SymmetricHeap& heap) {
-    KernelArgs a = args(kEpochAdvance);
-    launch(kEpochAdvance, 1, stream, a, heap);
+    KernelArgs a = args(Role::kEpochAdvance);
+    launch(Role::kEpochAdvance, 1, stream, a, heap);
   }
-  const std::string& kernelSpecName(KernelIndex index) const { return kernels.at(index)->key().kernel; }
+  const Kernel& kernelOf(Role role) const { return *kernels.at(list.at(role)); }
+  const std::string& kernelSpecName(Role role) const { return kernelOf(role).key().kernel; }
   template <size_t N>
   void mark(std::array<EventHandle, N>& at, size_t index, StreamHandle stream) {
     if (profiling) device.recordEvent(at[index], stream);
@@ -603,8 +582,10 @@ MoeLayer::MoeLayer(std::shared_ptr<Workspace> workspace, const MoeLayerConfig& c
     : config_(config), workspace_(std::move(workspace)), impl_(std::make_unique<Impl>(*workspace_)) {
   Impl& m = *impl_;
   const int ranks = workspace_->ranks();
-  for (const auto& [name, spec] : kernelSpecs(config, ranks)) {
-    cache::KernelKey key{name, spec, m.device.target(), defaultTargetOptions(m.device.target()), /*any*/ ""};
+  m.list = abi::layerKernels(layerShape(config, ranks));
+  for (const abi::KernelSpec& spec : m.list.specs) {
+    cache::KernelKey key{spec.kernel, spec.constants, m.device.target(), defaultTargetOptions(m.device.target()),
+                         /*any*/ ""};
     m.kernels.push_back(m.runtime.loadKernel(key, ""));  // a miss names the megamoe-cache command (KernelLoader)
   }
   // One block per SM of the budget, all resident: the combine's blocks wait for each other (see
@@ -614,13 +595,15 @@ MoeLayer::MoeLayer(std::shared_ptr<Workspace> workspace, const MoeLayerConfig& c
   m.pairGrid = int32_t(m.grid) & ~1;
   m.pairPush = std::min<int32_t>((m.pushBlocks + 1) & ~1, m.pairGrid);
   const int64_t rows = workspace_->poolRows(), H = config.hidden, I = config.intermediate;
-  m.poolRowsMap = m.boxes(m.b.pool, rows, H, 128);
-  m.actRowsMap = m.boxes(m.b.act, rows, I, 128);
+  m.dispatchPoolMap = m.map(Role::kDispatchNT, "map_a", m.b.pool, rows, H);
+  m.combineActMap = m.map(Role::kCombineNT, "map_a", m.b.act, rows, I);
   if (config.training) {
-    m.dhRowsMap = m.boxes(m.b.dh, rows, 2 * I, 128);
-    m.poolMap = m.boxes64(m.b.pool, rows, H);
-    m.actMap = m.boxes64(m.b.act, rows, I);
-    m.dhMap = m.boxes64(m.b.dh, rows, 2 * I);
+    m.dgradPoolMap = m.map(Role::kDispatchNN, "map_a", m.b.pool, rows, H);
+    m.wgradPoolMap = m.map(Role::kWgradTN, "map_a", m.b.pool, rows, H);
+    m.wgradActMap = m.map(Role::kWgradTN, "map_b", m.b.act, rows, I);
+    m.wgradW1DhMap = m.map(Role::kDispatchTN, "map_a", m.b.dh, rows, 2 * I);
+    m.wgradW1PoolMap = m.map(Role::kDispatchTN, "map_b", m.b.pool, rows, H);
+    m.dgradDhMap = m.map(Role::kCombineNN, "map_a", m.b.dh, rows, 2 * I);
   }
   for (EventHandle& e : m.events) e = m.device.createEvent();
   for (EventHandle& e : m.backwardEvents) e = m.device.createEvent();
@@ -702,24 +685,25 @@ void MoeLayer::forward(const ForwardArgs& a, StreamHandle stream) {
   const DevicePtr idx = m.topkIdx32(c, a.topkIdx, a.tokens, stream, heap());
   m.prologue(idx, a.tokens, poolRows(c, ranks()), stream, heap());
   // The dispatch and the combine (kernels/Kernels.h DispatchGemmSpec, GemmCombineSpec) run as cluster pairs on
-  // sm_90a (m.pairGrid, m.pairPush); w1 [E/R * 2I, H] and w2 [E/R * H, I] in 64 x 128 boxes, encoded per call (a
-  // CUDA graph captures them by value).
+  // sm_90a (m.pairGrid, m.pairPush); the maps of w1 [E/R * 2I, H] and w2 [E/R * H, I] are encoded per call (a CUDA
+  // graph captures them by value).
   const int64_t local = c.experts / ranks();
   m.mark(m.events, size_t(Stage::kDispatchGemm), stream);
-  KernelArgs dispatch = m.dispatchArgs(kDispatchNT, dispatchLegs, idx, a.topkWeights, c.maxTokens);
+  KernelArgs dispatch = m.dispatchArgs(Role::kDispatchNT, dispatchLegs, idx, a.topkWeights, c.maxTokens);
   dispatch.ptr("src", a.x).ptr("weights", a.w1).ptr("extra", saved).ptr("out", m.b.act);
   dispatch.ptr("tickets", m.b.tickets).i32("push_blocks", m.pairPush).i32("grid", m.pairGrid);
-  dispatch.tensorMap("map_a", m.poolRowsMap).tensorMap("map_b", m.boxes(a.w1, local * 2 * c.intermediate, c.hidden, 128));
-  m.launch(kDispatchNT, uint32_t(m.pairGrid), stream, dispatch, heap());
+  dispatch.tensorMap("map_a", m.dispatchPoolMap);
+  dispatch.tensorMap("map_b", m.map(Role::kDispatchNT, "map_b", a.w1, local * 2 * c.intermediate, c.hidden));
+  m.launch(Role::kDispatchNT, uint32_t(m.pairGrid), stream, dispatch, heap());
   // Profiling: the combine's stage time is its own, not how much later the peer finished its dispatch (the rank
   // barrier of stage_begin; its counter zeroing repeats the prologue's: the other parity is idle in this call).
   if (m.profiling) m.stageBegin(stream, heap());
   m.mark(m.events, size_t(Stage::kGemmCombine), stream);
-  KernelArgs combine = m.combineArgs(kCombineNT, combineLegs, idx, a.topkWeights, a.tokens);
+  KernelArgs combine = m.combineArgs(Role::kCombineNT, combineLegs, idx, a.topkWeights, a.tokens);
   combine.ptr("a", m.b.act).ptr("b", a.w2).ptr("y", a.y).ptr("d_topk_weights", 0).ptr("tickets", m.b.tickets + 8);
-  combine.i32("grid", m.pairGrid).tensorMap("map_a", m.actRowsMap);
-  combine.tensorMap("map_b", m.boxes(a.w2, local * c.hidden, c.intermediate, 128));
-  m.launch(kCombineNT, uint32_t(m.pairGrid), stream, combine, heap());
+  combine.i32("grid", m.pairGrid).tensorMap("map_a", m.combineActMap);
+  combine.tensorMap("map_b", m.map(Role::kCombineNT, "map_b", a.w2, local * c.hidden, c.intermediate));
+  m.launch(Role::kCombineNT, uint32_t(m.pairGrid), stream, combine, heap());
   m.mark(m.events, size_t(Stage::kCount), stream);
   m.epochAdvance(stream, heap());
   if (!a.saved) m.lastForwardTokens = a.tokens;
@@ -765,41 +749,41 @@ void MoeLayer::backward(const BackwardArgs& a, StreamHandle stream) {
   m.prologue(idx, a.tokens, poolRows(c, ranks()), stream, heap());
   // dy re-dispatched; B is w2 [E/R * H, I] as K x N slabs, encoded per call (a CUDA graph captures it by value). It
   // runs as cluster pairs on sm_90a (DispatchGemmSpec).
-  KernelArgs dgrad = m.dispatchArgs(kDispatchNN, dispatchLegs, idx, a.topkWeights, c.maxTokens);
+  KernelArgs dgrad = m.dispatchArgs(Role::kDispatchNN, dispatchLegs, idx, a.topkWeights, c.maxTokens);
   dgrad.ptr("src", a.dy).ptr("weights", a.w2).ptr("extra", 0).ptr("out", m.b.act).ptr("tickets", m.b.tickets);
-  dgrad.i32("push_blocks", m.pairPush).i32("grid", m.pairGrid).tensorMap("map_a", m.poolRowsMap);
-  dgrad.tensorMap("map_b", m.boxes64(a.w2, local * c.hidden, c.intermediate));
-  m.launch(kDispatchNN, uint32_t(m.pairGrid), stream, dgrad, heap());
+  dgrad.i32("push_blocks", m.pairPush).i32("grid", m.pairGrid).tensorMap("map_a", m.dgradPoolMap);
+  dgrad.tensorMap("map_b", m.map(Role::kDispatchNN, "map_b", a.w2, local * c.hidden, c.intermediate));
+  m.launch(Role::kDispatchNN, uint32_t(m.pairGrid), stream, dgrad, heap());
   end(BackwardStage::kDgradDispatch);
   advance();
   start(BackwardStage::kSwigluBackward);
-  KernelArgs swiglu = m.args(kSwigluBwd);
+  KernelArgs swiglu = m.args(Role::kSwigluBwd);
   swiglu.ptr("g", m.b.act).ptr("h", saved).ptr("dh", m.b.dh).ptr("pool_w", r.poolW).ptr("pool_src", r.poolSrc);
   swiglu.ptr("rows_at", m.b.poolOffsets + uint64_t(local) * 4).ptr("dw", r.dw).i32("grid", rowGrid);
-  m.launch(kSwigluBwd, uint32_t(rowGrid), stream, swiglu, heap());
+  m.launch(Role::kSwigluBwd, uint32_t(rowGrid), stream, swiglu, heap());
   end(BackwardStage::kSwigluBackward);
   start(BackwardStage::kWgradW2);
-  KernelArgs wgrad(m.kernelSpecName(kWgradTN));  // TN takes no split-K tail (kernels/Kernels.h): no scratch
+  KernelArgs wgrad(m.kernelSpecName(Role::kWgradTN));  // TN takes no split-K tail (kernels/Kernels.h): no scratch
   wgrad.ptr("a", r.pool).ptr("b", m.b.act).ptr("c", a.dW2).ptr("offsets", m.b.poolOffsets).ptr("tickets", m.b.tickets + 16);
-  wgrad.ptr("split", 0).i32("max_split", 0).i32("grid", grid).tensorMap("map_a", m.poolMap).tensorMap("map_b", m.actMap);
-  m.launch(kWgradTN, m.grid, stream, wgrad, heap());
+  wgrad.ptr("split", 0).i32("max_split", 0).i32("grid", grid).tensorMap("map_a", m.wgradPoolMap).tensorMap("map_b", m.wgradActMap);
+  m.launch(Role::kWgradTN, m.grid, stream, wgrad, heap());
   end(BackwardStage::kWgradW2);
   begin();
   start(BackwardStage::kWgradW1Dispatch);
-  KernelArgs wgradW1 = m.dispatchArgs(kDispatchTN, dispatchLegs, idx, a.topkWeights, c.maxTokens);
+  KernelArgs wgradW1 = m.dispatchArgs(Role::kDispatchTN, dispatchLegs, idx, a.topkWeights, c.maxTokens);
   wgradW1.ptr("src", a.x).ptr("weights", a.w1).ptr("extra", m.b.dh).ptr("out", a.dW1).ptr("tickets", m.b.tickets);
-  wgradW1.i32("push_blocks", m.pushBlocks).i32("grid", grid).tensorMap("map_a", m.dhMap).tensorMap("map_b", m.poolMap);
-  m.launch(kDispatchTN, m.grid, stream, wgradW1, heap());
+  wgradW1.i32("push_blocks", m.pushBlocks).i32("grid", grid).tensorMap("map_a", m.wgradW1DhMap).tensorMap("map_b", m.wgradW1PoolMap);
+  m.launch(Role::kDispatchTN, m.grid, stream, wgradW1, heap());
   end(BackwardStage::kWgradW1Dispatch);
   advance();
   begin();
   start(BackwardStage::kDgradCombine);
   // dx rows; B is w1 [E/R * 2I, H] as K x N slabs (kernels/Kernels.h GemmCombineSpec), encoded per call.
-  KernelArgs dgradCombine = m.combineArgs(kCombineNN, combineLegs, idx, a.topkWeights, a.tokens);
+  KernelArgs dgradCombine = m.combineArgs(Role::kCombineNN, combineLegs, idx, a.topkWeights, a.tokens);
   dgradCombine.ptr("a", m.b.dh).ptr("b", a.w1).ptr("y", a.dx).ptr("d_topk_weights", a.dTopkWeights);
-  dgradCombine.ptr("tickets", m.b.tickets + 8).i32("grid", grid).tensorMap("map_a", m.dhRowsMap);
-  dgradCombine.tensorMap("map_b", m.boxes64(a.w1, local * 2 * c.intermediate, c.hidden));
-  m.launch(kCombineNN, m.grid, stream, dgradCombine, heap());
+  dgradCombine.ptr("tickets", m.b.tickets + 8).i32("grid", grid).tensorMap("map_a", m.dgradDhMap);
+  dgradCombine.tensorMap("map_b", m.map(Role::kCombineNN, "map_b", a.w1, local * 2 * c.intermediate, c.hidden));
+  m.launch(Role::kCombineNN, m.grid, stream, dgradCombine, heap());
   end(BackwardStage::kDgradCombine);
   advance();
 }

@@ -309,7 +309,7 @@ TEST(GpuKernels, GemmNtDeepSeekV3L2) {
 enum class Layout { kNT, kNN, kTN };
 
 // The TMA variants (kernels/Kernels.h buildGroupedGemm) over groups of random sizes (1..maxRows rows, two empty);
-// the tensor maps are encoded here as the kernel documents them:
+// the tensor maps are encoded from the kernel's declaration (encodeTensorMap) over these matrices:
 //   NT / NN: C [rows, N] = A [rows, K] . B[e] (NT: B [E, N, K]; NN: B [E, K, N]); a guard row past the last group;
 //   TN: C[e] [M, N] = A_e^T B_e with A [rows, M], B [rows, N] (K = the group's size: most groups end inside a
 //   64-row step, whose rows past the group the kernel must zero; empty groups give C[e] = 0); a guard expert.
@@ -337,12 +337,9 @@ void runTmaGroupedGemm(Gpu& gpu, Layout layout, int64_t E = 8, int64_t N = 512, 
   offDev.upload(offsets);
   const int64_t outRows = tn ? E * K : rows, guardRows = tn ? K : 1;  // TN: one guard expert of M rows
   Buffer out(gpu.device(), size_t((outRows + guardRows) * N) * 2);
-  const uint64_t aDims[2] = {uint64_t(K), uint64_t(rows)}, aStride[1] = {uint64_t(K) * 2};
-  const uint64_t bDims[2] = {uint64_t(nn || tn ? N : K), uint64_t(tn ? rows : nn ? E * K : E * N)},
-                 bStride[1] = {bDims[0] * 2};
-  const uint32_t aBox[2] = {64, tn ? 64u : 128u}, bBox[2] = {64, nn || tn ? 64u : 128u};
-  auto mapA = gpu.device().encodeTensorMapBf16(aDev.ptr(), 2, aDims, aStride, aBox);
-  auto mapB = gpu.device().encodeTensorMapBf16(bDev.ptr(), 2, bDims, bStride, bBox);
+  // A [rows, K]; B [E * N, K] (NT), [E * K, N] (NN) or [rows, N] (TN); boxes as the kernel declares them.
+  auto mapA = encodeTensorMap(*kernel, "map_a", aDev.ptr(), rows, K);
+  auto mapB = encodeTensorMap(*kernel, "map_b", bDev.ptr(), tn ? rows : nn ? E * K : E * N, nn || tn ? N : K);
 
   // Tile tickets, zero before the first launch; every launch must leave them zero for the next one (the rerun
   // below is bitwise identical only if it runs every tile).

@@ -1,6 +1,7 @@
 // The arguments of one launch, filled by name from the kernel's declaration (compiler/abi/KernelAbi.h): each setter
 // checks that the kernel declares the argument with that kind, and params() that every argument was set, giving the
-// driver's parameter array in declaration order. Nothing positional is written at a launch site.
+// driver's parameter array in declaration order. Nothing positional is written at a launch site, and no tensor-map
+// box either: encodeTensorMap takes it from the declaration.
 #pragma once
 #include <array>
 #include <cstdint>
@@ -13,6 +14,15 @@
 namespace megamoe {
 
 using TensorMapBytes = std::array<uint8_t, 128>;  // a CUtensorMap (Device::encodeTensorMapBf16); zeros off CUDA
+
+class Kernel;  // megamoe/KernelLoader.h
+
+// The CUtensorMap of tensor-map argument `arg` of `kernel` over a row-major [rows, cols] matrix at `base`, in the
+// box the kernel's declaration gives for its constants (abi::tensorMapBox: the box the kernel loads). Zeros where
+// the kernel's device has no TMA (off CUDA the argument is an unused pointer). Error(kInvalidArgument) for an
+// argument that is no tensor map of the kernel, or a shape that is not positive.
+TensorMapBytes encodeTensorMap(const Kernel& kernel, std::string_view arg, DevicePtr base, int64_t rows,
+                               int64_t cols);
 
 class KernelArgs {
  public:

@@ -114,8 +114,8 @@ class MoeLayer {
   // The heap regions every rank allocates (same list on every rank). Throws Error(kInvalidArgument) for a
   // configuration that fails validate().
   static std::vector<RegionSpec> heapRegions(const MoeLayerConfig& config, int ranks);
-  // The kernels a layer loads, as cache keys without target/options (the list megamoe-cache must generate; the
-  // codegen tier checks it against kernels::layerKernels).
+  // The kernels a layer loads, as cache keys without target/options: compiler/abi/LayerKernels.h's list, which
+  // megamoe-cache --preset generates too (kernels::layerKernels).
   static std::vector<std::pair<std::string, std::vector<std::pair<std::string, int64_t>>>> kernelSpecs(
       const MoeLayerConfig& config, int ranks);
 

@@ -155,7 +155,13 @@ MEGAMOE_API int megamoe_launch(megamoe_runtime* runtime, const megamoe_kernel* k
                                const megamoe_launch_dims* dims, void* stream, void** params,
                                const megamoe_heap* heap);
 
-/* A CUtensorMap for an sm_90a kernel's tensor-map argument (pass the address of its 128 bytes in params): a bf16
+/* The map for tensor-map argument `arg` of a loaded kernel (pass the address of its 128 bytes in params): over a
+ * row-major [rows, cols] matrix at device address `base`, in the box the kernel's declaration gives for its
+ * constants (the box the kernel loads; compiler/abi/KernelAbi.h). All zeros off CUDA, where the argument is an
+ * unused pointer. MEGAMOE_ERROR_INVALID_ARGUMENT for a name that is no tensor-map argument of the kernel. */
+MEGAMOE_API int megamoe_kernel_tensor_map(const megamoe_kernel* kernel, const char* arg, uint64_t base, int64_t rows,
+                                          int64_t cols, void* out128);
+/* A CUtensorMap of any box (megamoe_kernel_tensor_map takes a kernel argument's own): a bf16
  * tensor at device address `base` with `rank` (1..5) dimensions innermost first, dims in elements, strides in bytes
  * for dimensions 1..rank-1, boxes of `box` elements, 128-byte swizzle, zeros outside the tensor. */
 MEGAMOE_API int megamoe_tensor_map_bf16(megamoe_runtime* runtime, uint64_t base, int rank, const uint64_t* dims,

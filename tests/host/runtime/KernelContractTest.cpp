@@ -1,15 +1,20 @@
 // The kernel contract on the runtime's side (compiler/abi/KernelAbi.h): a cache entry built for another argument
-// signature is refused naming the kernel, both hashes and the command that rebuilds it, and launch arguments are
-// filled by name, each checked against the declaration.
+// signature is refused naming the kernel, both hashes and the command that rebuilds it, launch arguments are
+// filled by name, each checked against the declaration, and the layer's kernel list (compiler/abi/LayerKernels.h)
+// names declared kernels with exactly their declared constants.
 #include <gtest/gtest.h>
 
 #include <cstring>
 #include <functional>
+#include <iterator>
 #include <set>
+#include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "TestSupport.h"
 #include "compiler/abi/KernelAbi.h"
+#include "compiler/abi/LayerKernels.h"
 #include "compiler/cache/KernelCache.h"
 #include "megamoe/Error.h"
 #include "megamoe/KernelArgs.h"
@@ -48,6 +53,33 @@ class StaleEntries : public ::testing::Test {
   int stores = 0;
   std::shared_ptr<Device> device;
 };
+
+// The runtime's maps come from the declaration too: on a device without TMA they are zeros (an unused pointer),
+// and an argument that is no tensor map of the kernel, or an empty matrix, is refused.
+TEST_F(StaleEntries, TensorMapsAreEncodedFromTheDeclaration) {
+  cache::KernelKey key = swiglu();
+  key.kernel = "grouped_gemm_nn_tma";
+  key.spec = {{"E", 8}, {"N", 512}, {"K", 256}, {"pairs", 0}};
+  const std::string root = dir.file("maps");
+  cache::KernelCache(root).store(key, test::fakeImage("FAKEHIP\ngrouped_gemm_nn_tma 1\n"),
+                                 R"({"symbol":"grouped_gemm_nn_tma","block_threads":384,"shared_bytes":0)" +
+                                     test::signatureMembers("grouped_gemm_nn_tma") + "}");
+  auto kernel = KernelLoader(root).load(device, key, "");
+  EXPECT_EQ(encodeTensorMap(*kernel, "map_b", 0x10000, 8 * 256, 512), TensorMapBytes{});
+  auto codeOf = [&](const char* arg, int64_t rows) {
+    try {
+      encodeTensorMap(*kernel, arg, 0x10000, rows, 512);
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(arg), std::string::npos) << e.what();
+      return e.code();
+    }
+    return ErrorCode::kOk;
+  };
+  EXPECT_EQ(codeOf("map_a", 1), ErrorCode::kOk);
+  EXPECT_EQ(codeOf("offsets", 1), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(codeOf("map_c", 1), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(codeOf("map_a", 0), ErrorCode::kInvalidArgument);
+}
 
 TEST_F(StaleEntries, TheDeclaredSignatureLoads) {
   ErrorCode code = ErrorCode::kOk;
@@ -93,6 +125,97 @@ TEST(KernelDecls, NamesAreUniqueAndSignaturesDiffer) {
   abi::KernelDecl renamed = *abi::findKernelDecl("swiglu_fwd");
   renamed.args[2].name = "count";
   EXPECT_NE(abi::signatureHash(renamed), abi::signatureHash(*abi::findKernelDecl("swiglu_fwd")));
+}
+
+// A tensor-map argument's box comes from its declaration and the kernel's constants: the fused operators' by their
+// layout, the grouped GEMMs' by the kernel; the signature covers it.
+TEST(TensorMapBoxes, FollowTheDeclarationAndTheConstants) {
+  auto box = [](const char* kernel, const char* arg, const abi::SpecConstants& spec) {
+    const abi::TensorMapBox b = abi::tensorMapBox(*abi::findKernelDecl(kernel), arg, spec);
+    EXPECT_EQ(b.elem, abi::Elem::kBf16);
+    EXPECT_EQ(b.swizzle, abi::Swizzle::k128B);
+    EXPECT_EQ(b.cols * abi::elemBytes(b.elem), 128) << kernel << "." << arg << ": one swizzled 128-byte row";
+    return std::pair<int64_t, int64_t>{b.cols, b.rows};
+  };
+  using Shape = std::pair<int64_t, int64_t>;
+  const abi::SpecConstants nt = {{"E", 8}, {"N", 512}, {"K", 256}, {"pairs", 0}};
+  EXPECT_EQ(box("grouped_gemm_nt_tma", "map_a", nt), (Shape{64, 128}));
+  EXPECT_EQ(box("grouped_gemm_nt_tma", "map_b", nt), (Shape{64, 128}));
+  EXPECT_EQ(box("grouped_gemm_nn_tma", "map_a", nt), (Shape{64, 128}));
+  EXPECT_EQ(box("grouped_gemm_nn_tma", "map_b", nt), (Shape{64, 64}));
+  EXPECT_EQ(box("grouped_gemm_tn_tma", "map_a", nt), (Shape{64, 64}));
+  EXPECT_EQ(box("grouped_gemm_tn_tma", "map_b", nt), (Shape{64, 64}));
+  for (int64_t layout : {abi::kLayoutNT, abi::kLayoutNN, abi::kLayoutTN}) {
+    const abi::SpecConstants spec = {{"E", 256}, {"ranks", 2},      {"topk", 8},       {"H", 7168}, {"I", 2048},
+                                     {"clamp_milli", 0}, {"layout", layout}, {"save_h", 0}, {"dedup", 0}};
+    // The dispatch's maps: NT the pool and w1 in 128-row boxes, NN the pool and w2's K x 64 slabs, TN dh and the
+    // pool as K x 64 slabs.
+    EXPECT_EQ(box("dispatch_grouped_gemm", "map_a", spec), (Shape{64, layout == abi::kLayoutTN ? 64 : 128}));
+    EXPECT_EQ(box("dispatch_grouped_gemm", "map_b", spec), (Shape{64, layout == abi::kLayoutNT ? 128 : 64}));
+    if (layout == abi::kLayoutTN) continue;
+    const abi::SpecConstants combine = {{"E", 256}, {"ranks", 2}, {"topk", 8}, {"H", 7168}, {"I", 2048}, {"layout", layout}};
+    EXPECT_EQ(box("grouped_gemm_combine", "map_a", combine), (Shape{64, 128}));
+    EXPECT_EQ(box("grouped_gemm_combine", "map_b", combine), (Shape{64, layout == abi::kLayoutNT ? 128 : 64}));
+  }
+  const abi::KernelDecl& dispatch = *abi::findKernelDecl("dispatch_grouped_gemm");
+  EXPECT_THROW(abi::tensorMapBox(dispatch, "map_b", {{"E", 256}}), std::invalid_argument);  // no layout given
+  EXPECT_THROW(abi::tensorMapBox(dispatch, "pool", nt), std::invalid_argument);             // a pointer
+  EXPECT_THROW(abi::tensorMapBox(dispatch, "map_c", nt), std::invalid_argument);            // no such argument
+  // The box is part of the signature: another box, another hash.
+  EXPECT_NE(abi::signatureText(dispatch).find("map_b:tensor_map:bf16:64x128:sw128[layout=1:64x64,layout=2:64x64]"),
+            std::string::npos)
+      << abi::signatureText(dispatch);
+  abi::KernelDecl changed = dispatch;
+  changed.args.back().boxWhen[1].rows = 128;
+  EXPECT_NE(abi::signatureHash(changed), abi::signatureHash(dispatch));
+}
+
+// Every kernel a layer lists, for every option, is declared with exactly the listed constants in the declared order,
+// and each role's index names a kernel of that role's name.
+TEST(LayerKernels, EveryListedKernelIsDeclaredWithExactlyItsConstants) {
+  using abi::LayerKernel;
+  const std::pair<LayerKernel, const char*> roleNames[] = {
+      {LayerKernel::kPrologue, "dispatch_prologue"},      {LayerKernel::kDispatchNT, "dispatch_grouped_gemm"},
+      {LayerKernel::kCombineNT, "grouped_gemm_combine"},  {LayerKernel::kEpochAdvance, "epoch_advance"},
+      {LayerKernel::kStageBegin, "stage_begin"},          {LayerKernel::kDispatchNN, "dispatch_grouped_gemm"},
+      {LayerKernel::kSwigluBwd, "swiglu_bwd"},            {LayerKernel::kWgradTN, "grouped_gemm_tn_tma"},
+      {LayerKernel::kDispatchTN, "dispatch_grouped_gemm"}, {LayerKernel::kCombineNN, "grouped_gemm_combine"},
+      {LayerKernel::kTopkIdxNarrow, "topk_idx_narrow"}};
+  static_assert(std::size(roleNames) == size_t(LayerKernel::kCount));
+  for (int options = 0; options < 16; ++options) {
+    abi::LayerShape shape{7168, 2048, 256, 8, 2};
+    shape.training = options & 1;
+    shape.dedup = options & 2;
+    shape.topkIdxInt64 = options & 4;
+    shape.clampMilli = options & 8 ? 7000 : 0;
+    const abi::LayerKernelList list = abi::layerKernels(shape);
+    for (const abi::KernelSpec& spec : list.specs) {
+      const abi::KernelDecl* decl = abi::findKernelDecl(spec.kernel);
+      ASSERT_NE(decl, nullptr) << spec.kernel << " is listed but not declared";
+      std::vector<std::string_view> names;
+      for (const auto& c : spec.constants) names.push_back(c.first);
+      EXPECT_EQ(names, decl->constants) << spec.kernel;
+    }
+    std::set<size_t> used;
+    for (const auto& [role, name] : roleNames) {
+      const bool expected = role == LayerKernel::kTopkIdxNarrow ? shape.topkIdxInt64
+                            : role >= LayerKernel::kDispatchNN  ? shape.training
+                                                                : true;
+      ASSERT_EQ(list.has(role), expected) << name << " options=" << options;
+      if (!expected) {
+        EXPECT_THROW(list.at(role), std::out_of_range);
+        continue;
+      }
+      EXPECT_EQ(list.specs.at(list.at(role)).kernel, name);
+      EXPECT_TRUE(used.insert(list.at(role)).second) << name << ": two roles share one entry";
+    }
+    EXPECT_EQ(used.size(), list.specs.size()) << "every listed kernel has a role";
+    // The options reach the constants they decide.
+    const abi::SpecConstants& forward = list.specs[list.at(LayerKernel::kDispatchNT)].constants;
+    EXPECT_EQ(forward[5], (std::pair<std::string, int64_t>{"clamp_milli", shape.clampMilli}));
+    EXPECT_EQ(forward[7], (std::pair<std::string, int64_t>{"save_h", shape.training ? 1 : 0}));
+    EXPECT_EQ(forward[8], (std::pair<std::string, int64_t>{"dedup", shape.dedup ? 1 : 0}));
+  }
 }
 
 TEST(KernelArgsByName, FillsTheDeclaredOrderAndRefusesWhatTheDeclarationDoesNot) {
