@@ -27,6 +27,10 @@ mlir::OwningOpRef<mlir::ModuleOp> buildDispatchPrologue(mlir::MLIRContext& mctx,
   GlobalPtr scratch = k.ptr("scratch", Elem::i32);   // [kScratchHeader + blocks * E], zero between launches
   I32 blocks = k.i32Arg("blocks");                   // the launch's blocks
   I32 capacity = k.i32Arg("capacity");               // rows any owner's receive pool holds
+  // Past the capacity: 0 = an error on every rank; 1 = the picks are dropped (-1 in topk_idx, which is then the
+  // layer's own copy) and counted into `dropped`; 2 = dropped, not counted (the backward's rerun of a forward's).
+  I32 drop = k.i32Arg("drop");
+  GlobalPtr dropped = k.ptr("dropped", Elem::i64);
   GlobalPtr arrived = scratch.as(Elem::i64);  // the blocks' meeting counter (i64 [0])
   GlobalPtr left = scratch + k.i64(2);        // blocks past the meeting (i32 [2]); the last resets both
   GlobalPtr partial = scratch + k.i64(S::kScratchHeader);  // [block][expert]: the block's picks of the expert
@@ -62,7 +66,10 @@ mlir::OwningOpRef<mlir::ModuleOp> buildDispatchPrologue(mlir::MLIRContext& mctx,
   });
   k.returnIf(wrongRanks || !(block < blocks));
   k.forRange(tid, k.i32(E), k.i32(T), [&](I32 e) { mine.storeI32(e, k.i32(0)); });
-  k.ifThen(tid == 0, [&] { overflow.storeI32(k.i32(0), k.i32(0)); });
+  k.ifThen(tid == 0, [&] {
+    overflow.storeI32(k.i32(0), k.i32(0));
+    overflow.storeI32(k.i32(1), k.i32(0));
+  });
   k.forRange(tid, k.i32(W * padE), k.i32(T), [&](I32 i) { perGroup.storeI32(i, k.i32(0)); });
   // The arrival counters the previous call used (other parity) start again from zero: every increment of that call
   // was waited for before this call could begin (docs/decisions/fused-dispatch.md).
@@ -185,14 +192,16 @@ mlir::OwningOpRef<mlir::ModuleOp> buildDispatchPrologue(mlir::MLIRContext& mctx,
       k.forRange(k.i32(0), k.i32(local), k.i32(1), {k.i32(0)}, [&](I32 el, const std::vector<I32>& run) {
         I32 e = owner * local + el;
         base.storeI32(e, run[0] + below.loadI32(e));
-        k.ifThen(owner == me && block == 0, [&] { (poolOffsets + k.widen(el)).storeI32(run[0]); });
+        // The pool holds at most `capacity` rows: with dropping, the rows past it are the dropped picks'.
+        auto held = [&](const I32& row) { return k.select(row < capacity, row, capacity); };
+        k.ifThen(owner == me && block == 0, [&] { (poolOffsets + k.widen(el)).storeI32(held(run[0])); });
         I32 next = run[0] + totals.loadI32(e);
         k.ifThen(owner == me && el == k.i32(local - 1) && block == 0,
-                 [&] { (poolOffsets + k.i64(local)).storeI32(next); });
+                 [&] { (poolOffsets + k.i64(local)).storeI32(held(next)); });
         // Every rank sees every owner's rows: one that would receive more than its pool holds stops every rank
         // here, before a row moves (the dispatch starts only with a clear error record). Each block decides from
         // its own walk (`overflow`, in shared memory), so that all its threads leave together.
-        k.ifThen(el == k.i32(local - 1) && capacity < next, [&] {
+        k.ifThen(el == k.i32(local - 1) && capacity < next && drop == k.i32(0), [&] {
           overflow.storeI32(k.i32(0), k.i32(1));
           k.ifThen(block == 0, [&] {
             k.reportError(ctx, uint64_t(abi::ErrorCode::kCapacity), k.widen(owner), k.widen(next), k.widen(capacity));
@@ -204,8 +213,22 @@ mlir::OwningOpRef<mlir::ModuleOp> buildDispatchPrologue(mlir::MLIRContext& mctx,
   });
   k.blockSync();
   k.returnIf(overflow.loadI32(k.i32(0)) == k.i32(1));
+  // My picks of e that fit at e's owner: the first ones, rows base[e] .. capacity - 1 (all of them unless dropping);
+  // the rest are dropped, counted once per call (block 0).
+  SharedTile droppedHere = overflow;  // [1]: the picks this rank drops (the overflow flag is clear past here)
+  k.forRange(tid, k.i32(E), k.i32(T), [&](I32 e) {
+    I32 room = capacity - base.loadI32(e), all = mine.loadI32(e);
+    I32 kept = k.select(room < k.i32(0), k.i32(0), k.select(room < all, room, all));
+    mine.storeI32(e, kept);
+    k.ifThen(kept < all, [&] { droppedHere.atomicAddI32(k.i32(1), all - kept); });
+  });
+  k.blockSync();
+  k.ifThen(block == 0 && tid == 0 && drop == k.i32(1), [&] {
+    I32 n = droppedHere.loadI32(k.i32(1));
+    k.ifThen(k.i32(0) < n, [&] { k.signal(dropped, k.widen(n), Scope::gpu, /*add=*/true); });
+  });
   // My picks grouped by expert: expert e's start in send_list (send_off[E] = my valid picks).
-  k.ifThen(tid == 1, [&] {  // beside thread 0's walk
+  k.ifThen(tid == 1, [&] {
     auto total = k.forRange(k.i32(0), k.i32(E), k.i32(1), {k.i32(0)}, [&](I32 e, const std::vector<I32>& run) {
       off.storeI32(e, run[0]);
       return std::vector<I32>{run[0] + mine.loadI32(e)};
@@ -226,8 +249,15 @@ mlir::OwningOpRef<mlir::ModuleOp> buildDispatchPrologue(mlir::MLIRContext& mctx,
     I32 e = (topkIdx + k.widen(i)).loadI32();
     k.ifThen(e < k.i32(E), [&] {
       I32 j = slot.loadI32() + before.loadI32(e);
-      slot.storeI32(base.loadI32(e) + j);
-      (sendList + k.widen(off.loadI32(e) + j)).storeI32(i);
+      Bool kept = j < mine.loadI32(e);
+      k.ifThen(kept, [&] {
+        slot.storeI32(base.loadI32(e) + j);
+        (sendList + k.widen(off.loadI32(e) + j)).storeI32(i);
+      });
+      k.ifThen(!kept, [&] {  // dropped: from here on the pick is a -1 for every kernel of the call
+        slot.storeI32(k.i32(-1));
+        (topkIdx + k.widen(i)).storeI32(k.i32(-1));
+      });
     });
   });
   return k.finish();

@@ -82,6 +82,7 @@ mlir::OwningOpRef<mlir::ModuleOp> buildDispatchGemm(mlir::MLIRContext& mctx, con
   Legs legs = decodeLegs(k.i32Arg("legs"));
   GlobalPtr topkIdx = k.ptr("topk_idx", Elem::i32);
   I32 recvStride = k.i32Arg("recv_stride");
+  I32 capacity = k.i32Arg("capacity");  // the receive pool's rows: rows past it were dropped by the prologue
   const TensorMapArgs maps = tensorMapArgs(k, s.spec());  // sm_90a TN: dh and the pool; NT: the pool and w1
   const bool dedup = s.dedup != 0;
 
@@ -105,9 +106,17 @@ mlir::OwningOpRef<mlir::ModuleOp> buildDispatchGemm(mlir::MLIRContext& mctx, con
   auto arrivedAt = [&](const I32& from, const I32& el) {
     return arrivals + ((parity * R + k.widen(from)) * local + k.widen(el));
   };
-  // Rows source `from` sends me for my local expert el (the all-gathered counts of the routing).
+  // Rows source `from` sends me for my local expert el: its all-gathered count, less what lies past the capacity
+  // (el's rows start at pool_offsets[el], the sources in order; the prologue dropped the picks of rows past it).
   auto expectedRows = [&](const I32& from, const I32& el) {
-    return k.widen((counts + ((routeParity * R + k.widen(from)) * E + k.widen(me * local + el))).loadI32());
+    auto countOf = [&](const I32& src) {
+      return (counts + ((routeParity * R + k.widen(src)) * E + k.widen(me * local + el))).loadI32();
+    };
+    auto earlier = k.forRange(k.i32(0), from, k.i32(1), {k.i32(0)}, [&](I32 src, const std::vector<I32>& n) {
+      return std::vector<I32>{n[0] + countOf(src)};
+    });
+    I32 room = capacity - ((poolOffsets + k.widen(el)).loadI32() + earlier[0]), all = countOf(from);
+    return k.widen(k.select(room < k.i32(0), k.i32(0), k.select(room < all, room, all)));
   };
   auto waitArrivals = [&](const I32& from, const I32& el) {
     k.ifThen(k.errorClear(ctx), [&] {

@@ -159,7 +159,9 @@ mlir::OwningOpRef<mlir::ModuleOp> buildGroupedGemm(mlir::MLIRContext& ctx, const
 // (i32: the launch's grid; blocks past it return at once), capacity (i32: the rows every owner's receive pool holds;
 // when the routing would send more to any owner, every rank claims its error record with kCapacity (flag = that
 // owner, seen = its rows, expected = the capacity) before a row moves, and the later kernels of the call write
-// nothing).
+// nothing), drop (i32: 1 or 2 instead drops the picks whose rows would lie past the capacity: they become -1 in
+// topk_idx, which must then be the layer's own copy, and are left out of every table; 1 also adds their number to
+// dropped), dropped (i64 [1]: picks dropped so far).
 struct DispatchPrologueSpec {
   static constexpr const char* kName = "dispatch_prologue";
   static constexpr int64_t kBlockThreads = 1024;
@@ -217,7 +219,8 @@ enum LegBits : int64_t { kLegComm = 1, kLegGemm = 2 };
 // (heap), arrivals (heap), route_epoch (i64), pool (heap bf16 [cap, H]), pool_src (heap i32 [cap]), pool_w (heap
 // f32 [cap]), pool_offsets (i32 [E/R + 1]), weights (w1 for NT and TN's shape, w2 for NN), extra (NT: h out when
 // save_h; TN: dh), out, tickets (i32 [2], zero), push_blocks, grid, legs (i32), topk_idx (i32 [T, topk]; read with
-// dedup), recv_stride (i32: max tokens per rank; with dedup), map_a, map_b: TN on sm_90a runs the warp-specialised
+// dedup), recv_stride (i32: max tokens per rank; with dedup), capacity (i32: the prologue's; the rows waited for
+// from a source leave out those past it, which the prologue dropped), map_a, map_b: TN on sm_90a runs the warp-specialised
 // engine with TMA loads and takes CUtensorMaps of dh [cap, 2I] and of the pool [cap, H] (64 x 64 boxes, as
 // grouped_gemm_tn_tma); NT without dedup (2I a multiple of 256) runs it as cluster pairs (an even grid and
 // push_blocks) and takes maps of the pool [cap, H] and of w1 [E/R * 2I, H] (64 x 128 boxes, as grouped_gemm_nt_tma;

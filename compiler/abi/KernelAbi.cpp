@@ -42,7 +42,8 @@ std::vector<KernelDecl> declarations() {
        {"E", "topk", "ranks"},
        {ctx, i32p("topk_idx"), i32("tokens"), i32p("counts"), i64p("flags"), i32p("send_slot"),
         i32p("pool_offsets"), i32p("send_list"), i32p("send_off"), i32p("send_base"), i64p("arrivals"),
-        i64p("done"), i64p("route_epoch"), i32p("scratch"), i32("blocks"), i32("capacity")},
+        i64p("done"), i64p("route_epoch"), i32p("scratch"), i32("blocks"), i32("capacity"), i32("drop"),
+        i64p("dropped")},
        GridRule::kResident},
       {"topk_idx_narrow", {}, {ctx, i64p("src"), i32p("dst"), i32("count"), i32("grid")}, GridRule::kCovering},
       {"dispatch_grouped_gemm",
@@ -50,7 +51,7 @@ std::vector<KernelDecl> declarations() {
        {ctx, bf16("src"), f32("topk_weights"), i32p("send_list"), i32p("send_off"), i32p("send_base"),
         i32p("counts"), i64p("arrivals"), i64p("route_epoch"), bf16("pool"), i32p("pool_src"), f32("pool_w"),
         i32p("pool_offsets"), bf16("weights"), bf16("extra"), bf16("out"), i32p("tickets"), i32("push_blocks"),
-        i32("grid"), i32("legs"), i32p("topk_idx"), i32("recv_stride"),
+        i32("grid"), i32("legs"), i32p("topk_idx"), i32("recv_stride"), i32("capacity"),
         // NT: the pool and w1 (as grouped_gemm_nt_tma); NN: the pool and w2 (as _nn_tma); TN: dh and the pool
         map("map_a", 128, {{"layout", 2, 64, 64}}), map("map_b", 128, {{"layout", 1, 64, 64}, {"layout", 2, 64, 64}})},
        GridRule::kResidentPairs},

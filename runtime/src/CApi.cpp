@@ -153,6 +153,7 @@ megamoe::MoeLayerConfig toConfig(const megamoe_layer_config* config, int ranks) 
   out.smBudget = c->sm_budget;
   out.receiveCapacity = c->receive_capacity;
   out.topkIdxInt64 = c->topk_idx_bits == 64;
+  out.dropOverflow = c->drop_overflow != 0;
   out.dtype = megamoe::DType::kBf16;
   if (auto e = megamoe::MoeLayer::validate(out, ranks); !e.empty()) invalid("MoE layer: " + e);
   if (c->topk_idx_bits != 0 && c->topk_idx_bits != 32 && c->topk_idx_bits != 64)
@@ -523,6 +524,22 @@ int megamoe_workspace_create_local(megamoe_runtime* const* runtimes, size_t nran
 
 int megamoe_workspace_destroy(megamoe_workspace* workspace) {
   return guarded([&] { delete workspace; });
+}
+
+int megamoe_workspace_dropped_picks(megamoe_workspace* workspace, void* stream, uint64_t* picks) {
+  return guarded([&] {
+    requireArg(workspace, "workspace");
+    requireArg(picks, "picks");
+    *picks = workspace->workspace->droppedPicks(static_cast<megamoe::StreamHandle>(stream));
+  });
+}
+
+int megamoe_layer_dropped_picks(megamoe_layer* layer, void* stream, uint64_t* picks) {
+  return guarded([&] {
+    requireArg(layer, "layer");
+    requireArg(picks, "picks");
+    *picks = layer->layer->droppedPicks(static_cast<megamoe::StreamHandle>(stream));
+  });
 }
 
 size_t megamoe_workspace_handle_size(void) { return megamoe::Workspace::handleBytes(); }

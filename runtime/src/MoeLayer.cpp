@@ -197,6 +197,8 @@ std::string MoeLayer::validate(const MoeLayerConfig& c, int ranks) {
     if (!s.bytes) return std::string(s.name) + "'s size overflows 64 bits";
   if (c.receiveCapacity < 0)
     return "receive_capacity=" + std::to_string(c.receiveCapacity) + " must be >= 0 (0 = the worst case)";
+  if (c.dropOverflow && c.dedupTokens)
+    return "drop_overflow is not supported with dedup_tokens (a dropped carrier would strand its token's other picks)";
   if (c.dtype != DType::kBf16) return "dtype must be bf16: the kernels are generated for bf16 only";
   if (auto e = smBudgetError(c.smBudget); !e.empty()) return e;
   return "";
@@ -232,19 +234,21 @@ namespace {
 
 // The local working buffers of a workspace, in one place: the constructor allocates them, bytesFor() counts them.
 struct BufferSizes {
-  int64_t sendSlot, sendList, sendOff, sendBase, poolOffsets, routeEpoch, prologueScratch, tickets, act, dh, topkIdx32;
+  int64_t sendSlot, sendList, sendOff, sendBase, poolOffsets, routeEpoch, prologueScratch, tickets, act, dh, topkIdx32,
+      dropped;
   static BufferSizes of(const MoeLayerConfig& c, int ranks) {
     const int64_t picks = c.maxTokens * c.topk, E = c.experts, local = E / ranks, rows = poolRows(c, ranks);
     // Tile tickets: i32 [2] for each of the dispatch, the combine and the dW2 GEMM.
     return {picks * 4,   picks * 4, (E + 1) * 4, E * 4, (local + 1) * 4, 8, prologueScratchBytes(E), 24,
-            rows * c.intermediate * kBf16, c.training ? rows * 2 * c.intermediate * kBf16 : 0, picks * 4};
+            rows * c.intermediate * kBf16, c.training ? rows * 2 * c.intermediate * kBf16 : 0, picks * 4, 8};
   }
   // What the device allocates for each (at least 16 bytes; nothing for a size of 0).
   static int64_t allocated(int64_t bytes) { return bytes ? std::max<int64_t>(bytes, 16) : 0; }
   int64_t total() const {
     int64_t t = 0;
     for (int64_t b :
-         {sendSlot, sendList, sendOff, sendBase, poolOffsets, routeEpoch, prologueScratch, tickets, act, dh, topkIdx32})
+         {sendSlot, sendList, sendOff, sendBase, poolOffsets, routeEpoch, prologueScratch, tickets, act, dh, topkIdx32,
+          dropped})
       t += allocated(b);
     return t;
   }
@@ -259,6 +263,13 @@ WorkspaceBytes Workspace::bytesFor(const MoeLayerConfig& config, int ranks) {
 }
 
 int64_t Workspace::poolRows() const { return megamoe::poolRows(*config_, ranks()); }
+
+uint64_t Workspace::droppedPicks(StreamHandle stream) const {
+  device_->synchronize(stream);
+  uint64_t n = 0;
+  device_->copyDeviceToHost(&n, buffers_.dropped, sizeof n);
+  return n;
+}
 
 const MoeLayerConfig& Workspace::config() const { return *config_; }
 
@@ -324,6 +335,8 @@ Workspace::Workspace(Runtime& runtime, const MoeLayerConfig& config, std::unique
   d.memsetZero(b.tickets, size_t(sizes.tickets), nullptr);
   b.prologueScratch = alloc(sizes.prologueScratch);
   d.memsetZero(b.prologueScratch, size_t(sizes.prologueScratch), nullptr);
+  b.dropped = alloc(sizes.dropped);
+  d.memsetZero(b.dropped, size_t(sizes.dropped), nullptr);
   d.synchronize(nullptr);
   const WorkspaceBytes bytes = bytesFor(config, ranks());
   MEGAMOE_LOG(kInfo, "workspace: rank " + std::to_string(rank()) + " of " + std::to_string(ranks()) + ": heap " +
@@ -337,7 +350,7 @@ Workspace::~Workspace() {
   const Buffers& b = buffers_;
   try {
     for (DevicePtr p : {b.sendSlot, b.sendList, b.sendOff, b.sendBase, b.poolOffsets, b.routeEpoch, b.act, b.dh,
-                        b.tickets, b.prologueScratch, b.topkIdx32})
+                        b.tickets, b.prologueScratch, b.topkIdx32, b.dropped})
       if (p) d.free(p);
   } catch (...) {
   }
@@ -404,6 +417,7 @@ RendezvousAgreement layerAgreement(const MoeLayerConfig& config, int ranks) {
       {"dtype", config.dtype == DType::kBf16 ? "bf16" : std::to_string(int(config.dtype))},
       {"dedup_tokens", config.dedupTokens ? "true" : "false"},
       {"receive_capacity", std::to_string(megamoe::poolRows(config, ranks))},
+      {"drop_overflow", config.dropOverflow ? "true" : "false"},
       {"kernels", kernels},
   };
 }
@@ -494,8 +508,10 @@ struct MoeLayer::Impl {
     return a;
   }
   // The dispatch's arguments every layout shares: the routing tables and the receive pool.
-  KernelArgs dispatchArgs(Role role, int32_t legs, uint64_t topkIdx, uint64_t topkWeights, int64_t recvStride) {
+  KernelArgs dispatchArgs(Role role, int32_t legs, uint64_t topkIdx, uint64_t topkWeights, int64_t recvStride,
+                          int64_t capacity) {
     KernelArgs a = args(role);
+    a.i32("capacity", capacity);
     a.ptr("topk_weights", topkWeights).ptr("send_list", b.sendList).ptr("send_off", b.sendOff).ptr("send_base", b.sendBase);
     a.ptr("counts", b.counts).ptr("arrivals", b.arrivals).ptr("route_epoch", b.routeEpoch);
     a.ptr("pool", b.pool).ptr("pool_src", b.poolSrc).ptr("pool_w", b.poolW);
@@ -524,11 +540,14 @@ struct MoeLayer::Impl {
     a.ptr("arrivals", b.arrivals).ptr("done", b.done).ptr("barrier", b.barrier);
     launch(Role::kStageBegin, 1, stream, a, heap);
   }
-  // The int32 topk_idx the kernels read: the caller's, or (int64 indices) its narrowed copy in the workspace.
+  // The int32 topk_idx the kernels read: the caller's, or (int64 indices) its narrowed copy in the workspace; with
+  // dropping always a copy (the prologue marks the dropped picks -1 in it, never in the caller's).
   DevicePtr topkIdx32(const MoeLayerConfig& c, DevicePtr topkIdx, int64_t tokens, StreamHandle stream,
                       const SymmetricHeap& heap) {
-    if (!c.topkIdxInt64) return topkIdx;
     const int64_t count = tokens * c.topk;
+    if (!c.topkIdxInt64 && c.dropOverflow && count > 0)
+      device.copyDeviceToDeviceAsync(b.topkIdx32, topkIdx, size_t(count) * 4, stream);
+    if (!c.topkIdxInt64) return c.dropOverflow ? b.topkIdx32 : topkIdx;
     const int64_t threads = kernelOf(Role::kTopkIdxNarrow).metadata().blockThreads;
     const int32_t blocks = int32_t(std::clamp<int64_t>((count / 2 + threads - 1) / threads, 1, 8 * int64_t(grid)));
     KernelArgs a = args(Role::kTopkIdxNarrow);
@@ -537,13 +556,15 @@ struct MoeLayer::Impl {
     return b.topkIdx32;
   }
   // dispatch_prologue: the routing tables of topk_idx, its counts exchanged with the peers.
-  void prologue(DevicePtr topkIdx, int64_t tokens, int64_t capacity, StreamHandle stream, const SymmetricHeap& heap) {
+  // drop: 0 = an overflow is an error, 1 = dropped and counted (forward), 2 = dropped again (the backward's rerun).
+  void prologue(DevicePtr topkIdx, int64_t tokens, int64_t capacity, int32_t drop, StreamHandle stream,
+                const SymmetricHeap& heap) {
     KernelArgs a = args(Role::kPrologue);
     a.ptr("topk_idx", topkIdx).i32("tokens", tokens).ptr("counts", b.counts).ptr("flags", b.flags);
     a.ptr("send_slot", b.sendSlot).ptr("pool_offsets", b.poolOffsets).ptr("send_list", b.sendList);
     a.ptr("send_off", b.sendOff).ptr("send_base", b.sendBase).ptr("arrivals", b.arrivals).ptr("done", b.done);
     a.ptr("route_epoch", b.routeEpoch).ptr("scratch", b.prologueScratch).i32("blocks", kPrologueBlocks);
-    a.i32("capacity", capacity);
+    a.i32("capacity", capacity).i32("drop", drop).ptr("dropped", b.dropped);
     launch(Role::kPrologue, uint32_t(kPrologueBlocks), stream, a, heap);
   }
   // The saved state a training call uses: the caller's, else the layer's own (a layer with its own workspace).
@@ -683,13 +704,13 @@ void MoeLayer::forward(const ForwardArgs& a, StreamHandle stream) {
   MEGAMOE_LOG(kDebug, "layer forward: rank " + std::to_string(rank()) + ", " + std::to_string(a.tokens) + " tokens");
   m.mark(m.events, size_t(Stage::kPrologue), stream);
   const DevicePtr idx = m.topkIdx32(c, a.topkIdx, a.tokens, stream, heap());
-  m.prologue(idx, a.tokens, poolRows(c, ranks()), stream, heap());
+  m.prologue(idx, a.tokens, poolRows(c, ranks()), c.dropOverflow ? 1 : 0, stream, heap());
   // The dispatch and the combine (kernels/Kernels.h DispatchGemmSpec, GemmCombineSpec) run as cluster pairs on
   // sm_90a (m.pairGrid, m.pairPush); the maps of w1 [E/R * 2I, H] and w2 [E/R * H, I] are encoded per call (a CUDA
   // graph captures them by value).
   const int64_t local = c.experts / ranks();
   m.mark(m.events, size_t(Stage::kDispatchGemm), stream);
-  KernelArgs dispatch = m.dispatchArgs(Role::kDispatchNT, dispatchLegs, idx, a.topkWeights, c.maxTokens);
+  KernelArgs dispatch = m.dispatchArgs(Role::kDispatchNT, dispatchLegs, idx, a.topkWeights, c.maxTokens, poolRows(c, ranks()));
   dispatch.ptr("src", a.x).ptr("weights", a.w1).ptr("extra", saved).ptr("out", m.b.act);
   dispatch.ptr("tickets", m.b.tickets).i32("push_blocks", m.pairPush).i32("grid", m.pairGrid);
   dispatch.tensorMap("map_a", m.dispatchPoolMap);
@@ -746,10 +767,10 @@ void MoeLayer::backward(const BackwardArgs& a, StreamHandle stream) {
   // backward needs nothing of the forward but its saved h, whatever ran on the workspace in between.
   start(BackwardStage::kDgradDispatch);
   const DevicePtr idx = m.topkIdx32(c, a.topkIdx, a.tokens, stream, heap());
-  m.prologue(idx, a.tokens, poolRows(c, ranks()), stream, heap());
+  m.prologue(idx, a.tokens, poolRows(c, ranks()), c.dropOverflow ? 2 : 0, stream, heap());
   // dy re-dispatched; B is w2 [E/R * H, I] as K x N slabs, encoded per call (a CUDA graph captures it by value). It
   // runs as cluster pairs on sm_90a (DispatchGemmSpec).
-  KernelArgs dgrad = m.dispatchArgs(Role::kDispatchNN, dispatchLegs, idx, a.topkWeights, c.maxTokens);
+  KernelArgs dgrad = m.dispatchArgs(Role::kDispatchNN, dispatchLegs, idx, a.topkWeights, c.maxTokens, poolRows(c, ranks()));
   dgrad.ptr("src", a.dy).ptr("weights", a.w2).ptr("extra", 0).ptr("out", m.b.act).ptr("tickets", m.b.tickets);
   dgrad.i32("push_blocks", m.pairPush).i32("grid", m.pairGrid).tensorMap("map_a", m.dgradPoolMap);
   dgrad.tensorMap("map_b", m.map(Role::kDispatchNN, "map_b", a.w2, local * c.hidden, c.intermediate));
@@ -770,7 +791,7 @@ void MoeLayer::backward(const BackwardArgs& a, StreamHandle stream) {
   end(BackwardStage::kWgradW2);
   begin();
   start(BackwardStage::kWgradW1Dispatch);
-  KernelArgs wgradW1 = m.dispatchArgs(Role::kDispatchTN, dispatchLegs, idx, a.topkWeights, c.maxTokens);
+  KernelArgs wgradW1 = m.dispatchArgs(Role::kDispatchTN, dispatchLegs, idx, a.topkWeights, c.maxTokens, poolRows(c, ranks()));
   wgradW1.ptr("src", a.x).ptr("weights", a.w1).ptr("extra", m.b.dh).ptr("out", a.dW1).ptr("tickets", m.b.tickets);
   wgradW1.i32("push_blocks", m.pushBlocks).i32("grid", grid).tensorMap("map_a", m.wgradW1DhMap).tensorMap("map_b", m.wgradW1PoolMap);
   m.launch(Role::kDispatchTN, m.grid, stream, wgradW1, heap());

@@ -57,6 +57,11 @@ struct MoeLayerConfig {
   // rank and the rows it needed (checkErrors names them), as for any device error. Twice the mean
   // (2 * max_tokens * topk) holds every routing but a skewed one.
   int64_t receiveCapacity = 0;
+  // Past the capacity, drop instead of failing: the picks whose rows would lie past some owner's capacity (the
+  // last ones of its pool: by local expert, then source rank, then pick order) are treated as -1 (no expert: they
+  // add nothing to y and get d_topk_weights 0), the rest of the call runs, and their number is added to the
+  // workspace's count (Workspace::droppedPicks). Not with dedupTokens.
+  bool dropOverflow = false;
   // topk_idx holds int64 (torch.topk, DeepEP) instead of int32: each call first narrows it on the device
   // (topk_idx_narrow; a value outside [-1, 2^31) is a bad index, named in the error record).
   bool topkIdxInt64 = false;
@@ -183,6 +188,8 @@ class MoeLayer {
   // Bytes of the workspace's working memory on this rank (heap and buffers: receive pool, act, combine buffer, and
   // for training dh), shared by every layer on it.
   uint64_t activationBytes() const { return workspace_->bytes().total(); }
+  // The picks this rank's forwards on the layer's workspace dropped so far (dropOverflow); synchronises `stream`.
+  uint64_t droppedPicks(StreamHandle stream) const { return workspace_->droppedPicks(stream); }
 
   // Synchronises `stream` and throws Error(kDeviceError) naming the first device error (see SymmetricHeap).
   void checkErrors(StreamHandle stream) { heap().checkErrors(stream); }

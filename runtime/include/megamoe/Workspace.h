@@ -81,11 +81,15 @@ class Workspace {
               dw = 0, barrier = 0;                                             // heap regions
     DevicePtr sendSlot = 0, sendList = 0, sendOff = 0, sendBase = 0, poolOffsets = 0, routeEpoch = 0,
               prologueScratch = 0, tickets = 0, act = 0, dh = 0,               // local (dh: training only)
-              topkIdx32 = 0;                                                   // int64 topk_idx, narrowed
+              topkIdx32 = 0,  // the int32 topk_idx (int64 narrowed; with dropping, a copy the prologue edits)
+              dropped = 0;    // i64: picks dropped so far
   };
   const Buffers& buffers() const { return buffers_; }
   // Rows of the receive pool (every rank may send every pick to this one).
   int64_t poolRows() const;
+  // The picks this rank's forwards dropped so far (MoeLayerConfig::dropOverflow), over every layer of the workspace;
+  // synchronises `stream` (the stream of the layers' calls).
+  uint64_t droppedPicks(StreamHandle stream) const;
 
  private:
   Workspace(Runtime& runtime, const MoeLayerConfig& config, std::unique_ptr<SymmetricHeap> heap, int smBudget);

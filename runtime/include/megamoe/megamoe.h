@@ -203,11 +203,13 @@ typedef struct megamoe_layer_config {
   int64_t receive_capacity;   /* rows a rank may receive per call (MoeLayerConfig::receiveCapacity); 0 = the worst
                                  case; added after 0.1.0: a caller's struct_size without it reads 0 */
   int64_t topk_idx_bits;      /* 0 or 32: topk_idx is int32; 64: int64 (torch.topk, DeepEP); anything else refused */
+  int64_t drop_overflow;      /* non-zero: picks past the receive capacity are dropped and counted instead of failing
+                                 the call (MoeLayerConfig::dropOverflow; megamoe_workspace_dropped_picks) */
   /* Later releases add fields here, and to MEGAMOE_LAYER_CONFIG_INIT. */
 } megamoe_layer_config;
 #define MEGAMOE_DTYPE_BF16 0
 /* struct_size set, every other field 0 (dtype MEGAMOE_DTYPE_BF16): megamoe_layer_config c = MEGAMOE_LAYER_CONFIG_INIT; */
-#define MEGAMOE_LAYER_CONFIG_INIT {sizeof(megamoe_layer_config), 0, 0, 0, 0, 0, 0, 0, MEGAMOE_DTYPE_BF16, 0, 0, 0, 0}
+#define MEGAMOE_LAYER_CONFIG_INIT {sizeof(megamoe_layer_config), 0, 0, 0, 0, 0, 0, 0, MEGAMOE_DTYPE_BF16, 0, 0, 0, 0, 0}
 
 /* Legs (benchmarks): what each fused operator runs. */
 #define MEGAMOE_LEG_FUSED 0
@@ -260,6 +262,9 @@ MEGAMOE_API int megamoe_workspace_create_local(megamoe_runtime* const* runtimes,
                                                const megamoe_layer_config* config,
                                                megamoe_workspace** out_workspaces);
 MEGAMOE_API int megamoe_workspace_destroy(megamoe_workspace* workspace); /* NULL is accepted */
+/* The picks this rank's forwards on the workspace dropped so far (drop_overflow); synchronises stream. */
+MEGAMOE_API int megamoe_workspace_dropped_picks(megamoe_workspace* workspace, void* stream, uint64_t* picks);
+MEGAMOE_API int megamoe_layer_dropped_picks(megamoe_layer* layer, void* stream, uint64_t* picks);
 /* Rendezvous through the caller (an all-gather over its process group, MPI, anything; no socket, no path):
  *   1. megamoe_workspace_prepare allocates this rank's share and makes its handle: megamoe_workspace_handle_size()
  *      bytes, the same size on every rank, written by megamoe_workspace_export;

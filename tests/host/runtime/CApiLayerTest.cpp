@@ -31,7 +31,7 @@ class CApiOnFakeHip : public ::testing::Test {
   test::TempDir dir;
   test::ScopedEnv hip{"MEGAMOE_HIP_LIBRARY", test::FakeHip::path()};
   test::ScopedEnv cache{"MEGAMOE_CACHE_DIR", dir.path().c_str()};
-  megamoe_layer_config config{sizeof(megamoe_layer_config), 512, 256, 16, 4, 64, 0, 0, MEGAMOE_DTYPE_BF16, 0, 0, 0, 0};
+  megamoe_layer_config config{sizeof(megamoe_layer_config), 512, 256, 16, 4, 64, 0, 0, MEGAMOE_DTYPE_BF16, 0, 0, 0, 0, 0};
   megamoe_runtime* runtime = nullptr;
 };
 

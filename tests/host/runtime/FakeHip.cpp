@@ -332,7 +332,7 @@ void launchNow(const FakeFunction* f, const unsigned grid[3], const unsigned blo
   launch.sharedBytes = shared;
   launch.stream = stream;
   launch.device = currentDevice;
-  launch.nparams = f->nparams < 16 ? f->nparams : 16;
+  launch.nparams = f->nparams < 32 ? f->nparams : 32;
   for (int i = 0; i < launch.nparams; ++i) std::memcpy(&launch.params[i], params[i], sizeof(uint64_t));
   runFakeKernel(*f, params);
   std::lock_guard<std::mutex> lock(state().mutex);

@@ -12,7 +12,7 @@ typedef struct FakeHipLaunch {
   void* stream;
   int device;
   int nparams;
-  uint64_t params[16]; /* each parameter's first 8 bytes */
+  uint64_t params[32]; /* each parameter's first 8 bytes (the first 32 parameters) */
 } FakeHipLaunch;
 
 #endif

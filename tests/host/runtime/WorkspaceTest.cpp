@@ -189,6 +189,60 @@ TEST_F(WorkspaceOnFakeHip, ReceiveCapacityShrinksThePoolAndReachesThePrologue) {
   d.free(p);
 }
 
+// Dropping past the capacity: every kernel of the call reads the layer's own copy of topk_idx (the prologue marks
+// the dropped picks -1 there, never in the caller's array), the forward's prologue counts them into the workspace's
+// counter and the backward's rerun does not count them again; the dispatches know the capacity.
+TEST_F(WorkspaceOnFakeHip, DroppingPastTheCapacityWorksOnACopyAndCountsOnce) {
+  MoeLayerConfig dropping = small(true);
+  dropping.receiveCapacity = 100;
+  dropping.dropOverflow = true;
+  MoeLayerConfig dedup = dropping;
+  dedup.dedupTokens = true;
+  EXPECT_NE(MoeLayer::validate(dedup, kRanks).find("drop_overflow is not supported with dedup_tokens"),
+            std::string::npos);
+  auto workspaces = Workspace::createLocal(raw(), dropping);
+  auto layer = MoeLayer::create(workspaces[0], dropping);
+  Device& d = *runtimes[0]->device();
+  const DevicePtr p = d.allocate(1 << 20), idx = p + 4096;
+  const int from = test::FakeHip::get().launchCount();
+  ForwardArgs a{p, 8, idx, p, p, p, p};
+  a.saved = p;
+  layer->forward(a, nullptr);
+  BackwardArgs b{p, p, 8, idx, p, p, p, p, p, p, p};
+  b.saved = p;
+  layer->backward(b, nullptr);
+  const Workspace::Buffers& buf = workspaces[0]->buffers();
+  const auto prologues = launchesOf("dispatch_prologue", from);
+  ASSERT_EQ(prologues.size(), 2u);
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(prologues[i].params[argIndex("dispatch_prologue", "topk_idx")], buf.topkIdx32) << "call " << i;
+    EXPECT_EQ(prologues[i].params[argIndex("dispatch_prologue", "dropped")], buf.dropped);
+    EXPECT_EQ(int32_t(prologues[i].params[argIndex("dispatch_prologue", "capacity")]), 100);
+  }
+  EXPECT_EQ(int32_t(prologues[0].params[argIndex("dispatch_prologue", "drop")]), 1) << "the forward counts";
+  EXPECT_EQ(int32_t(prologues[1].params[argIndex("dispatch_prologue", "drop")]), 2) << "the backward does not";
+  const auto dispatches = launchesOf("dispatch_grouped_gemm", from);
+  ASSERT_EQ(dispatches.size(), 3u);
+  for (const auto& l : dispatches) {
+    EXPECT_EQ(int32_t(l.params[argIndex("dispatch_grouped_gemm", "capacity")]), 100);
+    EXPECT_EQ(l.params[argIndex("dispatch_grouped_gemm", "topk_idx")], buf.topkIdx32);
+  }
+  for (const auto& l : launchesOf("grouped_gemm_combine", from))
+    EXPECT_EQ(l.params[argIndex("grouped_gemm_combine", "topk_idx")], buf.topkIdx32);
+  EXPECT_EQ(layer->droppedPicks(nullptr), 0u);  // the stand-in kernels drop nothing: the counter starts at zero
+  // Without dropping, the caller's array is read in place and an overflow is an error (drop 0).
+  MoeLayerConfig failing = dropping;
+  failing.dropOverflow = false;
+  auto strict = MoeLayer::create(workspaces[0], failing);
+  const int before = test::FakeHip::get().launchCount();
+  strict->forward(a, nullptr);
+  const auto plain = launchesOf("dispatch_prologue", before);
+  ASSERT_EQ(plain.size(), 1u);
+  EXPECT_EQ(plain[0].params[argIndex("dispatch_prologue", "topk_idx")], idx);
+  EXPECT_EQ(int32_t(plain[0].params[argIndex("dispatch_prologue", "drop")]), 0);
+  d.free(p);
+}
+
 // int64 topk_idx: each call first narrows the caller's indices into the workspace's int32 buffer, which every later
 // kernel reads; an int64 array must be 8-byte aligned.
 TEST_F(WorkspaceOnFakeHip, Int64IndicesAreNarrowedFirst) {

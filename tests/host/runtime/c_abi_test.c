@@ -203,7 +203,7 @@ int main(void) {
     megamoe_heap* heaps[MEGAMOE_MAX_RANKS + 1];
     megamoe_layer* layers[MEGAMOE_MAX_RANKS + 1];
     megamoe_region_spec regions[1] = {{"flags", 64, 64}};
-    megamoe_layer_config good = {sizeof(megamoe_layer_config), 512, 256, 16, 4, 64, 0, 0, MEGAMOE_DTYPE_BF16, 0, 0, 0, 0};
+    megamoe_layer_config good = {sizeof(megamoe_layer_config), 512, 256, 16, 4, 64, 0, 0, MEGAMOE_DTYPE_BF16, 0, 0, 0, 0, 0};
     const size_t counts[3] = {(size_t)-1, 0, MEGAMOE_MAX_RANKS + 1};
     size_t c, i;
     for (i = 0; i <= MEGAMOE_MAX_RANKS; ++i) many[i] = runtime;
@@ -233,9 +233,9 @@ int main(void) {
 
   { /* The layer: bad configurations name the constraint; an empty cache names the command that fills it. */
     megamoe_layer* layer = (megamoe_layer*)1;
-    megamoe_layer_config bad = {sizeof(megamoe_layer_config), 7100, 2048, 256, 8, 8192, 0, 0, MEGAMOE_DTYPE_BF16, 0, 0, 0, 0};
-    megamoe_layer_config good = {sizeof(megamoe_layer_config), 512, 256, 16, 4, 64, 0, 1, MEGAMOE_DTYPE_BF16, 1, 0, 0, 0};
-    megamoe_layer_config fp8 = {sizeof(megamoe_layer_config), 512, 256, 16, 4, 64, 0, 1, 7, 0, 0, 0, 0};
+    megamoe_layer_config bad = {sizeof(megamoe_layer_config), 7100, 2048, 256, 8, 8192, 0, 0, MEGAMOE_DTYPE_BF16, 0, 0, 0, 0, 0};
+    megamoe_layer_config good = {sizeof(megamoe_layer_config), 512, 256, 16, 4, 64, 0, 1, MEGAMOE_DTYPE_BF16, 1, 0, 0, 0, 0};
+    megamoe_layer_config fp8 = {sizeof(megamoe_layer_config), 512, 256, 16, 4, 64, 0, 1, 7, 0, 0, 0, 0, 0};
     megamoe_layer_config garbage, wraps;
     float ms[MEGAMOE_STAGE_COUNT];
     CHECK_STATUS(megamoe_layer_create(NULL, &good, 0, 1, NULL, &layer), MEGAMOE_ERROR_INVALID_ARGUMENT);
