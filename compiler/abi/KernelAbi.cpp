@@ -24,8 +24,8 @@ ArgDecl map(std::string_view n, int64_t rows, std::vector<BoxWhen> when = {}) {
 std::vector<KernelDecl> declarations() {
   const ArgDecl ctx{"ctx", ArgKind::kContext};
   auto groupedTma = [](int64_t aRows, int64_t bRows) {
-    return std::vector<ArgDecl>{bf16("a"),   bf16("b"),          bf16("c"),     i32p("offsets"),
-                                i32p("tickets"), i32p("split"),  i32("max_split"), i32("grid"),
+    return std::vector<ArgDecl>{bf16("a"),       bf16("b"),     bf16("c"),          i32p("offsets"),
+                                i32p("tickets"), i32p("split"), i32("max_split"),   i32("grid"),
                                 map("map_a", aRows), map("map_b", bRows)};
   };
   const std::vector<ArgDecl> grouped = {bf16("a"), bf16("b"), bf16("c"), i32p("offsets"), i32("grid")};
