@@ -91,6 +91,7 @@ struct LayerOptions {
   bool dedup = false;
   int64_t smBudget = 0;  // 0: the default (the device's SMs shared by the ranks on it)
   int64_t receiveCapacity = 0;  // 0: the worst case
+  bool dropOverflow = false;    // past the capacity: drop instead of failing
 };
 
 MoeLayerConfig layerConfig(const Shape& s, const LayerOptions& o) {
@@ -105,6 +106,7 @@ MoeLayerConfig layerConfig(const Shape& s, const LayerOptions& o) {
   c.dedupTokens = o.dedup;
   c.smBudget = o.smBudget;
   c.receiveCapacity = o.receiveCapacity;
+  c.dropOverflow = o.dropOverflow;
   return c;
 }
 
@@ -1352,6 +1354,98 @@ TEST_P(LayerTest, ReceiveCapacityOverflowIsAnErrorOnEveryRank) {
     if (r == 0)
       std::printf("SUMMARY layer receive capacity (%s): \"%s\"\n", placement(*backend_, R).c_str(), message.c_str());
   }
+}
+
+// Dropping past the capacity (MoeLayerConfig::dropOverflow): with a hot expert of rank 1 and a capacity below what
+// rank 1 receives, the picks whose rows would lie past it (rank 1's pool: local experts in order, each by source
+// rank, each source's picks in order) are dropped. A training step must be bitwise the step of a layer that does not
+// drop, given the same inputs with exactly those picks -1 (y, dx, d_topk_weights, dW1, dW2, guard rows included);
+// each rank's count must be its dropped picks (the backward's rerun not counted again); the caller's topk_idx
+// stays as it was.
+TEST_P(LayerTest, ReceiveCapacityDropsThePicksPastItAndCountsThem) {
+  const int R = ranks();
+  MEGAMOE_REQUIRE_SM90A_RANKS(backend_, R);
+  std::mt19937 rng = testRng();
+  const Shape s = smallShape(R);
+  const int32_t hot = int32_t(s.local());  // rank 1's first expert
+  std::vector<Inputs> in;
+  std::vector<int64_t> received(size_t(R), 0);
+  for (int r = 0; r < R; ++r) {
+    in.push_back(makeInputs(rng, s, Routing::kHotExpert, r, 200 + 13 * r, hot, 1.f, /*training=*/true));
+    for (int32_t e : in.back().topkIdx)
+      if (e >= 0) ++received[size_t(e / s.local())];
+  }
+  const int64_t capacity = received[1] - 37;
+  for (int r = 0; r < R; ++r)
+    if (r != 1) ASSERT_LE(received[size_t(r)], capacity) << "only rank 1 may overflow in this test";
+  // The picks a capacity drops, and the inputs with them as -1.
+  std::vector<Inputs> kept = in;
+  std::vector<int64_t> dropped(size_t(R), 0);
+  for (int owner = 0; owner < R; ++owner) {
+    int64_t row = 0;
+    for (int64_t el = 0; el < s.local(); ++el)
+      for (int src = 0; src < R; ++src)
+        for (int32_t& e : kept[size_t(src)].topkIdx)
+          if (e == int32_t(owner * s.local() + el)) {
+            if (row >= capacity) {
+              e = -1;
+              ++dropped[size_t(src)];
+            }
+            ++row;
+          }
+  }
+  ASSERT_EQ(std::accumulate(dropped.begin(), dropped.end(), int64_t(0)), 37);
+  LayerOptions dropping;
+  dropping.training = true;
+  dropping.receiveCapacity = capacity;
+  LayerOptions strict = dropping;
+  dropping.dropOverflow = true;
+  const uint64_t seeds = (uint64_t(rng()) << 32) | uint64_t(rng());
+  std::vector<int64_t> tokens;
+  for (const Inputs& i : in) tokens.push_back(i.tokens);
+  auto step = [&](const LayerOptions& o, const std::vector<Inputs>& inputs, std::vector<uint64_t>* counts) {
+    Group g;
+    openGroup(g, s, o, parseEnv(), rng, seeds);
+    for (int r = 0; r < R; ++r) {
+      g[r].fillSentinels();
+      upload(g[r], inputs[size_t(r)]);
+    }
+    stepAll(g, tokens);
+    std::vector<std::vector<uint8_t>> out;
+    for (int r = 0; r < R; ++r) {
+      std::vector<uint8_t> bytes;
+      auto append = [&](DevicePtr at, size_t n) {
+        const std::vector<uint8_t> v = g[r].read<uint8_t>(at, n);
+        bytes.insert(bytes.end(), v.begin(), v.end());
+      };
+      append(g[r].y, s.yElems() * 2);
+      append(g[r].dx, s.yElems() * 2);
+      append(g[r].dTopkWeights, s.dTopkElems() * 4);
+      append(g[r].dW1, s.dW1Elems() * 2);
+      append(g[r].dW2, s.dW2Elems() * 2);
+      out.push_back(std::move(bytes));
+      if (counts) {
+        counts->push_back(g[r].layer->droppedPicks(g[r].stream));
+        const std::vector<int32_t> idx = g[r].read<int32_t>(g[r].topkIdx, inputs[size_t(r)].topkIdx.size());
+        EXPECT_EQ(idx, inputs[size_t(r)].topkIdx) << "rank " << r << ": the caller's topk_idx changed";
+      }
+    }
+    return out;
+  };
+  std::vector<uint64_t> counts;
+  const auto got = step(dropping, in, &counts);
+  const auto want = step(strict, kept, nullptr);
+  size_t differing = 0;
+  for (int r = 0; r < R; ++r) {
+    ASSERT_EQ(got[size_t(r)].size(), want[size_t(r)].size());
+    for (size_t i = 0; i < got[size_t(r)].size(); ++i) differing += got[size_t(r)][i] != want[size_t(r)][i];
+    EXPECT_EQ(counts[size_t(r)], uint64_t(dropped[size_t(r)])) << "rank " << r << "'s dropped picks";
+  }
+  EXPECT_EQ(differing, 0u) << "bytes of the dropping step that differ from the strict step on the kept picks";
+  std::printf("SUMMARY layer drop past the capacity (%s): capacity %lld of rank 1's %lld rows, %s picks dropped "
+              "(per rank), training step bitwise equal to the kept picks' (%zu bytes differ)\n",
+              placement(*backend_, R).c_str(), (long long)capacity, (long long)received[1],
+              joined(dropped).c_str(), differing);
 }
 
 // One workspace per rank serving 4 training layers with different weights (MoeLayer::create(workspace, config)):
