@@ -59,7 +59,7 @@ class Dims(ctypes.Structure):  # megamoe_launch_dims
 
 
 CONFIG_FIELDS = ("hidden", "intermediate", "experts", "topk", "max_tokens", "swiglu_clamp_milli", "training", "dtype",
-                 "dedup_tokens", "sm_budget", "receive_capacity", "topk_idx_bits")
+                 "dedup_tokens", "sm_budget", "receive_capacity", "topk_idx_bits", "drop_overflow")
 
 
 class LayerConfig(ctypes.Structure):
@@ -124,6 +124,7 @@ SIGNATURES = {
     "megamoe_layer_kept_bytes": (_i32, [_vp, _P(_u64), _P(_u64)]),
     "megamoe_layer_sm_budget": (_i32, [_vp, _P(_i32)]),
     "megamoe_layer_check_errors": (_i32, [_vp, _vp]),
+    "megamoe_layer_dropped_picks": (_i32, [_vp, _vp, _P(_u64)]),
 }
 
 
@@ -448,6 +449,12 @@ class LayerHandle:
 
     def check_errors(self, stream):
         self.call("check_errors", ctypes.c_void_p(stream or None))
+
+    def dropped_picks(self, stream):
+        """The picks the forwards on this layer's workspace dropped so far (drop_overflow); synchronises stream."""
+        out = ctypes.c_uint64(0)
+        self.call("dropped_picks", ctypes.c_void_p(stream or None), ctypes.byref(out))
+        return out.value
 
     def set_legs(self, dispatch, combine):
         self.call("set_legs", dispatch, combine)

@@ -46,12 +46,13 @@ class Workspace:
     ranks (rank r owns experts [r E/R, (r+1) E/R)). The handles are exchanged over the group (all_gather_into_tensor;
     a CUDA tensor on an NCCL group, a CPU one on gloo), then the ranks meet (a barrier) before the first layer call.
     training: the workspace serves training layers (it holds their dh buffer); sm_budget: SMs of this rank's kernels
-    (even; 0: MEGAMOE_SM_BUDGET, else every SM); receive_capacity, dedup_tokens, swiglu_clamp_milli: as in
+    (even; 0: MEGAMOE_SM_BUDGET, else every SM); receive_capacity, drop_overflow, dedup_tokens, swiglu_clamp_milli: as in
     megamoe_layer_config (runtime/include/megamoe/MoeLayer.h). All layer calls run on torch's current stream, and
     must be ordered on one stream. close() (or `with`) synchronises, meets the ranks and frees the workspace."""
 
     def __init__(self, hidden, intermediate, experts, topk, max_tokens, group=None, training=True, sm_budget=0,
                  receive_capacity=0, dedup_tokens=False, swiglu_clamp_milli=0, device=None, backend=None,
+                 drop_overflow=False,
                  _host_tensors=False):
         dist = _dist() if torch.distributed.is_available() else None
         if group is None and dist is not None and dist.is_initialized():
@@ -81,6 +82,7 @@ class Workspace:
         self.max_tokens = int(max_tokens)
         self.training = bool(training)
         self.options = dict(sm_budget=sm_budget, receive_capacity=receive_capacity, dedup_tokens=int(dedup_tokens),
+                            drop_overflow=int(drop_overflow),
                             swiglu_clamp_milli=swiglu_clamp_milli)
         self.config = self._config(training=int(training), **self.shape)
         self.runtime = _lib.Runtime(self.backend, ordinal, self.lib)
@@ -179,6 +181,11 @@ class Workspace:
         """Synchronises torch's current stream and raises MegamoeError naming the first device error."""
         # The layers share the workspace's heap and its error record: any one of them reads it.
         next(iter(self.layers.values())).handle.check_errors(self.stream())
+
+    def dropped_picks(self):
+        """Picks past the receive capacity this rank's forwards dropped so far (drop_overflow=True); synchronises
+        torch's current stream."""
+        return next(iter(self.layers.values())).handle.dropped_picks(self.stream())
 
     def close(self):
         """Synchronises, meets the ranks (a barrier over the group), then frees the layers and the workspace."""

@@ -94,7 +94,7 @@ struct Rank {
     a.ptr("arrivals", heap->regionAddress("arrivals")).ptr("done", heap->regionAddress("done"));
     a.ptr("route_epoch", routeEpoch).ptr("scratch", scratch).i32("blocks", kPrologueBlocks);
     // The worst case (every rank's every pick here): these tests check the tables, not a receive capacity.
-    a.i32("capacity", int64_t(heap->nranks()) * int64_t(maxPicks));
+    a.i32("capacity", int64_t(heap->nranks()) * int64_t(maxPicks)).i32("drop", 0).ptr("dropped", 0);
     launch(*prologue, uint32_t(kPrologueBlocks), a);
   }
   void launchEpochAdvance() {

@@ -78,8 +78,13 @@ def test_missing_library_names_every_place_tried(monkeypatch):
 
 
 def test_layer_config_matches_the_header():
-    # megamoe.h: struct_size then 12 int64 fields; MEGAMOE_LAYER_CONFIG_INIT's size.
-    assert ctypes.sizeof(_lib.LayerConfig) == 8 + 12 * 8
+    # megamoe.h's megamoe_layer_config: struct_size, then its int64 fields in order, each one the package knows.
+    import re
+    header = open(os.path.join(os.path.dirname(__file__), "..", "..", "..", "runtime", "include", "megamoe",
+                               "megamoe.h")).read()
+    body = header[header.index("typedef struct megamoe_layer_config {"):header.index("} megamoe_layer_config;")]
+    assert tuple(re.findall(r"^\s*int64_t (\w+);", body, re.M)) == _lib.CONFIG_FIELDS
+    assert ctypes.sizeof(_lib.LayerConfig) == 8 + len(_lib.CONFIG_FIELDS) * 8
     assert _lib.LayerConfig(hidden=1).struct_size == ctypes.sizeof(_lib.LayerConfig)
 
 
