@@ -382,6 +382,22 @@ void upload(Rank& rank, const Inputs& in) {
   if (!in.dy.empty()) uploadAndWait(rank.device(), rank.dy, in.dy.data(), in.dy.size() * 2);
 }
 
+// y, dx, d_topk_weights, dW1 and dW2 of `rank`, guard rows included, as bytes.
+std::vector<uint8_t> outputBytes(const Rank& rank) {
+  std::vector<uint8_t> out;
+  auto append = [&](DevicePtr at, size_t bytes) {
+    const std::vector<uint8_t> v = rank.read<uint8_t>(at, bytes);
+    out.insert(out.end(), v.begin(), v.end());
+  };
+  const Shape& s = rank.shape;
+  append(rank.y, s.yElems() * 2);
+  append(rank.dx, s.yElems() * 2);
+  append(rank.dTopkWeights, s.dTopkElems() * 4);
+  append(rank.dW1, s.dW1Elems() * 2);
+  append(rank.dW2, s.dW2Elems() * 2);
+  return out;
+}
+
 // ---- the host reference ----
 
 double roundBf16(double v) { return fromBf16(toBf16(float(v))); }
@@ -1413,17 +1429,7 @@ TEST_P(LayerTest, ReceiveCapacityDropsThePicksPastItAndCountsThem) {
     stepAll(g, tokens);
     std::vector<std::vector<uint8_t>> out;
     for (int r = 0; r < R; ++r) {
-      std::vector<uint8_t> bytes;
-      auto append = [&](DevicePtr at, size_t n) {
-        const std::vector<uint8_t> v = g[r].read<uint8_t>(at, n);
-        bytes.insert(bytes.end(), v.begin(), v.end());
-      };
-      append(g[r].y, s.yElems() * 2);
-      append(g[r].dx, s.yElems() * 2);
-      append(g[r].dTopkWeights, s.dTopkElems() * 4);
-      append(g[r].dW1, s.dW1Elems() * 2);
-      append(g[r].dW2, s.dW2Elems() * 2);
-      out.push_back(std::move(bytes));
+      out.push_back(outputBytes(g[r]));
       if (counts) {
         counts->push_back(g[r].layer->droppedPicks(g[r].stream));
         const std::vector<int32_t> idx = g[r].read<int32_t>(g[r].topkIdx, inputs[size_t(r)].topkIdx.size());
@@ -1873,7 +1879,7 @@ Inputs exchangeInputs(const Shape& s, int rank) {
   std::mt19937 rng(uint32_t(7000 + rank));
   return makeInputs(rng, s, Routing::kUniform, rank, 100 + 61 * rank, 0, 1.f, /*training=*/true);
 }
-// y, dx, d_topk_weights, dW1 and dW2 (guard rows included) of one forward + backward, as bytes.
+// The outputs (outputBytes) of one forward + backward.
 std::vector<uint8_t> stepOutputs(Rank& rank, const Inputs& in, DevicePtr saved) {
   rank.fillSentinels();
   upload(rank, in);
@@ -1884,18 +1890,7 @@ std::vector<uint8_t> stepOutputs(Rank& rank, const Inputs& in, DevicePtr saved) 
   b.saved = saved;
   rank.layer->backward(b, rank.stream);
   rank.layer->checkErrors(rank.stream);
-  std::vector<uint8_t> out;
-  auto append = [&](DevicePtr at, size_t bytes) {
-    const std::vector<uint8_t> v = rank.read<uint8_t>(at, bytes);
-    out.insert(out.end(), v.begin(), v.end());
-  };
-  const Shape& s = rank.shape;
-  append(rank.y, s.yElems() * 2);
-  append(rank.dx, s.yElems() * 2);
-  append(rank.dTopkWeights, s.dTopkElems() * 4);
-  append(rank.dW1, s.dW1Elems() * 2);
-  append(rank.dW2, s.dW2Elems() * 2);
-  return out;
+  return outputBytes(rank);
 }
 
 int runExchangeWorker(int r, int R, const std::string& dir) {
@@ -1971,19 +1966,7 @@ TEST_P(LayerTest, WorkspaceFromExchangedHandlesMatchesOneProcess) {
     stepAll(g, tokens);
     std::vector<uint8_t> expected;
     for (int r = 0; r < R; ++r) {
-      const std::vector<uint8_t> theirs = [&] {
-        std::vector<uint8_t> out;
-        auto append = [&](DevicePtr at, size_t bytes) {
-          const std::vector<uint8_t> v = g[r].read<uint8_t>(at, bytes);
-          out.insert(out.end(), v.begin(), v.end());
-        };
-        append(g[r].y, s.yElems() * 2);
-        append(g[r].dx, s.yElems() * 2);
-        append(g[r].dTopkWeights, s.dTopkElems() * 4);
-        append(g[r].dW1, s.dW1Elems() * 2);
-        append(g[r].dW2, s.dW2Elems() * 2);
-        return out;
-      }();
+      const std::vector<uint8_t> theirs = outputBytes(g[r]);
       expected.insert(expected.end(), theirs.begin(), theirs.end());
     }
     std::vector<uint8_t> got;

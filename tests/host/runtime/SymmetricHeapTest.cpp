@@ -41,6 +41,18 @@ void writeError(const SymmetricHeap& heap, abi::DeviceError e) {
   heap.device().copyHostToDevice(heap.errorAddress(), &e, sizeof e);
 }
 
+// "" when every peer's context, read through this heap's mapping of it, names that peer and there is one open
+// mapping per peer; else what is wrong.
+std::string peersMapped(const SymmetricHeap& heap) {
+  for (int p = 0; p < heap.nranks(); ++p) {
+    abi::DeviceContext peer{};
+    heap.device().copyDeviceToHost(&peer, heap.peerAddress(p, heap.contextAddress()), sizeof peer);
+    if (peer.rank != static_cast<uint32_t>(p)) return "peer " + std::to_string(p) + "'s context is wrong";
+  }
+  if (test::FakeHip::get().openIpcMappings() != heap.nranks() - 1) return "expected one mapping per peer";
+  return "";
+}
+
 TEST(SymmetricHeap, ModeAWritesContextsWithUvaOffsets) {
   const int liveBefore = test::FakeHip::get().liveAllocations();
   {
@@ -173,12 +185,7 @@ TEST(SymmetricHeap, ModeBAcrossForkedRanksMapsEveryPeer) {
       if (ctx.rank != static_cast<uint32_t>(r) || ctx.nranks != nranks) fail("bad rank fields");
       if (ctx.peer_offset[r] != 0) fail("own offset is not 0");
       // Every peer's context, read through the mapping, names that peer: the mappings point at the right heaps.
-      for (int p = 0; p < nranks; ++p) {
-        abi::DeviceContext peer{};
-        heap->device().copyDeviceToHost(&peer, heap->peerAddress(p, heap->contextAddress()), sizeof peer);
-        if (peer.rank != static_cast<uint32_t>(p)) fail("peer " + std::to_string(p) + "'s context is wrong");
-      }
-      if (test::FakeHip::get().openIpcMappings() != nranks - 1) fail("expected one mapping per peer");
+      if (std::string why = peersMapped(*heap); !why.empty()) fail(why);
       heap.reset();  // teardown: close mappings, barrier, free
       if (test::FakeHip::get().openIpcMappings() != 0) fail("mappings left open after teardown");
       return "ok";
@@ -215,12 +222,7 @@ TEST(SymmetricHeap, ModeCHandlesExchangedByTheCallerMapEveryPeerAcrossProcesses)
       if (ctx.rank != static_cast<uint32_t>(r) || ctx.nranks != nranks) fail("bad rank fields");
       // The caller's barrier, then every peer's context read through the mapping names that peer.
       test::allGatherThroughFiles(dir.path(), "joined", r, nranks, {1});
-      for (int p = 0; p < nranks; ++p) {
-        abi::DeviceContext peer{};
-        heap->device().copyDeviceToHost(&peer, heap->peerAddress(p, heap->contextAddress()), sizeof peer);
-        if (peer.rank != static_cast<uint32_t>(p)) fail("peer " + std::to_string(p) + "'s context is wrong");
-      }
-      if (test::FakeHip::get().openIpcMappings() != nranks - 1) fail("expected one mapping per peer");
+      if (std::string why = peersMapped(*heap); !why.empty()) fail(why);
       test::allGatherThroughFiles(dir.path(), "done", r, nranks, {1});  // the caller meets its ranks, then destroys
       heap.reset();
       if (test::FakeHip::get().openIpcMappings() != 0) fail("mappings left open after teardown");
