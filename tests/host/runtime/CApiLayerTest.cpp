@@ -79,6 +79,11 @@ TEST_F(CApiOnFakeHip, WorkspaceFromHandlesTheCallerExchanged) {
   ASSERT_EQ(megamoe_layer_create_on(workspace, &config, &layer), MEGAMOE_OK) << megamoe_last_error();
   EXPECT_EQ(megamoe_layer_forward_saved(layer, 0, 0, 0, 0, kW1, kW2, 0, 0, nullptr), MEGAMOE_OK)
       << megamoe_last_error();
+  uint64_t dropped = 1;
+  EXPECT_EQ(megamoe_workspace_dropped_picks(workspace, nullptr, &dropped), MEGAMOE_OK) << megamoe_last_error();
+  EXPECT_EQ(dropped, 0u);
+  EXPECT_EQ(megamoe_layer_dropped_picks(layer, nullptr, nullptr), MEGAMOE_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(megamoe_last_error()).find("picks"), std::string::npos) << megamoe_last_error();
   EXPECT_EQ(megamoe_workspace_destroy(workspace), MEGAMOE_OK);  // the layer keeps it alive
   EXPECT_EQ(megamoe_layer_check_errors(layer, nullptr), MEGAMOE_OK) << megamoe_last_error();
   EXPECT_EQ(megamoe_layer_destroy(layer), MEGAMOE_OK);
