@@ -45,13 +45,13 @@ mlir::OwningOpRef<mlir::ModuleOp> buildDispatchPrologue(mlir::MLIRContext& mctx,
   const int64_t padE = (E + 3) / 4 * 4;
   // Shared tables: this block's counts per expert (then every block's), the picks of the earlier blocks, the first
   // pool row of (me, e) at e's owner, and my picks' start in send_list.
-  SharedTile mine = k.sharedTile(Elem::i32, 1, padE);
-  SharedTile before = k.sharedTile(Elem::i32, 1, padE);
-  SharedTile base = k.sharedTile(Elem::i32, 1, padE);
-  SharedTile off = k.sharedTile(Elem::i32, 1, (E + 1 + 3) / 4 * 4);
-  SharedTile chunk = k.sharedTile(Elem::i32, 1, T);  // the experts of the picks being counted
-  SharedTile perGroup = k.sharedTile(Elem::i32, W, padE);  // [group][expert]: the group's picks of the expert
-  SharedTile overflow = k.sharedTile(Elem::i32, 1, 4);     // [0]: some owner's rows exceed the capacity
+  SharedTile mine = k.sharedTile("mine", Elem::i32, 1, padE);
+  SharedTile before = k.sharedTile("before", Elem::i32, 1, padE);
+  SharedTile base = k.sharedTile("base", Elem::i32, 1, padE);
+  SharedTile off = k.sharedTile("off", Elem::i32, 1, (E + 1 + 3) / 4 * 4);
+  SharedTile chunk = k.sharedTile("chunk", Elem::i32, 1, T);  // the experts of the picks being counted
+  SharedTile perGroup = k.sharedTile("per_group", Elem::i32, W, padE);  // [group][expert]: its picks of the expert
+  SharedTile overflow = k.sharedTile("overflow", Elem::i32, 1, 4);  // [0]: some owner's rows exceed the capacity
   I32 tid = k.threadIdx(), me = ctx.rank(), block = k.blockIdx();
   I64 epoch = ctx.epoch();
   I64 parity = epoch % 2;

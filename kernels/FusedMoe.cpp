@@ -88,17 +88,17 @@ mlir::OwningOpRef<mlir::ModuleOp> buildDispatchGemm(mlir::MLIRContext& mctx, con
 
   // A failed prologue (an expert index out of range) leaves nothing to do here; the peers' waits time out.
   k.returnIf(!k.errorClear(ctx));
-  Rings rings = allocateRings(k, g, c, ws ? 64 : 0);
-  SharedTile tileFirst = sharedTable(k, local + 1);
+  Rings rings = allocateRings(k, g, c, maps.a ? Layout::mn128BBoxes : Layout::mn128B, ws ? 64 : 0);
+  SharedTile tileFirst = sharedTable(k, "tile_first", local + 1);
   // The push's unit table is dead once the block's GEMM starts: with the warp-specialised engine it lives in the
   // staging tile (first written by an epilogue, after the engine's block-wide start), which leaves room for a
   // fourth ring stage.
-  SharedTile unitFirst = ws ? SharedTile(&k, rings.staging.value(), Elem::i32, 1, (E + 1 + 3) / 4 * 4)
-                            : sharedTable(k, E + 1);
-  SharedTile slots = sharedTable(k, 1);
-  SharedTile confirmed = sharedTable(k, 1);  // the last local expert whose rows this block saw complete
+  SharedTile unitFirst = ws ? SharedTile(&k, rings.staging.value(), "unit_first", Elem::i32, 1, (E + 1 + 3) / 4 * 4)
+                            : sharedTable(k, "unit_first", E + 1);
+  SharedTile slots = sharedTable(k, "ticket_slot", 1);
+  SharedTile confirmed = sharedTable(k, "confirmed", 1);  // the last local expert whose rows this block saw complete
   std::optional<SharedTile> gatherRows;  // dedup: the receive row of each row of the running tile
-  if (dedup) gatherRows = sharedTable(k, c.m);
+  if (dedup) gatherRows = sharedTable(k, "gather_rows", c.m);
   I32 tid = k.threadIdx(), me = ctx.rank();
   k.ifThen(tid == 0, [&] { confirmed.storeI32(k.i32(0), k.i32(-1)); });  // read after the tile table's barriers
   I64 parity = ctx.epoch() % 2;
@@ -219,8 +219,8 @@ mlir::OwningOpRef<mlir::ModuleOp> buildDispatchGemm(mlir::MLIRContext& mctx, con
     I32 rowsValid = k.select(firstRow < p.groupEnd, p.groupEnd - firstRow, k.i32(0));
     if (s.saveH) {  // h kept for the backward: the gate half and the up half of the tile
       GlobalPtr hRow = extra + (k.widen(firstRow) * (2 * I) + k.widen(p.n0 / 2));
-      k.copyTile(rings.staging.colSlice(0, half), hRow, k.i32(2 * I), rowsValid, /*swizzle=*/false);
-      k.copyTile(rings.staging.colSlice(half, half), hRow + k.i64(I), k.i32(2 * I), rowsValid, /*swizzle=*/false);
+      k.copyTile(rings.staging.colSlice(0, half), hRow, k.i32(2 * I), rowsValid);
+      k.copyTile(rings.staging.colSlice(half, half), hRow + k.i64(I), k.i32(2 * I), rowsValid);
     }
     k.forRange(t, k.i32(rows * perRow), k.i32(threads), [&](I32 v) {
       I32 r = v / perRow, col = (v % perRow) * 8;
@@ -314,9 +314,9 @@ mlir::OwningOpRef<mlir::ModuleOp> buildGemmCombine(mlir::MLIRContext& mctx, cons
   const TensorMapArgs maps = tensorMapArgs(k, s.spec());  // sm_90a NN: dh's rows and w1; NT: act's rows and w2
 
   k.returnIf(!k.errorClear(ctx));
-  Rings rings = allocateRings(k, g, c, ws ? 64 : 0);
-  SharedTile tileFirst = sharedTable(k, local + 1);
-  SharedTile slots = sharedTable(k, 1);
+  Rings rings = allocateRings(k, g, c, maps.a ? Layout::mn128BBoxes : Layout::mn128B, ws ? 64 : 0);
+  SharedTile tileFirst = sharedTable(k, "tile_first", local + 1);
+  SharedTile slots = sharedTable(k, "ticket_slot", 1);
   I32 tid = k.threadIdx(), me = ctx.rank();
   I64 parity = ctx.epoch() % 2;
 
@@ -441,7 +441,7 @@ mlir::OwningOpRef<mlir::ModuleOp> buildSwigluBwd(mlir::MLIRContext& mctx, const 
   GlobalPtr dw = k.ptr("dw", Elem::f32);
   I32 grid = k.i32Arg("grid");
   k.returnIf(!k.errorClear(ctx));
-  SharedTile partial = k.sharedTile(Elem::f32, 1, T);
+  SharedTile partial = k.sharedTile("partial", Elem::f32, 1, T);
   I32 tid = k.threadIdx();
   const float limit = float(s.clampMilli) / 1000.f;
   k.forRange(k.blockIdx(), rowsAt.loadI32(), grid, [&](I32 r) {

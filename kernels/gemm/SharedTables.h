@@ -3,14 +3,17 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <string>
+#include <utility>
 
 #include "dsl/Dsl.h"
 
 namespace megamoe::kernels {
 
-// Shared i32 table of n entries (rounded up to whole 16-byte rows).
-inline dsl::SharedTile sharedTable(dsl::Kernel& k, int64_t n) {
-  return k.dynamicSharedTile(dsl::Elem::i32, 1, (n + 3) / 4 * 4, 1, 0, /*align=*/16);
+// Shared i32 table of n entries (rounded up to whole 16-byte rows), named `name` in the builder's messages.
+inline dsl::SharedTile sharedTable(dsl::Kernel& k, std::string name, int64_t n) {
+  return k.dynamicSharedTile(std::move(name), dsl::Elem::i32, 1, (n + 3) / 4 * 4, 1, dsl::Layout::rowMajor, 0,
+                             /*align=*/16);
 }
 
 // first[i] = sum of count(j) for j < i, for i in [0, n], in shared memory, so that "which i holds item t" is a

@@ -58,7 +58,7 @@ struct SingleRoleEngine {
       k.asyncWait(c.stages - 2);  // stage kt has landed (for this thread) ...
       k.blockSync();              // ... and for every thread
       Acc nextAcc = k.mma(acc, gemm.rings.a.stage(slotOf(base, kt)), gemm.rings.b.stage(slotOf(base, kt)),
-                          /*pending=*/1, gemm.aMN(), gemm.bMN());
+                          /*pending=*/1);
       // The MMA of stage kt - 1 has finished in every warpgroup: its slot can be refilled.
       k.blockSync();
       I32 fill = kt + (c.stages - 1);

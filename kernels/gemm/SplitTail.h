@@ -39,7 +39,8 @@ struct SplitTail {
   static SplitTail over(dsl::Kernel& k, const dsl::GlobalPtr& scratch, const dsl::I32& maxSplit, const dsl::I32& grid,
                         const std::optional<dsl::I32>& blockInPair) {
     dsl::I64 counterInts = k.widen((grid * 2 + 63) / 64 * 64);  // abi::splitCounterBytes(grid) / 4
-    return SplitTail{scratch, scratch.as(dsl::Elem::f32) + counterInts, maxSplit, sharedTable(k, 2), blockInPair};
+    return SplitTail{scratch, scratch.as(dsl::Elem::f32) + counterInts, maxSplit, sharedTable(k, "split_state", 2),
+                     blockInPair};
   }
 
   // The producer's side. Units below `main` are whole tickets, then `ways` tickets per unit (`all` tickets).

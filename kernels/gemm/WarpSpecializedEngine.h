@@ -32,9 +32,9 @@ namespace megamoe::kernels {
 // bytes), so the producer's copies cost a few instructions instead of 24 cp.async with their addresses per thread.
 // The boxes are the maps' declared ones (compiler/abi/KernelAbi.cpp), which the runtime encodes the maps with:
 // NT / NN's A [rows, K] in boxes of 128 rows x 64 K, NT's B [E * N, K] in boxes of 128 rows x 64 K, NN's B
-// [E * K, N] and TN's A [tokens, M] and B [tokens, N] in boxes of 64 K x 64 MN (MN atoms outermost: mma_tile's
-// mn_atoms_outer; TN zeroes a group's partial last step in shared memory, zeroTail). Every registered kernel on this
-// engine has tensor maps; the cp.async producers (runStatic) only codegen_test builds.
+// [E * K, N] and TN's A [tokens, M] and B [tokens, N] in boxes of 64 K x 64 MN (MN atoms outermost: the rings'
+// mn128BBoxes layout, allocateRings; TN zeroes a group's partial last step in shared memory, zeroTail). Every
+// registered kernel on this engine has tensor maps; the cp.async producers (runStatic) only codegen_test builds.
 struct WarpSpecializedEngine {
   static constexpr int64_t kHandover = 2, kFields = 8, kProducerRegisters = 56, kMmaRegisters = 216;
   GemmOperands gemm;
@@ -96,7 +96,8 @@ struct WarpSpecializedEngine {
     dsl::Kernel& k = gemm.k;
     WarpSpecializedEngine engine{
         gemm, k.mbarriers(2 * gemm.c.stages + 2 * kHandover + (blockInPair ? PairMailbox::kBarriers : 0) + 2),
-        k.dynamicSharedTile(dsl::Elem::i32, 1, kHandover * kFields, 1, 0, /*align=*/16), maps, blockInPair};
+        k.dynamicSharedTile("tile_handover", dsl::Elem::i32, 1, kHandover * kFields, 1, dsl::Layout::rowMajor, 0,
+                            /*align=*/16), maps, blockInPair};
     if (blockInPair)
       engine.mailbox.emplace(PairMailbox::allocate(k, engine.bars, 2 * gemm.c.stages + 2 * kHandover, *blockInPair));
     return engine;
@@ -285,8 +286,7 @@ struct WarpSpecializedEngine {
           ring.wait(at);
           if (tma() && gemm.tn()) zeroTail(p, kt, slot, w);
           if (!tma()) k.proxyFence();  // the producer's cp.async wrote through the generic proxy (TMA: the async one)
-          Acc out = k.mma(acc, gemm.rings.a.stage(slot), gemm.rings.b.stage(slot), /*pending=*/1, gemm.aMN(),
-                          gemm.bMN(), /*mnAtomsOuter=*/tma());
+          Acc out = k.mma(acc, gemm.rings.a.stage(slot), gemm.rings.b.stage(slot), /*pending=*/1);
           // The MMA of step kt - 1 has finished in this warpgroup: its slot goes back to the producer(s).
           // (With pairs to both blocks' producers: both multicast into this block's copy of the slot.)
           k.ifThen(k.i32(0) < kt && wgLeader, [&] { ring.release(step.previous, blockInPair); });
