@@ -296,7 +296,7 @@ Kernel::Kernel(MLIRContext& ctx, std::string_view name, int64_t blockThreads, bo
 
 Kernel::Kernel(MLIRContext& ctx, const abi::KernelDecl& decl, int64_t blockThreads, bool tensorMaps)
     : decl_(decl), tensorMaps_(tensorMaps), name_(decl.name), blockThreads_(blockThreads), b_(&ctx),
-      loc_(NameLoc::get(b_.getStringAttr(name_))), group_{0, blockThreads, 0} {
+      loc_(NameLoc::get(b_.getStringAttr(name_))) {
   ctx.loadDialect<MegaMoeDialect, LLVM::LLVMDialect, gpu::GPUDialect, scf::SCFDialect, arith::ArithDialect,
                   math::MathDialect, vector::VectorDialect>();
   if (blockThreads <= 0 || blockThreads > 1024) throw std::invalid_argument("block size must be 1..1024 threads");
@@ -693,11 +693,23 @@ void Kernel::bulkWait(bool readOnly) { BulkWaitOp::create(b_, loc_, 0, readOnly)
 void Kernel::asyncCommit() { AsyncCommitOp::create(b_, loc_); }
 void Kernel::asyncWait(int64_t pending) { AsyncWaitOp::create(b_, loc_, pending); }
 
-void Kernel::blockSync() {
-  if (group_.barrier == 0)
-    gpu::BarrierOp::create(b_, loc_);
+Threads Kernel::block() {
+  Threads view(this, 0, blockThreads_, 0);
+  checkView(view, "block()");
+  return view;
+}
+void Kernel::checkView(const Threads& view, const char* op) const {
+  if (inGroup_ && view.barrier() == 0)
+    throw std::logic_error(name_ + ": the block's " + op + " inside a group: the group's threads alone run there; "
+                           "use the view the group's body gets");
+}
+
+void Threads::sync() const {
+  k_->checkView(*this, "sync()");
+  if (barrier_ == 0)
+    gpu::BarrierOp::create(k_->builder(), k_->loc());
   else
-    GroupBarrierOp::create(b_, loc_, group_.barrier, group_.threads);
+    GroupBarrierOp::create(k_->builder(), k_->loc(), barrier_, count_);
 }
 
 void Kernel::namedBarrier(int id, int64_t threads, bool arriveOnly) {
@@ -705,17 +717,17 @@ void Kernel::namedBarrier(int id, int64_t threads, bool arriveOnly) {
   if (arriveOnly) op.setArrive(true);
 }
 
-void Kernel::group(int64_t first, int64_t threads, int barrier, const std::function<void()>& body) {
+void Kernel::group(int64_t first, int64_t threads, int barrier, const std::function<void(const Threads&)>& body) {
   if (first < 0 || threads <= 0 || first % 32 != 0 || threads % 32 != 0 || first + threads > blockThreads_)
     throw std::invalid_argument("group: threads [" + std::to_string(first) + ", " + std::to_string(first + threads) +
                                 ") must be whole warps inside the block of " + std::to_string(blockThreads_));
   if (barrier < 1 || barrier > 15) throw std::invalid_argument("group: barrier must be 1..15 (0 is the block's)");
-  if (group_.barrier != 0) throw std::logic_error("group: groups do not nest");
+  if (inGroup_) throw std::logic_error("group: groups do not nest");
   I32 tid = threadIdx();
   ifThen(tid >= i32(first) && tid < i32(first + threads), [&] {
-    group_ = {first, threads, barrier};
-    body();
-    group_ = {0, blockThreads_, 0};
+    inGroup_ = true;
+    body(Threads(this, first, threads, barrier));
+    inGroup_ = false;
   });
 }
 
@@ -778,51 +790,59 @@ void Kernel::setMaxRegisters(int64_t count, bool increase) {
   if (increase) op.setIncrease(true);
 }
 
-void Kernel::copyTile(const GlobalPtr& src, const I32& srcLd, const SharedTile& dst, const I32& rowsValid, Copy mode) {
-  const Swizzle swizzle = copySwizzle(name_, dst, "a copyTile into", /*mnAllowed=*/true);
-  createTileCopy(b_, loc_, group_.first, group_.threads, src.value(), srcLd.value(), dst.value(),
-                 i32(dst.cols()).value(), rowsValid.value(), dst, type(dst.elem()), swizzle, mode == Copy::async);
+void Threads::copyTile(const GlobalPtr& src, const I32& srcLd, const SharedTile& dst, const I32& rowsValid,
+                       Copy mode) const {
+  k_->checkView(*this, "copyTile");
+  const Swizzle swizzle = copySwizzle(k_->name(), dst, "a copyTile into", /*mnAllowed=*/true);
+  createTileCopy(k_->builder(), k_->loc(), first_, count_, src.value(), srcLd.value(), dst.value(),
+                 k_->i32(dst.cols()).value(), rowsValid.value(), dst, k_->type(dst.elem()), swizzle,
+                 mode == Copy::async);
 }
-void Kernel::copyTileGather(const GlobalPtr& src, const I32& srcLd, const SharedTile& rowIndex, const SharedTile& dst,
-                            const I32& rowsValid, Copy mode) {
+void Threads::copyTileGather(const GlobalPtr& src, const I32& srcLd, const SharedTile& rowIndex,
+                             const SharedTile& dst, const I32& rowsValid, Copy mode) const {
+  k_->checkView(*this, "copyTileGather");
   if (rowIndex.elem() != Elem::i32 || rowIndex.rows() * rowIndex.cols() < dst.rows())
     throw std::invalid_argument("copyTileGather: rowIndex must be an i32 table with an entry per row of dst");
-  const Swizzle swizzle = copySwizzle(name_, dst, "a copyTileGather into", /*mnAllowed=*/false);
-  createTileCopy(b_, loc_, group_.first, group_.threads, src.value(), srcLd.value(), dst.value(),
-                 i32(dst.cols()).value(), rowsValid.value(), dst, type(dst.elem()), swizzle, mode == Copy::async,
-                 rowIndex.value());
+  const Swizzle swizzle = copySwizzle(k_->name(), dst, "a copyTileGather into", /*mnAllowed=*/false);
+  createTileCopy(k_->builder(), k_->loc(), first_, count_, src.value(), srcLd.value(), dst.value(),
+                 k_->i32(dst.cols()).value(), rowsValid.value(), dst, k_->type(dst.elem()), swizzle,
+                 mode == Copy::async, rowIndex.value());
 }
-void Kernel::copyTile(const SharedTile& src, const GlobalPtr& dst, const I32& dstLd, const I32& rowsValid) {
-  const Swizzle swizzle = copySwizzle(name_, src, "a copyTile out of", /*mnAllowed=*/false);
-  createTileCopy(b_, loc_, group_.first, group_.threads, src.value(), i32(src.pitch()).value(), dst.value(),
-                 dstLd.value(), rowsValid.value(), src, type(src.elem()), swizzle, /*async=*/false);
+void Threads::copyTile(const SharedTile& src, const GlobalPtr& dst, const I32& dstLd, const I32& rowsValid) const {
+  k_->checkView(*this, "copyTile");
+  const Swizzle swizzle = copySwizzle(k_->name(), src, "a copyTile out of", /*mnAllowed=*/false);
+  createTileCopy(k_->builder(), k_->loc(), first_, count_, src.value(), k_->i32(src.pitch()).value(), dst.value(),
+                 dstLd.value(), rowsValid.value(), src, k_->type(src.elem()), swizzle, /*async=*/false);
 }
 
-// The MMA atoms place warpgroup g's rows by thread index / 128: a group that runs MMA tiles starts at thread 0.
+// The MMA atoms place warpgroup g's rows by thread index / 128: threads that run MMA tiles start at a warpgroup.
 static void requireMmaGroup(int64_t first) {
   if (first % 128 != 0) throw std::logic_error("MMA tiles and accumulator stores need whole warpgroups");
 }
-Acc Kernel::zeroAcc(int64_t m, int64_t n) {
-  requireMmaGroup(group_.first);
-  int64_t perThread = m * n / group_.threads;
-  return {zeros(int(perThread), Elem::f32).value(), m, n};
+Acc Threads::zeroAcc(int64_t m, int64_t n) const {
+  k_->checkView(*this, "zeroAcc");
+  requireMmaGroup(first_);
+  int64_t perThread = m * n / count_;
+  return {k_->zeros(int(perThread), Elem::f32).value(), m, n};
 }
-Acc Kernel::mma(const Acc& acc, const SharedTile& a, const SharedTile& b, int64_t pending) {
+Acc Threads::mma(const Acc& acc, const SharedTile& a, const SharedTile& b, int64_t pending) const {
+  k_->checkView(*this, "mma");
+  const std::string& kernel = k_->name();
   for (const auto& [operand, tile] : {std::pair<const char*, const SharedTile*>{"A", &a}, {"B", &b}})
     if (tile->layout() == Layout::rowMajor)
-      throw std::logic_error(name_ + ": mma operand " + operand + ", shared tile '" + tile->name() +
+      throw std::logic_error(kernel + ": mma operand " + operand + ", shared tile '" + tile->name() +
                              "', holds the " + layoutName(tile->layout()) +
                              " layout; the MMA reads k128B, mn128B or mn128BBoxes tiles");
   const bool aMnMajor = mnMajor(a.layout()), bMnMajor = mnMajor(b.layout());
   if (aMnMajor && bMnMajor && a.layout() != b.layout())
-    throw std::logic_error(name_ + ": mma operands in two MN-major placements, shared tile '" + a.name() + "' " +
+    throw std::logic_error(kernel + ": mma operands in two MN-major placements, shared tile '" + a.name() + "' " +
                            layoutName(a.layout()) + " and '" + b.name() + "' " + layoutName(b.layout()) +
                            ": one MMA reads its MN-major operands in one");
   const bool mnAtomsOuter = a.layout() == Layout::mn128BBoxes || b.layout() == Layout::mn128BBoxes;
   int64_t k = aMnMajor ? a.rows() : a.cols();
-  requireMmaGroup(group_.first);
-  auto op = MmaTileOp::create(b_, loc_, acc.value.getType(), acc.value, a.value(), b.value(), acc.m, acc.n, k,
-                              group_.threads, pending);
+  requireMmaGroup(first_);
+  auto op = MmaTileOp::create(k_->builder(), k_->loc(), acc.value.getType(), acc.value, a.value(), b.value(), acc.m,
+                              acc.n, k, count_, pending);
   if (aMnMajor) op.setAMnMajor(true);
   if (bMnMajor) op.setBMnMajor(true);
   if (mnAtomsOuter) op.setMnAtomsOuter(true);
@@ -831,25 +851,33 @@ Acc Kernel::mma(const Acc& acc, const SharedTile& a, const SharedTile& b, int64_
 Acc Kernel::drain(const Acc& acc) {
   return {MmaDrainOp::create(b_, loc_, acc.value.getType(), acc.value).getResult(), acc.m, acc.n};
 }
-void Kernel::storeAcc(const Acc& acc, const GlobalPtr& dst, const I32& ld, const I32& rowsValid) {
-  requireMmaGroup(group_.first);
-  AccStoreOp::create(b_, loc_, acc.value, dst.value(), ld.value(), rowsValid.value(), acc.m, acc.n, group_.threads,
-                     type(dst.elem()));
+void Threads::storeAcc(const Acc& acc, const GlobalPtr& dst, const I32& ld, const I32& rowsValid) const {
+  k_->checkView(*this, "storeAcc");
+  requireMmaGroup(first_);
+  AccStoreOp::create(k_->builder(), k_->loc(), acc.value, dst.value(), ld.value(), rowsValid.value(), acc.m, acc.n,
+                     count_, k_->type(dst.elem()));
 }
 
-void Kernel::storeAcc(const Acc& acc, const SharedTile& dst) {
-  requireMmaGroup(group_.first);
-  requireRowMajor(name_, dst, "a storeAcc into");
+void Threads::storeAcc(const Acc& acc, const SharedTile& dst) const {
+  k_->checkView(*this, "storeAcc");
+  requireMmaGroup(first_);
+  requireRowMajor(k_->name(), dst, "a storeAcc into");
   // Every row (a group of a later warpgroup writes rows from 64g on: see SharedTile::asRowsOf).
-  AccStoreOp::create(b_, loc_, acc.value, dst.value(), i32(dst.pitch()).value(), i32(INT32_MAX).value(), acc.m, acc.n,
-                     group_.threads, type(dst.elem()));
+  AccStoreOp::create(k_->builder(), k_->loc(), acc.value, dst.value(), k_->i32(dst.pitch()).value(),
+                     k_->i32(INT32_MAX).value(), acc.m, acc.n, count_, k_->type(dst.elem()));
 }
 
+// Grid and rank barriers start with the block's own barrier: a group's threads alone would never meet the rest.
+static void requireWholeBlock(bool inGroup, const std::string& kernel, const char* op) {
+  if (inGroup) throw std::logic_error(kernel + ": " + op + " inside a group: every thread of the block takes part");
+}
 Bool Kernel::gridBarrier(const Context& ctx, const GlobalPtr& counter, const I64& expected) {
+  requireWholeBlock(inGroup_, name_, "gridBarrier");
   return {this, GridBarrierOp::create(b_, loc_, b_.getI1Type(), counter.value(), expected.value(), ctx.timeoutNs().value(),
                                       ctx.error().value(), ctx.rank().value())};
 }
 Bool Kernel::rankBarrier(const Context& ctx, const GlobalPtr& flags, const I64& value) {
+  requireWholeBlock(inGroup_, name_, "rankBarrier");
   return {this, RankBarrierOp::create(b_, loc_, b_.getI1Type(), flags.value(), ctx.peerOffsets().value(),
                                       ctx.rank().value(), ctx.nranks().value(), value.value(), ctx.timeoutNs().value(),
                                       ctx.error().value())};

@@ -1,8 +1,9 @@
 // The megamoe kernel DSL: C++ that builds megamoe IR. Kernel authors write typed handles and lambdas; they never
 // write MLIR text or assembly. Names follow execution scope and memory level:
-//   block.*     ops executed by every thread of the block together (tile copies, MMA tiles, barriers)
-//   thread.*    ops of the calling thread alone (signals, waits)
-//   Global / Shared pointers and tiles carry their memory level in the type.
+//   Threads     the threads that execute an op together, named at the call: the block (k.block().sync(),
+//               block.mma(...)) or a warp-specialised group (the view Kernel::group hands its body: wg.mma(...))
+//   Kernel      ops of the calling thread alone (signals, waits, mbarrier arrivals, TMA issue) and control flow
+//   Global / Shared pointers and tiles carry their memory level in the type; shared tiles their layout too.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -202,6 +203,51 @@ class TensorMap {
   abi::TensorMapBox box_;
 };
 
+// The threads that execute a tile copy, an MMA tile, an accumulator store or a barrier together, named at the
+// call: the whole block (Kernel::block()) or a warp-specialised group of its threads (the view Kernel::group hands
+// its body). Their ops use these threads and this barrier; no op reads an implicit current scope. The block's view
+// is refused inside a group's body (its ops would run on the group's threads alone).
+class Threads {
+ public:
+  int64_t first() const { return first_; }  // the first thread of the block in the view
+  int64_t count() const { return count_; }
+  int barrier() const { return barrier_; }  // 0: the block's own barrier; 1..15: the group's named barrier
+
+  // Every thread of the view waits for the others (the block's barrier, or the group's named barrier).
+  void sync() const;
+  // Loads a global tile into `dst` in dst's layout (rowMajor, k128B, or mn128B for a K x MN tile: rows = K);
+  // Copy::async only issues it (see Kernel::asyncCommit / asyncWait). Rows past rowsValid are zero-filled either
+  // way. mn128BBoxes is TMA's placement (Kernel::tmaLoad): std::logic_error.
+  void copyTile(const GlobalPtr& src, const I32& srcLd, const SharedTile& dst, const I32& rowsValid,
+                Copy mode = Copy::sync) const;
+  // copyTile (a load into a rowMajor or k128B tile) whose tile row r is global row rowIndex[r] of src (rowIndex: a
+  // shared i32 table, one entry per row of dst; entries of rows past rowsValid are not used).
+  void copyTileGather(const GlobalPtr& src, const I32& srcLd, const SharedTile& rowIndex, const SharedTile& dst,
+                      const I32& rowsValid, Copy mode = Copy::sync) const;
+  // Stores a rowMajor or k128B shared tile (std::logic_error for the MN-major layouts).
+  void copyTile(const SharedTile& src, const GlobalPtr& dst, const I32& dstLd, const I32& rowsValid) const;
+  // MMA tiles and accumulator stores need a view of whole warpgroups from thread 0 of a warpgroup: warpgroup g of
+  // the block holds rows 64g .. of the tile (a group of warpgroup 1 alone computes rows 64 .. 127 with m = 64).
+  Acc zeroAcc(int64_t m, int64_t n) const;
+  // acc += a * b^T over a 64-wide K stage, each operand read in its tile's layout: k128B ([MN][K]), mn128B or
+  // mn128BBoxes ([K][MN]; both MN-major operands in the same one). A rowMajor operand, or two MN-major ones in
+  // different placements, is a std::logic_error naming the tiles and layouts. pending = 1 returns with this MMA
+  // possibly still running (the previous one finished); read the accumulator only after Kernel::drain().
+  Acc mma(const Acc& acc, const SharedTile& a, const SharedTile& b, int64_t pending = 0) const;
+  void storeAcc(const Acc& acc, const GlobalPtr& dst, const I32& ld, const I32& rowsValid) const;
+  // Stages the accumulator in shared memory (all rows; a rowMajor tile), e.g. for coalesced 16-byte stores with
+  // copyTile afterwards.
+  void storeAcc(const Acc& acc, const SharedTile& dst) const;
+
+ private:
+  friend class Kernel;
+  Threads(Kernel* k, int64_t first, int64_t count, int barrier)
+      : k_(k), first_(first), count_(count), barrier_(barrier) {}
+  Kernel* k_;
+  int64_t first_, count_;
+  int barrier_;
+};
+
 // Device context (compiler/abi/DeviceAbi.h DeviceContext): fields loaded on use.
 class Context {
  public:
@@ -293,20 +339,20 @@ class Kernel {
   SharedTile dynamicSharedTile(std::string name, Elem e, int64_t rows, int64_t cols, int64_t stages,
                                Layout layout = Layout::rowMajor, int64_t pitch = 0, int64_t align = 1024);
 
-  // Warp specialisation (sm_90a): `body` runs on threads [first, first + threads) of the block only (whole warps).
-  // Inside it, block-scope ops (copies, MMA tiles, accumulator stores) are the group's: they use its threads, and
-  // blockSync() is the group's own barrier `barrier` (1..15; groups that run at the same time need distinct ids).
-  // MMA tiles and accumulator stores need a group of whole warpgroups: warpgroup g of the block holds rows 64g ..
-  // of the tile (a group of warpgroup 1 alone computes rows 64 .. 127 with m = 64).
-  void group(int64_t first, int64_t threads, int barrier, const std::function<void()>& body);
-  int64_t groupFirst() const { return group_.first; }
-  int64_t groupThreads() const { return group_.threads; }
+  // Every thread of the block, as the threads of block-scope ops (copies, MMA tiles, accumulator stores, sync);
+  // outside groups only (std::logic_error inside one).
+  Threads block();
+  // Warp specialisation (sm_90a): `body` runs on threads [first, first + threads) of the block only (whole warps),
+  // and gets them as a view: its copies, MMA tiles and accumulator stores use those threads, its sync() is the
+  // group's own named barrier `barrier` (1..15; groups that run at the same time need distinct ids). Groups do not
+  // nest.
+  void group(int64_t first, int64_t threads, int barrier, const std::function<void(const Threads&)>& body);
   // Named barrier `id` (1..15) of `threads` threads across groups: the calling group's threads wait there (sync)
   // or only count themselves in (arrive), e.g. one group hands a shared tile over to another.
   void namedBarrier(int id, int64_t threads, bool arriveOnly);
   // n 8-byte mbarriers in dynamic shared memory (a producer and its consumers hand ring slots over with them).
   SharedTile mbarriers(int64_t n);
-  // One thread initialises barrier i for `count` arrivals per phase (a blockSync must follow).
+  // One thread initialises barrier i for `count` arrivals per phase (a block().sync() must follow).
   void mbarrierInit(const SharedTile& bars, const I32& i, int64_t count);
   void mbarrierArrive(const SharedTile& bars, const I32& i);  // the calling thread: one arrival (release)
   // The calling thread waits until barrier i's phase of parity `parity` (0 / 1) has completed (acquire).
@@ -345,39 +391,21 @@ class Kernel {
   // The calling warpgroup's register budget (whole warpgroups; count a multiple of 8 in [24, 256]).
   void setMaxRegisters(int64_t count, bool increase);
 
-  // Block-scope ops.
-  void blockSync();
-  // Loads a global tile into `dst` in dst's layout (rowMajor, k128B, or mn128B for a K x MN tile: rows = K);
-  // Copy::async only issues it (see asyncCommit / asyncWait). Rows past rowsValid are zero-filled either way.
-  // mn128BBoxes is TMA's placement (tmaLoad): std::logic_error.
-  void copyTile(const GlobalPtr& src, const I32& srcLd, const SharedTile& dst, const I32& rowsValid,
-                Copy mode = Copy::sync);
-  // copyTile (a load into a rowMajor or k128B tile) whose tile row r is global row rowIndex[r] of src (rowIndex: a
-  // shared i32 table, one entry per row of dst; entries of rows past rowsValid are not used).
-  void copyTileGather(const GlobalPtr& src, const I32& srcLd, const SharedTile& rowIndex, const SharedTile& dst,
-                      const I32& rowsValid, Copy mode = Copy::sync);
+  // The calling thread's async tile copies (Copy::async): close a group of them; wait until at most `pending`
+  // groups are in flight.
   void asyncCommit();
   void asyncWait(int64_t pending);
-  // Stores a rowMajor or k128B shared tile (std::logic_error for the MN-major layouts).
-  void copyTile(const SharedTile& src, const GlobalPtr& dst, const I32& dstLd, const I32& rowsValid);
-  Acc zeroAcc(int64_t m, int64_t n);
-  // acc += a * b^T over a 64-wide K stage, each operand read in its tile's layout: k128B ([MN][K]), mn128B or
-  // mn128BBoxes ([K][MN]; both MN-major operands in the same one). A rowMajor operand, or two MN-major ones in
-  // different placements, is a std::logic_error naming the tiles and layouts. pending = 1 returns with this MMA
-  // possibly still running (the previous one finished); read the accumulator only after drain().
-  Acc mma(const Acc& acc, const SharedTile& a, const SharedTile& b, int64_t pending = 0);
+  // The accumulator once the MMA tiles that produce it have finished (the calling thread's fragment).
   Acc drain(const Acc& acc);
-  void storeAcc(const Acc& acc, const GlobalPtr& dst, const I32& ld, const I32& rowsValid);
-  // Stages the accumulator in shared memory (all rows; a rowMajor tile), e.g. for coalesced 16-byte stores with
-  // copyTile afterwards.
-  void storeAcc(const Acc& acc, const SharedTile& dst);
+
+  // Block-wide ops: every thread of the block (they start with the block's barrier; std::logic_error inside a group).
   Bool gridBarrier(const Context& ctx, const GlobalPtr& counter, const I64& expected);
   Bool rankBarrier(const Context& ctx, const GlobalPtr& flags, const I64& value);
 
   // Thread scope: starts copying `bytes` (a multiple of 16) of row `row` of `src` (a rowMajor tile) to `dst` without
-  // waiting (sm_90a: a bulk copy; gfx950: at once). Rows another thread wrote are ready for it after storeAcc +
-  // blockSync. Rewrite the row only after bulkWait(true); the data is at `dst` for others after bulkWait(false)
-  // (then signal).
+  // waiting (sm_90a: a bulk copy; gfx950: at once). Rows another thread wrote are ready for it after storeAcc and
+  // a sync of the threads that stored them. Rewrite the row only after bulkWait(true); the data is at `dst` for
+  // others after bulkWait(false) (then signal).
   void bulkStore(const SharedTile& src, const I32& row, const GlobalPtr& dst, int64_t bytes);
   void bulkCommit();
   void bulkWait(bool readOnly);
@@ -415,10 +443,10 @@ class Kernel {
   mlir::Operation* gpuModule_ = nullptr;
   int sharedCount_ = 0;
   int64_t dynamicSharedBytes_ = 0;
-  struct Group {
-    int64_t first, threads;
-    int barrier;  // 0: the block's own barrier
-  } group_;
+  bool inGroup_ = false;  // inside a group's body (groups do not nest; the block's ops are refused there)
+  friend class Threads;
+  // A view's op `op` where the builder is: the block's view inside a group is a std::logic_error.
+  void checkView(const Threads& view, const char* op) const;
   mlir::Value mbarrierAt(const SharedTile& bars, const I32& i);
   // Loop-carried values as the DSL's 32-bit scalars.
   std::vector<I32> scalars(mlir::ValueRange values);

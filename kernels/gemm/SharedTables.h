@@ -27,13 +27,13 @@ struct PrefixTable {
   dsl::I32 build(const std::function<dsl::I32(dsl::I32)>& count) const {
     using namespace dsl;
     k.forRange(k.threadIdx(), k.i32(n), k.i32(k.blockThreads()), [&](I32 i) { first.storeI32(i + 1, count(i)); });
-    k.blockSync();
+    k.block().sync();
     k.ifThen(k.threadIdx() == 0, [&] {
       first.storeI32(k.i32(0), k.i32(0));
       k.forRange(k.i32(1), k.i32(n + 1), k.i32(1),
                  [&](I32 i) { first.storeI32(i, first.loadI32(i) + first.loadI32(i - 1)); });
     });
-    k.blockSync();
+    k.block().sync();
     return first.loadI32(k.i32(n));
   }
   // The i with first[i] <= t < first[i + 1] (entries with count 0 have first[i] == first[i + 1]: the last such).

@@ -360,6 +360,7 @@ struct Builder {
     static const abi::KernelDecl decl{"layout_guard",
                                       {},
                                       {{"src", abi::ArgKind::kPtr, abi::Elem::kBf16},
+                                       {"ctx", abi::ArgKind::kContext},
                                        {"map", abi::ArgKind::kTensorMap, abi::Elem::kNone,
                                         {abi::Elem::kBf16, 64, 64, abi::Swizzle::k128B}}},
                                       abi::GridRule::kCovering};
@@ -377,14 +378,14 @@ TEST(Codegen, MmaRefusesATileInALayoutItDoesNotRead) {
   dsl::GlobalPtr src = k.ptr("src", dsl::Elem::bf16);
   dsl::SharedTile plain = k.sharedTile("plain_a", dsl::Elem::bf16, 64, 64);
   dsl::SharedTile swizzled = k.sharedTile("swizzled_b", dsl::Elem::bf16, 64, 64, dsl::Layout::k128B);
-  k.copyTile(src, k.i32(64), plain, k.i32(64));
-  k.copyTile(src, k.i32(64), swizzled, k.i32(64));
-  std::string why = layouts::refusal([&] { k.mma(k.zeroAcc(64, 64), plain, swizzled); });
+  k.block().copyTile(src, k.i32(64), plain, k.i32(64));
+  k.block().copyTile(src, k.i32(64), swizzled, k.i32(64));
+  std::string why = layouts::refusal([&] { k.block().mma(k.block().zeroAcc(64, 64), plain, swizzled); });
   EXPECT_NE(why.find("'plain_a'"), std::string::npos) << why;
   EXPECT_NE(why.find("operand A"), std::string::npos) << why;
   EXPECT_NE(why.find("rowMajor"), std::string::npos) << why;
   EXPECT_NE(why.find("k128B"), std::string::npos) << why;
-  EXPECT_EQ(layouts::refusal([&] { k.mma(k.zeroAcc(64, 64), swizzled, swizzled); }), "");
+  EXPECT_EQ(layouts::refusal([&] { k.block().mma(k.block().zeroAcc(64, 64), swizzled, swizzled); }), "");
 }
 
 // Two MN-major operands in different placements (cp.async's K-group-major atoms, TMA's MN atoms outermost): one
@@ -394,7 +395,7 @@ TEST(Codegen, MmaRefusesMnMajorOperandsInTwoPlacements) {
   dsl::Kernel& k = *b.k;
   dsl::SharedTile copied = k.dynamicSharedTile("copied_a", dsl::Elem::bf16, 64, 64, 1, dsl::Layout::mn128B);
   dsl::SharedTile boxes = k.dynamicSharedTile("boxes_b", dsl::Elem::bf16, 64, 128, 1, dsl::Layout::mn128BBoxes);
-  std::string why = layouts::refusal([&] { k.mma(k.zeroAcc(64, 128), copied, boxes); });
+  std::string why = layouts::refusal([&] { k.block().mma(k.block().zeroAcc(64, 128), copied, boxes); });
   EXPECT_NE(why.find("'copied_a'"), std::string::npos) << why;
   EXPECT_NE(why.find("'boxes_b'"), std::string::npos) << why;
   EXPECT_NE(why.find("mn128B "), std::string::npos) << why;
@@ -432,25 +433,60 @@ TEST(Codegen, TmaLoadRefusesATileWhoseLayoutTheBoxDoesNotWrite) {
 TEST(Codegen, CopiesRefuseLayoutsTheyCannotWrite) {
   layouts::Builder b(false);
   dsl::Kernel& k = *b.k;
+  const dsl::Threads block = k.block();
   dsl::GlobalPtr src = k.ptr("src", dsl::Elem::bf16);
   dsl::SharedTile boxes = k.dynamicSharedTile("boxes", dsl::Elem::bf16, 64, 64, 1, dsl::Layout::mn128BBoxes);
   dsl::SharedTile copied = k.dynamicSharedTile("copied", dsl::Elem::bf16, 64, 64, 1, dsl::Layout::mn128B);
   dsl::SharedTile kMajor = k.dynamicSharedTile("k_major", dsl::Elem::bf16, 64, 64, 1, dsl::Layout::k128B);
   dsl::SharedTile rowIndex = k.dynamicSharedTile("row_index", dsl::Elem::i32, 1, 64, 1, dsl::Layout::rowMajor, 0, 16);
-  EXPECT_NE(layouts::refusal([&] { k.copyTile(src, k.i32(64), boxes, k.i32(64)); }).find("'boxes'"),
-            std::string::npos);
-  EXPECT_EQ(layouts::refusal([&] { k.copyTile(src, k.i32(64), copied, k.i32(64), dsl::Copy::async); }), "");
-  EXPECT_NE(layouts::refusal([&] { k.copyTileGather(src, k.i32(64), rowIndex, copied, k.i32(64)); }).find("'copied'"),
-            std::string::npos);
-  EXPECT_NE(layouts::refusal([&] { k.copyTile(copied, src, k.i32(64), k.i32(64)); }).find("'copied'"),
-            std::string::npos);
-  EXPECT_NE(layouts::refusal([&] { k.storeAcc(k.zeroAcc(64, 64), kMajor); }).find("'k_major'"), std::string::npos);
+  auto names = [](const std::string& why, const char* tile) { return why.find(tile) != std::string::npos; };
+  EXPECT_TRUE(names(layouts::refusal([&] { block.copyTile(src, k.i32(64), boxes, k.i32(64)); }), "'boxes'"));
+  EXPECT_EQ(layouts::refusal([&] { block.copyTile(src, k.i32(64), copied, k.i32(64), dsl::Copy::async); }), "");
+  EXPECT_TRUE(names(layouts::refusal([&] { block.copyTileGather(src, k.i32(64), rowIndex, copied, k.i32(64)); }),
+                    "'copied'"));
+  EXPECT_TRUE(names(layouts::refusal([&] { block.copyTile(copied, src, k.i32(64), k.i32(64)); }), "'copied'"));
+  EXPECT_TRUE(names(layouts::refusal([&] { block.storeAcc(block.zeroAcc(64, 64), kMajor); }), "'k_major'"));
   EXPECT_THROW(kMajor.rowSlice(4, 8), std::invalid_argument);  // 512 bytes in: inside a swizzle atom
   EXPECT_NO_THROW(kMajor.rowSlice(8, 8));
   EXPECT_THROW(kMajor.colSlice(0, 32), std::invalid_argument);
   // Swizzled tiles are whole 1024-byte atoms of 128-byte rows, unpadded.
-  EXPECT_THROW(k.dynamicSharedTile("padded", dsl::Elem::bf16, 64, 64, 1, dsl::Layout::k128B, 72), std::invalid_argument);
+  EXPECT_THROW(k.dynamicSharedTile("padded", dsl::Elem::bf16, 64, 64, 1, dsl::Layout::k128B, 72),
+               std::invalid_argument);
   EXPECT_THROW(k.dynamicSharedTile("wide", dsl::Elem::bf16, 64, 128, 1, dsl::Layout::k128B), std::invalid_argument);
+}
+
+// The threads of a sync, a copy or an MMA are the view named at the call: block().sync() is the block's barrier, a
+// group's view syncs on the group's named barrier with its thread count, and its copies use its threads. The
+// block's view (taken before the group or inside it) and block-wide barriers are refused inside a group. Catches:
+// a view that reads an implicit current group, or block ops that silently run on a group's threads.
+TEST(Codegen, ScopeIsTheViewNamedAtTheCall) {
+  layouts::Builder b(false);
+  dsl::Kernel& k = *b.k;
+  dsl::GlobalPtr src = k.ptr("src", dsl::Elem::bf16);
+  dsl::SharedTile tile = k.dynamicSharedTile("tile", dsl::Elem::bf16, 64, 64, 1);
+  dsl::Context ctx = k.context();
+  const dsl::Threads block = k.block();
+  block.sync();
+  k.group(64, 64, /*barrier=*/5, [&](const dsl::Threads& g) {
+    EXPECT_EQ(g.first(), 64);
+    EXPECT_EQ(g.count(), 64);
+    EXPECT_EQ(g.barrier(), 5);
+    g.sync();
+    g.copyTile(src, k.i32(64), tile, k.i32(64));
+    EXPECT_THROW(k.block(), std::logic_error);
+    EXPECT_THROW(block.sync(), std::logic_error);
+    EXPECT_THROW(block.copyTile(src, k.i32(64), tile, k.i32(64)), std::logic_error);
+    EXPECT_THROW(k.group(0, 32, 6, [](const dsl::Threads&) {}), std::logic_error);
+    EXPECT_THROW(k.gridBarrier(ctx, src, k.i64(1)), std::logic_error);
+  });
+  EXPECT_NO_THROW(block.sync());  // the group's body is over
+  std::string ir;
+  llvm::raw_string_ostream os(ir);
+  mlir::OwningOpRef<mlir::ModuleOp> module = k.finish();
+  module->print(os);
+  EXPECT_NE(ir.find("megamoe.group_barrier {id = 5 : i64, threads = 64 : i64}"), std::string::npos) << ir;
+  EXPECT_NE(ir.find("first_thread = 64"), std::string::npos) << ir;
+  EXPECT_NE(ir.find("gpu.barrier"), std::string::npos) << ir;
 }
 
 // topk_idx_narrow's aligned path moves a pair of indices per thread as one vector access each way (16 bytes of i64
