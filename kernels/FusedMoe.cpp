@@ -88,7 +88,7 @@ mlir::OwningOpRef<mlir::ModuleOp> buildDispatchGemm(mlir::MLIRContext& mctx, con
 
   // A failed prologue (an expert index out of range) leaves nothing to do here; the peers' waits time out.
   k.returnIf(!k.errorClear(ctx));
-  Rings rings = allocateRings(k, g, c, maps.a ? Layout::mn128BBoxes : Layout::mn128B, ws ? 64 : 0);
+  Rings rings = allocateRings(k, g, c, mnRingLayout(maps), ws ? 64 : 0);
   SharedTile tileFirst = sharedTable(k, "tile_first", local + 1);
   // The push's unit table is dead once the block's GEMM starts: with the warp-specialised engine it lives in the
   // staging tile (first written by an epilogue, after the engine's block-wide start), which leaves room for a
@@ -316,7 +316,7 @@ mlir::OwningOpRef<mlir::ModuleOp> buildGemmCombine(mlir::MLIRContext& mctx, cons
   const TensorMapArgs maps = tensorMapArgs(k, s.spec());  // sm_90a NN: dh's rows and w1; NT: act's rows and w2
 
   k.returnIf(!k.errorClear(ctx));
-  Rings rings = allocateRings(k, g, c, maps.a ? Layout::mn128BBoxes : Layout::mn128B, ws ? 64 : 0);
+  Rings rings = allocateRings(k, g, c, mnRingLayout(maps), ws ? 64 : 0);
   SharedTile tileFirst = sharedTable(k, "tile_first", local + 1);
   SharedTile slots = sharedTable(k, "ticket_slot", 1);
   I32 tid = k.threadIdx(), me = ctx.rank();

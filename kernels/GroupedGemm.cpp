@@ -47,7 +47,7 @@ mlir::OwningOpRef<mlir::ModuleOp> buildGroupedGemm(mlir::MLIRContext& ctx, const
     blockInPair = k.blockIdx() % 2;
   }
   TileScheduler sched{k, s, offsets, c.m, c.n, blockInPair, /*ticketed=*/tickets.has_value()};
-  Rings rings = allocateRings(k, s, c, maps.a ? Layout::mn128BBoxes : Layout::mn128B, c.warpSpecialized ? 64 : 0);
+  Rings rings = allocateRings(k, s, c, mnRingLayout(maps), c.warpSpecialized ? 64 : 0);
   GemmOperands gemm{k, s, c, a, b, out, rings};
   SharedTile first = sharedTable(k, "tile_first", s.experts + 1);
   if (tickets) {

@@ -21,6 +21,11 @@ struct TensorMapArgs {
 inline TensorMapArgs tensorMapArgs(dsl::Kernel& k, const KernelSpec& spec) {
   return {k.tensorMap("map_a", spec.constants), k.tensorMap("map_b", spec.constants)};
 }
+// The layout of MN-major rings (allocateRings): as TMA boxes land where these maps load them, else as tile copies
+// write it.
+inline dsl::Layout mnRingLayout(const TensorMapArgs& maps) {
+  return maps.a ? dsl::Layout::mn128BBoxes : dsl::Layout::mn128B;
+}
 
 // NT reads both operands K-major; NN's B and TN's A and B are K x MN slabs kept MN-major.
 struct GemmOperands {

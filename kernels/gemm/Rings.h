@@ -17,7 +17,8 @@ struct Rings {
   dsl::SharedTile a, b, staging;
 };
 // stagingRows: c.m, or 64 when the MMA warpgroups take turns with one warpgroup's rows (warp-specialised).
-// mn: the layout of MN-major rings, mn128BBoxes where TMA boxes load them (tensor maps), else mn128B.
+// mn: the layout of MN-major rings, mn128BBoxes where TMA boxes load them (tensor maps), else mn128B
+// (mnRingLayout).
 inline Rings allocateRings(dsl::Kernel& k, const GroupedGemmSpec& s, const GroupedGemmSpec::Tiles& c, dsl::Layout mn,
                            int64_t stagingRows = 0) {
   using namespace dsl;
