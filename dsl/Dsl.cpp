@@ -31,7 +31,56 @@ int64_t elemBytes(Elem e) {
   return 0;
 }
 Type ptrType(MLIRContext* ctx, unsigned space) { return LLVM::LLVMPointerType::get(ctx, space); }
+bool mnMajor(Layout l) { return l == Layout::mn128B || l == Layout::mn128BBoxes; }
 }  // namespace
+
+const char* layoutName(Layout layout) {
+  switch (layout) {
+    case Layout::rowMajor: return "rowMajor (unswizzled)";
+    case Layout::k128B: return "k128B (K-major, 128-byte swizzle)";
+    case Layout::mn128B: return "mn128B (MN-major 128-byte swizzle atoms, K groups outermost)";
+    case Layout::mn128BBoxes: return "mn128BBoxes (MN-major 128-byte swizzle atoms, MN atoms outermost: TMA boxes)";
+  }
+  return "?";
+}
+
+// The tile_copy swizzle that writes (or reads) `tile` in its layout; `what` names the copy for the message.
+static Swizzle copySwizzle(const std::string& kernel, const SharedTile& tile, const char* what, bool mnAllowed) {
+  switch (tile.layout()) {
+    case Layout::rowMajor: return Swizzle::none;
+    case Layout::k128B: return Swizzle::b128;
+    case Layout::mn128B:
+      if (mnAllowed) return Swizzle::b128_mn;
+      break;
+    case Layout::mn128BBoxes: break;
+  }
+  throw std::logic_error(kernel + ": " + what + " shared tile '" + tile.name() + "', which holds the " +
+                         layoutName(tile.layout()) + " layout: " +
+                         (mnAllowed ? "a tile copy writes rowMajor, k128B or mn128B (TMA boxes: tmaLoad)"
+                                    : "this copy reads or writes rowMajor or k128B only"));
+}
+
+// A shared tile that a layout-blind access (row-major addresses) writes or reads.
+static void requireRowMajor(const std::string& kernel, const SharedTile& tile, const char* what) {
+  if (tile.layout() != Layout::rowMajor)
+    throw std::logic_error(kernel + ": " + what + " shared tile '" + tile.name() + "', which holds the " +
+                           layoutName(tile.layout()) + " layout; it writes and reads rowMajor (unswizzled)");
+}
+
+// A swizzled layout holds whole 1024-byte swizzle atoms from a 1024-byte aligned base.
+static void checkAllocation(const std::string& kernel, const std::string& name, Elem e, int64_t rows, int64_t cols,
+                            int64_t pitch, int64_t align, Layout layout) {
+  if (layout == Layout::rowMajor) return;
+  const int64_t rowBytes = cols * elemBytes(e);
+  if (align != 1024 || pitch != cols || (layout == Layout::k128B ? rowBytes != 128 : rowBytes % 128 != 0) ||
+      rows * rowBytes % 1024 != 0)
+    throw std::invalid_argument(kernel + ": shared tile '" + name + "' in the " + layoutName(layout) +
+                                " layout needs 1024-byte alignment, no row padding, rows of " +
+                                (layout == Layout::k128B ? "128 bytes" : "a multiple of 128 bytes") +
+                                " and whole 1024-byte atoms (it is " + std::to_string(rows) + " x " +
+                                std::to_string(cols) + " at pitch " + std::to_string(pitch) + ", align " +
+                                std::to_string(align) + ")");
+}
 
 static const char* staticAfterDynamic =
     "a kernel uses either static shared tiles or dynamic ones, not both: dynamic shared memory would start after "
@@ -247,7 +296,7 @@ Kernel::Kernel(MLIRContext& ctx, std::string_view name, int64_t blockThreads, bo
 
 Kernel::Kernel(MLIRContext& ctx, const abi::KernelDecl& decl, int64_t blockThreads, bool tensorMaps)
     : decl_(decl), tensorMaps_(tensorMaps), name_(decl.name), blockThreads_(blockThreads), b_(&ctx),
-      loc_(NameLoc::get(b_.getStringAttr(name_))), group_{0, blockThreads, 0} {
+      loc_(NameLoc::get(b_.getStringAttr(name_))) {
   ctx.loadDialect<MegaMoeDialect, LLVM::LLVMDialect, gpu::GPUDialect, scf::SCFDialect, arith::ArithDialect,
                   math::MathDialect, vector::VectorDialect>();
   if (blockThreads <= 0 || blockThreads > 1024) throw std::invalid_argument("block size must be 1..1024 threads");
@@ -510,8 +559,9 @@ void Kernel::returnIf(const Bool& cond) {
   b_.setInsertionPointToStart(cont);
 }
 
-SharedTile Kernel::sharedTile(Elem e, int64_t rows, int64_t cols) {
+SharedTile Kernel::sharedTile(std::string name, Elem e, int64_t rows, int64_t cols, Layout layout) {
   if (dynamicSharedBytes_ > 0) throw std::logic_error(staticAfterDynamic);
+  checkAllocation(name_, name, e, rows, cols, cols, 1024, layout);
   int64_t bytes = rows * cols * elemBytes(e);
   auto arrayTy = LLVM::LLVMArrayType::get(b_.getI8Type(), uint64_t(bytes));
   std::string sym = name_ + "_smem" + std::to_string(sharedCount_++);
@@ -521,33 +571,48 @@ SharedTile Kernel::sharedTile(Elem e, int64_t rows, int64_t cols) {
     LLVM::GlobalOp::create(b_, loc_, arrayTy, false, LLVM::Linkage::Internal, sym, Attribute(), 1024, kSharedSpace);
   }
   Value base = LLVM::AddressOfOp::create(b_, loc_, ptrType(b_.getContext(), kSharedSpace), sym);
-  return {this, base, e, rows, cols};
+  return {this, base, std::move(name), e, rows, cols, 1, 0, layout};
 }
 
 int64_t SharedTile::bytes() const { return rows_ * pitch_ * elemBytes(elem_); }
+SharedTile SharedTile::view(Value base, int64_t rows, int64_t cols) const {
+  return {k_, base, name_, elem_, rows, cols, 1, pitch_, layout_};
+}
 SharedTile SharedTile::stage(const I32& s) const {
   I64 offset = k_->widen(s) * bytes();
   Value p = LLVM::GEPOp::create(k_->builder(), k_->loc(), base_.getType(), k_->builder().getI8Type(), base_,
                                 ValueRange{offset.value()});
-  return {k_, p, elem_, rows_, cols_, 1, pitch_};
+  return view(p, rows_, cols_);
 }
 
 SharedTile SharedTile::rowSlice(int64_t first, int64_t count) const {
-  if (first < 0 || count <= 0 || first + count > rows_) throw std::invalid_argument("rowSlice outside the tile");
+  if (first < 0 || count <= 0 || first + count > rows_)
+    throw std::invalid_argument("rowSlice outside shared tile '" + name_ + "'");
+  const int64_t offset = first * pitch_ * elemBytes(elem_);
+  if (swizzled() && offset % 1024 != 0)
+    throw std::invalid_argument("rowSlice of shared tile '" + name_ + "' (" + layoutName(layout_) + ") at byte " +
+                                std::to_string(offset) + ", not at a 1024-byte swizzle atom");
   Value p = LLVM::GEPOp::create(k_->builder(), k_->loc(), base_.getType(), k_->builder().getI8Type(), base_,
-                                ArrayRef<LLVM::GEPArg>{int32_t(first * pitch_ * elemBytes(elem_))});
-  return {k_, p, elem_, count, cols_, 1, pitch_};
+                                ArrayRef<LLVM::GEPArg>{int32_t(offset)});
+  return view(p, count, cols_);
 }
 SharedTile SharedTile::asRowsOf(int64_t firstRow) const {
+  if (swizzled())
+    throw std::invalid_argument("asRowsOf of shared tile '" + name_ + "': rowMajor tiles only, it is " +
+                                layoutName(layout_));
   Value p = LLVM::GEPOp::create(k_->builder(), k_->loc(), base_.getType(), k_->builder().getI8Type(), base_,
                                 ArrayRef<LLVM::GEPArg>{int32_t(-firstRow * pitch_ * elemBytes(elem_))});
-  return {k_, p, elem_, rows_, cols_, 1, pitch_};
+  return view(p, rows_, cols_);
 }
 SharedTile SharedTile::colSlice(int64_t first, int64_t count) const {
-  if (first < 0 || count <= 0 || first + count > cols_) throw std::invalid_argument("colSlice outside the tile");
+  if (first < 0 || count <= 0 || first + count > cols_)
+    throw std::invalid_argument("colSlice outside shared tile '" + name_ + "'");
+  if (swizzled())
+    throw std::invalid_argument("colSlice of shared tile '" + name_ + "': rowMajor tiles only, it is " +
+                                layoutName(layout_));
   Value p = LLVM::GEPOp::create(k_->builder(), k_->loc(), base_.getType(), k_->builder().getI8Type(), base_,
                                 ArrayRef<LLVM::GEPArg>{int32_t(first * elemBytes(elem_))});
-  return {k_, p, elem_, rows_, count, 1, pitch_};
+  return view(p, rows_, count);
 }
 Vec SharedTile::load(const I32& row, const I32& col, int n) const {
   I32 index = row * pitch_ + col;
@@ -583,11 +648,12 @@ I32 SharedTile::atomicAddI32(const I32& index, const I32& v) const {
                                         LLVM::AtomicOrdering::monotonic, /*syncscope=*/"", 4)};
 }
 
-SharedTile Kernel::dynamicSharedTile(Elem e, int64_t rows, int64_t cols, int64_t stages, int64_t pitch,
-                                     int64_t align) {
+SharedTile Kernel::dynamicSharedTile(std::string name, Elem e, int64_t rows, int64_t cols, int64_t stages,
+                                     Layout layout, int64_t pitch, int64_t align) {
   if (align < 16 || align > 1024 || (align & (align - 1)))
     throw std::invalid_argument("dynamicSharedTile: align must be a power of two in [16, 1024]");
   if (pitch == 0) pitch = cols;
+  checkAllocation(name_, name, e, rows, cols, pitch, align, layout);
   // Dynamic shared memory starts after the static part, aligned only to 16 bytes: swizzled tiles need 1024.
   if (sharedCount_ > 0) throw std::logic_error(staticAfterDynamic);
   std::string sym = name_ + "_dynamic_smem";
@@ -604,7 +670,7 @@ SharedTile Kernel::dynamicSharedTile(Elem e, int64_t rows, int64_t cols, int64_t
   func_->setAttr("megamoe.dynamic_shared_bytes", b_.getI64IntegerAttr(dynamicSharedBytes_));
   Value base = LLVM::AddressOfOp::create(b_, loc_, ptrType(b_.getContext(), kSharedSpace), sym);
   base = LLVM::GEPOp::create(b_, loc_, base.getType(), b_.getI8Type(), base, ArrayRef<LLVM::GEPArg>{int32_t(offset)});
-  return {this, base, e, rows, cols, stages, pitch};
+  return {this, base, std::move(name), e, rows, cols, stages, pitch, layout};
 }
 
 // Every tile_copy the DSL emits: `tile` is the shared side (its shape and element type are the copy's).
@@ -615,13 +681,9 @@ static void createTileCopy(OpBuilder& b, Location loc, int64_t first, int64_t th
                      uint64_t(threads), elem, swizzle, /*transpose=*/false, async, uint64_t(first), rowIndex);
 }
 
-void Kernel::copyTileMN(const GlobalPtr& src, const I32& srcLd, const SharedTile& dst, const I32& rowsValid, bool async) {
-  createTileCopy(b_, loc_, group_.first, group_.threads, src.value(), srcLd.value(), dst.value(),
-                 i32(dst.cols()).value(), rowsValid.value(), dst, type(dst.elem()), Swizzle::b128_mn, async);
-}
-
 void Kernel::bulkStore(const SharedTile& src, const I32& row, const GlobalPtr& dst, int64_t bytes) {
   if (bytes <= 0 || bytes % 16 != 0) throw std::invalid_argument("bulkStore: bytes must be a positive multiple of 16");
+  requireRowMajor(name_, src, "a bulkStore of a row of");
   I32 offset = row * (src.pitch() * elemBytes(src.elem()));
   Value p = LLVM::GEPOp::create(b_, loc_, src.value().getType(), b_.getI8Type(), src.value(), ValueRange{offset.value()});
   BulkStoreOp::create(b_, loc_, p, dst.value(), i32(bytes).value());
@@ -631,11 +693,23 @@ void Kernel::bulkWait(bool readOnly) { BulkWaitOp::create(b_, loc_, 0, readOnly)
 void Kernel::asyncCommit() { AsyncCommitOp::create(b_, loc_); }
 void Kernel::asyncWait(int64_t pending) { AsyncWaitOp::create(b_, loc_, pending); }
 
-void Kernel::blockSync() {
-  if (group_.barrier == 0)
-    gpu::BarrierOp::create(b_, loc_);
+Threads Kernel::block() {
+  Threads view(this, 0, blockThreads_, 0);
+  checkView(view, "block()");
+  return view;
+}
+void Kernel::checkView(const Threads& view, const char* op) const {
+  if (inGroup_ && view.barrier() == 0)
+    throw std::logic_error(name_ + ": the block's " + op + " inside a group: the group's threads alone run there; "
+                           "use the view the group's body gets");
+}
+
+void Threads::sync() const {
+  k_->checkView(*this, "sync()");
+  if (barrier_ == 0)
+    gpu::BarrierOp::create(k_->builder(), k_->loc());
   else
-    GroupBarrierOp::create(b_, loc_, group_.barrier, group_.threads);
+    GroupBarrierOp::create(k_->builder(), k_->loc(), barrier_, count_);
 }
 
 void Kernel::namedBarrier(int id, int64_t threads, bool arriveOnly) {
@@ -643,21 +717,21 @@ void Kernel::namedBarrier(int id, int64_t threads, bool arriveOnly) {
   if (arriveOnly) op.setArrive(true);
 }
 
-void Kernel::group(int64_t first, int64_t threads, int barrier, const std::function<void()>& body) {
+void Kernel::group(int64_t first, int64_t threads, int barrier, const std::function<void(const Threads&)>& body) {
   if (first < 0 || threads <= 0 || first % 32 != 0 || threads % 32 != 0 || first + threads > blockThreads_)
     throw std::invalid_argument("group: threads [" + std::to_string(first) + ", " + std::to_string(first + threads) +
                                 ") must be whole warps inside the block of " + std::to_string(blockThreads_));
   if (barrier < 1 || barrier > 15) throw std::invalid_argument("group: barrier must be 1..15 (0 is the block's)");
-  if (group_.barrier != 0) throw std::logic_error("group: groups do not nest");
+  if (inGroup_) throw std::logic_error("group: groups do not nest");
   I32 tid = threadIdx();
   ifThen(tid >= i32(first) && tid < i32(first + threads), [&] {
-    group_ = {first, threads, barrier};
-    body();
-    group_ = {0, blockThreads_, 0};
+    inGroup_ = true;
+    body(Threads(this, first, threads, barrier));
+    inGroup_ = false;
   });
 }
 
-SharedTile Kernel::mbarriers(int64_t n) { return dynamicSharedTile(Elem::i64, 1, (n + 1) / 2 * 2, 1); }
+SharedTile Kernel::mbarriers(int64_t n) { return dynamicSharedTile("mbarriers", Elem::i64, 1, (n + 1) / 2 * 2, 1); }
 Value Kernel::mbarrierAt(const SharedTile& bars, const I32& i) {
   return LLVM::GEPOp::create(b_, loc_, bars.value().getType(), b_.getI64Type(), bars.value(), ValueRange{i.value()});
 }
@@ -682,10 +756,18 @@ void Kernel::tmaLoad(const TensorMap& map, const std::vector<I32>& coords, const
                      const I32& i, int64_t multicast) {
   const abi::TensorMapBox& box = map.box();
   const abi::Elem elem = dst.elem() == Elem::bf16 ? abi::Elem::kBf16 : abi::Elem::kNone;
+  const std::string declared = "a tmaLoad of a declared " + std::to_string(box.cols) + " x " +
+                               std::to_string(box.rows) + " " + abi::elemName(box.elem) + " " +
+                               abi::swizzleName(box.swizzle) + " box into shared tile '" + dst.name() + "'";
   if (box.elem != elem || box.bytes() != dst.bytes())
-    throw std::logic_error(name_ + ": a tmaLoad of a declared " + std::to_string(box.cols) + " x " +
-                           std::to_string(box.rows) + " " + abi::elemName(box.elem) + " box into a shared tile of " +
-                           std::to_string(dst.bytes()) + " bytes");
+    throw std::logic_error(name_ + ": " + declared + " of " + std::to_string(dst.bytes()) + " bytes");
+  // sw128 writes rows of 128 bytes, chunk c of row r at c ^ (r % 8): a K-major tile's k128B, or one MN atom of
+  // a K x MN tile whose MN atoms lie outermost (mn128BBoxes).
+  const bool writesTileLayout = box.swizzle == abi::Swizzle::k128B && box.cols * abi::elemBytes(box.elem) == 128 &&
+                                (dst.layout() == Layout::k128B || dst.layout() == Layout::mn128BBoxes);
+  if (!writesTileLayout)
+    throw std::logic_error(name_ + ": " + declared + ", which holds the " + layoutName(dst.layout()) +
+                           " layout; the box writes 128-byte swizzled rows (k128B, or mn128BBoxes for K x MN tiles)");
   SmallVector<Value> c;
   for (const I32& v : coords) c.push_back(v.value());
   TmaLoadOp::create(b_, loc_, map.value(), dst.value(), mbarrierAt(bars, i), c, multicast);
@@ -708,41 +790,59 @@ void Kernel::setMaxRegisters(int64_t count, bool increase) {
   if (increase) op.setIncrease(true);
 }
 
-void Kernel::copyTile(const GlobalPtr& src, const I32& srcLd, const SharedTile& dst, const I32& rowsValid, bool swizzle,
-                      bool async) {
-  createTileCopy(b_, loc_, group_.first, group_.threads, src.value(), srcLd.value(), dst.value(),
-                 i32(dst.cols()).value(), rowsValid.value(), dst, type(dst.elem()),
-                 swizzle ? Swizzle::b128 : Swizzle::none, async);
+void Threads::copyTile(const GlobalPtr& src, const I32& srcLd, const SharedTile& dst, const I32& rowsValid,
+                       Copy mode) const {
+  k_->checkView(*this, "copyTile");
+  const Swizzle swizzle = copySwizzle(k_->name(), dst, "a copyTile into", /*mnAllowed=*/true);
+  createTileCopy(k_->builder(), k_->loc(), first_, count_, src.value(), srcLd.value(), dst.value(),
+                 k_->i32(dst.cols()).value(), rowsValid.value(), dst, k_->type(dst.elem()), swizzle,
+                 mode == Copy::async);
 }
-void Kernel::copyTileGather(const GlobalPtr& src, const I32& srcLd, const SharedTile& rowIndex, const SharedTile& dst,
-                            const I32& rowsValid, bool swizzle, bool async) {
+void Threads::copyTileGather(const GlobalPtr& src, const I32& srcLd, const SharedTile& rowIndex,
+                             const SharedTile& dst, const I32& rowsValid, Copy mode) const {
+  k_->checkView(*this, "copyTileGather");
   if (rowIndex.elem() != Elem::i32 || rowIndex.rows() * rowIndex.cols() < dst.rows())
     throw std::invalid_argument("copyTileGather: rowIndex must be an i32 table with an entry per row of dst");
-  createTileCopy(b_, loc_, group_.first, group_.threads, src.value(), srcLd.value(), dst.value(),
-                 i32(dst.cols()).value(), rowsValid.value(), dst, type(dst.elem()),
-                 swizzle ? Swizzle::b128 : Swizzle::none, async, rowIndex.value());
+  const Swizzle swizzle = copySwizzle(k_->name(), dst, "a copyTileGather into", /*mnAllowed=*/false);
+  createTileCopy(k_->builder(), k_->loc(), first_, count_, src.value(), srcLd.value(), dst.value(),
+                 k_->i32(dst.cols()).value(), rowsValid.value(), dst, k_->type(dst.elem()), swizzle,
+                 mode == Copy::async, rowIndex.value());
 }
-void Kernel::copyTile(const SharedTile& src, const GlobalPtr& dst, const I32& dstLd, const I32& rowsValid, bool swizzle) {
-  createTileCopy(b_, loc_, group_.first, group_.threads, src.value(), i32(src.pitch()).value(), dst.value(),
-                 dstLd.value(), rowsValid.value(), src, type(src.elem()),
-                 swizzle ? Swizzle::b128 : Swizzle::none, /*async=*/false);
+void Threads::copyTile(const SharedTile& src, const GlobalPtr& dst, const I32& dstLd, const I32& rowsValid) const {
+  k_->checkView(*this, "copyTile");
+  const Swizzle swizzle = copySwizzle(k_->name(), src, "a copyTile out of", /*mnAllowed=*/false);
+  createTileCopy(k_->builder(), k_->loc(), first_, count_, src.value(), k_->i32(src.pitch()).value(), dst.value(),
+                 dstLd.value(), rowsValid.value(), src, k_->type(src.elem()), swizzle, /*async=*/false);
 }
 
-// The MMA atoms place warpgroup g's rows by thread index / 128: a group that runs MMA tiles starts at thread 0.
+// The MMA atoms place warpgroup g's rows by thread index / 128: threads that run MMA tiles start at a warpgroup.
 static void requireMmaGroup(int64_t first) {
   if (first % 128 != 0) throw std::logic_error("MMA tiles and accumulator stores need whole warpgroups");
 }
-Acc Kernel::zeroAcc(int64_t m, int64_t n) {
-  requireMmaGroup(group_.first);
-  int64_t perThread = m * n / group_.threads;
-  return {zeros(int(perThread), Elem::f32).value(), m, n};
+Acc Threads::zeroAcc(int64_t m, int64_t n) const {
+  k_->checkView(*this, "zeroAcc");
+  requireMmaGroup(first_);
+  int64_t perThread = m * n / count_;
+  return {k_->zeros(int(perThread), Elem::f32).value(), m, n};
 }
-Acc Kernel::mma(const Acc& acc, const SharedTile& a, const SharedTile& b, int64_t pending, bool aMnMajor,
-                bool bMnMajor, bool mnAtomsOuter) {
+Acc Threads::mma(const Acc& acc, const SharedTile& a, const SharedTile& b, int64_t pending) const {
+  k_->checkView(*this, "mma");
+  const std::string& kernel = k_->name();
+  for (const auto& [operand, tile] : {std::pair<const char*, const SharedTile*>{"A", &a}, {"B", &b}})
+    if (tile->layout() == Layout::rowMajor)
+      throw std::logic_error(kernel + ": mma operand " + operand + ", shared tile '" + tile->name() +
+                             "', holds the " + layoutName(tile->layout()) +
+                             " layout; the MMA reads k128B, mn128B or mn128BBoxes tiles");
+  const bool aMnMajor = mnMajor(a.layout()), bMnMajor = mnMajor(b.layout());
+  if (aMnMajor && bMnMajor && a.layout() != b.layout())
+    throw std::logic_error(kernel + ": mma operands in two MN-major placements, shared tile '" + a.name() + "' " +
+                           layoutName(a.layout()) + " and '" + b.name() + "' " + layoutName(b.layout()) +
+                           ": one MMA reads its MN-major operands in one");
+  const bool mnAtomsOuter = a.layout() == Layout::mn128BBoxes || b.layout() == Layout::mn128BBoxes;
   int64_t k = aMnMajor ? a.rows() : a.cols();
-  requireMmaGroup(group_.first);
-  auto op = MmaTileOp::create(b_, loc_, acc.value.getType(), acc.value, a.value(), b.value(), acc.m, acc.n, k,
-                              group_.threads, pending);
+  requireMmaGroup(first_);
+  auto op = MmaTileOp::create(k_->builder(), k_->loc(), acc.value.getType(), acc.value, a.value(), b.value(), acc.m,
+                              acc.n, k, count_, pending);
   if (aMnMajor) op.setAMnMajor(true);
   if (bMnMajor) op.setBMnMajor(true);
   if (mnAtomsOuter) op.setMnAtomsOuter(true);
@@ -751,24 +851,33 @@ Acc Kernel::mma(const Acc& acc, const SharedTile& a, const SharedTile& b, int64_
 Acc Kernel::drain(const Acc& acc) {
   return {MmaDrainOp::create(b_, loc_, acc.value.getType(), acc.value).getResult(), acc.m, acc.n};
 }
-void Kernel::storeAcc(const Acc& acc, const GlobalPtr& dst, const I32& ld, const I32& rowsValid) {
-  requireMmaGroup(group_.first);
-  AccStoreOp::create(b_, loc_, acc.value, dst.value(), ld.value(), rowsValid.value(), acc.m, acc.n, group_.threads,
-                     type(dst.elem()));
+void Threads::storeAcc(const Acc& acc, const GlobalPtr& dst, const I32& ld, const I32& rowsValid) const {
+  k_->checkView(*this, "storeAcc");
+  requireMmaGroup(first_);
+  AccStoreOp::create(k_->builder(), k_->loc(), acc.value, dst.value(), ld.value(), rowsValid.value(), acc.m, acc.n,
+                     count_, k_->type(dst.elem()));
 }
 
-void Kernel::storeAcc(const Acc& acc, const SharedTile& dst) {
-  requireMmaGroup(group_.first);
+void Threads::storeAcc(const Acc& acc, const SharedTile& dst) const {
+  k_->checkView(*this, "storeAcc");
+  requireMmaGroup(first_);
+  requireRowMajor(k_->name(), dst, "a storeAcc into");
   // Every row (a group of a later warpgroup writes rows from 64g on: see SharedTile::asRowsOf).
-  AccStoreOp::create(b_, loc_, acc.value, dst.value(), i32(dst.pitch()).value(), i32(INT32_MAX).value(), acc.m, acc.n,
-                     group_.threads, type(dst.elem()));
+  AccStoreOp::create(k_->builder(), k_->loc(), acc.value, dst.value(), k_->i32(dst.pitch()).value(),
+                     k_->i32(INT32_MAX).value(), acc.m, acc.n, count_, k_->type(dst.elem()));
 }
 
+// Grid and rank barriers start with the block's own barrier: a group's threads alone would never meet the rest.
+static void requireWholeBlock(bool inGroup, const std::string& kernel, const char* op) {
+  if (inGroup) throw std::logic_error(kernel + ": " + op + " inside a group: every thread of the block takes part");
+}
 Bool Kernel::gridBarrier(const Context& ctx, const GlobalPtr& counter, const I64& expected) {
+  requireWholeBlock(inGroup_, name_, "gridBarrier");
   return {this, GridBarrierOp::create(b_, loc_, b_.getI1Type(), counter.value(), expected.value(), ctx.timeoutNs().value(),
                                       ctx.error().value(), ctx.rank().value())};
 }
 Bool Kernel::rankBarrier(const Context& ctx, const GlobalPtr& flags, const I64& value) {
+  requireWholeBlock(inGroup_, name_, "rankBarrier");
   return {this, RankBarrierOp::create(b_, loc_, b_.getI1Type(), flags.value(), ctx.peerOffsets().value(),
                                       ctx.rank().value(), ctx.nranks().value(), value.value(), ctx.timeoutNs().value(),
                                       ctx.error().value())};

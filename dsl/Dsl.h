@@ -1,8 +1,9 @@
 // The megamoe kernel DSL: C++ that builds megamoe IR. Kernel authors write typed handles and lambdas; they never
 // write MLIR text or assembly. Names follow execution scope and memory level:
-//   block.*     ops executed by every thread of the block together (tile copies, MMA tiles, barriers)
-//   thread.*    ops of the calling thread alone (signals, waits)
-//   Global / Shared pointers and tiles carry their memory level in the type.
+//   Threads     the threads that execute an op together, named at the call: the block (k.block().sync(),
+//               block.mma(...)) or a warp-specialised group (the view Kernel::group hands its body: wg.mma(...))
+//   Kernel      ops of the calling thread alone (signals, waits, mbarrier arrivals, TMA issue) and control flow
+//   Global / Shared pointers and tiles carry their memory level in the type; shared tiles their layout too.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -25,6 +26,8 @@ class Kernel;
 
 enum class Elem { bf16, f16, f32, i32, i64 };
 enum class Scope { cta, gpu, system };
+// Whether a tile copy completes before the next op (sync) or is only issued (async: cp.async on sm_90a).
+enum class Copy { sync, async };
 
 // Scalar handles. Arithmetic builds arith ops at the kernel's insertion point.
 class Bool {
@@ -119,23 +122,46 @@ class GlobalPtr {
   Elem elem_;
 };
 
-// A rows x cols tile in shared memory (static allocation, 1024-byte aligned so swizzled MMA operands work).
+// How a shared tile's elements are placed: the layout its copies write and its MMA reads, fixed when the tile is
+// allocated (copies, TMA loads and MMA operands read it from the tile; a mismatch is a std::logic_error at build
+// time naming the tile and both layouts).
+//   rowMajor     row r at r * pitch, unswizzled (staging tiles, tables)
+//   k128B        K-major: rows of 128 bytes (64 bf16 of K), 16-byte chunk c of row r at chunk c ^ (r % 8) (the
+//                128-byte swizzle of TMA and wgmma; the dialect's b128)
+//   mn128B       MN-major (the tile's rows are K): 1024-byte atoms of 8 K rows x 64 MN elements, each row swizzled as
+//                k128B, the atoms of one K group side by side (what copyTile writes; the dialect's b128_mn)
+//   mn128BBoxes  MN-major as TMA boxes of 64 MN x K land: each MN atom's K groups together, the MN atoms outermost
+//                (sm_90a only; mma_tile's mn_atoms_outer)
+enum class Layout { rowMajor, k128B, mn128B, mn128BBoxes };
+const char* layoutName(Layout layout);
+
+// A rows x cols tile in shared memory (static or dynamic allocation), with a name for the builder's messages and
+// its Layout. Views (stage, rowSlice, ...) keep both.
 class SharedTile {
  public:
-  SharedTile(Kernel* k, mlir::Value base, Elem e, int64_t rows, int64_t cols, int64_t stages = 1, int64_t pitch = 0)
-      : k_(k), base_(base), elem_(e), rows_(rows), cols_(cols), stages_(stages), pitch_(pitch ? pitch : cols) {}
+  SharedTile(Kernel* k, mlir::Value base, std::string name, Elem e, int64_t rows, int64_t cols, int64_t stages = 1,
+             int64_t pitch = 0, Layout layout = Layout::rowMajor)
+      : k_(k), base_(base), name_(std::move(name)), elem_(e), rows_(rows), cols_(cols), stages_(stages),
+        pitch_(pitch ? pitch : cols), layout_(layout) {}
+  const std::string& name() const { return name_; }
+  Layout layout() const { return layout_; }
+  bool swizzled() const { return layout_ != Layout::rowMajor; }
   int64_t stages() const { return stages_; }
   int64_t pitch() const { return pitch_; }  // elements from one row to the next (>= cols: padding avoids bank conflicts)
   int64_t bytes() const;                 // one stage
   SharedTile stage(const I32& s) const;  // stage s of a multi-stage buffer
-  // Rows [first, first + count) of the first stage as a tile of its own (first a multiple of 8 keeps swizzling).
+  // Rows [first, first + count) of the first stage as a tile of its own (swizzled tiles: at a multiple of 1024
+  // bytes, where the swizzle pattern starts again; std::invalid_argument otherwise).
   SharedTile rowSlice(int64_t first, int64_t count) const;
   // This tile seen as rows [firstRow, firstRow + rows()) of a taller one (its base moved back by firstRow rows), for
-  // accumulator stores that place rows by the block's warpgroup index (warpgroup g writes rows 64g ..).
+  // accumulator stores that place rows by the block's warpgroup index (warpgroup g writes rows 64g ..). rowMajor
+  // tiles only.
   SharedTile asRowsOf(int64_t firstRow) const;
-  // Columns [first, first + count) of the first stage, same pitch (e.g. one half of a staging tile).
+  // Columns [first, first + count) of the first stage, same pitch (e.g. one half of a staging tile; rowMajor only).
   SharedTile colSlice(int64_t first, int64_t count) const;
   // n contiguous elements of row `row` from column `col` (one vector access; col * element size 16-byte aligned).
+  // The address ignores the layout: on a swizzled tile only for data the swizzle does not move (e.g. whole rows
+  // of zeros).
   Vec load(const I32& row, const I32& col, int n) const;
   void store(const I32& row, const I32& col, const Vec& v) const;
   // Element access for small shared tables (row-major index into the first stage).
@@ -148,10 +174,13 @@ class SharedTile {
   int64_t rows() const { return rows_; }
   int64_t cols() const { return cols_; }
  private:
+  SharedTile view(mlir::Value base, int64_t rows, int64_t cols) const;
   Kernel* k_;
   mlir::Value base_;
+  std::string name_;
   Elem elem_;
   int64_t rows_, cols_, stages_, pitch_;
+  Layout layout_;
 };
 
 // An MMA accumulator fragment (m x n tile spread over the block in the target's atom layout).
@@ -172,6 +201,51 @@ class TensorMap {
  private:
   mlir::Value v_;
   abi::TensorMapBox box_;
+};
+
+// The threads that execute a tile copy, an MMA tile, an accumulator store or a barrier together, named at the
+// call: the whole block (Kernel::block()) or a warp-specialised group of its threads (the view Kernel::group hands
+// its body). Their ops use these threads and this barrier; no op reads an implicit current scope. The block's view
+// is refused inside a group's body (its ops would run on the group's threads alone).
+class Threads {
+ public:
+  int64_t first() const { return first_; }  // the first thread of the block in the view
+  int64_t count() const { return count_; }
+  int barrier() const { return barrier_; }  // 0: the block's own barrier; 1..15: the group's named barrier
+
+  // Every thread of the view waits for the others (the block's barrier, or the group's named barrier).
+  void sync() const;
+  // Loads a global tile into `dst` in dst's layout (rowMajor, k128B, or mn128B for a K x MN tile: rows = K);
+  // Copy::async only issues it (see Kernel::asyncCommit / asyncWait). Rows past rowsValid are zero-filled either
+  // way. mn128BBoxes is TMA's placement (Kernel::tmaLoad): std::logic_error.
+  void copyTile(const GlobalPtr& src, const I32& srcLd, const SharedTile& dst, const I32& rowsValid,
+                Copy mode = Copy::sync) const;
+  // copyTile (a load into a rowMajor or k128B tile) whose tile row r is global row rowIndex[r] of src (rowIndex: a
+  // shared i32 table, one entry per row of dst; entries of rows past rowsValid are not used).
+  void copyTileGather(const GlobalPtr& src, const I32& srcLd, const SharedTile& rowIndex, const SharedTile& dst,
+                      const I32& rowsValid, Copy mode = Copy::sync) const;
+  // Stores a rowMajor or k128B shared tile (std::logic_error for the MN-major layouts).
+  void copyTile(const SharedTile& src, const GlobalPtr& dst, const I32& dstLd, const I32& rowsValid) const;
+  // MMA tiles and accumulator stores need a view of whole warpgroups from thread 0 of a warpgroup: warpgroup g of
+  // the block holds rows 64g .. of the tile (a group of warpgroup 1 alone computes rows 64 .. 127 with m = 64).
+  Acc zeroAcc(int64_t m, int64_t n) const;
+  // acc += a * b^T over a 64-wide K stage, each operand read in its tile's layout: k128B ([MN][K]), mn128B or
+  // mn128BBoxes ([K][MN]; both MN-major operands in the same one). A rowMajor operand, or two MN-major ones in
+  // different placements, is a std::logic_error naming the tiles and layouts. pending = 1 returns with this MMA
+  // possibly still running (the previous one finished); read the accumulator only after Kernel::drain().
+  Acc mma(const Acc& acc, const SharedTile& a, const SharedTile& b, int64_t pending = 0) const;
+  void storeAcc(const Acc& acc, const GlobalPtr& dst, const I32& ld, const I32& rowsValid) const;
+  // Stages the accumulator in shared memory (all rows; a rowMajor tile), e.g. for coalesced 16-byte stores with
+  // copyTile afterwards.
+  void storeAcc(const Acc& acc, const SharedTile& dst) const;
+
+ private:
+  friend class Kernel;
+  Threads(Kernel* k, int64_t first, int64_t count, int barrier)
+      : k_(k), first_(first), count_(count), barrier_(barrier) {}
+  Kernel* k_;
+  int64_t first_, count_;
+  int barrier_;
 };
 
 // Device context (compiler/abi/DeviceAbi.h DeviceContext): fields loaded on use.
@@ -257,25 +331,28 @@ class Kernel {
 
   // Shared memory: static tiles (small), or dynamic multi-stage buffers (any size the target holds; the kernel's
   // dynamic shared bytes are recorded for the launch).
-  SharedTile sharedTile(Elem e, int64_t rows, int64_t cols);
+  // `name` names the tile in the builder's messages; `layout` is the one its copies write and its MMA reads.
+  // Swizzled layouts need 1024-byte alignment, no padding, stages of whole 1024-byte swizzle atoms and rows of
+  // 128 bytes (k128B) or a multiple of 128 (mn128B, mn128BBoxes) (std::invalid_argument otherwise).
+  SharedTile sharedTile(std::string name, Elem e, int64_t rows, int64_t cols, Layout layout = Layout::rowMajor);
   // `align`: 1024 (swizzled MMA operands need it) or at least 16 for small tables.
-  SharedTile dynamicSharedTile(Elem e, int64_t rows, int64_t cols, int64_t stages, int64_t pitch = 0,
-                               int64_t align = 1024);
+  SharedTile dynamicSharedTile(std::string name, Elem e, int64_t rows, int64_t cols, int64_t stages,
+                               Layout layout = Layout::rowMajor, int64_t pitch = 0, int64_t align = 1024);
 
-  // Warp specialisation (sm_90a): `body` runs on threads [first, first + threads) of the block only (whole warps).
-  // Inside it, block-scope ops (copies, MMA tiles, accumulator stores) are the group's: they use its threads, and
-  // blockSync() is the group's own barrier `barrier` (1..15; groups that run at the same time need distinct ids).
-  // MMA tiles and accumulator stores need a group of whole warpgroups: warpgroup g of the block holds rows 64g ..
-  // of the tile (a group of warpgroup 1 alone computes rows 64 .. 127 with m = 64).
-  void group(int64_t first, int64_t threads, int barrier, const std::function<void()>& body);
-  int64_t groupFirst() const { return group_.first; }
-  int64_t groupThreads() const { return group_.threads; }
+  // Every thread of the block, as the threads of block-scope ops (copies, MMA tiles, accumulator stores, sync);
+  // outside groups only (std::logic_error inside one).
+  Threads block();
+  // Warp specialisation (sm_90a): `body` runs on threads [first, first + threads) of the block only (whole warps),
+  // and gets them as a view: its copies, MMA tiles and accumulator stores use those threads, its sync() is the
+  // group's own named barrier `barrier` (1..15; groups that run at the same time need distinct ids). Groups do not
+  // nest.
+  void group(int64_t first, int64_t threads, int barrier, const std::function<void(const Threads&)>& body);
   // Named barrier `id` (1..15) of `threads` threads across groups: the calling group's threads wait there (sync)
   // or only count themselves in (arrive), e.g. one group hands a shared tile over to another.
   void namedBarrier(int id, int64_t threads, bool arriveOnly);
   // n 8-byte mbarriers in dynamic shared memory (a producer and its consumers hand ring slots over with them).
   SharedTile mbarriers(int64_t n);
-  // One thread initialises barrier i for `count` arrivals per phase (a blockSync must follow).
+  // One thread initialises barrier i for `count` arrivals per phase (a block().sync() must follow).
   void mbarrierInit(const SharedTile& bars, const I32& i, int64_t count);
   void mbarrierArrive(const SharedTile& bars, const I32& i);  // the calling thread: one arrival (release)
   // The calling thread waits until barrier i's phase of parity `parity` (0 / 1) has completed (acquire).
@@ -287,7 +364,8 @@ class Kernel {
   void mbarrierArriveExpectTx(const SharedTile& bars, const I32& i, int64_t bytes);
   // The calling thread: starts copying the box of `map` at `coords` (innermost first) into `dst`, completing on
   // barrier i (sm_90a TMA; elements outside the tensor arrive as zeros). `dst` holds exactly the map's declared box
-  // (its element type and bytes; std::logic_error otherwise).
+  // (its element type and bytes) in the layout the box's swizzle writes (sw128: k128B, or mn128BBoxes for K x MN
+  // tiles); std::logic_error otherwise, naming the tile and both layouts.
   // A non-zero `multicast` mask writes the box into those CTAs of the cluster (same offsets, their barrier i).
   void tmaLoad(const TensorMap& map, const std::vector<I32>& coords, const SharedTile& dst, const SharedTile& bars,
                const I32& i, int64_t multicast = 0);
@@ -313,38 +391,21 @@ class Kernel {
   // The calling warpgroup's register budget (whole warpgroups; count a multiple of 8 in [24, 256]).
   void setMaxRegisters(int64_t count, bool increase);
 
-  // Block-scope ops.
-  void blockSync();
-  // async: only issue the copy (see asyncCommit / asyncWait); rows past rowsValid are zero-filled either way.
-  void copyTile(const GlobalPtr& src, const I32& srcLd, const SharedTile& dst, const I32& rowsValid, bool swizzle,
-                bool async = false);
-  // copyTile (a load) whose tile row r is global row rowIndex[r] of src (rowIndex: a shared i32 table, one entry
-  // per row of dst; entries of rows past rowsValid are not used).
-  void copyTileGather(const GlobalPtr& src, const I32& srcLd, const SharedTile& rowIndex, const SharedTile& dst,
-                      const I32& rowsValid, bool swizzle, bool async = false);
-  // Loads a K x MN global tile (rows = K) into `dst` in the MN-major b128_mn layout the MMA reads without a
-  // transpose (mma(..., aMnMajor / bMnMajor)).
-  void copyTileMN(const GlobalPtr& src, const I32& srcLd, const SharedTile& dst, const I32& rowsValid,
-                  bool async = false);
+  // The calling thread's async tile copies (Copy::async): close a group of them; wait until at most `pending`
+  // groups are in flight.
   void asyncCommit();
   void asyncWait(int64_t pending);
-  void copyTile(const SharedTile& src, const GlobalPtr& dst, const I32& dstLd, const I32& rowsValid, bool swizzle);
-  Acc zeroAcc(int64_t m, int64_t n);
-  // acc += a * b^T over a 64-wide K stage. pending = 1 returns with this MMA possibly still running (the previous
-  // one finished); read the accumulator only after drain().
-  // mnAtomsOuter: MN-major operands were loaded as TMA boxes of 64 MN x 64 K (MN atoms outermost, sm_90a only).
-  Acc mma(const Acc& acc, const SharedTile& a, const SharedTile& b, int64_t pending = 0, bool aMnMajor = false,
-          bool bMnMajor = false, bool mnAtomsOuter = false);
+  // The accumulator once the MMA tiles that produce it have finished (the calling thread's fragment).
   Acc drain(const Acc& acc);
-  void storeAcc(const Acc& acc, const GlobalPtr& dst, const I32& ld, const I32& rowsValid);
-  // Stages the accumulator in shared memory (all rows), e.g. for coalesced 16-byte stores with copyTile afterwards.
-  void storeAcc(const Acc& acc, const SharedTile& dst);
+
+  // Block-wide ops: every thread of the block (they start with the block's barrier; std::logic_error inside a group).
   Bool gridBarrier(const Context& ctx, const GlobalPtr& counter, const I64& expected);
   Bool rankBarrier(const Context& ctx, const GlobalPtr& flags, const I64& value);
 
-  // Thread scope: starts copying `bytes` (a multiple of 16) of row `row` of `src` to `dst` without waiting (sm_90a: a
-  // bulk copy; gfx950: at once). Rows another thread wrote are ready for it after storeAcc + blockSync. Rewrite the
-  // row only after bulkWait(true); the data is at `dst` for others after bulkWait(false) (then signal).
+  // Thread scope: starts copying `bytes` (a multiple of 16) of row `row` of `src` (a rowMajor tile) to `dst` without
+  // waiting (sm_90a: a bulk copy; gfx950: at once). Rows another thread wrote are ready for it after storeAcc and
+  // a sync of the threads that stored them. Rewrite the row only after bulkWait(true); the data is at `dst` for
+  // others after bulkWait(false) (then signal).
   void bulkStore(const SharedTile& src, const I32& row, const GlobalPtr& dst, int64_t bytes);
   void bulkCommit();
   void bulkWait(bool readOnly);
@@ -382,10 +443,10 @@ class Kernel {
   mlir::Operation* gpuModule_ = nullptr;
   int sharedCount_ = 0;
   int64_t dynamicSharedBytes_ = 0;
-  struct Group {
-    int64_t first, threads;
-    int barrier;  // 0: the block's own barrier
-  } group_;
+  bool inGroup_ = false;  // inside a group's body (groups do not nest; the block's ops are refused there)
+  friend class Threads;
+  // A view's op `op` where the builder is: the block's view inside a group is a std::logic_error.
+  void checkView(const Threads& view, const char* op) const;
   mlir::Value mbarrierAt(const SharedTile& bars, const I32& i);
   // Loop-carried values as the DSL's 32-bit scalars.
   std::vector<I32> scalars(mlir::ValueRange values);

@@ -60,7 +60,7 @@ mlir::OwningOpRef<mlir::ModuleOp> buildAllToAllRows(mlir::MLIRContext& mctx, con
     I64 at = k.widen(c) * 8;
     (to + at).store((from + at).load(8));
   });
-  k.blockSync();
+  k.block().sync();
   I64 expected = (ctx.epoch() + 1) * S::kBlocksPerPeer;
   k.ifThen(k.threadIdx() == 0, [&] {
     k.signal(k.peer(ctx, flags + k.widen(rank), peer), k.i64(1), Scope::system, /*add=*/true);

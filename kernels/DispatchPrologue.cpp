@@ -45,13 +45,13 @@ mlir::OwningOpRef<mlir::ModuleOp> buildDispatchPrologue(mlir::MLIRContext& mctx,
   const int64_t padE = (E + 3) / 4 * 4;
   // Shared tables: this block's counts per expert (then every block's), the picks of the earlier blocks, the first
   // pool row of (me, e) at e's owner, and my picks' start in send_list.
-  SharedTile mine = k.sharedTile(Elem::i32, 1, padE);
-  SharedTile before = k.sharedTile(Elem::i32, 1, padE);
-  SharedTile base = k.sharedTile(Elem::i32, 1, padE);
-  SharedTile off = k.sharedTile(Elem::i32, 1, (E + 1 + 3) / 4 * 4);
-  SharedTile chunk = k.sharedTile(Elem::i32, 1, T);  // the experts of the picks being counted
-  SharedTile perGroup = k.sharedTile(Elem::i32, W, padE);  // [group][expert]: the group's picks of the expert
-  SharedTile overflow = k.sharedTile(Elem::i32, 1, 4);     // [0]: some owner's rows exceed the capacity
+  SharedTile mine = k.sharedTile("mine", Elem::i32, 1, padE);
+  SharedTile before = k.sharedTile("before", Elem::i32, 1, padE);
+  SharedTile base = k.sharedTile("base", Elem::i32, 1, padE);
+  SharedTile off = k.sharedTile("off", Elem::i32, 1, (E + 1 + 3) / 4 * 4);
+  SharedTile chunk = k.sharedTile("chunk", Elem::i32, 1, T);  // the experts of the picks being counted
+  SharedTile perGroup = k.sharedTile("per_group", Elem::i32, W, padE);  // [group][expert]: its picks of the expert
+  SharedTile overflow = k.sharedTile("overflow", Elem::i32, 1, 4);  // [0]: some owner's rows exceed the capacity
   I32 tid = k.threadIdx(), me = ctx.rank(), block = k.blockIdx();
   I64 epoch = ctx.epoch();
   I64 parity = epoch % 2;
@@ -80,7 +80,7 @@ mlir::OwningOpRef<mlir::ModuleOp> buildDispatchPrologue(mlir::MLIRContext& mctx,
     k.ifThen(tid < k.i32(R), [&] { (done + (stale * R + k.widen(tid))).storeI64(k.i64(0)); });
     k.ifThen(tid == 0, [&] { routeEpoch.storeI64(epoch); });
   });
-  k.blockSync();
+  k.block().sync();
   // 1. Block b counts the picks of chunks [b * per, (b + 1) * per) and gives each its order among the block's
   // picks of its expert, in pick order (temporarily in send_slot): within a chunk a pick's order is the number of
   // earlier picks of the chunk with the same expert, so pool rows (and every sum over them, e.g. a weight gradient)
@@ -94,7 +94,7 @@ mlir::OwningOpRef<mlir::ModuleOp> buildDispatchPrologue(mlir::MLIRContext& mctx,
     Bool inRange = i < last;
     I32 e = k.select(inRange, (topkIdx + k.widen(k.select(inRange, i, k.i32(0)))).loadI32(), k.i32(-1));
     chunk.storeI32(tid, e);
-    k.blockSync();
+    k.block().sync();
     Bool valid = e < k.i32(E);  // unsigned: -1 and every negative value are out of range here
     I32 group = tid / G, g0 = group * G;
     // Within my group: the picks of my expert before mine, and all of them.
@@ -105,7 +105,7 @@ mlir::OwningOpRef<mlir::ModuleOp> buildDispatchPrologue(mlir::MLIRContext& mctx,
                                           });
     Bool lastOfGroup = valid && (inGroup[0] + 1 == inGroup[1]);  // the one pick that publishes the group's count
     k.ifThen(lastOfGroup, [&] { perGroup.storeI32(group * padE + e, inGroup[1]); });
-    k.blockSync();
+    k.block().sync();
     k.ifThen(valid, [&] {
       auto earlier = k.forRange(k.i32(0), group, k.i32(1), {inGroup[0]}, [&](I32 g, const std::vector<I32>& n) {
         return std::vector<I32>{n[0] + perGroup.loadI32(g * padE + e)};
@@ -119,18 +119,18 @@ mlir::OwningOpRef<mlir::ModuleOp> buildDispatchPrologue(mlir::MLIRContext& mctx,
         k.reportError(ctx, uint64_t(abi::ErrorCode::kBadIndex), k.widen(i), k.widenSigned(e), k.i64(E));
       });
     });
-    k.blockSync();  // every pick of the chunk has read its expert's counts
+    k.block().sync();  // every pick of the chunk has read its expert's counts
     k.ifThen(lastOfGroup, [&] {
       mine.atomicAddI32(e, inGroup[1]);
       perGroup.storeI32(group * padE + e, k.i32(0));  // clean for the next chunk
     });
-    k.blockSync();
+    k.block().sync();
   });
   // 2. The blocks meet: then every block knows every block's counts, the earlier blocks' ones (its picks' offset
   // within each expert) and the sums (my picks per expert). The last block past the meeting zeroes the counters
   // for the next launch (a kernel boundary separates it from the next one).
   k.forRange(tid, k.i32(E), k.i32(T), [&](I32 e) { (partial + k.widen(block * E + e)).storeI32(mine.loadI32(e)); });
-  k.blockSync();
+  k.block().sync();
   // A bad index claimed the error record already: the counts (bad picks skipped) still go to the peers below, so
   // that their tables are right; this rank stops after the exchange.
   k.gridBarrier(ctx, arrived, k.widen(blocks));
@@ -142,7 +142,7 @@ mlir::OwningOpRef<mlir::ModuleOp> buildDispatchPrologue(mlir::MLIRContext& mctx,
     mine.storeI32(e, sums[0]);
     before.storeI32(e, sums[1]);
   });
-  k.blockSync();
+  k.block().sync();
   k.ifThen(tid == 0, [&] {
     resetIfLastBlock(k, left, blocks, [&] {
       arrived.storeI64(k.i64(0));
@@ -157,7 +157,7 @@ mlir::OwningOpRef<mlir::ModuleOp> buildDispatchPrologue(mlir::MLIRContext& mctx,
       k.forRange(k.i32(0), ctx.nranks(), k.i32(1),
                  [&](I32 p) { k.peer(ctx, countAt(parity, me, e), p).storeI32(mine.loadI32(e)); });
     });
-    k.blockSync();
+    k.block().sync();
     k.ifThen(tid == 0, [&] {
       k.forRange(k.i32(0), ctx.nranks(), k.i32(1),
                  [&](I32 p) { k.signal(k.peer(ctx, flags + k.widen(me), p), expected, Scope::system); });
@@ -170,7 +170,7 @@ mlir::OwningOpRef<mlir::ModuleOp> buildDispatchPrologue(mlir::MLIRContext& mctx,
       });
     });
   });
-  k.blockSync();
+  k.block().sync();
   k.returnIf(!k.errorClear(ctx));
   // 4. Pool layout of every owner (expert e's rows start after the owner's earlier experts; within e, source ranks
   // in order), so base[e] = first row of (me, e) at e's owner: the per-expert sums over source ranks in parallel
@@ -186,7 +186,7 @@ mlir::OwningOpRef<mlir::ModuleOp> buildDispatchPrologue(mlir::MLIRContext& mctx,
     totals.storeI32(e, sums[0]);
     below.storeI32(e, sums[1]);
   });
-  k.blockSync();
+  k.block().sync();
   k.ifThen(tid == 0, [&] {
     k.forRange(k.i32(0), nranks, k.i32(1), [&](I32 owner) {
       k.forRange(k.i32(0), k.i32(local), k.i32(1), {k.i32(0)}, [&](I32 el, const std::vector<I32>& run) {
@@ -211,7 +211,7 @@ mlir::OwningOpRef<mlir::ModuleOp> buildDispatchPrologue(mlir::MLIRContext& mctx,
       });
     });
   });
-  k.blockSync();
+  k.block().sync();
   k.returnIf(overflow.loadI32(k.i32(0)) == k.i32(1));
   // My picks of e that fit at e's owner: the first ones, rows base[e] .. capacity - 1 (all of them unless dropping);
   // the rest are dropped, counted once per call (block 0).
@@ -222,7 +222,7 @@ mlir::OwningOpRef<mlir::ModuleOp> buildDispatchPrologue(mlir::MLIRContext& mctx,
     mine.storeI32(e, kept);
     k.ifThen(kept < all, [&] { droppedHere.atomicAddI32(k.i32(1), all - kept); });
   });
-  k.blockSync();
+  k.block().sync();
   k.ifThen(block == 0 && tid == 0 && drop == k.i32(1), [&] {
     I32 n = droppedHere.loadI32(k.i32(1));
     k.ifThen(k.i32(0) < n, [&] { k.signal(dropped, k.widen(n), Scope::gpu, /*add=*/true); });
@@ -235,7 +235,7 @@ mlir::OwningOpRef<mlir::ModuleOp> buildDispatchPrologue(mlir::MLIRContext& mctx,
     });
     off.storeI32(k.i32(E), total[0]);
   });
-  k.blockSync();
+  k.block().sync();
   k.ifThen(block == 0, [&] {
     k.forRange(tid, k.i32(E + 1), k.i32(T), [&](I32 e) {
       (sendOff + k.widen(e)).storeI32(off.loadI32(e));

@@ -88,17 +88,17 @@ mlir::OwningOpRef<mlir::ModuleOp> buildDispatchGemm(mlir::MLIRContext& mctx, con
 
   // A failed prologue (an expert index out of range) leaves nothing to do here; the peers' waits time out.
   k.returnIf(!k.errorClear(ctx));
-  Rings rings = allocateRings(k, g, c, ws ? 64 : 0);
-  SharedTile tileFirst = sharedTable(k, local + 1);
+  Rings rings = allocateRings(k, g, c, mnRingLayout(maps), ws ? 64 : 0);
+  SharedTile tileFirst = sharedTable(k, "tile_first", local + 1);
   // The push's unit table is dead once the block's GEMM starts: with the warp-specialised engine it lives in the
   // staging tile (first written by an epilogue, after the engine's block-wide start), which leaves room for a
   // fourth ring stage.
-  SharedTile unitFirst = ws ? SharedTile(&k, rings.staging.value(), Elem::i32, 1, (E + 1 + 3) / 4 * 4)
-                            : sharedTable(k, E + 1);
-  SharedTile slots = sharedTable(k, 1);
-  SharedTile confirmed = sharedTable(k, 1);  // the last local expert whose rows this block saw complete
+  SharedTile unitFirst = ws ? SharedTile(&k, rings.staging.value(), "unit_first", Elem::i32, 1, (E + 1 + 3) / 4 * 4)
+                            : sharedTable(k, "unit_first", E + 1);
+  SharedTile slots = sharedTable(k, "ticket_slot", 1);
+  SharedTile confirmed = sharedTable(k, "confirmed", 1);  // the last local expert whose rows this block saw complete
   std::optional<SharedTile> gatherRows;  // dedup: the receive row of each row of the running tile
-  if (dedup) gatherRows = sharedTable(k, c.m);
+  if (dedup) gatherRows = sharedTable(k, "gather_rows", c.m);
   I32 tid = k.threadIdx(), me = ctx.rank();
   k.ifThen(tid == 0, [&] { confirmed.storeI32(k.i32(0), k.i32(-1)); });  // read after the tile table's barriers
   I64 parity = ctx.epoch() % 2;
@@ -168,7 +168,7 @@ mlir::OwningOpRef<mlir::ModuleOp> buildDispatchGemm(mlir::MLIRContext& mctx, con
           k.peer(ctx, poolW + k.widen(row), owner).store((topkWeights + k.widen(pick)).load(1));
         });
       });
-      k.blockSync();  // the unit's rows are written: count them at the owner (the signal is a system release)
+      k.block().sync();  // the unit's rows are written: count them at the owner (the signal is a system release)
       k.ifThen(tid == 0, [&] {
         k.signal(k.peer(ctx, arrivedAt(me, e % local), owner), k.widen(rows), Scope::system, /*add=*/true);
       });
@@ -213,14 +213,16 @@ mlir::OwningOpRef<mlir::ModuleOp> buildDispatchGemm(mlir::MLIRContext& mctx, con
       });
     });
   };
-  // The forward's epilogue: SwiGLU of `rows` staged rows (h kept too, for the backward) by threads t .. of `threads`.
-  auto swigluRows = [&](const TilePlace& p, const I32& firstRow, const I32& t, int64_t threads, int64_t rows) {
+  // The forward's epilogue: SwiGLU of `rows` staged rows (h kept too, for the backward) by the threads `by`, this
+  // thread being number t of them.
+  auto swigluRows = [&](const Threads& by, const TilePlace& p, const I32& firstRow, const I32& t, int64_t rows) {
+    const int64_t threads = by.count();
     const int64_t half = c.n / 2, perRow = half / 8;
     I32 rowsValid = k.select(firstRow < p.groupEnd, p.groupEnd - firstRow, k.i32(0));
     if (s.saveH) {  // h kept for the backward: the gate half and the up half of the tile
       GlobalPtr hRow = extra + (k.widen(firstRow) * (2 * I) + k.widen(p.n0 / 2));
-      k.copyTile(rings.staging.colSlice(0, half), hRow, k.i32(2 * I), rowsValid, /*swizzle=*/false);
-      k.copyTile(rings.staging.colSlice(half, half), hRow + k.i64(I), k.i32(2 * I), rowsValid, /*swizzle=*/false);
+      by.copyTile(rings.staging.colSlice(0, half), hRow, k.i32(2 * I), rowsValid);
+      by.copyTile(rings.staging.colSlice(half, half), hRow + k.i64(I), k.i32(2 * I), rowsValid);
     }
     k.forRange(t, k.i32(rows * perRow), k.i32(threads), [&](I32 v) {
       I32 r = v / perRow, col = (v % perRow) * 8;
@@ -238,8 +240,8 @@ mlir::OwningOpRef<mlir::ModuleOp> buildDispatchGemm(mlir::MLIRContext& mctx, con
     // seen through the counters' acquire) before its TMA reads of them.
     WarpSpecializedEngine engine = WarpSpecializedEngine::allocate(gemm, maps, blockInPair);
     if (s.layout == G::kNT)
-      engine.epilogue = [&](const TilePlace& p, const I32& firstRow, int64_t w) {
-        swigluRows(p, firstRow, tid - 128 * w, 128, 64);
+      engine.epilogue = [&](const TilePlace& p, const I32& firstRow, const Threads& wg) {
+        swigluRows(wg, p, firstRow, tid - wg.first(), 64);
       };
     engine.leaderBeforeLoads = [&](const TilePlace& p) {
       k.ifThen(!(confirmed.loadI32(k.i32(0)) == p.expert), [&] {
@@ -255,12 +257,12 @@ mlir::OwningOpRef<mlir::ModuleOp> buildDispatchGemm(mlir::MLIRContext& mctx, con
   SingleRoleEngine engine{gemm};
   engine.beforeLoads = [&](const TilePlace& p) {
     k.ifThen(!(confirmed.loadI32(k.i32(0)) == p.expert), [&] {
-      k.blockSync();  // every thread has read `confirmed` before thread 0 moves it
+      k.block().sync();  // every thread has read `confirmed` before thread 0 moves it
       k.ifThen(tid == 0, [&] {
         awaitRows(p.expert);
         confirmed.storeI32(k.i32(0), p.expert);
       });
-      k.blockSync();
+      k.block().sync();
     });
     if (dedup) {
       I32 first = p.groupStart + p.mTile * c.m;
@@ -272,11 +274,11 @@ mlir::OwningOpRef<mlir::ModuleOp> buildDispatchGemm(mlir::MLIRContext& mctx, con
         }, k.i32(0));
         gatherRows->storeI32(r, recv);
       });
-      k.blockSync();
+      k.block().sync();
     }
   };
   if (s.layout == G::kNT)
-    engine.epilogue = [&](const TilePlace& p, const I32& firstRow) { swigluRows(p, firstRow, tid, c.threads, c.m); };
+    engine.epilogue = [&](const TilePlace& p, const I32& firstRow) { swigluRows(k.block(), p, firstRow, tid, c.m); };
   engine.runDynamic(sched, tileFirst, tickets, slots, total, grid);
   return k.finish();
 }
@@ -314,9 +316,9 @@ mlir::OwningOpRef<mlir::ModuleOp> buildGemmCombine(mlir::MLIRContext& mctx, cons
   const TensorMapArgs maps = tensorMapArgs(k, s.spec());  // sm_90a NN: dh's rows and w1; NT: act's rows and w2
 
   k.returnIf(!k.errorClear(ctx));
-  Rings rings = allocateRings(k, g, c, ws ? 64 : 0);
-  SharedTile tileFirst = sharedTable(k, local + 1);
-  SharedTile slots = sharedTable(k, 1);
+  Rings rings = allocateRings(k, g, c, mnRingLayout(maps), ws ? 64 : 0);
+  SharedTile tileFirst = sharedTable(k, "tile_first", local + 1);
+  SharedTile slots = sharedTable(k, "ticket_slot", 1);
   I32 tid = k.threadIdx(), me = ctx.rank();
   I64 parity = ctx.epoch() % 2;
 
@@ -347,9 +349,9 @@ mlir::OwningOpRef<mlir::ModuleOp> buildGemmCombine(mlir::MLIRContext& mctx, cons
     gemm.mmaOn = [&] { return k.select(legs.gemm, k.i32(1), k.i32(0)); };
     WarpSpecializedEngine engine = WarpSpecializedEngine::allocate(gemm, maps, blockInPair);
     engine.bulkEpilogue = true;
-    engine.epilogue = [&](const TilePlace& p, const I32& firstRow, int64_t w) {
+    engine.epilogue = [&](const TilePlace& p, const I32& firstRow, const Threads& wg) {
       I32 rowsValid = k.select(firstRow < p.groupEnd, p.groupEnd - firstRow, k.i32(0));
-      I32 lt = tid - 128 * w;
+      I32 lt = tid - wg.first();
       k.ifThen(lt < k.i32(64) && lt < rowsValid, [&] {
         k.bulkStore(rings.staging, lt, homeOf(p, firstRow, lt, k.i32(0)), c.n * 2);
         k.bulkCommit();
@@ -389,7 +391,7 @@ mlir::OwningOpRef<mlir::ModuleOp> buildGemmCombine(mlir::MLIRContext& mctx, cons
   k.returnIf(!legs.comm);
 
   // 2. This block is done at every home rank; wait until every block of every rank is done with my rows.
-  k.blockSync();
+  k.block().sync();
   k.ifThen(tid == 0, [&] {
     k.forRange(k.i32(0), ctx.nranks(), k.i32(1), [&](I32 home) {
       k.signal(k.peer(ctx, done + (parity * R + k.widen(me)), home), k.i64(1), Scope::system, /*add=*/true);
@@ -400,7 +402,7 @@ mlir::OwningOpRef<mlir::ModuleOp> buildGemmCombine(mlir::MLIRContext& mctx, cons
       });
     });
   });
-  k.blockSync();
+  k.block().sync();
   k.returnIf(!k.errorClear(ctx));
 
   // 3. Per token, the valid picks' rows in pick order, in fp32 (deterministic): weighted by the routing weights
@@ -441,7 +443,7 @@ mlir::OwningOpRef<mlir::ModuleOp> buildSwigluBwd(mlir::MLIRContext& mctx, const 
   GlobalPtr dw = k.ptr("dw", Elem::f32);
   I32 grid = k.i32Arg("grid");
   k.returnIf(!k.errorClear(ctx));
-  SharedTile partial = k.sharedTile(Elem::f32, 1, T);
+  SharedTile partial = k.sharedTile("partial", Elem::f32, 1, T);
   I32 tid = k.threadIdx();
   const float limit = float(s.clampMilli) / 1000.f;
   k.forRange(k.blockIdx(), rowsAt.loadI32(), grid, [&](I32 r) {
@@ -472,19 +474,19 @@ mlir::OwningOpRef<mlir::ModuleOp> buildSwigluBwd(mlir::MLIRContext& mctx, const 
       gAt.store((w * act).to(Elem::bf16));
       partial.store(k.i32(0), tid, partial.load(k.i32(0), tid, 1) + (gv * act).sum());
     });
-    k.blockSync();
+    k.block().sync();
     // Fixed-order tree over the block's partial sums.
     for (int64_t half = T / 2; half > 0; half /= 2) {
       k.ifThen(tid < k.i32(half), [&] {
         partial.store(k.i32(0), tid, partial.load(k.i32(0), tid, 1) + partial.load(k.i32(0), tid + half, 1));
       });
-      k.blockSync();
+      k.block().sync();
     }
     k.ifThen(tid == 0, [&] {
       I32 from = (poolSrc + k.widen(r)).loadI32();
       k.peer(ctx, dw + k.widen(from % kSourceShift), from / kSourceShift).store(partial.load(k.i32(0), k.i32(0), 1));
     });
-    k.blockSync();  // the slots are reset for the next row
+    k.block().sync();  // the slots are reset for the next row
   });
   return k.finish();
 }
@@ -502,7 +504,7 @@ mlir::OwningOpRef<mlir::ModuleOp> buildStageBegin(mlir::MLIRContext& mctx, const
   I64 stale = k.i64(1) - epoch % 2;
   k.forRange(tid, k.i32(R * local), k.i32(T), [&](I32 i) { (arrivals + (stale * (R * local) + k.widen(i))).storeI64(k.i64(0)); });
   k.ifThen(tid < k.i32(R), [&] { (done + (stale * R + k.widen(tid))).storeI64(k.i64(0)); });
-  k.blockSync();
+  k.block().sync();
   k.rankBarrier(ctx, barrier, epoch + 1);
   return k.finish();
 }

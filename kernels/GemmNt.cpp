@@ -18,22 +18,23 @@ mlir::OwningOpRef<mlir::ModuleOp> buildGemmNt(mlir::MLIRContext& ctx, const Gemm
   k.returnIf(m0 >= m);
   I32 n0 = k.blockIdx(0) * S::kBlockN;
   I32 rowsValid = m - m0;
-  SharedTile tileA = k.sharedTile(Elem::bf16, S::kBlockM, S::kBlockK);
-  SharedTile tileB = k.sharedTile(Elem::bf16, S::kBlockN, S::kBlockK);
+  SharedTile tileA = k.sharedTile("tile_a", Elem::bf16, S::kBlockM, S::kBlockK, Layout::k128B);
+  SharedTile tileB = k.sharedTile("tile_b", Elem::bf16, S::kBlockN, S::kBlockK, Layout::k128B);
   I32 ldk = k.i32(s.k);
   GlobalPtr aRows = a + k.widen(m0) * s.k;
   GlobalPtr bRows = b + k.widen(n0) * s.k;
 
-  Acc acc = k.forRange(k.i32(0), k.i32(s.k), k.i32(S::kBlockK), k.zeroAcc(S::kBlockM, S::kBlockN),
+  const Threads block = k.block();  // every op of this kernel is the whole block's
+  Acc acc = k.forRange(k.i32(0), k.i32(s.k), k.i32(S::kBlockK), block.zeroAcc(S::kBlockM, S::kBlockN),
                        [&](I32 k0, Acc acc) {
-                         k.copyTile(aRows + k.widen(k0), ldk, tileA, rowsValid, /*swizzle=*/true);
-                         k.copyTile(bRows + k.widen(k0), ldk, tileB, k.i32(S::kBlockN), /*swizzle=*/true);
-                         k.blockSync();
-                         Acc next = k.mma(acc, tileA, tileB);
-                         k.blockSync();  // the next stage overwrites the tiles
+                         block.copyTile(aRows + k.widen(k0), ldk, tileA, rowsValid);
+                         block.copyTile(bRows + k.widen(k0), ldk, tileB, k.i32(S::kBlockN));
+                         block.sync();
+                         Acc next = block.mma(acc, tileA, tileB);
+                         block.sync();  // the next stage overwrites the tiles
                          return next;
                        });
-  k.storeAcc(acc, c + (k.widen(m0) * s.n + k.widen(n0)), k.i32(s.n), rowsValid);
+  block.storeAcc(acc, c + (k.widen(m0) * s.n + k.widen(n0)), k.i32(s.n), rowsValid);
   return k.finish();
 }
 

@@ -47,9 +47,9 @@ mlir::OwningOpRef<mlir::ModuleOp> buildGroupedGemm(mlir::MLIRContext& ctx, const
     blockInPair = k.blockIdx() % 2;
   }
   TileScheduler sched{k, s, offsets, c.m, c.n, blockInPair, /*ticketed=*/tickets.has_value()};
-  Rings rings = allocateRings(k, s, c, c.warpSpecialized ? 64 : 0);
+  Rings rings = allocateRings(k, s, c, mnRingLayout(maps), c.warpSpecialized ? 64 : 0);
   GemmOperands gemm{k, s, c, a, b, out, rings};
-  SharedTile first = sharedTable(k, s.experts + 1);
+  SharedTile first = sharedTable(k, "tile_first", s.experts + 1);
   if (tickets) {
     I32 total = sched.buildTable(first);
     if (c.warpSpecialized) {
@@ -57,7 +57,7 @@ mlir::OwningOpRef<mlir::ModuleOp> buildGroupedGemm(mlir::MLIRContext& ctx, const
       if (splitTail) engine.enableSplit(*splitScratch, *maxSplit, grid);
       engine.runDynamic(sched, first, *tickets, total, grid);
     } else
-      SingleRoleEngine{gemm}.runDynamic(sched, first, *tickets, sharedTable(k, 1), total, grid);
+      SingleRoleEngine{gemm}.runDynamic(sched, first, *tickets, sharedTable(k, "ticket_slot", 1), total, grid);
   } else if (c.warpSpecialized) {  // no pairs here: they come with tensor maps, hence tickets
     WarpSpecializedEngine::allocate(gemm, maps).runStatic(sched, first, grid);
   } else {

@@ -21,6 +21,11 @@ struct TensorMapArgs {
 inline TensorMapArgs tensorMapArgs(dsl::Kernel& k, const KernelSpec& spec) {
   return {k.tensorMap("map_a", spec.constants), k.tensorMap("map_b", spec.constants)};
 }
+// The layout of MN-major rings (allocateRings): as TMA boxes land where these maps load them, else as tile copies
+// write it.
+inline dsl::Layout mnRingLayout(const TensorMapArgs& maps) {
+  return maps.a ? dsl::Layout::mn128BBoxes : dsl::Layout::mn128B;
+}
 
 // NT reads both operands K-major; NN's B and TN's A and B are K x MN slabs kept MN-major.
 struct GemmOperands {
@@ -43,8 +48,6 @@ struct GemmOperands {
   std::function<dsl::I32()> mmaOn;
 
   bool tn() const { return s.layout == GroupedGemmSpec::kTN; }
-  bool aMN() const { return tn(); }
-  bool bMN() const { return s.layout != GroupedGemmSpec::kNT; }
   // First output row of the tile: NT/NN rows of the group; TN rows of C[e] (M).
   dsl::I32 m0(const TilePlace& p) const { return tn() ? p.mTile * c.m : p.groupStart + p.mTile * c.m; }
   // K steps: fixed for NT/NN; the group's size for TN.
@@ -52,51 +55,53 @@ struct GemmOperands {
     dsl::I32 steps = tn() ? (p.groupEnd - p.groupStart + (c.k - 1)) / c.k : k.i32(s.kOrM / c.k);
     return mmaOn ? steps * mmaOn() : steps;
   }
-  // Issues the copies (cp.async on sm_90a, synchronous on gfx950) of K step kt of tile p into ring slot `slot`.
-  void issue(const TilePlace& p, const dsl::I32& kt, const dsl::I32& slot) const {
+  // Issues the copies (cp.async on sm_90a, synchronous on gfx950) of K step kt of tile p into ring slot `slot`, each
+  // in its ring's layout (Rings), by the threads `by` (the block, or a producer warpgroup).
+  void issue(const dsl::Threads& by, const TilePlace& p, const dsl::I32& kt, const dsl::I32& slot) const {
     using namespace dsl;
     I32 first = m0(p);
     if (tn()) {
       // Rows are the group's tokens: A [tokens, M], B [tokens, N]; tokens past the group are zero-filled.
       I32 row = p.groupStart + kt * c.k;
       I32 valid = p.groupEnd - row;
-      k.copyTileMN(a + (k.widen(row) * s.kOrM + k.widen(first)), k.i32(s.kOrM), rings.a.stage(slot), valid, true);
-      k.copyTileMN(b + (k.widen(row) * s.n + k.widen(p.n0)), k.i32(s.n), rings.b.stage(slot), valid, true);
+      by.copyTile(a + (k.widen(row) * s.kOrM + k.widen(first)), k.i32(s.kOrM), rings.a.stage(slot), valid,
+                  Copy::async);
+      by.copyTile(b + (k.widen(row) * s.n + k.widen(p.n0)), k.i32(s.n), rings.b.stage(slot), valid, Copy::async);
       return;
     }
     if (gatherA) {
-      k.copyTileGather(a + k.widen(kt * c.k), k.i32(s.kOrM), *gatherA, rings.a.stage(slot), p.groupEnd - first, true,
-                       true);
+      by.copyTileGather(a + k.widen(kt * c.k), k.i32(s.kOrM), *gatherA, rings.a.stage(slot), p.groupEnd - first,
+                        Copy::async);
     } else {
       GlobalPtr aRows = a + k.widen(first) * s.kOrM;
-      k.copyTile(aRows + k.widen(kt * c.k), k.i32(s.kOrM), rings.a.stage(slot), p.groupEnd - first, true, true);
+      by.copyTile(aRows + k.widen(kt * c.k), k.i32(s.kOrM), rings.a.stage(slot), p.groupEnd - first, Copy::async);
     }
     if (s.layout == GroupedGemmSpec::kNT && gateUpRows > 0) {
       const int64_t half = c.n / 2;
       SharedTile stage = rings.b.stage(slot);
       I64 gate = k.widen(p.expert) * (2 * gateUpRows) + k.widen(p.n0 / 2);
-      k.copyTile(b + (gate * s.kOrM + k.widen(kt * c.k)), k.i32(s.kOrM), stage.rowSlice(0, half), k.i32(half), true,
-                 true);
-      k.copyTile(b + ((gate + gateUpRows) * s.kOrM + k.widen(kt * c.k)), k.i32(s.kOrM), stage.rowSlice(half, half),
-                 k.i32(half), true, true);
+      by.copyTile(b + (gate * s.kOrM + k.widen(kt * c.k)), k.i32(s.kOrM), stage.rowSlice(0, half), k.i32(half),
+                  Copy::async);
+      by.copyTile(b + ((gate + gateUpRows) * s.kOrM + k.widen(kt * c.k)), k.i32(s.kOrM), stage.rowSlice(half, half),
+                  k.i32(half), Copy::async);
     } else if (s.layout == GroupedGemmSpec::kNT) {
       GlobalPtr bRows = b + (k.widen(p.expert) * s.n + k.widen(p.n0)) * s.kOrM;
-      k.copyTile(bRows + k.widen(kt * c.k), k.i32(s.kOrM), rings.b.stage(slot), k.i32(c.n), true, true);
+      by.copyTile(bRows + k.widen(kt * c.k), k.i32(s.kOrM), rings.b.stage(slot), k.i32(c.n), Copy::async);
     } else {
       GlobalPtr bSlab = b + ((k.widen(p.expert) * s.kOrM + k.widen(kt * c.k)) * s.n + k.widen(p.n0));
-      k.copyTileMN(bSlab, k.i32(s.n), rings.b.stage(slot), k.i32(c.k), true);
+      by.copyTile(bSlab, k.i32(s.n), rings.b.stage(slot), k.i32(c.k), Copy::async);
     }
   }
   // The default epilogue's stores: the staging tile's rows, C's rows from first0 on (TN: rows of dW[e], all of them;
-  // NT / NN: those inside the group, none where first0 lies past it, e.g. a pair's second m-tile).
-  void storeStaged(const TilePlace& p, const dsl::I32& first0) const {
+  // NT / NN: those inside the group, none where first0 lies past it, e.g. a pair's second m-tile), by the threads `by`.
+  void storeStaged(const dsl::Threads& by, const TilePlace& p, const dsl::I32& first0) const {
     using namespace dsl;
     if (tn())
-      k.copyTile(rings.staging, out + ((k.widen(p.expert) * s.kOrM + k.widen(first0)) * s.n + k.widen(p.n0)),
-                 k.i32(s.n), k.i32(rings.staging.rows()), /*swizzle=*/false);
+      by.copyTile(rings.staging, out + ((k.widen(p.expert) * s.kOrM + k.widen(first0)) * s.n + k.widen(p.n0)),
+                  k.i32(s.n), k.i32(rings.staging.rows()));
     else
-      k.copyTile(rings.staging, out + (k.widen(first0) * s.n + k.widen(p.n0)), k.i32(s.n),
-                 k.select(first0 < p.groupEnd, p.groupEnd - first0, k.i32(0)), /*swizzle=*/false);
+      by.copyTile(rings.staging, out + (k.widen(first0) * s.n + k.widen(p.n0)), k.i32(s.n),
+                  k.select(first0 < p.groupEnd, p.groupEnd - first0, k.i32(0)));
   }
 };
 

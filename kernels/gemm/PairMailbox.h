@@ -25,7 +25,8 @@ struct PairMailbox {
   static PairMailbox allocate(dsl::Kernel& k, const dsl::SharedTile& bars, int64_t firstBarrier,
                               const dsl::I32& blockInPair) {
     return {k, bars, firstBarrier, blockInPair,
-            k.dynamicSharedTile(dsl::Elem::i32, 1, kSlotBytes / 4, 2, 0, /*align=*/16)};
+            k.dynamicSharedTile("pair_mailbox", dsl::Elem::i32, 1, kSlotBytes / 4, 2, dsl::Layout::rowMajor, 0,
+                                /*align=*/16)};
   }
   // The two slots as a ring: ticket j is hand-over j (block 0 produces, block 1 consumes).
   BarrierRing ring() const { return {k, bars, 2, firstBarrier, firstBarrier + 2}; }

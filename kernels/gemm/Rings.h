@@ -10,22 +10,27 @@
 
 namespace megamoe::kernels {
 
-// The shared-memory buffers of the main loop and the epilogue, in every kernel that runs a GEMM engine.
+// The shared-memory buffers of the main loop and the epilogue, in every kernel that runs a GEMM engine. The rings'
+// layouts are what their copies write and the MMA reads: K-major [MN][64] rings in k128B; MN-major [64][MN] ones in
+// mn128B (tile copies), or mn128BBoxes where TMA boxes fill them. The staging tile is rowMajor.
 struct Rings {
   dsl::SharedTile a, b, staging;
 };
 // stagingRows: c.m, or 64 when the MMA warpgroups take turns with one warpgroup's rows (warp-specialised).
-inline Rings allocateRings(dsl::Kernel& k, const GroupedGemmSpec& s, const GroupedGemmSpec::Tiles& c,
+// mn: the layout of MN-major rings, mn128BBoxes where TMA boxes load them (tensor maps), else mn128B
+// (mnRingLayout).
+inline Rings allocateRings(dsl::Kernel& k, const GroupedGemmSpec& s, const GroupedGemmSpec::Tiles& c, dsl::Layout mn,
                            int64_t stagingRows = 0) {
   using namespace dsl;
   bool tn = s.layout == GroupedGemmSpec::kTN, nt = s.layout == GroupedGemmSpec::kNT;
-  // K-major [MN][64] rings, or MN-major [64][MN] ones.
-  SharedTile a = tn ? k.dynamicSharedTile(Elem::bf16, c.k, c.m, c.stages)
-                    : k.dynamicSharedTile(Elem::bf16, c.m, c.k, c.stages);
-  SharedTile b = nt ? k.dynamicSharedTile(Elem::bf16, c.n, c.k, c.stages)
-                    : k.dynamicSharedTile(Elem::bf16, c.k, c.n, c.stages);
+  SharedTile a = tn ? k.dynamicSharedTile("ring_a", Elem::bf16, c.k, c.m, c.stages, mn)
+                    : k.dynamicSharedTile("ring_a", Elem::bf16, c.m, c.k, c.stages, Layout::k128B);
+  SharedTile b = nt ? k.dynamicSharedTile("ring_b", Elem::bf16, c.n, c.k, c.stages, Layout::k128B)
+                    : k.dynamicSharedTile("ring_b", Elem::bf16, c.k, c.n, c.stages, mn);
   // Staging rows padded by 8 elements (16 bytes): the 8 rows a warp's fragment store touches fall in distinct banks.
-  return {a, b, k.dynamicSharedTile(Elem::bf16, stagingRows ? stagingRows : c.m, c.n, 1, c.n + 8)};
+  return {a, b,
+          k.dynamicSharedTile("staging", Elem::bf16, stagingRows ? stagingRows : c.m, c.n, 1, Layout::rowMajor,
+                              c.n + 8)};
 }
 
 // Where a consumer stands in a BarrierRing: the entry of its next hand-over and that round's phase parity, carried

@@ -3,14 +3,17 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <string>
+#include <utility>
 
 #include "dsl/Dsl.h"
 
 namespace megamoe::kernels {
 
-// Shared i32 table of n entries (rounded up to whole 16-byte rows).
-inline dsl::SharedTile sharedTable(dsl::Kernel& k, int64_t n) {
-  return k.dynamicSharedTile(dsl::Elem::i32, 1, (n + 3) / 4 * 4, 1, 0, /*align=*/16);
+// Shared i32 table of n entries (rounded up to whole 16-byte rows), named `name` in the builder's messages.
+inline dsl::SharedTile sharedTable(dsl::Kernel& k, std::string name, int64_t n) {
+  return k.dynamicSharedTile(std::move(name), dsl::Elem::i32, 1, (n + 3) / 4 * 4, 1, dsl::Layout::rowMajor, 0,
+                             /*align=*/16);
 }
 
 // first[i] = sum of count(j) for j < i, for i in [0, n], in shared memory, so that "which i holds item t" is a
@@ -24,13 +27,13 @@ struct PrefixTable {
   dsl::I32 build(const std::function<dsl::I32(dsl::I32)>& count) const {
     using namespace dsl;
     k.forRange(k.threadIdx(), k.i32(n), k.i32(k.blockThreads()), [&](I32 i) { first.storeI32(i + 1, count(i)); });
-    k.blockSync();
+    k.block().sync();
     k.ifThen(k.threadIdx() == 0, [&] {
       first.storeI32(k.i32(0), k.i32(0));
       k.forRange(k.i32(1), k.i32(n + 1), k.i32(1),
                  [&](I32 i) { first.storeI32(i, first.loadI32(i) + first.loadI32(i - 1)); });
     });
-    k.blockSync();
+    k.block().sync();
     return first.loadI32(k.i32(n));
   }
   // The i with first[i] <= t < first[i + 1] (entries with count 0 have first[i] == first[i + 1]: the last such).

@@ -20,7 +20,7 @@ struct SingleRoleEngine {
   GemmOperands gemm;
 
   // Optional parts of the fused operators.
-  // Called by every thread before a tile's first copies (may block-sync), e.g. to wait for the rows to arrive.
+  // Called by every thread before a tile's first copies (may sync the block), e.g. to wait for the rows to arrive.
   std::function<void(const TilePlace&)> beforeLoads;
   // Replaces the default epilogue (staging -> out); called by every thread once the tile is in the staging tile.
   std::function<void(const TilePlace&, const dsl::I32& firstRow)> epilogue;
@@ -36,7 +36,7 @@ struct SingleRoleEngine {
     if (beforeLoads) beforeLoads(p);
     I32 steps = gemm.kTiles(p);
     for (int64_t st = 0; st + 1 < gemm.c.stages; ++st) {
-      k.ifThen(k.i32(st) < steps, [&] { gemm.issue(p, k.i32(st), slotOf(base, k.i32(st))); });
+      k.ifThen(k.i32(st) < steps, [&] { gemm.issue(k.block(), p, k.i32(st), slotOf(base, k.i32(st))); });
       k.asyncCommit();
     }
   }
@@ -54,15 +54,15 @@ struct SingleRoleEngine {
     dsl::Kernel& k = gemm.k;
     const auto& c = gemm.c;
     I32 steps = gemm.kTiles(p);
-    Acc acc = k.forRange(k.i32(0), steps, k.i32(1), k.zeroAcc(c.m, c.n), [&](I32 kt, Acc acc) {
+    Acc acc = k.forRange(k.i32(0), steps, k.i32(1), k.block().zeroAcc(c.m, c.n), [&](I32 kt, Acc acc) {
       k.asyncWait(c.stages - 2);  // stage kt has landed (for this thread) ...
-      k.blockSync();              // ... and for every thread
-      Acc nextAcc = k.mma(acc, gemm.rings.a.stage(slotOf(base, kt)), gemm.rings.b.stage(slotOf(base, kt)),
-                          /*pending=*/1, gemm.aMN(), gemm.bMN());
+      k.block().sync();           // ... and for every thread
+      Acc nextAcc = k.block().mma(acc, gemm.rings.a.stage(slotOf(base, kt)), gemm.rings.b.stage(slotOf(base, kt)),
+                                  /*pending=*/1);
       // The MMA of stage kt - 1 has finished in every warpgroup: its slot can be refilled.
-      k.blockSync();
+      k.block().sync();
       I32 fill = kt + (c.stages - 1);
-      k.ifThen(fill < steps, [&] { gemm.issue(p, fill, slotOf(base, fill)); });
+      k.ifThen(fill < steps, [&] { gemm.issue(k.block(), p, fill, slotOf(base, fill)); });
       k.asyncCommit();  // an empty group past the end keeps the wait counts uniform
       return nextAcc;
     });
@@ -82,16 +82,16 @@ struct SingleRoleEngine {
     dsl::Kernel& k = gemm.k;
     if (bulkEpilogue) {
       k.bulkWait(/*readOnly=*/true);  // the previous tile's bulk copies have read the staging tile
-      k.blockSync();
+      k.block().sync();
     }
     I32 first0 = gemm.m0(p);
-    k.storeAcc(acc, gemm.rings.staging);
-    k.blockSync();
+    k.block().storeAcc(acc, gemm.rings.staging);
+    k.block().sync();
     if (epilogue)
       epilogue(p, first0);
     else
-      gemm.storeStaged(p, first0);
-    if (!bulkEpilogue) k.blockSync();  // the next tile's epilogue overwrites the staging tile
+      gemm.storeStaged(k.block(), p, first0);
+    if (!bulkEpilogue) k.block().sync();  // the next tile's epilogue overwrites the staging tile
   }
   // After the tile loop: every copy this thread started has completed (bulk stores: written, and ordered before a
   // release that follows).
@@ -132,7 +132,7 @@ struct SingleRoleEngine {
     auto draw = [&] { return k.ifElse(k.threadIdx() == 0, [&] { return tickets.atomicAddI32(k.i32(1)); }, k.i32(0)); };
     auto publish = [&](const I32& ticket) {
       k.ifThen(k.threadIdx() == 0, [&] { slots.storeI32(k.i32(0), ticket); });
-      k.blockSync();
+      k.block().sync();
       return slots.loadI32(k.i32(0));  // the next write is a whole tile (and its barriers) later
     };
     I32 t0 = publish(draw());

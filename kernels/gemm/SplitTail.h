@@ -39,7 +39,8 @@ struct SplitTail {
   static SplitTail over(dsl::Kernel& k, const dsl::GlobalPtr& scratch, const dsl::I32& maxSplit, const dsl::I32& grid,
                         const std::optional<dsl::I32>& blockInPair) {
     dsl::I64 counterInts = k.widen((grid * 2 + 63) / 64 * 64);  // abi::splitCounterBytes(grid) / 4
-    return SplitTail{scratch, scratch.as(dsl::Elem::f32) + counterInts, maxSplit, sharedTable(k, 2), blockInPair};
+    return SplitTail{scratch, scratch.as(dsl::Elem::f32) + counterInts, maxSplit, sharedTable(k, "split_state", 2),
+                     blockInPair};
   }
 
   // The producer's side. Units below `main` are whole tickets, then `ways` tickets per unit (`all` tickets).
@@ -82,15 +83,16 @@ struct SplitTail {
     dsl::I32 at = (sp.unit * sp.ways + index) * (blockInPair ? 2 : 1) + blockInPairOr0(k);
     return partials + k.widen(at) * abi::kSplitTileFloats;
   }
-  // Stores the warpgroup's partial of an n-wide tile and counts it in; true (every thread of the warpgroup) where
+  // Stores MMA warpgroup wg's partial of an n-wide tile and counts it in; true (every thread of the warpgroup) where
   // it was the last.
-  dsl::Bool arrive(dsl::Kernel& k, int64_t n, const dsl::Acc& acc, const KSlice& sl, int64_t w) const {
+  dsl::Bool arrive(dsl::Kernel& k, const dsl::Threads& wg, int64_t n, const dsl::Acc& acc, const KSlice& sl) const {
     using namespace dsl;
+    const int64_t w = wg.first() / 128;
     Part sp = part(sl);
     k.ifThen(!(sl.code == 0), [&] {
-      k.storeAcc(acc, partial(k, sp, sp.index), k.i32(n), k.i32(INT32_MAX));
-      k.fence();       // this thread's partial before the count ...
-      k.blockSync();   // ... and every thread's, before the leader counts the warpgroup in
+      wg.storeAcc(acc, partial(k, sp, sp.index), k.i32(n), k.i32(INT32_MAX));
+      k.fence();    // this thread's partial before the count ...
+      wg.sync();    // ... and every thread's, before the leader counts the warpgroup in
       k.ifThen(k.threadIdx() % 128 == 0, [&] {
         GlobalPtr counter =
             counters + k.widen((sp.unit * (blockInPair ? 2 : 1) + blockInPairOr0(k)) * 2 + int64_t(w));
@@ -98,7 +100,7 @@ struct SplitTail {
         k.ifThen(lastOne, [&] { counter.storeI32(k.i32(0)); });  // every split has counted: reset for the next launch
         last.storeI32(k.i32(w), k.select(lastOne, k.i32(1), k.i32(0)));
       });
-      k.blockSync();
+      wg.sync();
     });
     return last.loadI32(k.i32(w)) == 1;
   }

@@ -32,9 +32,9 @@ namespace megamoe::kernels {
 // bytes), so the producer's copies cost a few instructions instead of 24 cp.async with their addresses per thread.
 // The boxes are the maps' declared ones (compiler/abi/KernelAbi.cpp), which the runtime encodes the maps with:
 // NT / NN's A [rows, K] in boxes of 128 rows x 64 K, NT's B [E * N, K] in boxes of 128 rows x 64 K, NN's B
-// [E * K, N] and TN's A [tokens, M] and B [tokens, N] in boxes of 64 K x 64 MN (MN atoms outermost: mma_tile's
-// mn_atoms_outer; TN zeroes a group's partial last step in shared memory, zeroTail). Every registered kernel on this
-// engine has tensor maps; the cp.async producers (runStatic) only codegen_test builds.
+// [E * K, N] and TN's A [tokens, M] and B [tokens, N] in boxes of 64 K x 64 MN (MN atoms outermost: the rings'
+// mn128BBoxes layout, allocateRings; TN zeroes a group's partial last step in shared memory, zeroTail). Every
+// registered kernel on this engine has tensor maps; the cp.async producers (runStatic) only codegen_test builds.
 struct WarpSpecializedEngine {
   static constexpr int64_t kHandover = 2, kFields = 8, kProducerRegisters = 56, kMmaRegisters = 216;
   GemmOperands gemm;
@@ -52,9 +52,10 @@ struct WarpSpecializedEngine {
   // Fused operators (with tensor maps): called by the producer leader alone before a tile's loads, e.g. to wait for
   // the tile's rows to arrive.
   std::function<void(const TilePlace&)> leaderBeforeLoads;
-  // Replaces the default row stores: called by the 128 threads of MMA warpgroup w (its own group: blockSync is its
-  // barrier) once its 64 rows of the tile, from firstRow on, are in the staging tile.
-  std::function<void(const TilePlace&, const dsl::I32& firstRow, int64_t w)> epilogue;
+  // Replaces the default row stores: called by the 128 threads of MMA warpgroup `wg` (its own group: wg.sync() is
+  // its barrier; warpgroup wg.first() / 128 of the block) once its 64 rows of the tile, from firstRow on, are in the
+  // staging tile.
+  std::function<void(const TilePlace&, const dsl::I32& firstRow, const dsl::Threads& wg)> epilogue;
   // The epilogue sends staging rows out as bulk copies (committed): they have read the staging tile before the
   // other warpgroup takes its turn, and are written before the MMA warpgroups leave the engine.
   bool bulkEpilogue = false;
@@ -96,7 +97,8 @@ struct WarpSpecializedEngine {
     dsl::Kernel& k = gemm.k;
     WarpSpecializedEngine engine{
         gemm, k.mbarriers(2 * gemm.c.stages + 2 * kHandover + (blockInPair ? PairMailbox::kBarriers : 0) + 2),
-        k.dynamicSharedTile(dsl::Elem::i32, 1, kHandover * kFields, 1, 0, /*align=*/16), maps, blockInPair};
+        k.dynamicSharedTile("tile_handover", dsl::Elem::i32, 1, kHandover * kFields, 1, dsl::Layout::rowMajor, 0,
+                            /*align=*/16), maps, blockInPair};
     if (blockInPair)
       engine.mailbox.emplace(PairMailbox::allocate(k, engine.bars, 2 * gemm.c.stages + 2 * kHandover, *blockInPair));
     return engine;
@@ -140,7 +142,7 @@ struct WarpSpecializedEngine {
     if (blockInPair)
       k.clusterSync();  // both blocks' barriers exist before either multicasts or arrives on the other's
     else
-      k.blockSync();
+      k.block().sync();
   }
 
   // Producer leader: hands tile number j (its place, or the end mark) to the MMA warpgroups.
@@ -177,8 +179,9 @@ struct WarpSpecializedEngine {
     return {ks % 65536, ks / 65536, info.loadI32(q * kFields + 7)};
   }
 
-  // Producer: the copies of tile p's K steps from stage counter g on; returns the counter after them.
-  dsl::I32 load(const TilePlace& p, const dsl::I32& g) const {
+  // The producer warpgroup's threads: the copies of tile p's K steps from stage counter g on; returns the counter
+  // after them.
+  dsl::I32 load(const dsl::Threads& producer, const TilePlace& p, const dsl::I32& g) const {
     using namespace dsl;
     dsl::Kernel& k = gemm.k;
     I32 steps = gemm.kTiles(p);
@@ -186,7 +189,7 @@ struct WarpSpecializedEngine {
     k.forRange(k.i32(0), steps, k.i32(1), [&](I32 kt) {
       I32 gi = g + kt, slot = ring.entry(gi);
       ring.acquire(gi, slot);  // refilling a slot waits until the MMA of its previous round has read it
-      gemm.issue(p, kt, slot);
+      gemm.issue(producer, p, kt, slot);
       ring.commitAsync(slot);
     });
     return g + steps;
@@ -261,13 +264,14 @@ struct WarpSpecializedEngine {
   }
 
 
-  // MMA warpgroup w (its own thread group): tile number j, at p, its K loop from stage counter g on (rows 64w ..
-  // of the tile), then its rows' epilogue; returns the counter after it.
-  dsl::I32 compute(const TilePlace& p, const dsl::I32& g, int64_t w, const dsl::I32& j,
+  // MMA warpgroup w (`wg`, its own thread group): tile number j, at p, its K loop from stage counter g on (rows
+  // 64w .. of the tile), then its rows' epilogue; returns the counter after it.
+  dsl::I32 compute(const dsl::Threads& wg, const TilePlace& p, const dsl::I32& g, const dsl::I32& j,
                    const std::optional<KSlice>& slice) const {
     using namespace dsl;
     dsl::Kernel& k = gemm.k;
     const auto& c = gemm.c;
+    const int64_t w = wg.first() / 128;
     Bool wgLeader = k.threadIdx() % 128 == 0;
     I32 steps = slice ? slice->steps : gemm.kTiles(p);
     // Both warpgroups multiply every tile, even where one's 64 rows lie past the group: letting that one only pass
@@ -277,7 +281,7 @@ struct WarpSpecializedEngine {
     const BarrierRing ring = slots();
     const RingPosition first = ring.position(g);
     auto looped = k.forRange(
-        k.i32(0), steps, k.i32(1), k.zeroAcc(64, c.n), {first.entry, first.phase},
+        k.i32(0), steps, k.i32(1), wg.zeroAcc(64, c.n), {first.entry, first.phase},
         [&](I32 kt, Acc acc, const std::vector<I32>& carried) {
           const RingPosition at{carried[0], carried[1]};
           const I32 slot = at.entry;
@@ -285,8 +289,7 @@ struct WarpSpecializedEngine {
           ring.wait(at);
           if (tma() && gemm.tn()) zeroTail(p, kt, slot, w);
           if (!tma()) k.proxyFence();  // the producer's cp.async wrote through the generic proxy (TMA: the async one)
-          Acc out = k.mma(acc, gemm.rings.a.stage(slot), gemm.rings.b.stage(slot), /*pending=*/1, gemm.aMN(),
-                          gemm.bMN(), /*mnAtomsOuter=*/tma());
+          Acc out = wg.mma(acc, gemm.rings.a.stage(slot), gemm.rings.b.stage(slot), /*pending=*/1);
           // The MMA of step kt - 1 has finished in this warpgroup: its slot goes back to the producer(s).
           // (With pairs to both blocks' producers: both multicast into this block's copy of the slot.)
           k.ifThen(k.i32(0) < kt && wgLeader, [&] { ring.release(step.previous, blockInPair); });
@@ -298,20 +301,20 @@ struct WarpSpecializedEngine {
     std::optional<Bool> isSplit, reduce;
     if (split && slice) {
       isSplit = !(slice->code == 0);
-      reduce = *isSplit && split->arrive(k, c.n, acc, *slice, w);
+      reduce = *isSplit && split->arrive(k, wg, c.n, acc, *slice);
     }
     // Warpgroup 0 stores tile j after warpgroup 1 has stored tile j - 1; warpgroup 1 after warpgroup 0 tile j.
     turns().wait(w, j);
     // The staging tile's rows out (once filled: by the accumulator, or by the split's sum), every thread.
     auto stageAndStore = [&](const std::function<void()>& fill) {
       fill();
-      k.blockSync();
+      wg.sync();
       if (epilogue)
-        epilogue(p, gemm.m0(p) + 64 * w, w);
+        epilogue(p, gemm.m0(p) + 64 * w, wg);
       else
-        gemm.storeStaged(p, gemm.m0(p) + 64 * w);
+        gemm.storeStaged(wg, p, gemm.m0(p) + 64 * w);
     };
-    auto fromAcc = [&] { k.storeAcc(acc, gemm.rings.staging.asRowsOf(64 * w)); };
+    auto fromAcc = [&] { wg.storeAcc(acc, gemm.rings.staging.asRowsOf(64 * w)); };
     if (isSplit) {
       k.ifThen(!*isSplit, [&] { stageAndStore(fromAcc); });
       k.ifThen(*reduce, [&] { stageAndStore([&] { split->sum(k, c.n, gemm.rings.staging, *slice, w); }); });
@@ -320,7 +323,7 @@ struct WarpSpecializedEngine {
     }
     if (bulkEpilogue) {
       k.bulkWait(/*readOnly=*/true);  // this thread's copies have read their staging rows ...
-      k.blockSync();                  // ... and every thread's, before the other warpgroup may overwrite them
+      wg.sync();                      // ... and every thread's, before the other warpgroup may overwrite them
     }
     turns().pass(w);
     return g + steps;
@@ -363,14 +366,14 @@ struct WarpSpecializedEngine {
     if (tma() || blockInPair) throw std::logic_error("the static loop: cp.async producers, single blocks");
     I32 total = sched.buildTable(first);
     init();
-    k.group(c.mmaThreads(), k.blockThreads() - c.mmaThreads(), /*barrier=*/2, [&] {
+    k.group(c.mmaThreads(), k.blockThreads() - c.mmaThreads(), /*barrier=*/2, [&](const Threads& producer) {
       k.setMaxRegisters(kProducerRegisters, /*increase=*/false);
       Bool leader = k.threadIdx() == k.i32(c.mmaThreads());
       std::vector<I32> end = k.forRange(k.blockIdx(), total, grid, {k.i32(0), k.i32(0)},
                                         [&](I32 t, const std::vector<I32>& v) {
                                           TilePlace p = sched.place(t, first);
                                           k.ifThen(leader, [&] { handOver(v[1], &p); });
-                                          return std::vector<I32>{load(p, v[0]), v[1] + 1};
+                                          return std::vector<I32>{load(producer, p, v[0]), v[1] + 1};
                                         });
       k.ifThen(leader, [&] { handOver(end[1], nullptr); });
       k.asyncCommit();
@@ -384,7 +387,7 @@ struct WarpSpecializedEngine {
     using namespace dsl;
     dsl::Kernel& k = gemm.k;
     for (int64_t w = 0; w < warpgroups(); ++w) {
-      k.group(128 * w, 128, /*barrier=*/3 + int(w), [&] {
+      k.group(128 * w, 128, /*barrier=*/3 + int(w), [&](const Threads& wg) {
         k.setMaxRegisters(kMmaRegisters, /*increase=*/true);
         k.whileLoop(
             {receive(k.i32(0)), k.i32(0), k.i32(0)}, [&](const std::vector<I32>& v) { return !(v[0] == 0); },
@@ -392,7 +395,7 @@ struct WarpSpecializedEngine {
               I32 j = v[1];
               std::optional<KSlice> slice;
               if (split) slice = sliceOf(j % kHandover);
-              I32 g = compute(placeOf(j % kHandover), v[2], w, j, slice);
+              I32 g = compute(wg, placeOf(j % kHandover), v[2], j, slice);
               // Entry j has been read: each thread gives it back itself (racecheck does not follow a warpgroup
               // leader's arrival after a barrier of its group, and flagged the producer's rewrite of the entry).
               handOvers().release(handOvers().entry(j));
@@ -413,7 +416,8 @@ struct WarpSpecializedEngine {
     const auto& c = gemm.c;
     if (!tma()) throw std::logic_error("runDynamic: tensor maps");
     init();
-    k.group(c.mmaThreads(), k.blockThreads() - c.mmaThreads(), /*barrier=*/2, [&] {
+    // The producer warpgroup: its leader alone issues the boxes (thread-scope ops).
+    k.group(c.mmaThreads(), k.blockThreads() - c.mmaThreads(), /*barrier=*/2, [&](const Threads&) {
       k.setMaxRegisters(kProducerRegisters, /*increase=*/false);
       k.ifThen(k.threadIdx() == k.i32(c.mmaThreads()), [&] {
         // Ticket number j of this block (pairs: of the pair; both blocks get the same).

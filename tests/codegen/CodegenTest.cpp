@@ -10,6 +10,10 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <stdexcept>
 #include <sstream>
 #include <string>
 
@@ -327,10 +331,162 @@ TEST(Codegen, BulkStoreMovesWholeSixteenByteChunks) {
                                       megamoe::abi::GridRule::kCovering};
   dsl::Kernel k(ctx, decl, 128);
   dsl::GlobalPtr out = k.ptr("out", dsl::Elem::bf16);
-  dsl::SharedTile rows = k.dynamicSharedTile(dsl::Elem::bf16, 8, 64, 1);
+  dsl::SharedTile rows = k.dynamicSharedTile("rows", dsl::Elem::bf16, 8, 64, 1);
   EXPECT_THROW(k.bulkStore(rows, k.i32(0), out, 8), std::invalid_argument);
   EXPECT_THROW(k.bulkStore(rows, k.i32(0), out, 0), std::invalid_argument);
   EXPECT_NO_THROW(k.bulkStore(rows, k.i32(1), out, 128));
+}
+
+// The shared tile carries its layout (dsl::Layout): copies write it, tmaLoad's box must write it, the MMA reads it.
+// A mismatch is refused while the kernel is built, naming the tile and both layouts.
+namespace layouts {
+// The message of the std::logic_error that `build` throws, or "" (no error).
+std::string refusal(const std::function<void()>& build) {
+  try {
+    build();
+  } catch (const std::logic_error& e) {
+    return e.what();
+  }
+  return "";
+}
+struct Builder {
+  mlir::DialectRegistry registry;
+  std::unique_ptr<mlir::MLIRContext> ctx;
+  std::unique_ptr<dsl::Kernel> k;
+  explicit Builder(bool tensorMaps) {
+    registerAllDialects(registry);
+    ctx = std::make_unique<mlir::MLIRContext>(registry, mlir::MLIRContext::Threading::DISABLED);
+    namespace abi = megamoe::abi;
+    static const abi::KernelDecl decl{"layout_guard",
+                                      {},
+                                      {{"src", abi::ArgKind::kPtr, abi::Elem::kBf16},
+                                       {"ctx", abi::ArgKind::kContext},
+                                       {"map", abi::ArgKind::kTensorMap, abi::Elem::kNone,
+                                        {abi::Elem::kBf16, 64, 64, abi::Swizzle::k128B}}},
+                                      abi::GridRule::kCovering};
+    k = std::make_unique<dsl::Kernel>(*ctx, decl, 128, tensorMaps);
+  }
+};
+}  // namespace layouts
+
+// An MMA reading a tile that its copy filled unswizzled: the copy writes the tile's rowMajor layout, the MMA reads
+// only swizzled ones. Catches: an mma that takes any tile as K-major b128 (the old per-call swizzle flag's bug:
+// copyTile(..., swizzle=false) then mma reading 128B-swizzled rows).
+TEST(Codegen, MmaRefusesATileInALayoutItDoesNotRead) {
+  layouts::Builder b(false);
+  dsl::Kernel& k = *b.k;
+  dsl::GlobalPtr src = k.ptr("src", dsl::Elem::bf16);
+  dsl::SharedTile plain = k.sharedTile("plain_a", dsl::Elem::bf16, 64, 64);
+  dsl::SharedTile swizzled = k.sharedTile("swizzled_b", dsl::Elem::bf16, 64, 64, dsl::Layout::k128B);
+  k.block().copyTile(src, k.i32(64), plain, k.i32(64));
+  k.block().copyTile(src, k.i32(64), swizzled, k.i32(64));
+  std::string why = layouts::refusal([&] { k.block().mma(k.block().zeroAcc(64, 64), plain, swizzled); });
+  EXPECT_NE(why.find("'plain_a'"), std::string::npos) << why;
+  EXPECT_NE(why.find("operand A"), std::string::npos) << why;
+  EXPECT_NE(why.find("rowMajor"), std::string::npos) << why;
+  EXPECT_NE(why.find("k128B"), std::string::npos) << why;
+  EXPECT_EQ(layouts::refusal([&] { k.block().mma(k.block().zeroAcc(64, 64), swizzled, swizzled); }), "");
+}
+
+// Two MN-major operands in different placements (cp.async's K-group-major atoms, TMA's MN atoms outermost): one
+// mma_tile has one placement for both. Catches: mn_atoms_outer taken from either operand alone.
+TEST(Codegen, MmaRefusesMnMajorOperandsInTwoPlacements) {
+  layouts::Builder b(false);
+  dsl::Kernel& k = *b.k;
+  dsl::SharedTile copied = k.dynamicSharedTile("copied_a", dsl::Elem::bf16, 64, 64, 1, dsl::Layout::mn128B);
+  dsl::SharedTile boxes = k.dynamicSharedTile("boxes_b", dsl::Elem::bf16, 64, 128, 1, dsl::Layout::mn128BBoxes);
+  std::string why = layouts::refusal([&] { k.block().mma(k.block().zeroAcc(64, 128), copied, boxes); });
+  EXPECT_NE(why.find("'copied_a'"), std::string::npos) << why;
+  EXPECT_NE(why.find("'boxes_b'"), std::string::npos) << why;
+  EXPECT_NE(why.find("mn128B "), std::string::npos) << why;
+  EXPECT_NE(why.find("mn128BBoxes"), std::string::npos) << why;
+}
+
+// A TMA box (declared sw128 in the kernel's declaration) into a tile of the right bytes but another layout: the box
+// writes 128-byte swizzled rows, which neither a rowMajor tile nor cp.async's mn128B order hold. Catches: a tmaLoad
+// check of element type and bytes alone (the box's swizzle ignored).
+TEST(Codegen, TmaLoadRefusesATileWhoseLayoutTheBoxDoesNotWrite) {
+  layouts::Builder b(true);
+  dsl::Kernel& k = *b.k;
+  std::optional<dsl::TensorMap> map = k.tensorMap("map", {});
+  ASSERT_TRUE(map.has_value());
+  dsl::SharedTile bars = k.mbarriers(1);
+  dsl::SharedTile plain = k.dynamicSharedTile("plain_ring", dsl::Elem::bf16, 64, 64, 1);
+  dsl::SharedTile copied = k.dynamicSharedTile("copied_ring", dsl::Elem::bf16, 64, 64, 1, dsl::Layout::mn128B);
+  dsl::SharedTile kMajor = k.dynamicSharedTile("k_ring", dsl::Elem::bf16, 64, 64, 1, dsl::Layout::k128B);
+  auto load = [&](const dsl::SharedTile& dst) {
+    return layouts::refusal([&] { k.tmaLoad(*map, {k.i32(0), k.i32(0)}, dst, bars, k.i32(0)); });
+  };
+  std::string why = load(plain);
+  EXPECT_NE(why.find("'plain_ring'"), std::string::npos) << why;
+  EXPECT_NE(why.find("sw128"), std::string::npos) << why;
+  EXPECT_NE(why.find("rowMajor"), std::string::npos) << why;
+  why = load(copied);
+  EXPECT_NE(why.find("'copied_ring'"), std::string::npos) << why;
+  EXPECT_NE(why.find("mn128B "), std::string::npos) << why;
+  EXPECT_EQ(load(kMajor), "");
+}
+
+// Copies and accumulator stores read the layout from the tile too: a tile copy cannot write TMA's placement, a
+// gather or a store out of shared memory has no MN-major form, the accumulator store and slices that cut through
+// swizzle atoms are refused. Catches: any of these silently writing one layout into a tile declared another.
+TEST(Codegen, CopiesRefuseLayoutsTheyCannotWrite) {
+  layouts::Builder b(false);
+  dsl::Kernel& k = *b.k;
+  const dsl::Threads block = k.block();
+  dsl::GlobalPtr src = k.ptr("src", dsl::Elem::bf16);
+  dsl::SharedTile boxes = k.dynamicSharedTile("boxes", dsl::Elem::bf16, 64, 64, 1, dsl::Layout::mn128BBoxes);
+  dsl::SharedTile copied = k.dynamicSharedTile("copied", dsl::Elem::bf16, 64, 64, 1, dsl::Layout::mn128B);
+  dsl::SharedTile kMajor = k.dynamicSharedTile("k_major", dsl::Elem::bf16, 64, 64, 1, dsl::Layout::k128B);
+  dsl::SharedTile rowIndex = k.dynamicSharedTile("row_index", dsl::Elem::i32, 1, 64, 1, dsl::Layout::rowMajor, 0, 16);
+  auto names = [](const std::string& why, const char* tile) { return why.find(tile) != std::string::npos; };
+  EXPECT_TRUE(names(layouts::refusal([&] { block.copyTile(src, k.i32(64), boxes, k.i32(64)); }), "'boxes'"));
+  EXPECT_EQ(layouts::refusal([&] { block.copyTile(src, k.i32(64), copied, k.i32(64), dsl::Copy::async); }), "");
+  EXPECT_TRUE(names(layouts::refusal([&] { block.copyTileGather(src, k.i32(64), rowIndex, copied, k.i32(64)); }),
+                    "'copied'"));
+  EXPECT_TRUE(names(layouts::refusal([&] { block.copyTile(copied, src, k.i32(64), k.i32(64)); }), "'copied'"));
+  EXPECT_TRUE(names(layouts::refusal([&] { block.storeAcc(block.zeroAcc(64, 64), kMajor); }), "'k_major'"));
+  EXPECT_THROW(kMajor.rowSlice(4, 8), std::invalid_argument);  // 512 bytes in: inside a swizzle atom
+  EXPECT_NO_THROW(kMajor.rowSlice(8, 8));
+  EXPECT_THROW(kMajor.colSlice(0, 32), std::invalid_argument);
+  // Swizzled tiles are whole 1024-byte atoms of 128-byte rows, unpadded.
+  EXPECT_THROW(k.dynamicSharedTile("padded", dsl::Elem::bf16, 64, 64, 1, dsl::Layout::k128B, 72),
+               std::invalid_argument);
+  EXPECT_THROW(k.dynamicSharedTile("wide", dsl::Elem::bf16, 64, 128, 1, dsl::Layout::k128B), std::invalid_argument);
+}
+
+// The threads of a sync, a copy or an MMA are the view named at the call: block().sync() is the block's barrier, a
+// group's view syncs on the group's named barrier with its thread count, and its copies use its threads. The
+// block's view (taken before the group or inside it) and block-wide barriers are refused inside a group. Catches:
+// a view that reads an implicit current group, or block ops that silently run on a group's threads.
+TEST(Codegen, ScopeIsTheViewNamedAtTheCall) {
+  layouts::Builder b(false);
+  dsl::Kernel& k = *b.k;
+  dsl::GlobalPtr src = k.ptr("src", dsl::Elem::bf16);
+  dsl::SharedTile tile = k.dynamicSharedTile("tile", dsl::Elem::bf16, 64, 64, 1);
+  dsl::Context ctx = k.context();
+  const dsl::Threads block = k.block();
+  block.sync();
+  k.group(64, 64, /*barrier=*/5, [&](const dsl::Threads& g) {
+    EXPECT_EQ(g.first(), 64);
+    EXPECT_EQ(g.count(), 64);
+    EXPECT_EQ(g.barrier(), 5);
+    g.sync();
+    g.copyTile(src, k.i32(64), tile, k.i32(64));
+    EXPECT_THROW(k.block(), std::logic_error);
+    EXPECT_THROW(block.sync(), std::logic_error);
+    EXPECT_THROW(block.copyTile(src, k.i32(64), tile, k.i32(64)), std::logic_error);
+    EXPECT_THROW(k.group(0, 32, 6, [](const dsl::Threads&) {}), std::logic_error);
+    EXPECT_THROW(k.gridBarrier(ctx, src, k.i64(1)), std::logic_error);
+  });
+  EXPECT_NO_THROW(block.sync());  // the group's body is over
+  std::string ir;
+  llvm::raw_string_ostream os(ir);
+  mlir::OwningOpRef<mlir::ModuleOp> module = k.finish();
+  module->print(os);
+  EXPECT_NE(ir.find("megamoe.group_barrier {id = 5 : i64, threads = 64 : i64}"), std::string::npos) << ir;
+  EXPECT_NE(ir.find("first_thread = 64"), std::string::npos) << ir;
+  EXPECT_NE(ir.find("gpu.barrier"), std::string::npos) << ir;
 }
 
 // topk_idx_narrow's aligned path moves a pair of indices per thread as one vector access each way (16 bytes of i64
