@@ -358,19 +358,23 @@ void SymmetricHeap::join(const uint8_t* handles, size_t bytes) {
              "'s of " + std::to_string(nranks_));
     if (h.rank != p)
       refuse(who + " is rank " + std::to_string(h.rank) + "'s (handles must be gathered in rank order)");
-    if (h.layoutHash != mine.layoutHash)
-      refuse("rank " + std::to_string(p) + "'s heap layout (hash " + std::to_string(h.layoutHash) +
-             ") differs from rank " + std::to_string(rank_) + "'s (" + std::to_string(mine.layoutHash) + ")");
+    // The agreed values first: a layout follows from them, and they name the field.
     const std::string difference = wire::agreementDifference(agreement_, theirs.agreement, "rank " + std::to_string(p),
                                                              "rank " + std::to_string(rank_));
     if (!difference.empty()) refuse(difference);
+    if (h.layoutHash != mine.layoutHash)
+      refuse("rank " + std::to_string(p) + "'s heap layout (hash " + std::to_string(h.layoutHash) +
+             ") differs from rank " + std::to_string(rank_) + "'s (" + std::to_string(mine.layoutHash) + ")");
     payloads[p] = std::move(theirs.payload);
   }
   try {
     mapPeers(payloads, waitTimeoutMs_);
   } catch (...) {
     for (DevicePtr& mapped : peerMappings_) {
-      if (mapped) device_->closeIpcHandle(mapped);
+      try {
+        if (mapped) device_->closeIpcHandle(mapped);
+      } catch (...) {  // the mapping error is the one to report
+      }
       mapped = 0;
     }
     peerMappings_.clear();

@@ -337,6 +337,20 @@ TEST_F(WorkspaceOnFakeHip, HandlesOfADifferentConfigurationAreRefusedNamingTheFi
               std::string::npos)
         << e.what();
   }
+  // A field that changes the heap layout too (max_tokens sizes the combine buffer) is still named as the field.
+  MoeLayerConfig fewer = small(true);
+  fewer.maxTokens = 32;
+  auto shorter = Workspace::prepare(*runtimes[1], fewer, 1, kRanks);
+  all = zero->handle();
+  all.insert(all.end(), shorter->handle().begin(), shorter->handle().end());
+  try {
+    Workspace::join(*zero, all.data(), all.size());
+    ADD_FAILURE() << "handles of another max_tokens were joined";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("rank 1's max_tokens=32 differs from rank 0's max_tokens=64"),
+              std::string::npos)
+        << e.what();
+  }
   auto again = Workspace::prepare(*runtimes[1], small(true), 1, kRanks);
   all = zero->handle();
   all.insert(all.end(), again->handle().begin(), again->handle().end());
