@@ -1323,6 +1323,21 @@ TEST_P(LayerTest, Int64TopkIdxMatchesInt32) {
   for (auto& l : layers) l.reset();
 }
 
+// Every rank's inputs (tokensOf(r) tokens on rank r) with rank 1's first expert among every token's picks, and in
+// `received` the rows each owner would receive from them.
+std::vector<Inputs> hotExpertInputs(std::mt19937& rng, const Shape& s, const std::function<int64_t(int)>& tokensOf,
+                                    bool training, std::vector<int64_t>* received) {
+  const int32_t hot = int32_t(s.local());
+  std::vector<Inputs> in;
+  received->assign(size_t(s.ranks), 0);
+  for (int r = 0; r < s.ranks; ++r) {
+    in.push_back(makeInputs(rng, s, Routing::kHotExpert, r, tokensOf(r), hot, 1.f, training));
+    for (int32_t e : in.back().topkIdx)
+      if (e >= 0) ++(*received)[size_t(e / s.local())];
+  }
+  return in;
+}
+
 // A receive capacity just below what a routing sends to one rank (every token picks one hot expert of rank 1; every
 // other rank receives less): every rank's prologue sees it before a row moves, every rank's error record says
 // kCapacity naming rank 1 and exactly the rows it needed, and nothing is written into y (all sentinels).
@@ -1331,14 +1346,8 @@ TEST_P(LayerTest, ReceiveCapacityOverflowIsAnErrorOnEveryRank) {
   MEGAMOE_REQUIRE_SM90A_RANKS(backend_, R);
   std::mt19937 rng = testRng();
   const Shape s = smallShape(R);
-  const int32_t hot = int32_t(s.local());  // rank 1's first expert
-  std::vector<Inputs> in;
-  std::vector<int64_t> received(size_t(R), 0);  // rows each owner would receive
-  for (int r = 0; r < R; ++r) {
-    in.push_back(makeInputs(rng, s, Routing::kHotExpert, r, 256, hot, 1.f));
-    for (int32_t e : in.back().topkIdx)
-      if (e >= 0) ++received[size_t(e / s.local())];
-  }
+  std::vector<int64_t> received;  // rows each owner would receive
+  const std::vector<Inputs> in = hotExpertInputs(rng, s, [](int) { return int64_t(256); }, false, &received);
   int64_t others = 0;
   for (int r = 0; r < R; ++r)
     if (r != 1) others = std::max(others, received[size_t(r)]);
@@ -1383,14 +1392,9 @@ TEST_P(LayerTest, ReceiveCapacityDropsThePicksPastItAndCountsThem) {
   MEGAMOE_REQUIRE_SM90A_RANKS(backend_, R);
   std::mt19937 rng = testRng();
   const Shape s = smallShape(R);
-  const int32_t hot = int32_t(s.local());  // rank 1's first expert
-  std::vector<Inputs> in;
-  std::vector<int64_t> received(size_t(R), 0);
-  for (int r = 0; r < R; ++r) {
-    in.push_back(makeInputs(rng, s, Routing::kHotExpert, r, 200 + 13 * r, hot, 1.f, /*training=*/true));
-    for (int32_t e : in.back().topkIdx)
-      if (e >= 0) ++received[size_t(e / s.local())];
-  }
+  std::vector<int64_t> received;
+  const std::vector<Inputs> in =
+      hotExpertInputs(rng, s, [](int r) { return int64_t(200 + 13 * r); }, /*training=*/true, &received);
   const int64_t capacity = received[1] - 37;
   for (int r = 0; r < R; ++r)
     if (r != 1) ASSERT_LE(received[size_t(r)], capacity) << "only rank 1 may overflow in this test";
