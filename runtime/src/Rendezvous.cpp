@@ -181,6 +181,14 @@ std::string agreementDifference(const RendezvousAgreement& mine, const Rendezvou
   return "";
 }
 
+std::string agreementNamesError(const RendezvousAgreement& agreement) {
+  std::set<std::string> names;
+  for (const auto& [name, value] : agreement)
+    if (name.empty() || !names.insert(name).second)
+      return "agreement names must be non-empty and distinct ('" + name + "')";
+  return "";
+}
+
 static uint64_t handleDigest(const HandleHeader& h, const std::vector<uint8_t>& body) {
   uint64_t state = fnv1a(kFnvOffset, &h.rank, sizeof h.rank);
   state = fnv1a(state, &h.nranks, sizeof h.nranks);
@@ -415,10 +423,8 @@ Rendezvous::Rendezvous(const RendezvousOptions& options, const std::vector<uint8
   if (payload.size() > kMaxPayloadBytes)
     invalid("rendezvous payload of " + std::to_string(payload.size()) + " bytes exceeds " +
             std::to_string(kMaxPayloadBytes));
-  std::set<std::string> names;
-  for (const auto& [name, value] : options.agreement)
-    if (name.empty() || !names.insert(name).second)
-      invalid("rendezvous agreement names must be non-empty and distinct ('" + name + "')");
+  if (const std::string wrong = wire::agreementNamesError(options.agreement); !wrong.empty())
+    invalid("rendezvous " + wrong);
   if (wire::agreementBytes(options.agreement) > kMaxAgreementBytes)
     invalid("rendezvous agreement list of " + std::to_string(wire::agreementBytes(options.agreement)) +
             " bytes exceeds " + std::to_string(kMaxAgreementBytes));

@@ -53,6 +53,8 @@ bool decodePayloads(const std::vector<uint8_t>& body, int nranks, std::vector<Ra
 uint64_t agreementDigest(const RendezvousAgreement& agreement);
 // What the hello carries instead of the secret itself.
 uint64_t secretDigest(const std::string& secret);
+// "" when every name is non-empty and no name repeats, else which one breaks that.
+std::string agreementNamesError(const RendezvousAgreement& agreement);
 // How `theirs` differs from `mine` ("" when it does not), naming the first field: "rank 1's intermediate=1024
 // differs from rank 0's intermediate=2048" for who = "rank 1", reference = "rank 0".
 std::string agreementDifference(const RendezvousAgreement& mine, const RendezvousAgreement& theirs,

@@ -1,7 +1,6 @@
 // Symmetric heap setup, device-error checking and teardown (see SymmetricHeap.h).
 #include "megamoe/SymmetricHeap.h"
 
-#include <algorithm>
 #include <cstring>
 #include <set>
 #include <sstream>
@@ -302,10 +301,8 @@ std::unique_ptr<SymmetricHeap> SymmetricHeap::prepareExchange(const std::shared_
                                                               int nranks, const RuntimeEnv& env,
                                                               const RendezvousAgreement& agreement) {
   checkMember(device, rank, nranks);
-  for (const auto& [name, value] : agreement)
-    if (name.empty() || std::count_if(agreement.begin(), agreement.end(),
-                                      [&](const auto& e) { return e.first == name; }) > 1)
-      throw Error(ErrorCode::kInvalidArgument, "agreement names must be non-empty and distinct ('" + name + "')");
+  if (const std::string wrong = wire::agreementNamesError(agreement); !wrong.empty())
+    throw Error(ErrorCode::kInvalidArgument, wrong);
   const HeapLayout layout = layoutFor(regions);
   std::unique_ptr<SymmetricHeap> heap = allocateOwn(device, layout, rank, nranks);
   wire::HandleHeader fields;
