@@ -33,7 +33,7 @@ namespace megamoe::kernels {
 // The boxes are the maps' declared ones (compiler/abi/KernelAbi.cpp), which the runtime encodes the maps with:
 // NT / NN's A [rows, K] in boxes of 128 rows x 64 K, NT's B [E * N, K] in boxes of 128 rows x 64 K, NN's B
 // [E * K, N] and TN's A [tokens, M] and B [tokens, N] in boxes of 64 K x 64 MN (MN atoms outermost: the rings'
-// mn128BBoxes layout, allocateRings; TN zeroes a group's partial last step in shared memory, zeroTail). Every
+// mn128BBoxes layout, allocateRings; TN's partial last step of a group: tnStepRow, zeroTail). Every
 // registered kernel on this engine has tensor maps; the cp.async producers (runStatic) only codegen_test builds.
 struct WarpSpecializedEngine {
   static constexpr int64_t kHandover = 2, kFields = 8, kProducerRegisters = 56, kMmaRegisters = 216;
@@ -222,7 +222,7 @@ struct WarpSpecializedEngine {
         SharedTile a = gemm.rings.a.stage(slot), b = gemm.rings.b.stage(slot);
         const int64_t aMN = maps.a->box().cols, bMN = maps.b->box().cols, aRows = boxRows(a, *maps.a),
                       bRows = boxRows(b, *maps.b);
-        I32 row = p.groupStart + kk;
+        I32 row = tnStepRow(p, kk);
         for (int64_t at = 0; at < c.m / aMN; ++at)
           k.tmaLoad(*maps.a, {gemm.m0(p) + aMN * at, row}, a.rowSlice(aRows * at, aRows), bars, ring.full(slot));
         for (int64_t at = 0; at < c.n / bMN; ++at)
@@ -287,7 +287,7 @@ struct WarpSpecializedEngine {
           const I32 slot = at.entry;
           const BarrierRing::Step step = ring.step(at);
           ring.wait(at);
-          if (tma() && gemm.tn()) zeroTail(p, kt, slot, w);
+          if (tma() && gemm.tn()) zeroTail(wg, p, kt, slot, w);
           if (!tma()) k.proxyFence();  // the producer's cp.async wrote through the generic proxy (TMA: the async one)
           Acc out = wg.mma(acc, gemm.rings.a.stage(slot), gemm.rings.b.stage(slot), /*pending=*/1);
           // The MMA of step kt - 1 has finished in this warpgroup: its slot goes back to the producer(s).
@@ -329,29 +329,51 @@ struct WarpSpecializedEngine {
     return g + steps;
   }
 
-  // TN with TMA, K step kt of tile p in `slot`: where it is the group's last and partial, the K rows past the group
-  // (the next group's tokens, or zero fill) become zeros before any MMA reads them. Warpgroup w clears its own A
-  // box and its half of B's boxes; both then meet on kTailBarrier (after a proxy fence: wgmma reads through the
-  // async proxy), so that neither multiplies the slot before the other's zeros are in.
-  void zeroTail(const TilePlace& p, const dsl::I32& kt, const dsl::I32& slot, int64_t w) const {
+  // TN with TMA: the first token row of the K step at kk (a multiple of the step) of tile p. A partial last step of a
+  // group of at least one step's rows ends at the group's end instead, overlapping the step before (zeroTail zeroes
+  // the overlap in A), so that no box reads past the group.
+  dsl::I32 tnStepRow(const TilePlace& p, const dsl::I32& kk) const {
+    dsl::Kernel& k = gemm.k;
+    const dsl::I32 step = k.i32(gemm.c.k), row = p.groupStart + kk;
+    return k.select(!(p.groupEnd - p.groupStart < step) && p.groupEnd < row + step, p.groupEnd - step, row);
+  }
+
+  // TN with TMA, K step kt of tile p in `slot`, where it is the group's last and partial:
+  // - a group of at least one step's rows: its box was loaded ending at the group's end (tnStepRow), so its first
+  //   rows repeat tokens the step before counted. Warpgroup w zeroes them in its own A box, which only its MMAs
+  //   read: every B row is the group's own, so each product with such a row is zero, and the warpgroups do not wait
+  //   for each other (one running ahead keeps the tensor cores busy while the other stores its rows);
+  // - a group smaller than one step: the K rows past the group (the next group's tokens, or zero fill) become zeros
+  //   before any MMA reads them. Warpgroup w clears its own A box and its half of B's boxes; both then meet on
+  //   kTailBarrier, so that neither multiplies the slot before the other's zeros are in.
+  // Either way after a proxy fence: wgmma reads through the async proxy.
+  void zeroTail(const dsl::Threads& wg, const TilePlace& p, const dsl::I32& kt, const dsl::I32& slot,
+                int64_t w) const {
     using namespace dsl;
     dsl::Kernel& k = gemm.k;
     const auto& c = gemm.c;
     I32 valid = p.groupEnd - p.groupStart - kt * c.k;  // > 0: kt is one of the group's steps
-    k.ifThen(valid < k.i32(c.k), [&] {
-      I32 lane = k.threadIdx() % 128;
-      auto clear = [&](const SharedTile& ring, const TensorMap& map, int64_t at) {
-        SharedTile box = ring.stage(slot).rowSlice(boxRows(ring, map) * at, boxRows(ring, map));
-        const int64_t rowBytes = box.cols() * 2;
-        // 16-byte chunks of K rows valid .. 63 (128 bytes each: the swizzle only permutes chunks within a row).
-        k.forRange(lane, (k.i32(c.k) - valid) * 8, k.i32(128), [&](I32 q) {
-          I32 at8 = (valid + q / 8) * 128 + (q % 8) * 16;
-          box.store(at8 / rowBytes, at8 % rowBytes / 2, k.zeros(8, Elem::bf16));
-        });
-      };
-      clear(gemm.rings.a, *maps.a, w);
+    I32 lane = k.threadIdx() % 128;
+    // K rows [first, first + count) of box `at` of `ring`'s stage, in 16-byte chunks (128 bytes a K row: the
+    // swizzle only permutes chunks within a row).
+    auto clear = [&](const SharedTile& ring, const TensorMap& map, int64_t at, const I32& first, const I32& count) {
+      SharedTile box = ring.stage(slot).rowSlice(boxRows(ring, map) * at, boxRows(ring, map));
+      const int64_t rowBytes = box.cols() * 2;
+      k.forRange(lane, count * 8, k.i32(128), [&](I32 q) {
+        I32 at8 = (first + q / 8) * 128 + (q % 8) * 16;
+        box.store(at8 / rowBytes, at8 % rowBytes / 2, k.zeros(8, Elem::bf16));
+      });
+    };
+    Bool small = p.groupEnd - p.groupStart < k.i32(c.k);
+    k.ifThen(valid < k.i32(c.k) && !small, [&] {
+      clear(gemm.rings.a, *maps.a, w, k.i32(0), k.i32(c.k) - valid);
+      k.proxyFence();
+      wg.sync();
+    });
+    k.ifThen(small, [&] {
+      clear(gemm.rings.a, *maps.a, w, valid, k.i32(c.k) - valid);
       const int64_t bBoxes = c.n / maps.b->box().cols, share = bBoxes / warpgroups();
-      for (int64_t at = w * share; at < (w + 1) * share; ++at) clear(gemm.rings.b, *maps.b, at);
+      for (int64_t at = w * share; at < (w + 1) * share; ++at) clear(gemm.rings.b, *maps.b, at, valid, k.i32(c.k) - valid);
       k.proxyFence();
       k.namedBarrier(kTailBarrier, int(gemm.c.mmaThreads()), /*arriveOnly=*/false);
     });
