@@ -131,8 +131,9 @@ struct GroupedGemmSpec {
 //   mapB, NT: B [E * N, K]: dims {K, E * N}, row stride K * 2, box {64, 128};
 //   mapB, NN: B [E * K, N]: dims {N, E * K}, row stride N * 2, box {64, 64};
 //   TN: mapA A [tokens, M]: dims {M, tokens}, row stride M * 2, box {64, 64}; mapB B [tokens, N]: dims {N, tokens},
-//   row stride N * 2, box {64, 64}. A group's last K step reads rows of the next group (or the map's zero fill):
-//   the MMA warpgroups zero them in shared memory before multiplying.
+//   row stride N * 2, box {64, 64}. A group's partial last K step is loaded ending at the group's end (groups under
+//   one step: the next group's rows or the map's zero fill) and the MMA warpgroups zero the rows it must not count
+//   in shared memory before multiplying.
 // pairs (tensorMaps NT / NN, N a multiple of 256; the spec constant "pairs"): clusters of two blocks running
 // m-tile pairs that load B's tile once for both (multicast), an expert's odd last m-tile split by n-tiles when N is
 // a multiple of 512; the grid must then be even. The fastest build on sm_90a (docs/decisions/gemm-tiles.md).

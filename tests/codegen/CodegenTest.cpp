@@ -295,9 +295,10 @@ TEST(Codegen, TmaPairsLoneTilesLoadTheirOwnB) {
   EXPECT_GT(tensorLoads(512, false), tensorLoads(768, false));
 }
 
-// TN with TMA (grouped_gemm_tn_tma): the tokens' rows arrive as 64 x 64 boxes, and a group's last partial K step is
-// zeroed past the group by both MMA warpgroups, which then meet on the tail barrier (id 7, 256 threads) before
-// multiplying it. Pairs are refused (each block's tiles read their own group's rows).
+// TN with TMA (grouped_gemm_tn_tma): the tokens' rows arrive as 64 x 64 boxes; a group's partial last K step is
+// loaded ending at the group's end and each MMA warpgroup zeroes the repeated rows of its own A box, and in a group
+// under one step both zero past the group and meet on the tail barrier (id 7, 256 threads) before multiplying it.
+// Pairs are refused (each block's tiles read their own group's rows).
 TEST(Codegen, TmaGroupedGemmTnZeroesTheTailStep) {
   using G = kernels::GroupedGemmSpec;
   for (const char* targetName : {"sm_90a", "gfx950"}) {
