@@ -373,7 +373,8 @@ struct WarpSpecializedEngine {
     k.ifThen(small, [&] {
       clear(gemm.rings.a, *maps.a, w, valid, k.i32(c.k) - valid);
       const int64_t bBoxes = c.n / maps.b->box().cols, share = bBoxes / warpgroups();
-      for (int64_t at = w * share; at < (w + 1) * share; ++at) clear(gemm.rings.b, *maps.b, at, valid, k.i32(c.k) - valid);
+      for (int64_t at = w * share; at < (w + 1) * share; ++at)
+        clear(gemm.rings.b, *maps.b, at, valid, k.i32(c.k) - valid);
       k.proxyFence();
       k.namedBarrier(kTailBarrier, int(gemm.c.mmaThreads()), /*arriveOnly=*/false);
     });
