@@ -25,6 +25,7 @@ namespace {
 
 using test::Child;
 using test::ChildOutcome;
+using test::expectOk;
 
 // Generous slack for a loaded CI machine; the point is "bounded", not "fast".
 constexpr double kSlackS = 3.0;
@@ -62,12 +63,6 @@ std::unique_ptr<Child> startWith(const RendezvousOptions& o, std::function<void(
 std::unique_ptr<Child> startRank(const std::string& path, int rank, int nranks, uint64_t hash, double timeoutS,
                                  std::function<void(Rendezvous&)> after = nullptr) {
   return startWith(optionsFor(path, rank, nranks, hash, timeoutS), nullptr, std::move(after));
-}
-
-void expectOk(Child& c, const std::string& who, double boundS = 20) {
-  const ChildOutcome o = c.wait(boundS);
-  ASSERT_TRUE(o.finished) << who << " did not report (hung?)";
-  EXPECT_TRUE(o.ok) << who << ": " << o.text;
 }
 
 // Bounded: true once something is at `path`.
@@ -234,11 +229,7 @@ TEST(Rendezvous, FourRanksExchangePayloadsAndPassBarriers) {
     }));
     if (r == 1) std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
-  for (auto& c : ranks) {
-    const ChildOutcome o = c->wait(20);
-    ASSERT_TRUE(o.finished);
-    EXPECT_TRUE(o.ok) << o.text;
-  }
+  for (size_t i = 0; i < ranks.size(); ++i) expectOk(*ranks[i], "rank " + std::to_string(3 - i));  // started 3 .. 0
   EXPECT_FALSE(std::filesystem::exists(path)) << "rank 0 must remove its socket file";
 }
 

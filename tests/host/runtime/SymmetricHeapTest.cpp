@@ -191,11 +191,7 @@ TEST(SymmetricHeap, ModeBAcrossForkedRanksMapsEveryPeer) {
       return "ok";
     }));
   }
-  for (auto& c : ranks) {
-    const test::ChildOutcome o = c->wait(30);
-    ASSERT_TRUE(o.finished);
-    EXPECT_TRUE(o.ok) << o.text;
-  }
+  for (int r = 0; r < nranks; ++r) test::expectOk(*ranks[size_t(r)], "rank " + std::to_string(r), 30);
 }
 
 TEST(SymmetricHeap, ModeCHandlesExchangedByTheCallerMapEveryPeerAcrossProcesses) {
@@ -229,11 +225,7 @@ TEST(SymmetricHeap, ModeCHandlesExchangedByTheCallerMapEveryPeerAcrossProcesses)
       return "ok";
     }));
   }
-  for (auto& c : ranks) {
-    const test::ChildOutcome o = c->wait(30);
-    ASSERT_TRUE(o.finished);
-    EXPECT_TRUE(o.ok) << o.text;
-  }
+  for (int r = 0; r < nranks; ++r) test::expectOk(*ranks[size_t(r)], "rank " + std::to_string(r), 30);
 }
 
 TEST(SymmetricHeap, ModeCChecksEveryHandleBeforeMappingAnything) {

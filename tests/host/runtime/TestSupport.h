@@ -2,6 +2,7 @@
 // running a function in a fork()ed child with a bound on how long the parent waits for it, and capturing the log.
 #pragma once
 #include <dlfcn.h>
+#include <gtest/gtest.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -241,6 +242,13 @@ class Child {
   int fd_ = -1;
   std::chrono::steady_clock::time_point start_;
 };
+
+// Child `c` reports success within `boundS` of its start; `who` names it in a failure.
+inline void expectOk(Child& c, const std::string& who, double boundS = 20) {
+  const ChildOutcome o = c.wait(boundS);
+  ASSERT_TRUE(o.finished) << who << " did not report (hung?)";
+  EXPECT_TRUE(o.ok) << who << ": " << o.text;
+}
 
 // A "code object" for the fake HIP library: its text, NUL-terminated.
 // The metadata members an entry of declared kernel `kernel` needs to pass the loader's signature check (""
