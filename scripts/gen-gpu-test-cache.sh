@@ -35,6 +35,7 @@ kernels=(
   "grouped_gemm_nt_tma E=6,N=12288,K=128,pairs=0"   # the banded tile order (N / 256 >= 48)
   "grouped_gemm_nn_tma E=6,N=7168,K=128,pairs=0"    # NN bands from 28 n-tiles
   "grouped_gemm_tn_tma E=8,N=512,M=256,pairs=0"
+  "grouped_gemm_tn_tma E=4,N=640,M=512,pairs=0"   # TN's 128-wide tiles
   "epoch_advance -"
   "ping_pong rounds=64"
   "ping_pong rounds=2"      # the CUDA-graph replay test

@@ -505,6 +505,12 @@ TEST(GpuKernels, TmaGroupedGemmTnRaggedGroups) {
   runTmaGroupedGemm(gpu, Layout::kTN, /*E=*/8, /*N=*/512, /*M=*/256, /*maxRows=*/300);
 }
 
+// TN where N is not a multiple of 256: 128-wide tiles on the TMA engine (two B boxes a step), C[e] [512, 640].
+TEST(GpuKernels, TmaGroupedGemmTnNarrowTiles) {
+  MEGAMOE_REQUIRE_SM90A(gpu);
+  runTmaGroupedGemm(gpu, Layout::kTN, /*E=*/4, /*N=*/640, /*M=*/512, /*maxRows=*/200);
+}
+
 // ---------------------------------------------------------------------------------------------------- topk_idx_narrow
 
 // TopkIdxNarrowSpec (kernels/Kernels.h).
