@@ -318,6 +318,17 @@ struct WarpSpecializedEngine {
     if (isSplit) {
       k.ifThen(!*isSplit, [&] { stageAndStore(fromAcc); });
       k.ifThen(*reduce, [&] { stageAndStore([&] { split->sum(k, c.n, gemm.rings.staging, *slice, w); }); });
+    } else if (tma() && gemm.tn() && !epilogue && !bulkEpilogue) {
+      // TN hands the staging tile on once its rows are in registers, before storing them: the next warpgroup's
+      // turn then waits for shared-memory traffic only, not for this one's global stores (its turn waits and the
+      // lag they put between the warpgroups, which starves the leading one of ring slots: bench/results/
+      // 2026-12-01-h200-tn-timeline).
+      fromAcc();
+      wg.sync();
+      std::vector<Vec> rows = gemm.loadStaged(wg);
+      turns().pass(w);
+      gemm.storeRows(wg, p, gemm.m0(p) + 64 * w, rows);
+      return g + steps;
     } else {
       stageAndStore(fromAcc);
     }
