@@ -319,10 +319,9 @@ struct WarpSpecializedEngine {
       k.ifThen(!*isSplit, [&] { stageAndStore(fromAcc); });
       k.ifThen(*reduce, [&] { stageAndStore([&] { split->sum(k, c.n, gemm.rings.staging, *slice, w); }); });
     } else if (tma() && gemm.tn() && !epilogue && !bulkEpilogue) {
-      // TN hands the staging tile on once its rows are in registers, before storing them: the next warpgroup's
-      // turn then waits for shared-memory traffic only, not for this one's global stores (its turn waits and the
-      // lag they put between the warpgroups, which starves the leading one of ring slots: bench/results/
-      // 2026-12-01-h200-tn-timeline).
+      // TN passes the staging tile on once its rows are in registers and stores them afterwards, so that the other
+      // warpgroup's turn does not wait for these global stores: those waits kept it ~2 K steps behind, and the
+      // leading warpgroup, sharing its ring slots, waited for data (bench/results/2026-12-01-h200-tn-timeline).
       fromAcc();
       wg.sync();
       std::vector<Vec> rows = gemm.loadStaged(wg);
