@@ -1,6 +1,7 @@
 // The compiler opens nvJitLink only for sm_90a code (compiler/lib/Target/Codegen.cpp). megamoe-cache runs as a child
 // process here, because the library is looked up once per process: with the lookup forced to fail
 // (MEGAMOE_NVJITLINK_LIBRARY), gfx950 generation still works and sm_90a generation fails naming the library.
+// The same child-process harness checks the tool's --emit-asm directory handling.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -79,3 +80,25 @@ TEST(NvJitLinkLinking, TheToolDoesNotNeedNvJitLink) {
 }
 
 }  // namespace
+
+// --emit-asm creates its directory (nested too) and writes one assembly file per compiled kernel; a directory that
+// cannot be created fails the run before any kernel is compiled, naming it.
+TEST_F(NvJitLinkLookup, EmitAsmCreatesItsDirectory) {
+  const std::string asmDir = dir + "/asm/nested";
+  const ChildResult r = run("'" MEGAMOE_CACHE_TOOL "' generate --kernel epoch_advance --targets gfx950 --cache-dir '" +
+                            dir + "/cache' --emit-asm '" + asmDir + "' --quiet");
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_TRUE(std::filesystem::exists(asmDir + "/epoch_advance[].gfx950.s")) << r.output;
+}
+
+TEST_F(NvJitLinkLookup, EmitAsmIntoAFileFailsNamingIt) {
+  std::filesystem::create_directories(dir);
+  const std::string file = dir + "/not-a-directory";
+  std::FILE* f = std::fopen(file.c_str(), "w");
+  ASSERT_NE(f, nullptr);
+  std::fclose(f);
+  const ChildResult r = run("'" MEGAMOE_CACHE_TOOL "' generate --kernel epoch_advance --targets gfx950 --cache-dir '" +
+                            dir + "/cache' --emit-asm '" + file + "/asm' --quiet");
+  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_NE(r.output.find("--emit-asm " + file + "/asm: cannot create the directory"), std::string::npos) << r.output;
+}

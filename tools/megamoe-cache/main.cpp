@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <map>
@@ -194,6 +195,11 @@ int generate(const Args& a) {
   }
   cache::KernelCache cache(a.has("--cache-dir") ? a.get("--cache-dir") : cache::KernelCache::defaultRoot());
   bool quiet = a.has("--quiet") || !isatty(2);
+  if (a.has("--emit-asm")) {
+    std::error_code ec;
+    std::filesystem::create_directories(a.get("--emit-asm"), ec);
+    if (ec) throw std::runtime_error("--emit-asm " + a.get("--emit-asm") + ": cannot create the directory (" + ec.message() + ")");
+  }
 
   auto t0 = std::chrono::steady_clock::now();
   std::vector<Row> rows;
@@ -228,7 +234,13 @@ int generate(const Args& a) {
         }
         if (j.compiled && a.has("--emit-asm")) {
           std::string file = a.get("--emit-asm") + "/" + r.kernel + "." + r.target + (t.arch() == Arch::sm_90a ? ".ptx" : ".s");
-          std::ofstream(file) << j.compiled->assembly;
+          std::ofstream asmFile(file);
+          asmFile << j.compiled->assembly;
+          if (!asmFile.flush()) {
+            ++failures;
+            r.status = "FAIL";
+            r.error = "--emit-asm: cannot write " + file;
+          }
         }
       } catch (const std::exception& e) {
         ++failures;
