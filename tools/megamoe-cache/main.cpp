@@ -198,7 +198,9 @@ int generate(const Args& a) {
   if (a.has("--emit-asm")) {
     std::error_code ec;
     std::filesystem::create_directories(a.get("--emit-asm"), ec);
-    if (ec) throw std::runtime_error("--emit-asm " + a.get("--emit-asm") + ": cannot create the directory (" + ec.message() + ")");
+    if (ec)
+      throw std::runtime_error("--emit-asm " + a.get("--emit-asm") + ": cannot create the directory (" + ec.message() +
+                               ")");
   }
 
   auto t0 = std::chrono::steady_clock::now();
