@@ -37,6 +37,11 @@ class NvJitLinkLookup : public ::testing::Test {
     return "MEGAMOE_NVJITLINK_LIBRARY='" + library + "' '" MEGAMOE_CACHE_TOOL "' generate --kernel epoch_advance " +
            "--targets " + target + " --cache-dir '" + dir + "' --quiet";
   }
+  // epoch_advance for gfx950 (no nvJitLink needed) with its assembly written into asmDir.
+  std::string emitAsm(const std::string& asmDir) const {
+    return "'" MEGAMOE_CACHE_TOOL "' generate --kernel epoch_advance --targets gfx950 --cache-dir '" + dir +
+           "/cache' --emit-asm '" + asmDir + "' --quiet";
+  }
   std::string dir =
       (std::filesystem::temp_directory_path() / ("megamoe-nvjitlink-" + std::to_string(::getpid()))).string();
 };
@@ -85,8 +90,7 @@ TEST(NvJitLinkLinking, TheToolDoesNotNeedNvJitLink) {
 // cannot be created fails the run before any kernel is compiled, naming it.
 TEST_F(NvJitLinkLookup, EmitAsmCreatesItsDirectory) {
   const std::string asmDir = dir + "/asm/nested";
-  const ChildResult r = run("'" MEGAMOE_CACHE_TOOL "' generate --kernel epoch_advance --targets gfx950 --cache-dir '" +
-                            dir + "/cache' --emit-asm '" + asmDir + "' --quiet");
+  const ChildResult r = run(emitAsm(asmDir));
   EXPECT_EQ(r.status, 0) << r.output;
   EXPECT_TRUE(std::filesystem::exists(asmDir + "/epoch_advance[].gfx950.s")) << r.output;
 }
@@ -97,8 +101,7 @@ TEST_F(NvJitLinkLookup, EmitAsmIntoAFileFailsNamingIt) {
   std::FILE* f = std::fopen(file.c_str(), "w");
   ASSERT_NE(f, nullptr);
   std::fclose(f);
-  const ChildResult r = run("'" MEGAMOE_CACHE_TOOL "' generate --kernel epoch_advance --targets gfx950 --cache-dir '" +
-                            dir + "/cache' --emit-asm '" + file + "/asm' --quiet");
+  const ChildResult r = run(emitAsm(file + "/asm"));
   EXPECT_EQ(r.status, 1) << r.output;
   EXPECT_NE(r.output.find("--emit-asm " + file + "/asm: cannot create the directory"), std::string::npos) << r.output;
 }
