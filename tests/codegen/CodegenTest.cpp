@@ -252,7 +252,7 @@ TEST(Codegen, TmaGroupedGemmKLoopKeepsAddressArithmeticOut) {
         for (const char* op : {"mul.wide", "shr.u64", "shr.b64"})
           EXPECT_EQ(step.find(op), std::string::npos) << op << " in\n" << step;
       }
-      EXPECT_EQ(steps, 2);  // one K loop per MMA warpgroup
+      EXPECT_EQ(steps, 4);  // per MMA warpgroup one K loop for whole tiles, one for half tiles
     }
 }
 
