@@ -22,4 +22,4 @@ cmake --build build >/dev/null
 scripts/gpu-stage.sh
 presets .carry/cache
 mv "$old" .carry/old
-du -sh .carry .carry/*
+du -sh .carry/*
