@@ -23,7 +23,8 @@ namespace megamoe::kernels {
 // finished: one arrival per MMA warpgroup). The producer runs up to `stages` slots ahead, across tiles, so the next
 // tile's first stages load while the MMA warpgroups run the epilogue. Tiles reach the MMA warpgroups through a
 // two-entry hand-over table in shared memory (tileFull / tileEmpty), the last entry marked invalid. Each MMA
-// warpgroup runs its own loop over its 64 rows of every tile; the two take turns on a 64-row staging tile.
+// warpgroup runs its own loop over its 64 rows of every tile (of a half tile: its half of the columns, halfTile);
+// the two take turns on a 64-row staging tile.
 // Registers move to the MMA warpgroups (setmaxnreg): at 384 threads a block starts at 168 each; the producer gives
 // 112 of them back and the MMA warpgroups take them (56 + 2 x 216 fits the 168 x 3 launched; at 48 the producer
 // spilled).
@@ -280,7 +281,9 @@ struct WarpSpecializedEngine {
       wholeTile(wg, p, g, j, slice, steps);
       return g + steps;
     }
-    Bool half = !(k.i32(64) < p.groupEnd - gemm.m0(p));
+    // (groupEnd - m0 is negative for a pair's m-tile past the group: compared as groupEnd < m0 + 65, both
+    // non-negative, since the DSL's < is unsigned.)
+    Bool half = p.groupEnd < gemm.m0(p) + 65;
     if (split && slice) half = half && slice->code == 0;
     k.ifThen(half, [&] { halfTile(wg, p, g, j, steps); });
     k.ifThen(!half, [&] { wholeTile(wg, p, g, j, slice, steps); });

@@ -324,7 +324,7 @@ void runTmaGroupedGemm(Gpu& gpu, Layout layout, int64_t E = 8, int64_t N = 512, 
   std::mt19937 rng = testRng();
   const bool nn = layout == Layout::kNN, tn = layout == Layout::kTN;  // TN: K is M, C's rows per expert
   std::vector<int32_t> offsets{0};
-  std::uniform_int_distribution<int32_t> size(1, maxRows);
+  std::uniform_int_distribution<int32_t> size(1, std::max(maxRows, 1));
   for (int64_t e = 0; e < E; ++e)
     offsets.push_back(offsets.back() + (!sizes.empty() ? sizes.at(size_t(e)) : e == 2 || e == 5 ? 0 : size(rng)));
   const int64_t rows = offsets.back();
@@ -416,15 +416,18 @@ void runTmaGroupedGemm(Gpu& gpu, Layout layout, int64_t E = 8, int64_t N = 512, 
 // Groups whose last m-tile holds 1..64 rows run it as a half tile (64 x BN, the MMA warpgroups splitting its
 // columns: WarpSpecializedEngine::halfTile); 65..128 rows as a whole one. Sizes with tails of 64, 1, 63, 65 and
 // 128 rows, one group of a single half tile and an empty one; single blocks and cluster pairs (2 n-tiles: lone
-// half tiles; 3 n-tiles: a pair's second m-tile past the group), NT and NN, no split.
-const std::vector<int32_t> kHalfTileSizes{64, 1, 129, 192, 0, 320, 63, 193};
+// half tiles; 3 n-tiles: a pair's second m-tile past the group, 64 rows past it at 320, just past it at 384), NT
+// and NN, 256- and 128-wide tiles (N = 384: half tiles of 64 columns a warpgroup), no split.
+const std::vector<int32_t> kHalfTileSizes{64, 1, 384, 192, 0, 320, 63, 193};
 TEST(GpuKernels, TmaGroupedGemmNtHalfTiles) {
   MEGAMOE_REQUIRE_SM90A(gpu);
   runTmaGroupedGemm(gpu, Layout::kNT, 8, 512, 256, 0, /*pairs=*/0, /*grid=*/0, /*maxSplit=*/0, 0, kHalfTileSizes);
+  runTmaGroupedGemm(gpu, Layout::kNT, 8, 384, 256, 0, /*pairs=*/0, /*grid=*/3, /*maxSplit=*/0, 0, kHalfTileSizes);
 }
 TEST(GpuKernels, TmaGroupedGemmNnHalfTiles) {
   MEGAMOE_REQUIRE_SM90A(gpu);
   runTmaGroupedGemm(gpu, Layout::kNN, 8, 512, 256, 0, /*pairs=*/0, /*grid=*/3, /*maxSplit=*/0, 0, kHalfTileSizes);
+  runTmaGroupedGemm(gpu, Layout::kNN, 8, 384, 256, 0, /*pairs=*/0, /*grid=*/0, /*maxSplit=*/0, 0, kHalfTileSizes);
 }
 TEST(GpuKernels, TmaGroupedGemmNtPairsHalfTiles) {
   MEGAMOE_REQUIRE_SM90A(gpu);
