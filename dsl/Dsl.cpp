@@ -825,7 +825,7 @@ Acc Threads::zeroAcc(int64_t m, int64_t n) const {
   int64_t perThread = m * n / count_;
   return {k_->zeros(int(perThread), Elem::f32).value(), m, n};
 }
-Acc Threads::mma(const Acc& acc, const SharedTile& a, const SharedTile& b, int64_t pending) const {
+Acc Threads::mma(const Acc& acc, const SharedTile& a, const SharedTile& b, int64_t pending, bool aFirstRows) const {
   k_->checkView(*this, "mma");
   const std::string& kernel = k_->name();
   for (const auto& [operand, tile] : {std::pair<const char*, const SharedTile*>{"A", &a}, {"B", &b}})
@@ -846,6 +846,7 @@ Acc Threads::mma(const Acc& acc, const SharedTile& a, const SharedTile& b, int64
   if (aMnMajor) op.setAMnMajor(true);
   if (bMnMajor) op.setBMnMajor(true);
   if (mnAtomsOuter) op.setMnAtomsOuter(true);
+  if (aFirstRows) op.setAFirstRows(true);
   return {op.getResult(), acc.m, acc.n};
 }
 Acc Kernel::drain(const Acc& acc) {

@@ -233,7 +233,9 @@ class Threads {
   // mn128BBoxes ([K][MN]; both MN-major operands in the same one). A rowMajor operand, or two MN-major ones in
   // different placements, is a std::logic_error naming the tiles and layouts. pending = 1 returns with this MMA
   // possibly still running (the previous one finished); read the accumulator only after Kernel::drain().
-  Acc mma(const Acc& acc, const SharedTile& a, const SharedTile& b, int64_t pending = 0) const;
+  // aFirstRows: every warpgroup reads A's rows [0, 64) (a 64-row tile whose columns the warpgroups split, each
+  // passing its own part of B), not rows 64g ...
+  Acc mma(const Acc& acc, const SharedTile& a, const SharedTile& b, int64_t pending = 0, bool aFirstRows = false) const;
   void storeAcc(const Acc& acc, const GlobalPtr& dst, const I32& ld, const I32& rowsValid) const;
   // Stages the accumulator in shared memory (all rows; a rowMajor tile), e.g. for coalesced 16-byte stores with
   // copyTile afterwards.

@@ -23,7 +23,8 @@ namespace megamoe::kernels {
 // finished: one arrival per MMA warpgroup). The producer runs up to `stages` slots ahead, across tiles, so the next
 // tile's first stages load while the MMA warpgroups run the epilogue. Tiles reach the MMA warpgroups through a
 // two-entry hand-over table in shared memory (tileFull / tileEmpty), the last entry marked invalid. Each MMA
-// warpgroup runs its own loop over its 64 rows of every tile; the two take turns on a 64-row staging tile.
+// warpgroup runs its own loop over its 64 rows of every tile (of a half tile: its half of the columns, halfTile);
+// the two take turns on a 64-row staging tile.
 // Registers move to the MMA warpgroups (setmaxnreg): at 384 threads a block starts at 168 each; the producer gives
 // 112 of them back and the MMA warpgroups take them (56 + 2 x 216 fits the 168 x 3 launched; at 48 the producer
 // spilled).
@@ -264,24 +265,46 @@ struct WarpSpecializedEngine {
   }
 
 
-  // MMA warpgroup w (`wg`, its own thread group): tile number j, at p, its K loop from stage counter g on (rows
-  // 64w .. of the tile), then its rows' epilogue; returns the counter after it.
+  // Tiles whose rows inside the group fit one warpgroup's 64 ("half tiles": an expert's last m-tile holding at most 64
+  // rows, or a pair's m-tile past the group) run as 64 x BN tiles whose columns the two MMA warpgroups split
+  // (halfTile): half the MMAs of a whole tile. NT / NN with tensor maps; not a split of the K tail.
+  bool halfTiles() const { return tma() && !gemm.tn() && warpgroups() == 2; }
+
+  // MMA warpgroup w (`wg`, its own thread group): tile number j, at p, its K loop from stage counter g on, then its
+  // rows' epilogue; returns the counter after it.
   dsl::I32 compute(const dsl::Threads& wg, const TilePlace& p, const dsl::I32& g, const dsl::I32& j,
                    const std::optional<KSlice>& slice) const {
     using namespace dsl;
     dsl::Kernel& k = gemm.k;
-    const auto& c = gemm.c;
+    I32 steps = slice ? slice->steps : gemm.kTiles(p);
+    if (!halfTiles()) {
+      wholeTile(wg, p, g, j, slice, steps);
+      return g + steps;
+    }
+    // (groupEnd - m0 is negative for a pair's m-tile past the group: compared as groupEnd < m0 + 65, both
+    // non-negative, since the DSL's < is unsigned.)
+    Bool half = p.groupEnd < gemm.m0(p) + 65;
+    if (split && slice) half = half && slice->code == 0;
+    k.ifThen(half, [&] { halfTile(wg, p, g, j, steps); });
+    k.ifThen(!half, [&] { wholeTile(wg, p, g, j, slice, steps); });
+    return g + steps;
+  }
+
+  // One warpgroup's K loop over `steps` ring stages from stage counter g on: acc (m = 64, n = BN or BN / 2) +=
+  // A's stage (its rows 64w .., or with aFirstRows rows 0 ..) times bOf(B's stage); returns the drained accumulator.
+  // Every slot goes back to the producer(s) once this warpgroup's MMA of it has finished.
+  dsl::Acc kLoop(const dsl::Threads& wg, const TilePlace& p, const dsl::I32& g, const dsl::I32& steps, int64_t n,
+                 const std::function<dsl::SharedTile(const dsl::SharedTile&)>& bOf, bool aFirstRows) const {
+    using namespace dsl;
+    dsl::Kernel& k = gemm.k;
     const int64_t w = wg.first() / 128;
     Bool wgLeader = k.threadIdx() % 128 == 0;
-    I32 steps = slice ? slice->steps : gemm.kTiles(p);
-    // Both warpgroups multiply every tile, even where one's 64 rows lie past the group: letting that one only pass
-    // the ring slots on was slower on groups of random sizes (docs/decisions/gemm-tiles.md, not kept).
     // The step's ring slot and phase are carried, computed one step ahead: the barrier and operand addresses then
     // do not wait for arithmetic behind the previous step's MMA wait (bench/results/2026-12-01-h200-stall-sites).
     const BarrierRing ring = slots();
     const RingPosition first = ring.position(g);
     auto looped = k.forRange(
-        k.i32(0), steps, k.i32(1), wg.zeroAcc(64, c.n), {first.entry, first.phase},
+        k.i32(0), steps, k.i32(1), wg.zeroAcc(64, n), {first.entry, first.phase},
         [&](I32 kt, Acc acc, const std::vector<I32>& carried) {
           const RingPosition at{carried[0], carried[1]};
           const I32 slot = at.entry;
@@ -289,7 +312,7 @@ struct WarpSpecializedEngine {
           ring.wait(at);
           if (tma() && gemm.tn()) zeroTail(wg, p, kt, slot, w);
           if (!tma()) k.proxyFence();  // the producer's cp.async wrote through the generic proxy (TMA: the async one)
-          Acc out = wg.mma(acc, gemm.rings.a.stage(slot), gemm.rings.b.stage(slot), /*pending=*/1);
+          Acc out = wg.mma(acc, gemm.rings.a.stage(slot), bOf(gemm.rings.b.stage(slot)), /*pending=*/1, aFirstRows);
           // The MMA of step kt - 1 has finished in this warpgroup: its slot goes back to the producer(s).
           // (With pairs to both blocks' producers: both multicast into this block's copy of the slot.)
           k.ifThen(k.i32(0) < kt && wgLeader, [&] { ring.release(step.previous, blockInPair); });
@@ -297,6 +320,50 @@ struct WarpSpecializedEngine {
         });
     Acc acc = k.drain(looped.first);
     k.ifThen(k.i32(0) < steps && wgLeader, [&] { ring.release(ring.entryBefore(g + steps), blockInPair); });
+    return acc;
+  }
+
+  // A half tile (halfTiles): warpgroup w multiplies A's first 64 rows by B's columns [BN / 2 w, + BN / 2) (its half
+  // of the stage's B bytes: NT's N rows, NN's MN atoms). In its turn warpgroup 0 stages its half and passes the
+  // tile on; warpgroup 1 stages the other half and runs the epilogue on the 64 rows (from the tile's first row).
+  void halfTile(const dsl::Threads& wg, const TilePlace& p, const dsl::I32& g, const dsl::I32& j,
+                const dsl::I32& steps) const {
+    const int64_t w = wg.first() / 128, n = gemm.c.n / 2;
+    dsl::Acc acc = kLoop(
+        wg, p, g, steps, n, [&](const dsl::SharedTile& b) { return b.rowSlice(b.rows() / 2 * w, b.rows() / 2); },
+        /*aFirstRows=*/true);
+    turns().wait(w, j);
+    wg.storeAcc(acc, gemm.rings.staging.colSlice(n * w, n).asRowsOf(64 * w));
+    if (w == 1) {
+      wg.sync();
+      storeOrEpilogue(wg, p, gemm.m0(p));
+    }
+    turns().pass(w);
+  }
+
+  // Warpgroup w's 64 staged rows from firstRow on: the kernel's epilogue, or the default row stores; with a bulk
+  // epilogue its copies have read the staging tile (every thread's) when this returns.
+  void storeOrEpilogue(const dsl::Threads& wg, const TilePlace& p, const dsl::I32& firstRow) const {
+    if (epilogue)
+      epilogue(p, firstRow, wg);
+    else
+      gemm.storeStaged(wg, p, firstRow);
+    if (bulkEpilogue) {
+      gemm.k.bulkWait(/*readOnly=*/true);  // this thread's copies have read their staging rows ...
+      wg.sync();                           // ... and every thread's, before the other warpgroup may overwrite them
+    }
+  }
+
+  // A whole tile: warpgroup w's rows 64w .. of the tile, all BN columns.
+  void wholeTile(const dsl::Threads& wg, const TilePlace& p, const dsl::I32& g, const dsl::I32& j,
+                 const std::optional<KSlice>& slice, const dsl::I32& steps) const {
+    using namespace dsl;
+    dsl::Kernel& k = gemm.k;
+    const auto& c = gemm.c;
+    const int64_t w = wg.first() / 128;
+    // Both warpgroups multiply every whole tile, even where one's 64 rows lie past the group: letting that one only
+    // pass the ring slots on was slower on groups of random sizes (docs/decisions/gemm-tiles.md, not kept).
+    Acc acc = kLoop(wg, p, g, steps, c.n, [](const SharedTile& b) { return b; }, /*aFirstRows=*/false);
     // A split of the tail: its partial out, and whether this warpgroup is its tile's last split (then it stores).
     std::optional<Bool> isSplit, reduce;
     if (split && slice) {
@@ -309,15 +376,13 @@ struct WarpSpecializedEngine {
     auto stageAndStore = [&](const std::function<void()>& fill) {
       fill();
       wg.sync();
-      if (epilogue)
-        epilogue(p, gemm.m0(p) + 64 * w, wg);
-      else
-        gemm.storeStaged(wg, p, gemm.m0(p) + 64 * w);
+      storeOrEpilogue(wg, p, gemm.m0(p) + 64 * w);
     };
     auto fromAcc = [&] { wg.storeAcc(acc, gemm.rings.staging.asRowsOf(64 * w)); };
     if (isSplit) {
       k.ifThen(!*isSplit, [&] { stageAndStore(fromAcc); });
       k.ifThen(*reduce, [&] { stageAndStore([&] { split->sum(k, c.n, gemm.rings.staging, *slice, w); }); });
+      turns().pass(w);
     } else if (tma() && gemm.tn() && !epilogue && !bulkEpilogue) {
       // TN passes the staging tile on once its rows are in registers and stores them afterwards, so that the other
       // warpgroup's turn does not wait for these global stores: those waits kept it ~2 K steps behind, and the
@@ -327,16 +392,10 @@ struct WarpSpecializedEngine {
       std::vector<Vec> rows = gemm.loadStaged(wg);
       turns().pass(w);
       gemm.storeRows(wg, p, gemm.m0(p) + 64 * w, rows);
-      return g + steps;
     } else {
       stageAndStore(fromAcc);
+      turns().pass(w);
     }
-    if (bulkEpilogue) {
-      k.bulkWait(/*readOnly=*/true);  // this thread's copies have read their staging rows ...
-      wg.sync();                      // ... and every thread's, before the other warpgroup may overwrite them
-    }
-    turns().pass(w);
-    return g + steps;
   }
 
   // TN with TMA: the first token row of the K step at kk (a multiple of the step) of tile p. A partial last step of a

@@ -252,8 +252,55 @@ TEST(Codegen, TmaGroupedGemmKLoopKeepsAddressArithmeticOut) {
         for (const char* op : {"mul.wide", "shr.u64", "shr.b64"})
           EXPECT_EQ(step.find(op), std::string::npos) << op << " in\n" << step;
       }
-      EXPECT_EQ(steps, 2);  // one K loop per MMA warpgroup
+      EXPECT_EQ(steps, 4);  // per MMA warpgroup one K loop for whole tiles, one for half tiles
     }
+}
+
+// Half tiles (WarpSpecializedEngine::halfTile): NT / NN on the warp-specialised engine with TMA, standalone and
+// fused, have a second K loop per MMA warpgroup whose wgmma is N = BN / 2 (the warpgroups split a 64-row tile's
+// columns) beside the whole tiles' N = BN, 4 wgmma per warpgroup a stage; TN (whose M is dW's rows, never
+// ragged) has none, and no kernel spills.
+TEST(Codegen, HalfTilesSplitTheColumnsBetweenTheMmaWarpgroups) {
+  using G = kernels::GroupedGemmSpec;
+  auto count = [](const std::string& ptx, int64_t n) {
+    const std::string shape = ".m64n" + std::to_string(n) + "k16.";
+    int64_t c = 0;
+    for (size_t at = ptx.find(shape); at != std::string::npos; at = ptx.find(shape, at + 1)) ++c;
+    return c;
+  };
+  auto expectHalves = [&](const CompiledKernel& k, int64_t bn, bool halves) {
+    EXPECT_EQ(k.facts.spillBytes, 0);
+    EXPECT_EQ(count(k.assembly, bn), 8);
+    // (at least 8: LLVM may duplicate a loop, e.g. once per path into it)
+    if (halves)
+      EXPECT_GE(count(k.assembly, bn / 2), 8);
+    else
+      EXPECT_EQ(count(k.assembly, bn / 2), 0);
+  };
+  for (auto [spec, bn] : {std::pair{G{G::kNT, 128, 4096, 7168}, 256}, std::pair{G{G::kNN, 16, 512, 1024}, 256},
+                          std::pair{G{G::kNT, 8, 384, 256}, 128}})
+    for (int64_t pairs : {0, 1}) {
+      if (pairs && bn != 256) continue;  // pairs: 256-wide tiles only
+      SCOPED_TRACE(spec.tmaSpec(pairs).describe());
+      CompiledKernel k;
+      ASSERT_TRUE(compileTmaVariant(spec.tmaSpec(pairs), "sm_90a", k));
+      expectHalves(k, bn, true);
+    }
+  {
+    CompiledKernel k;
+    ASSERT_TRUE(compileTmaVariant(G{G::kTN, 16, 512, 1024}.tmaSpec(0), "sm_90a", k));
+    expectHalves(k, 256, false);
+  }
+  for (G::Layout layout : {G::kNT, G::kNN}) {
+    kernels::DispatchGemmSpec d{256, 2, 8, 7168, 2048};
+    d.layout = layout;
+    kernels::GemmCombineSpec c{256, 2, 8, 7168, 2048};
+    c.layout = layout;
+    for (const kernels::KernelSpec& spec : {d.spec(), c.spec()}) {
+      SCOPED_TRACE(spec.describe());
+      expectHalves(compile(spec, "sm_90a"), 256, true);
+    }
+  }
 }
 
 // The forward (NT) and dgrad (NN) dispatches on sm_90a run the warp-specialised engine as cluster pairs (NT: its B tile's gate

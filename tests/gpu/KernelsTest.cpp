@@ -320,12 +320,13 @@ enum class Layout { kNT, kNN, kTN };
 // finite one afterwards shows a tail split ran (expectSplit 1 requires it, 0 forbids it, -1 either).
 void runTmaGroupedGemm(Gpu& gpu, Layout layout, int64_t E = 8, int64_t N = 512, int64_t K = 256,
                        int32_t maxRows = 400, int64_t pairs = 0, int32_t grid = 0, int32_t maxSplit = 8,
-                       int expectSplit = -1) {
+                       int expectSplit = -1, const std::vector<int32_t>& sizes = {}) {
   std::mt19937 rng = testRng();
   const bool nn = layout == Layout::kNN, tn = layout == Layout::kTN;  // TN: K is M, C's rows per expert
   std::vector<int32_t> offsets{0};
-  std::uniform_int_distribution<int32_t> size(1, maxRows);
-  for (int64_t e = 0; e < E; ++e) offsets.push_back(offsets.back() + (e == 2 || e == 5 ? 0 : size(rng)));
+  std::uniform_int_distribution<int32_t> size(1, std::max(maxRows, 1));
+  for (int64_t e = 0; e < E; ++e)
+    offsets.push_back(offsets.back() + (!sizes.empty() ? sizes.at(size_t(e)) : e == 2 || e == 5 ? 0 : size(rng)));
   const int64_t rows = offsets.back();
   const char* name = tn ? "grouped_gemm_tn_tma" : nn ? "grouped_gemm_nn_tma" : "grouped_gemm_nt_tma";
   auto kernel = loadKernel(*gpu.runtime, name, {{"E", E}, {"N", N}, {tn ? "M" : "K", K}, {"pairs", pairs}});
@@ -410,6 +411,32 @@ void runTmaGroupedGemm(Gpu& gpu, Layout layout, int64_t E = 8, int64_t N = 512, 
               name, (long long)E, (long long)N, tn ? "M" : "K", (long long)K, (long long)pairs, (long long)rows, grid,
               maxSplit, err.relative(), written.unwritten, written.guardTouched, nonzeroEmpty,
               identical ? "identical" : "DIFFERENT", partialsWritten);
+}
+
+// Groups whose last m-tile holds 1..64 rows run it as a half tile (64 x BN, the MMA warpgroups splitting its
+// columns: WarpSpecializedEngine::halfTile); 65..128 rows as a whole one. Sizes with tails of 64, 1, 63, 65 and
+// 128 rows, one group of a single half tile and an empty one; single blocks and cluster pairs (2 n-tiles: lone
+// half tiles; 3 n-tiles: a pair's second m-tile past the group, 64 rows past it at 320, just past it at 384), NT
+// and NN, 256- and 128-wide tiles (N = 384: half tiles of 64 columns a warpgroup), no split.
+const std::vector<int32_t> kHalfTileSizes{64, 1, 384, 192, 0, 320, 63, 193};
+TEST(GpuKernels, TmaGroupedGemmNtHalfTiles) {
+  MEGAMOE_REQUIRE_SM90A(gpu);
+  runTmaGroupedGemm(gpu, Layout::kNT, 8, 512, 256, 0, /*pairs=*/0, /*grid=*/0, /*maxSplit=*/0, 0, kHalfTileSizes);
+  runTmaGroupedGemm(gpu, Layout::kNT, 8, 384, 256, 0, /*pairs=*/0, /*grid=*/3, /*maxSplit=*/0, 0, kHalfTileSizes);
+}
+TEST(GpuKernels, TmaGroupedGemmNnHalfTiles) {
+  MEGAMOE_REQUIRE_SM90A(gpu);
+  runTmaGroupedGemm(gpu, Layout::kNN, 8, 512, 256, 0, /*pairs=*/0, /*grid=*/3, /*maxSplit=*/0, 0, kHalfTileSizes);
+  runTmaGroupedGemm(gpu, Layout::kNN, 8, 384, 256, 0, /*pairs=*/0, /*grid=*/0, /*maxSplit=*/0, 0, kHalfTileSizes);
+}
+TEST(GpuKernels, TmaGroupedGemmNtPairsHalfTiles) {
+  MEGAMOE_REQUIRE_SM90A(gpu);
+  runTmaGroupedGemm(gpu, Layout::kNT, 8, 512, 256, 0, /*pairs=*/1, /*grid=*/2, /*maxSplit=*/0, 0, kHalfTileSizes);
+  runTmaGroupedGemm(gpu, Layout::kNT, 8, 768, 256, 0, /*pairs=*/1, /*grid=*/0, /*maxSplit=*/0, 0, kHalfTileSizes);
+}
+TEST(GpuKernels, TmaGroupedGemmNnPairsHalfTiles) {
+  MEGAMOE_REQUIRE_SM90A(gpu);
+  runTmaGroupedGemm(gpu, Layout::kNN, 8, 512, 256, 0, /*pairs=*/1, /*grid=*/2, /*maxSplit=*/0, 0, kHalfTileSizes);
 }
 
 // Fewer tiles than blocks: every tile is the tail, split over the K steps (4 here: up to 4 ways).

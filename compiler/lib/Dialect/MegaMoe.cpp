@@ -147,6 +147,9 @@ LogicalResult MmaTileOp::verify() {
   if (!isShared(getA().getType()) || !isShared(getB().getType()))
     return emitOpError("operands A and B must be in shared memory (address space 3)");
   if (getK() != 64) return emitOpError("k must be 64 (one 128-byte swizzled bf16 row per stage), got ") << getK();
+  if (getAFirstRows() && (getM() != 64 || getThreads() != 128))
+    return emitOpError("a_first_rows is one warpgroup's tile: m = 64 and threads = 128, got m = ")
+           << getM() << ", threads = " << getThreads();
   if (getAcc().getType() != getResult().getType()) return emitOpError("result type must equal the accumulator type");
   return verifyAccShape(*this, getAcc().getType(), getM(), getN(), getThreads());
 }

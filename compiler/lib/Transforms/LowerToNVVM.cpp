@@ -84,14 +84,29 @@ Value structToVector(OpBuilder& b, Location loc, Value s, VectorType vecTy) {
 // 64-bit address arithmetic per step (mask, shift, or), ptxas left ~30 instructions, a dependent chain of ~10,
 // between one step's MMA wait and the next step's wgmma; descriptors kept loop-invariant in a probe ran
 // DeepSeek-V3 L1 6.5% faster at equal clocks (bench/results/2026-12-01-h200-stall-sites).
+// A constant byte offset into a stage (SharedTile::rowSlice of a stage, e.g. one warpgroup's half of B) moves the
+// base: the ring's base plus that constant, still loop-invariant.
 std::pair<Value, Value> stageOffset(OpBuilder& b, Location loc, Value ptr) {
-  if (auto gep = ptr.getDefiningOp<LLVM::GEPOp>())
-    if (gep.getElemType() == b.getI8Type() && gep.getDynamicIndices().size() == 1 &&
-        gep.getRawConstantIndices().size() == 1) {
-      Value off = gep.getDynamicIndices()[0];
-      if (off.getType() != b.getI32Type()) off = arith::TruncIOp::create(b, loc, b.getI32Type(), off);
-      return {gep.getBase(), off};
-    }
+  auto byteGep = [&](Value p, size_t dynamic) {
+    auto gep = p.getDefiningOp<LLVM::GEPOp>();
+    return gep && gep.getElemType() == b.getI8Type() && gep.getDynamicIndices().size() == dynamic &&
+                   gep.getRawConstantIndices().size() == 1
+               ? gep
+               : LLVM::GEPOp();
+  };
+  std::optional<int32_t> within;
+  if (auto slice = byteGep(ptr, 0); slice && byteGep(slice.getBase(), 1)) {
+    within = slice.getRawConstantIndices()[0];
+    ptr = slice.getBase();
+  }
+  if (auto gep = byteGep(ptr, 1)) {
+    Value off = gep.getDynamicIndices()[0];
+    if (off.getType() != b.getI32Type()) off = arith::TruncIOp::create(b, loc, b.getI32Type(), off);
+    Value base = gep.getBase();
+    if (within)
+      base = LLVM::GEPOp::create(b, loc, base.getType(), b.getI8Type(), base, ArrayRef<LLVM::GEPArg>{*within});
+    return {base, off};
+  }
   return {ptr, Value()};
 }
 
@@ -115,8 +130,11 @@ struct MmaTileToWgmma : OpRewritePattern<MmaTileOp> {
     int64_t aGroupBytes = !aMN ? Atom::kM * 128 : op.getMnAtomsOuter() ? op.getK() / 8 * 1024 : 1024;
     auto [aRing, aOff] = stageOffset(b, loc, op.getA());
     auto [bRing, bOff] = stageOffset(b, loc, op.getB());
-    Value aBase = arith::AddIOp::create(b, loc, sharedAddress(b, loc, aRing),
-                                        arith::MulIOp::create(b, loc, group, i64(b, loc, aGroupBytes)));
+    // (a_first_rows: every warpgroup reads rows [0, 64).)
+    Value aGroupOffset =
+        op.getAFirstRows() ? Value() : arith::MulIOp::create(b, loc, group, i64(b, loc, aGroupBytes)).getResult();
+    Value aBase = sharedAddress(b, loc, aRing);
+    if (aGroupOffset) aBase = arith::AddIOp::create(b, loc, aBase, aGroupOffset);
     // MN-major strides (MmaAtoms.h): b128_mn tiles, or TMA boxes with the MN atoms outermost.
     bool outer = op.getMnAtomsOuter();
     uint64_t kGroups = uint64_t(op.getK() / 8);

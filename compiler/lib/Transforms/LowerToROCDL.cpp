@@ -81,7 +81,9 @@ struct MmaTileToMfma : OpRewritePattern<MmaTileOp> {
     auto fragTy = VectorType::get({Atom::kOperandPerLane}, b.getBF16Type());
     auto accTy = VectorType::get({Atom::kAccPerLane}, b.getF32Type());
     auto [wave, lane] = waveLane(b, loc);
-    Value rowA = arith::AddIOp::create(b, loc, arith::MulIOp::create(b, loc, wave, i32(b, loc, Atom::kM)),
+    // a_first_rows: the waves of every warpgroup read A's rows [0, 64), those of warpgroup 0.
+    Value waveA = op.getAFirstRows() ? arith::RemUIOp::create(b, loc, wave, i32(b, loc, 64 / Atom::kM)).getResult() : wave;
+    Value rowA = arith::AddIOp::create(b, loc, arith::MulIOp::create(b, loc, waveA, i32(b, loc, Atom::kM)),
                                        arith::RemUIOp::create(b, loc, lane, i32(b, loc, 32)));
     SmallVector<Value> acc;
     // Element-wise split and join (vector.{extract,insert}_strided_slice have no direct LLVM lowering).

@@ -302,6 +302,15 @@ llvm.func @mma_tile_a_in_global(%a: !llvm.ptr<1>, %b: !llvm.ptr<3>, %acc: vector
 
 // -----
 
+// a_first_rows shares one warpgroup's 64 rows of A: a two-warpgroup tile cannot use it.
+llvm.func @mma_tile_a_first_rows_two_warpgroups(%a: !llvm.ptr<3>, %b: !llvm.ptr<3>, %acc: vector<32xf32>) {
+  // expected-error @+1 {{a_first_rows is one warpgroup's tile: m = 64 and threads = 128, got m = 128, threads = 256}}
+  %r = megamoe.mma_tile %a, %b, %acc {m = 128, n = 64, k = 64, threads = 256, a_first_rows} : !llvm.ptr<3>, !llvm.ptr<3>, vector<32xf32> -> vector<32xf32>
+  llvm.return
+}
+
+// -----
+
 llvm.func @mma_tile_b_generic(%a: !llvm.ptr<3>, %b: !llvm.ptr, %acc: vector<64xf32>) {
   // expected-error @+1 {{operands A and B must be in shared memory (address space 3)}}
   %r = megamoe.mma_tile %a, %b, %acc {m = 64, n = 128, k = 64, threads = 128} : !llvm.ptr<3>, !llvm.ptr, vector<64xf32> -> vector<64xf32>

@@ -608,6 +608,20 @@ gpu.module @k {
   }
 }
 
+// -----
+
+// a_first_rows (a half tile: the warpgroups split its columns): every warpgroup's A descriptor is the tile's own
+// address, without the 8 KB per warpgroup (no multiply by the warpgroup index).
+// CHECK-LABEL: llvm.func @mma_tile_a_first_rows
+// CHECK-NOT: arith.muli
+// CHECK: nvvm.wgmma.mma_async %{{.*}}, %{{.*}}, %{{.*}}, <m = 64, n = 128, k = 16>
+gpu.module @k {
+  llvm.func @mma_tile_a_first_rows(%a: !llvm.ptr<3>, %b: !llvm.ptr<3>, %acc: vector<64xf32>) -> vector<64xf32> {
+    %r = megamoe.mma_tile %a, %b, %acc {m = 64, n = 128, k = 64, threads = 128, a_first_rows} : !llvm.ptr<3>, !llvm.ptr<3>, vector<64xf32> -> vector<64xf32>
+    llvm.return %r : vector<64xf32>
+  }
+}
+
 //===----------------------------------------------------------------------===//
 // mma_drain
 //===----------------------------------------------------------------------===//

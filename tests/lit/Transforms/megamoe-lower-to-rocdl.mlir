@@ -468,6 +468,24 @@ gpu.module @k {
 
 // -----
 
+// a_first_rows: the waves of every warpgroup read A's rows [0, 64), as warpgroup 0's do: A's row is
+// (wave % 2) * 32 + lane % 32 (the waves of warpgroup 1 are 2 and 3 of the block).
+// CHECK-LABEL: llvm.func @mma_tile_a_first_rows
+// CHECK-DAG: %[[C2:.*]] = arith.constant 2 : i32
+// CHECK-DAG: %[[C32:.*]] = arith.constant 32 : i32
+// CHECK: %[[TID:.*]] = rocdl.workitem.id.x
+// CHECK: %[[WAVE:.*]] = arith.divui %[[TID]]
+// CHECK: %[[WAVE_A:.*]] = arith.remui %[[WAVE]], %[[C2]]
+// CHECK: arith.muli %[[WAVE_A]], %[[C32]]
+gpu.module @k {
+  llvm.func @mma_tile_a_first_rows(%a: !llvm.ptr<3>, %b: !llvm.ptr<3>, %acc: vector<64xf32>) -> vector<64xf32> {
+    %r = megamoe.mma_tile %a, %b, %acc {m = 64, n = 128, k = 64, threads = 128, a_first_rows} : !llvm.ptr<3>, !llvm.ptr<3>, vector<64xf32> -> vector<64xf32>
+    llvm.return %r : vector<64xf32>
+  }
+}
+
+// -----
+
 // pending and the MN-major flags change nothing on gfx950: b128_mn tiles were transposed into K-major rows while
 // copying, so both operands are read K-major (A row wave * 32 + lane % 32 at byte row * 128 + ((lane / 32) ^
 // (row % 8)) * 16 in k-step 0), and MFMA results are final (no wait).

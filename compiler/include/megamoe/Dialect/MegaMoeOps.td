@@ -303,11 +303,13 @@ def MegaMoe_MmaTileOp : MegaMoe_Op<"mma_tile", [MemoryEffects<[MemRead]>]> {
     atoms one after another, each with all k / 8 of its K groups (the order TMA boxes of 64 MN x k land in)
     instead of b128_mn's K-group-major order. Lowering picks the atom from the target's descriptor table
     (sm_90a: wgmma m64nNk16, one warpgroup per 64 rows; gfx950: v_mfma_f32_32x32x16_bf16, one wave per 32 rows).
+    Warpgroup g of the block reads A's rows [64g, 64g + 64); with `a_first_rows` every warpgroup reads rows
+    [0, 64) (a 64-row tile whose columns the warpgroups split, each with its own B).
   }];
   let arguments = (ins VectorOfRankAndType<[1], [F32]>:$acc, AnyLLVMPtr:$a, AnyLLVMPtr:$b,
                    I64Attr:$m, I64Attr:$n, I64Attr:$k, I64Attr:$threads,
                    DefaultValuedAttr<I64Attr, "0">:$pending, UnitAttr:$a_mn_major, UnitAttr:$b_mn_major,
-                   UnitAttr:$mn_atoms_outer);
+                   UnitAttr:$mn_atoms_outer, UnitAttr:$a_first_rows);
   let results = (outs VectorOfRankAndType<[1], [F32]>:$result);
   let assemblyFormat = [{
     $a `,` $b `,` $acc attr-dict `:` type($a) `,` type($b) `,` type($acc) `->` type($result)
