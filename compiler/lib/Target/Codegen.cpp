@@ -124,19 +124,6 @@ int64_t countOccurrences(const std::string& text, const std::string& needle) {
   return n;
 }
 
-// Registers, stack frame, spills and shared memory from a ptxas -v log.
-bool readPtxasFacts(const std::string& info, StaticFacts& f, std::string* error) {
-  f.registers = firstInt(info, R"(Used (\d+) registers)", -1);
-  f.scratchBytes = firstInt(info, R"((\d+) bytes stack frame)", 0);
-  f.spillBytes = firstInt(info, R"((\d+) bytes spill stores)", 0) + firstInt(info, R"((\d+) bytes spill loads)", 0);
-  f.sharedBytes = firstInt(info, R"((\d+) bytes smem)", 0);
-  if (f.registers < 0) {
-    *error = "the ptxas log has no register count: " + info;
-    return false;
-  }
-  return true;
-}
-
 // Temporary files of one external step, removed on every path out of it.
 class TempFiles {
  public:
@@ -218,7 +205,7 @@ bool assembleCubin(const std::string& ptx, CompiledKernel& k, std::string* error
     *error = "ptxas (" + ptxas + ") could not build the cubin: " + execError + info;
     return false;
   }
-  return readPtxasFacts(info, k.facts, error);
+  return readPtxasLog(info, k.facts, error);
 }
 
 // nvJitLink, opened with dlopen on first use: only sm_90a code needs it, so gfx950 generation runs on a machine
@@ -337,7 +324,7 @@ bool linkCubin(const std::string& ptx, CompiledKernel& k, std::string* error) {
   nv->GetLinkedCubin(h, k.binary.data());
   std::string info = log(true);
   nv->Destroy(&h);
-  return readPtxasFacts(info, k.facts, error);
+  return readPtxasLog(info, k.facts, error);
 }
 
 // Object -> shared HSACO with lld in process (lld keeps global state: one link at a time). lld ends the process
@@ -391,6 +378,9 @@ void checkBudgets(const TargetOptions& options, CompiledKernel& k) {
     if (f.registers > 255) fail("registers per thread: " + std::to_string(f.registers) + " (limit 255)");
     if (f.registers * k.blockThreads > 65536) fail("registers per block exceed the 64K register file");
     if (f.sharedBytes + k.dynamicSharedBytes > 227 * 1024) fail("shared memory over 227 KB per block");
+    // Serialized, each wgmma waits for the one before it, in every loop of the kernel: measured 7% slower on whole
+    // tiles (bench/results/2026-12-01-h200-half-tiles).
+    if (!f.wgmmaSerialized.empty()) fail("ptxas serialized the wgmma pipeline: " + f.wgmmaSerialized);
   } else {
     if (f.scratchBytes) fail("scratch: " + std::to_string(f.scratchBytes) + " bytes (budget 0)");
     if (f.registers < 0) fail("no .vgpr_count in the code-object metadata");
@@ -403,12 +393,31 @@ void checkBudgets(const TargetOptions& options, CompiledKernel& k) {
 
 }  // namespace
 
+bool readPtxasLog(const std::string& log, StaticFacts& f, std::string* error) {
+  f.registers = firstInt(log, R"(Used (\d+) registers)", -1);
+  f.scratchBytes = firstInt(log, R"((\d+) bytes stack frame)", 0);
+  f.spillBytes = firstInt(log, R"((\d+) bytes spill stores)", 0) + firstInt(log, R"((\d+) bytes spill loads)", 0);
+  f.sharedBytes = firstInt(log, R"((\d+) bytes smem)", 0);
+  std::smatch m;
+  static const std::regex serialized(
+      R"(Potential Performance Loss: wgmma\.mma_async instructions are serialized ([^\r\n]*))");
+  f.wgmmaSerialized = std::regex_search(log, m, serialized) ? m[1].str() : std::string();
+  if (size_t at = f.wgmmaSerialized.find(" in the function '"); at != std::string::npos) f.wgmmaSerialized.resize(at);
+  if (f.registers < 0) {
+    *error = "the ptxas log has no register count: " + log;
+    return false;
+  }
+  return true;
+}
+
 std::string StaticFacts::json() const {
   std::ostringstream o;
   o << "{\"target\":" << quoted(target) << ",\"registers\":" << registers << ",\"agprs\":" << agprs << ",\"sgprs\":" << sgprs
     << ",\"scratch_bytes\":" << scratchBytes << ",\"spill_bytes\":" << spillBytes << ",\"shared_bytes\":" << sharedBytes
     << ",\"mma_instructions\":" << mmaInstructions << ",\"mma_mnemonic\":" << quoted(mmaMnemonic)
-    << ",\"expects_mma\":" << (expectsMma ? "true" : "false") << ",\"violations\":[";
+    << ",\"expects_mma\":" << (expectsMma ? "true" : "false");
+  if (!wgmmaSerialized.empty()) o << ",\"wgmma_serialized\":" << quoted(wgmmaSerialized);
+  o << ",\"violations\":[";
   for (size_t i = 0; i < violations.size(); ++i) o << (i ? "," : "") << quoted(violations[i]);
   o << "]}";
   return o.str();

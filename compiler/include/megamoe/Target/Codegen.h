@@ -26,6 +26,7 @@ struct StaticFacts {
   int64_t mmaInstructions = 0;   // wgmma.mma_async in the PTX / v_mfma_* in the gfx950 code
   std::string mmaMnemonic;       // the instruction counted
   bool expectsMma = false;       // the kernel used megamoe.mma_tile
+  std::string wgmmaSerialized;   // sm_90a: ptxas's reason for serializing every wgmma (C7520); empty when pipelined
   std::vector<std::string> violations;  // empty when every check passed
   bool ok() const { return violations.empty(); }
   std::string json() const;
@@ -49,6 +50,10 @@ struct CompiledKernel {
 // Lowers a clone of the target-neutral kernel module through the target's pipeline and emits the code object.
 // On failure returns nullopt and sets *error, naming the stage and the diagnostics.
 std::optional<CompiledKernel> compileKernel(mlir::ModuleOp module, const TargetOptions& options, std::string* error);
+
+// Registers, stack frame, spills, shared memory and wgmma serialization from a ptxas -v log (also nvJitLink's
+// info log) into f; false with *error when the log has no register count.
+bool readPtxasLog(const std::string& log, StaticFacts& f, std::string* error);
 
 // project version + LLVM version + hash of the generator sources (compiler/, dsl/, kernels/).
 std::string compilerFingerprint();
