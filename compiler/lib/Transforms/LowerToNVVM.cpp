@@ -110,6 +110,20 @@ std::pair<Value, Value> stageOffset(OpBuilder& b, Location loc, Value ptr) {
   return {ptr, Value()};
 }
 
+// Passes each element of an accumulator vector through an empty volatile asm: no instruction that reads (or
+// defines) it can be scheduled across the asm, which stays in order with the wgmma fence and waits around it.
+Value pinEach(PatternRewriter& b, Location loc, Value vec) {
+  auto vecTy = cast<VectorType>(vec.getType());
+  for (int64_t i = 0; i < vecTy.getNumElements(); ++i) {
+    Value e = vector::ExtractOp::create(b, loc, vec, ArrayRef<int64_t>{i});
+    auto pin = LLVM::InlineAsmOp::create(b, loc, TypeRange{b.getF32Type()}, ValueRange{e}, "", "=f,0",
+                                         /*has_side_effects=*/true, /*is_align_stack=*/false,
+                                         LLVM::tailcallkind::TailCallKind::None, nullptr, nullptr);
+    vec = vector::InsertOp::create(b, loc, pin.getResult(0), vec, ArrayRef<int64_t>{i});
+  }
+  return vec;
+}
+
 // One warpgroup per 64 rows of A: warpgroup g reads A rows [64g, 64g + 64) (8 KB of swizzled rows further on) and
 // all of B; k / 16 wgmma ops step the descriptors by 32 bytes each, then commit and wait.
 struct MmaTileToWgmma : OpRewritePattern<MmaTileOp> {
@@ -165,7 +179,9 @@ struct MmaTileToWgmma : OpRewritePattern<MmaTileOp> {
     };
     auto atA = withOffset(descA, aOff, stepA), atB = withOffset(descB, bOff, stepB);
 
-    Value acc = vectorToStruct(b, loc, op.getAcc(), structTy, accN);
+    // The accumulator's registers are defined before the fence (pinned): a definition between the fence and the
+    // wgmma (LLVM sank a tile's zero fill there) makes ptxas serialize every wgmma of the kernel (C7520).
+    Value acc = vectorToStruct(b, loc, pinEach(b, loc, op.getAcc()), structTy, accN);
     NVVM::WgmmaFenceAlignedOp::create(b, loc);
     auto shape = NVVM::MMAShapeAttr::get(ctx, Atom::kM, n, Atom::kK);
     for (int64_t kk = 0; kk < op.getK() / Atom::kK; ++kk) {
@@ -183,22 +199,14 @@ struct MmaTileToWgmma : OpRewritePattern<MmaTileOp> {
   }
 };
 
-// Waits for every wgmma group, then passes each accumulator register through an empty volatile asm so that no
-// read of it can be scheduled above the wait.
+// Waits for every wgmma group, then pins each accumulator register so that no read of it can be scheduled above
+// the wait.
 struct MmaDrainToWgmmaWait : OpRewritePattern<MmaDrainOp> {
   using OpRewritePattern::OpRewritePattern;
   LogicalResult matchAndRewrite(MmaDrainOp op, PatternRewriter& b) const override {
     Location loc = op.getLoc();
     NVVM::WgmmaWaitGroupSyncOp::create(b, loc, uint64_t(0));
-    auto vecTy = cast<VectorType>(op.getAcc().getType());
-    Value out = op.getAcc();
-    for (int64_t i = 0; i < vecTy.getNumElements(); ++i) {
-      Value e = vector::ExtractOp::create(b, loc, out, ArrayRef<int64_t>{i});
-      auto pin = LLVM::InlineAsmOp::create(b, loc, TypeRange{b.getF32Type()}, ValueRange{e}, "", "=f,0", /*has_side_effects=*/true,
-                                           /*is_align_stack=*/false, LLVM::tailcallkind::TailCallKind::None, nullptr, nullptr);
-      out = vector::InsertOp::create(b, loc, pin.getResult(0), out, ArrayRef<int64_t>{i});
-    }
-    b.replaceOp(op, out);
+    b.replaceOp(op, pinEach(b, loc, op.getAcc()));
     return success();
   }
 };
