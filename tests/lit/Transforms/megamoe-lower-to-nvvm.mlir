@@ -388,9 +388,12 @@ gpu.module @k {
 // CHECK-NEXT: %[[B_MASKED:.*]] = arith.andi %[[B_ADDR]], %[[ADDR_MASK]] : i64
 // CHECK-NEXT: %[[B_FIELD:.*]] = arith.shrui %[[B_MASKED]], %[[C4]] : i64
 // CHECK-NEXT: %[[DESC_B:.*]] = arith.ori %[[B_FIELD]], %[[DESC_BITS]] : i64
-// The accumulator goes in as wgmma's 64-member register struct.
-// CHECK: vector.extract %[[ACC]][63] : f32 from vector<64xf32>
-// CHECK-NEXT: %[[IN:.*]] = llvm.insertvalue %{{.*}}[63] : !llvm.struct<(f32,
+// The accumulator is pinned element by element before the fence (an empty volatile asm each: nothing may define
+// its registers between the fence and the wgmma), then goes in as wgmma's 64-member register struct.
+// CHECK: %[[E0:.*]] = vector.extract %[[ACC]][0] : f32 from vector<64xf32>
+// CHECK-NEXT: llvm.inline_asm has_side_effects "", "=f,0" %[[E0]] : (f32) -> f32
+// CHECK-COUNT-63: llvm.inline_asm has_side_effects "", "=f,0"
+// CHECK: %[[IN:.*]] = llvm.insertvalue %{{.*}}[63] : !llvm.struct<(f32,
 // CHECK-NEXT: nvvm.wgmma.fence.aligned
 // CHECK-NEXT: %[[W0:.*]] = nvvm.wgmma.mma_async %[[DESC_A]], %[[DESC_B]], %[[IN]], <m = 64, n = 128, k = 16>, D[<f32>, <one>], A[<bf16>, <one>, <row>], B[<bf16>, <one>, <col>]
 // CHECK-DAG: %[[DESC_A1:.*]] = arith.addi %[[DESC_A]], %[[C2]] : i64
