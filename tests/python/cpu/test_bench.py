@@ -4,6 +4,7 @@ import importlib.util
 import os
 
 import pytest
+torch = pytest.importorskip("torch")
 
 ROOT = os.path.join(os.path.dirname(__file__), "..", "..", "..")
 
@@ -39,9 +40,41 @@ def test_ragged_summary_needs_both_routings_without_error(bench):
     assert "forward_backward" not in forward_only
 
 
+def test_ragged_summary_against_the_shuffled_anchor(bench):
+    runs = [routing("uniform", 9.5, 33.0), routing("balanced", 8.75, 31.0), routing("shuffled", 9.25, 32.0)]
+    s = bench.ragged_summary(runs, "shuffled")
+    assert s["anchor"] == "shuffled" and s["forward"]["ratio"] == pytest.approx(9.5 / 9.25)
+    assert s["forward_backward"]["ratio"] == pytest.approx(33.0 / 32.0)
+    assert bench.ragged_summary(runs)["anchor"] == "balanced"
+    assert bench.ragged_summary(runs[:2], "shuffled") is None
+
+
+@pytest.mark.parametrize("kind", ["balanced", "shuffled"])
+def test_whole_tile_picks_give_every_expert_the_same_rows(bench, kind):
+    world, n, experts, topk = 2, 1024, 64, 8
+    picks = [bench.whole_tile_picks(kind, r, world, n, experts, topk, torch.Generator().manual_seed(7))
+             for r in range(world)]
+    every = torch.cat(picks)
+    assert every.shape == (world * n, topk)
+    assert torch.bincount(every.flatten(), minlength=experts).tolist() == [world * n * topk // experts] * experts
+    assert all(len(set(row.tolist())) == topk for row in every)  # distinct experts per token
+
+
+def test_shuffled_picks_scatter_each_experts_tokens(bench):
+    gen = lambda: torch.Generator().manual_seed(7)
+    balanced = bench.whole_tile_picks("balanced", 0, 1, 1024, 64, 8, gen())
+    shuffled = bench.whole_tile_picks("shuffled", 0, 1, 1024, 64, 8, gen())
+    # balanced: token t's picks are 8t .. 8t + 7 (mod 64), consecutive; shuffled: not for (almost) any token.
+    consecutive = lambda idx: int(((idx[:, 1:] - idx[:, :-1]) % 64 == 1).all(dim=1).sum())
+    assert consecutive(balanced) == 1024
+    assert consecutive(shuffled) < 10
+    assert torch.equal(shuffled, bench.whole_tile_picks("shuffled", 0, 1, 1024, 64, 8, gen()))  # same draws
+
+
 def test_print_ragged_names_both_times_and_the_target(bench, capsys):
     bench.print_ragged(bench.ragged_summary([routing("uniform", 9.5, 33.0), routing("balanced", 8.75, 31.0)]))
     out = capsys.readouterr().out
     assert "forward 9.500 / 8.750 ms = 1.086" in out
     assert "forward + backward 33.000 / 31.000 ms = 1.065" in out
     assert "(wanted <= 1.04)" in out
+    assert "(uniform / balanced, same rows)" in out
