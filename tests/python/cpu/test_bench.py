@@ -78,3 +78,24 @@ def test_print_ragged_names_both_times_and_the_target(bench, capsys):
     assert "forward + backward 33.000 / 31.000 ms = 1.065" in out
     assert "(wanted <= 1.04)" in out
     assert "(uniform / balanced, same rows)" in out
+
+
+def test_timeline_summary_counts_busy_idle_and_the_gaps(bench):
+    # us: a [0, 100), b [100, 260), c overlaps b [200, 300), a gap of 50, then a [350, 400), a gap of 100, d.
+    kernels = [("b", 100, 260), ("a", 0, 100), ("c", 200, 300), ("a", 350, 400), ("d", 500, 510)]
+    t = bench.timeline_summary(kernels, top=1)
+    assert t["kernels"] == 5
+    assert t["span_ms"] == pytest.approx(0.510)
+    assert t["busy_ms"] == pytest.approx(0.360)
+    assert t["idle_ms"] == pytest.approx(0.150)
+    assert t["gaps"] == [{"ms": pytest.approx(0.100), "before": "d"}]
+    assert t["by_kernel"]["a"] == {"count": 2, "ms": pytest.approx(0.150)}
+    assert list(t["by_kernel"])[0] == "b"  # longest first
+    assert bench.timeline_summary([]) is None
+
+
+def test_print_timeline_names_the_gaps(bench, capsys):
+    bench.print_timeline(bench.timeline_summary([("x", 0, 1000), ("y", 1500, 2000)]), "fwd+bwd")
+    out = capsys.readouterr().out
+    assert "fwd+bwd timeline (rank 0): 2 kernels over 2.000 ms, busy 1.500, idle 0.500" in out
+    assert "0.500 before y" in out and "x x1 1.000" in out
