@@ -88,6 +88,7 @@ def test_timeline_summary_counts_busy_idle_and_the_gaps(bench):
     assert t["span_ms"] == pytest.approx(0.510)
     assert t["busy_ms"] == pytest.approx(0.360)
     assert t["idle_ms"] == pytest.approx(0.150)
+    assert t["overlap_ms"] == pytest.approx(0.060)  # c with b in [200, 260)
     assert t["gaps"] == [{"ms": pytest.approx(0.100), "before": "d"}]
     assert t["by_kernel"]["a"] == {"count": 2, "ms": pytest.approx(0.150)}
     assert list(t["by_kernel"])[0] == "b"  # longest first
@@ -97,5 +98,5 @@ def test_timeline_summary_counts_busy_idle_and_the_gaps(bench):
 def test_print_timeline_names_the_gaps(bench, capsys):
     bench.print_timeline(bench.timeline_summary([("x", 0, 1000), ("y", 1500, 2000)]), "fwd+bwd")
     out = capsys.readouterr().out
-    assert "fwd+bwd timeline (rank 0): 2 kernels over 2.000 ms, busy 1.500, idle 0.500" in out
+    assert "fwd+bwd timeline (rank 0): 2 kernels over 2.000 ms, busy 1.500, idle 0.500, overlapped 0.000" in out
     assert "0.500 before y" in out and "x x1 1.000" in out
