@@ -31,7 +31,7 @@ kernels=(
   "grouped_gemm_nn_tma E=8,N=512,K=256,pairs=1"
   "grouped_gemm_nt_tma E=8,N=2048,K=256,pairs=1"
   "grouped_gemm_nt_tma E=8,N=768,K=256,pairs=1"     # pairs with an odd n-tile count (no lone tiles)
-  "grouped_gemm_nt_tma E=8,N=384,K=256,pairs=0"     # 128-wide tiles: half (and narrow) tiles of 64 columns a warpgroup
+  "grouped_gemm_nt_tma E=8,N=384,K=256,pairs=0"     # 128-wide tiles: half tiles of 64 columns a warpgroup
   "grouped_gemm_nn_tma E=8,N=384,K=256,pairs=0"
   "grouped_gemm_nt_tma E=6,N=12288,K=128,pairs=1"   # pairs in wide bands
   "grouped_gemm_nt_tma E=6,N=12288,K=128,pairs=0"   # the banded tile order (N / 256 >= 48)

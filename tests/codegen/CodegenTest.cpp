@@ -127,9 +127,6 @@ INSTANTIATE_TEST_SUITE_P(Codegen, EveryKernel,
                                             ::testing::Values(std::string("sm_90a"), std::string("gfx950"))),
                          caseName);
 
-// The warp-specialised engine (not the registry's choice yet, see docs/decisions/gemm-tiles.md) stays buildable:
-// per layout at the DeepSeek-V3 shapes, sm_90a code with the producer / MMA register split, mbarrier hand-over and
-// no spills (ptxas compiles the whole program so that setmaxnreg's budgets apply); gfx950 ignores the request.
 // ptxas serializes every wgmma of a kernel when it cannot pipeline them (C7520): the kernel still runs, 7% slower
 // (narrow tiles, bench/results/2026-12-01-h200-half-tiles), so the log's reason is a fact and a violation
 // (EveryKernel.StaticFactsPass). The log below is ptxas 13's for that kernel.
@@ -155,6 +152,9 @@ TEST(Codegen, PtxasLogNamesSerializedWgmma) {
   EXPECT_EQ(clean.json().find("wgmma_serialized"), std::string::npos);
 }
 
+// The warp-specialised engine (not the registry's choice yet, see docs/decisions/gemm-tiles.md) stays buildable:
+// per layout at the DeepSeek-V3 shapes, sm_90a code with the producer / MMA register split, mbarrier hand-over and
+// no spills (ptxas compiles the whole program so that setmaxnreg's budgets apply); gfx950 ignores the request.
 TEST(Codegen, WarpSpecializedGroupedGemmFitsItsRegisterSplit) {
   using G = kernels::GroupedGemmSpec;
   for (const G& g : {G{G::kNT, 128, 7168, 2048}, G{G::kNN, 128, 2048, 7168}, G{G::kTN, 128, 4096, 7168}}) {
