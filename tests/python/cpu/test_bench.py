@@ -92,6 +92,10 @@ def test_timeline_summary_counts_busy_idle_and_the_gaps(bench):
     assert t["gaps"] == [{"ms": pytest.approx(0.100), "before": "d"}]
     assert t["by_kernel"]["a"] == {"count": 2, "ms": pytest.approx(0.150)}
     assert list(t["by_kernel"])[0] == "b"  # longest first
+    assert [(k["name"], k["start_ms"], k["ms"]) for k in t["sequence"]] == [
+        ("a", 0.0, pytest.approx(0.100)), ("b", pytest.approx(0.100), pytest.approx(0.160)),
+        ("c", pytest.approx(0.200), pytest.approx(0.100)), ("a", pytest.approx(0.350), pytest.approx(0.050)),
+        ("d", pytest.approx(0.500), pytest.approx(0.010))]
     assert bench.timeline_summary([]) is None
 
 
@@ -100,3 +104,4 @@ def test_print_timeline_names_the_gaps(bench, capsys):
     out = capsys.readouterr().out
     assert "fwd+bwd timeline (rank 0): 2 kernels over 2.000 ms, busy 1.500, idle 0.500, overlapped 0.000" in out
     assert "0.500 before y" in out and "x x1 1.000" in out
+    assert "in order: x 1.000 | y 0.500" in out
