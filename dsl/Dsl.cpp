@@ -825,7 +825,8 @@ Acc Threads::zeroAcc(int64_t m, int64_t n) const {
   int64_t perThread = m * n / count_;
   return {k_->zeros(int(perThread), Elem::f32).value(), m, n};
 }
-Acc Threads::mma(const Acc& acc, const SharedTile& a, const SharedTile& b, int64_t pending, bool aFirstRows) const {
+Acc Threads::mma(const Acc& acc, const SharedTile& a, const SharedTile& b, int64_t pending, bool aFirstRows,
+                 const std::optional<I32>& k16) const {
   k_->checkView(*this, "mma");
   const std::string& kernel = k_->name();
   for (const auto& [operand, tile] : {std::pair<const char*, const SharedTile*>{"A", &a}, {"B", &b}})
@@ -841,7 +842,8 @@ Acc Threads::mma(const Acc& acc, const SharedTile& a, const SharedTile& b, int64
   const bool mnAtomsOuter = a.layout() == Layout::mn128BBoxes || b.layout() == Layout::mn128BBoxes;
   int64_t k = aMnMajor ? a.rows() : a.cols();
   requireMmaGroup(first_);
-  auto op = MmaTileOp::create(k_->builder(), k_->loc(), acc.value.getType(), acc.value, a.value(), b.value(), acc.m,
+  auto op = MmaTileOp::create(k_->builder(), k_->loc(), acc.value.getType(), acc.value, a.value(), b.value(),
+                              k16 ? k16->value() : mlir::Value(), acc.m,
                               acc.n, k, count_, pending);
   if (aMnMajor) op.setAMnMajor(true);
   if (bMnMajor) op.setBMnMajor(true);

@@ -234,8 +234,9 @@ class Threads {
   // different placements, is a std::logic_error naming the tiles and layouts. pending = 1 returns with this MMA
   // possibly still running (the previous one finished); read the accumulator only after Kernel::drain().
   // aFirstRows: every warpgroup reads A's rows [0, 64) (a 64-row tile whose columns the warpgroups split, each
-  // passing its own part of B), not rows 64g ...
-  Acc mma(const Acc& acc, const SharedTile& a, const SharedTile& b, int64_t pending = 0, bool aFirstRows = false) const;
+  // passing its own part of B), not rows 64g ... k16 (sm_90a): only the stage's 16-wide K slice k16 (run time, 0..3).
+  Acc mma(const Acc& acc, const SharedTile& a, const SharedTile& b, int64_t pending = 0, bool aFirstRows = false,
+          const std::optional<I32>& k16 = std::nullopt) const;
   void storeAcc(const Acc& acc, const GlobalPtr& dst, const I32& ld, const I32& rowsValid) const;
   // Stages the accumulator in shared memory (all rows; a rowMajor tile), e.g. for coalesced 16-byte stores with
   // copyTile afterwards.

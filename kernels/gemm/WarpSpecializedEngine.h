@@ -303,24 +303,65 @@ struct WarpSpecializedEngine {
     // do not wait for arithmetic behind the previous step's MMA wait (bench/results/2026-12-01-h200-stall-sites).
     const BarrierRing ring = slots();
     const RingPosition first = ring.position(g);
+    // K step kt at the carried position: waits for its slot, multiplies it (mma), and gives the slot of step kt - 1
+    // back to the producer(s), whose MMA has finished in this warpgroup (with pairs to both blocks' producers: both
+    // multicast into this block's copy of the slot).
+    auto step = [&](const I32& kt, const Acc& acc, const std::vector<I32>& carried,
+                    const std::function<Acc(const I32&, const Acc&, const I32&)>& mma) {
+      const RingPosition at{carried[0], carried[1]};
+      const I32 slot = at.entry;
+      const BarrierRing::Step next = ring.step(at);
+      ring.wait(at);
+      if (!tma()) k.proxyFence();  // the producer's cp.async wrote through the generic proxy (TMA: the async one)
+      Acc out = mma(kt, acc, slot);
+      k.ifThen(k.i32(0) < kt && wgLeader, [&] { ring.release(next.previous, blockInPair); });
+      return std::pair<Acc, std::vector<I32>>{out, {next.next.entry, next.next.phase}};
+    };
+    auto whole = [&](const Acc& acc, const I32& slot, const std::optional<I32>& k16 = std::nullopt) {
+      return wg.mma(acc, gemm.rings.a.stage(slot), bOf(gemm.rings.b.stage(slot)), /*pending=*/1, aFirstRows, k16);
+    };
+    // TN with TMA: every step but a group's last is whole; the last (tnTail) multiplies only its 16-wide K slices
+    // that hold the group's rows.
+    const bool tnTail = tma() && gemm.tn();
+    I32 wholeSteps = tnTail ? k.select(steps == 0, k.i32(0), steps - 1) : steps;
     auto looped = k.forRange(
-        k.i32(0), steps, k.i32(1), wg.zeroAcc(64, n), {first.entry, first.phase},
+        k.i32(0), wholeSteps, k.i32(1), wg.zeroAcc(64, n), {first.entry, first.phase},
         [&](I32 kt, Acc acc, const std::vector<I32>& carried) {
-          const RingPosition at{carried[0], carried[1]};
-          const I32 slot = at.entry;
-          const BarrierRing::Step step = ring.step(at);
-          ring.wait(at);
-          if (tma() && gemm.tn()) zeroTail(wg, p, kt, slot, w);
-          if (!tma()) k.proxyFence();  // the producer's cp.async wrote through the generic proxy (TMA: the async one)
-          Acc out = wg.mma(acc, gemm.rings.a.stage(slot), bOf(gemm.rings.b.stage(slot)), /*pending=*/1, aFirstRows);
-          // The MMA of step kt - 1 has finished in this warpgroup: its slot goes back to the producer(s).
-          // (With pairs to both blocks' producers: both multicast into this block's copy of the slot.)
-          k.ifThen(k.i32(0) < kt && wgLeader, [&] { ring.release(step.previous, blockInPair); });
-          return std::pair<Acc, std::vector<I32>>{out, {step.next.entry, step.next.phase}};
+          return step(kt, acc, carried, [&](const I32&, const Acc& a, const I32& slot) { return whole(a, slot); });
         });
+    if (tnTail)
+      looped = k.forRange(wholeSteps, steps, k.i32(1), looped.first, looped.second,
+                          [&](I32 kt, Acc acc, const std::vector<I32>& carried) {
+                            return step(kt, acc, carried, [&](const I32& t, const Acc& a, const I32& slot) {
+                              zeroTail(wg, p, t, slot, w);
+                              return tailSlices(p, t, a, [&](const Acc& x, const std::optional<I32>& k16) {
+                                return whole(x, slot, k16);
+                              });
+                            });
+                          });
     Acc acc = k.drain(looped.first);
     k.ifThen(k.i32(0) < steps && wgLeader, [&] { ring.release(ring.entryBefore(g + steps), blockInPair); });
     return acc;
+  }
+
+  // TN's last K step kt of tile p's group: the 16-wide K slices that hold the group's rows, [f, e) of the 4 (each a
+  // wgmma step of its own: mma(acc, k16)), or the whole step at once (mma(acc, nullopt)) where they all do. A group
+  // of at least a step loads its last step ending at the group's end (tnStepRow), so its rows are the step's last
+  // `valid`: f = (64 - valid) / 16, e = 4; a smaller group's are its first: f = 0, e = ceil(valid / 16). The rows
+  // zeroTail zeroed inside [f, e) still multiply as zeros. Returns the accumulator after them.
+  dsl::Acc tailSlices(const TilePlace& p, const dsl::I32& kt, const dsl::Acc& acc,
+                      const std::function<dsl::Acc(const dsl::Acc&, const std::optional<dsl::I32>&)>& mma) const {
+    using namespace dsl;
+    dsl::Kernel& k = gemm.k;
+    const int64_t slices = gemm.c.k / 16;
+    I32 size = p.groupEnd - p.groupStart, valid = size - kt * gemm.c.k;
+    Bool small = size < k.i32(gemm.c.k);
+    I32 f = k.select(small, k.i32(0), (k.i32(gemm.c.k) - valid) / 16);
+    I32 e = k.select(small, (valid + 15) / 16, k.i32(slices));
+    Bool all = f == 0 && e == slices;
+    Acc once = k.forRange(k.i32(0), k.select(all, k.i32(1), k.i32(0)), k.i32(1), acc,
+                          [&](I32, Acc a) { return mma(a, std::nullopt); });
+    return k.forRange(f, k.select(all, f, e), k.i32(1), once, [&](I32 q, Acc a) { return mma(a, q); });
   }
 
   // A half tile (halfTiles): warpgroup w multiplies A's first 64 rows by B's columns [BN / 2 w, + BN / 2) (its half

@@ -538,6 +538,15 @@ TEST(GpuKernels, TmaGroupedGemmTnNarrowTiles) {
   runTmaGroupedGemm(gpu, Layout::kTN, /*E=*/4, /*N=*/640, /*M=*/512, /*maxRows=*/200);
 }
 
+// TN's last K step multiplies only the 16-wide K slices holding rows (WarpSpecializedEngine::tailSlices): groups
+// whose last step holds 1, 16, 17, 33, 48 and 49 rows (slices [3, 4), [3, 4), [2, 4), [1, 4), [1, 4) and the whole
+// step) and groups under one step of 15 and 17 rows (slices [0, 1) and [0, 2)).
+TEST(GpuKernels, TmaGroupedGemmTnTailSlices) {
+  MEGAMOE_REQUIRE_SM90A(gpu);
+  runTmaGroupedGemm(gpu, Layout::kTN, /*E=*/8, /*N=*/512, /*M=*/256, /*maxRows=*/0, /*pairs=*/0, /*grid=*/0,
+                    /*maxSplit=*/8, /*expectSplit=*/-1, /*sizes=*/{65, 80, 81, 97, 112, 113, 15, 17});
+}
+
 // ---------------------------------------------------------------------------------------------------- topk_idx_narrow
 
 // TopkIdxNarrowSpec (kernels/Kernels.h).

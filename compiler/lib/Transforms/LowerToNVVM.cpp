@@ -177,6 +177,14 @@ struct MmaTileToWgmma : OpRewritePattern<MmaTileOp> {
         return arith::OrIOp::create(b, loc, hi, arith::ExtUIOp::create(b, loc, b.getI64Type(), l));
       };
     };
+    // k16: only that 16-wide K slice, at a run-time step of both descriptors (within the stage: no carry either).
+    int64_t kSteps = op.getK() / Atom::kK;
+    if (Value k16 = op.getK16()) {
+      Value at = arith::ExtUIOp::create(b, loc, b.getI64Type(), k16);
+      descA = arith::AddIOp::create(b, loc, descA, arith::MulIOp::create(b, loc, at, i64(b, loc, int64_t(stepA))));
+      descB = arith::AddIOp::create(b, loc, descB, arith::MulIOp::create(b, loc, at, i64(b, loc, int64_t(stepB))));
+      kSteps = 1;
+    }
     auto atA = withOffset(descA, aOff, stepA), atB = withOffset(descB, bOff, stepB);
 
     // The accumulator's registers are defined before the fence (pinned): a definition between the fence and the
@@ -184,7 +192,7 @@ struct MmaTileToWgmma : OpRewritePattern<MmaTileOp> {
     Value acc = vectorToStruct(b, loc, pinEach(b, loc, op.getAcc()), structTy, accN);
     NVVM::WgmmaFenceAlignedOp::create(b, loc);
     auto shape = NVVM::MMAShapeAttr::get(ctx, Atom::kM, n, Atom::kK);
-    for (int64_t kk = 0; kk < op.getK() / Atom::kK; ++kk) {
+    for (int64_t kk = 0; kk < kSteps; ++kk) {
       Value a = atA(kk), bd = atB(kk);
       // A is M x K: "row" = K-major, "col" = MN-major. B is K x N: "col" = K-major, "row" = MN-major.
       acc = NVVM::WgmmaMmaAsyncOp::create(

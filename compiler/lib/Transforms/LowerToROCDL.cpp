@@ -76,6 +76,7 @@ struct MmaTileToMfma : OpRewritePattern<MmaTileOp> {
   LogicalResult matchAndRewrite(MmaTileOp op, PatternRewriter& b) const override {
     // gfx950 tiles are K-major after their (transposing) copies; TMA box placements never reach it.
     if (op.getMnAtomsOuter()) return b.notifyMatchFailure(op, "mn_atoms_outer is an sm_90a (TMA) placement");
+    if (op.getK16()) return b.notifyMatchFailure(op, "k16 (one K slice at run time) is an sm_90a form");
     Location loc = op.getLoc();
     int64_t tilesN = op.getN() / Atom::kN;
     auto fragTy = VectorType::get({Atom::kOperandPerLane}, b.getBF16Type());

@@ -420,6 +420,31 @@ gpu.module @k {
 
 // -----
 
+// k16: one 16-wide K slice at a run-time index, a single wgmma with both descriptors stepped k16 times (K-major:
+// +2 each, 32 bytes), committed and waited as the op's pending says.
+// CHECK-LABEL: llvm.func @mma_tile_k16
+// CHECK-SAME: %[[K16:[^:]+]]: i32)
+// CHECK-DAG: %[[C2:.*]] = arith.constant 2 : i64
+// CHECK: %[[DESC_A:.*]] = arith.ori
+// CHECK: %[[DESC_B:.*]] = arith.ori
+// CHECK: %[[AT:.*]] = arith.extui %[[K16]] : i32 to i64
+// CHECK: %[[STEP_A:.*]] = arith.muli %[[AT]], %[[C2]] : i64
+// CHECK: arith.addi %[[DESC_A]], %[[STEP_A]] : i64
+// CHECK: %[[STEP_B:.*]] = arith.muli %[[AT]], %[[C2]] : i64
+// CHECK: arith.addi %[[DESC_B]], %[[STEP_B]] : i64
+// CHECK: nvvm.wgmma.fence.aligned
+// CHECK-COUNT-1: nvvm.wgmma.mma_async
+// CHECK-NOT: nvvm.wgmma.mma_async
+// CHECK: nvvm.wgmma.wait.group.sync.aligned 1
+gpu.module @k {
+  llvm.func @mma_tile_k16(%a: !llvm.ptr<3>, %b: !llvm.ptr<3>, %acc: vector<64xf32>, %k16: i32) -> vector<64xf32> {
+    %r = megamoe.mma_tile %a, %b, %acc k16 %k16 {m = 64, n = 128, k = 64, threads = 128, pending = 1} : !llvm.ptr<3>, !llvm.ptr<3>, vector<64xf32> -> vector<64xf32>
+    llvm.return %r : vector<64xf32>
+  }
+}
+
+// -----
+
 // Ring stages (SharedTile::stage: a byte offset from the ring's base, as a GEP): the descriptors come from the
 // bases, outside any loop the stage index varies in; each stage adds only offset >> 4 to their low words (i32), and
 // k16 step kk adds 2 kk there; the high word is the bases' constant (1024 B stride, 128B swizzle).

@@ -954,3 +954,14 @@ gpu.module @k {
     llvm.return
   }
 }
+
+// -----
+
+// k16 (one K slice at run time) is an sm_90a form: gfx950 has no lowering for it.
+gpu.module @k {
+  llvm.func @mma_tile_k16(%a: !llvm.ptr<3>, %b: !llvm.ptr<3>, %acc: vector<64xf32>, %k16: i32) -> vector<64xf32> {
+    // expected-error @+1 {{'megamoe.mma_tile' op has no lowering for this target}}
+    %r = megamoe.mma_tile %a, %b, %acc k16 %k16 {m = 64, n = 128, k = 64, threads = 128} : !llvm.ptr<3>, !llvm.ptr<3>, vector<64xf32> -> vector<64xf32>
+    llvm.return %r : vector<64xf32>
+  }
+}

@@ -305,14 +305,16 @@ def MegaMoe_MmaTileOp : MegaMoe_Op<"mma_tile", [MemoryEffects<[MemRead]>]> {
     (sm_90a: wgmma m64nNk16, one warpgroup per 64 rows; gfx950: v_mfma_f32_32x32x16_bf16, one wave per 32 rows).
     Warpgroup g of the block reads A's rows [64g, 64g + 64); with `a_first_rows` every warpgroup reads rows
     [0, 64) (a 64-row tile whose columns the warpgroups split, each with its own B).
+    With `k16` (sm_90a only) the op multiplies only the stage's 16-wide K slice number k16 (0 <= k16 < k / 16, a
+    run-time value): one wgmma step instead of k / 16, e.g. for the part of a partial last K step that holds rows.
   }];
-  let arguments = (ins VectorOfRankAndType<[1], [F32]>:$acc, AnyLLVMPtr:$a, AnyLLVMPtr:$b,
+  let arguments = (ins VectorOfRankAndType<[1], [F32]>:$acc, AnyLLVMPtr:$a, AnyLLVMPtr:$b, Optional<I32>:$k16,
                    I64Attr:$m, I64Attr:$n, I64Attr:$k, I64Attr:$threads,
                    DefaultValuedAttr<I64Attr, "0">:$pending, UnitAttr:$a_mn_major, UnitAttr:$b_mn_major,
                    UnitAttr:$mn_atoms_outer, UnitAttr:$a_first_rows);
   let results = (outs VectorOfRankAndType<[1], [F32]>:$result);
   let assemblyFormat = [{
-    $a `,` $b `,` $acc attr-dict `:` type($a) `,` type($b) `,` type($acc) `->` type($result)
+    $a `,` $b `,` $acc (`k16` $k16^)? attr-dict `:` type($a) `,` type($b) `,` type($acc) `->` type($result)
   }];
   let hasVerifier = 1;
 }
