@@ -105,3 +105,31 @@ def test_print_timeline_names_the_gaps(bench, capsys):
     assert "fwd+bwd timeline (rank 0): 2 kernels over 2.000 ms, busy 1.500, idle 0.500, overlapped 0.000" in out
     assert "0.500 before y" in out and "x x1 1.000" in out
     assert "in order: x 1.000 | y 0.500" in out
+
+
+def test_interleaved_ms_times_the_steps_in_turns(bench):
+    calls, times = [], iter([10.0, 8.0, 12.0, 10.0, 11.0, 10.0])  # a, b, a, b, a, b (ms)
+    a, b = (lambda: calls.append("a")), (lambda: calls.append("b"))
+    r = bench.interleaved_ms(a, b, 3, timer=lambda step: (step(), next(times))[1])
+    assert calls == ["a", "b"] * 4  # one warm-up each, then three turns
+    assert r["random_ms"] == 11.0 and r["whole_tile_ms"] == 10.0
+    assert r["ratio"] == pytest.approx(1.2)  # the median of 1.25, 1.2, 1.1
+
+
+def test_layer_jobs_time_random_against_each_whole_tile_anchor_in_turns(bench):
+    import types
+    args = types.SimpleNamespace(tokens=64, routings="uniform,balanced,shuffled", graph_tokens=64, graph_replays=1,
+                                 beside_gemm=False, sweep=None, plot=False)
+    names = [(section, name) for section, name, _ in bench.layer_jobs(types.SimpleNamespace(world=1), args)]
+    assert ("interleaved", "uniform / balanced") in names and ("interleaved", "uniform / shuffled") in names
+    args.routings = "uniform,zipf"
+    assert not [n for n in bench.layer_jobs(types.SimpleNamespace(world=1), args) if n[0] == "interleaved"]
+
+
+def test_print_ragged_says_how_the_steps_were_timed(bench, capsys):
+    r = {"anchor": "balanced", "forward": {"random_ms": 11.0, "whole_tile_ms": 10.0, "ratio": 1.1},
+         "wanted_at_most": 1.04}
+    bench.print_ragged(r, ", steps in turns, rank 0")
+    out = capsys.readouterr().out
+    assert "(uniform / balanced, same rows, steps in turns, rank 0): forward 11.000 / 10.000 ms = 1.100" in out
+
