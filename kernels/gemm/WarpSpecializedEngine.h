@@ -333,8 +333,9 @@ struct WarpSpecializedEngine {
       looped = k.forRange(wholeSteps, steps, k.i32(1), looped.first, looped.second,
                           [&](I32 kt, Acc acc, const std::vector<I32>& carried) {
                             return step(kt, acc, carried, [&](const I32& t, const Acc& a, const I32& slot) {
-                              zeroTail(wg, p, t, slot, w);
-                              return tailSlices(p, t, a, [&](const Acc& x, const std::optional<I32>& k16) {
+                              const TailStep tail = tailStep(p, t);
+                              zeroTail(wg, tail, slot, w);
+                              return tailSlices(tail, a, [&](const Acc& x, const std::optional<I32>& k16) {
                                 return whole(x, slot, k16);
                               });
                             });
@@ -344,18 +345,29 @@ struct WarpSpecializedEngine {
     return acc;
   }
 
-  // TN's last K step kt of tile p's group: the 16-wide K slices that hold the group's rows, [f, e) of the 4 (each a
-  // wgmma step of its own: mma(acc, k16)), or the whole step at once (mma(acc, nullopt)) where they all do. A group
-  // of at least a step loads its last step ending at the group's end (tnStepRow), so its rows are the step's last
-  // `valid`: f = (64 - valid) / 16, e = 4; a smaller group's are its first: f = 0, e = ceil(valid / 16). The rows
-  // zeroTail zeroed inside [f, e) still multiply as zeros. Returns the accumulator after them.
-  dsl::Acc tailSlices(const TilePlace& p, const dsl::I32& kt, const dsl::Acc& acc,
+  // TN with TMA: a group's last K step, kt: how many of its token rows are the group's (valid, at least 1), and
+  // whether the group is smaller than one step (small: its rows come first in the step; else the step was loaded
+  // ending at the group's end, tnStepRow, and they come last).
+  struct TailStep {
+    dsl::I32 valid;
+    dsl::Bool small;
+  };
+  TailStep tailStep(const TilePlace& p, const dsl::I32& kt) const {
+    dsl::I32 size = p.groupEnd - p.groupStart;
+    return {size - kt * gemm.c.k, size < gemm.k.i32(gemm.c.k)};
+  }
+
+  // TN's last K step: the 16-wide K slices that hold the group's rows, [f, e) of the 4 (each a wgmma step of its
+  // own: mma(acc, k16)), or the whole step at once (mma(acc, nullopt)) where they all do: f = (64 - valid) / 16,
+  // e = 4, or for a small group f = 0, e = ceil(valid / 16). The rows zeroTail zeroed inside [f, e) still multiply
+  // as zeros. Returns the accumulator after them.
+  dsl::Acc tailSlices(const TailStep& tail, const dsl::Acc& acc,
                       const std::function<dsl::Acc(const dsl::Acc&, const std::optional<dsl::I32>&)>& mma) const {
     using namespace dsl;
     dsl::Kernel& k = gemm.k;
     const int64_t slices = gemm.c.k / 16;
-    I32 size = p.groupEnd - p.groupStart, valid = size - kt * gemm.c.k;
-    Bool small = size < k.i32(gemm.c.k);
+    const I32& valid = tail.valid;
+    const Bool& small = tail.small;
     I32 f = k.select(small, k.i32(0), (k.i32(gemm.c.k) - valid) / 16);
     I32 e = k.select(small, (valid + 15) / 16, k.i32(slices));
     Bool all = f == 0 && e == slices;
@@ -448,7 +460,7 @@ struct WarpSpecializedEngine {
     return k.select(!(p.groupEnd - p.groupStart < step) && p.groupEnd < row + step, p.groupEnd - step, row);
   }
 
-  // TN with TMA, K step kt of tile p in `slot`, where it is the group's last and partial:
+  // TN with TMA, a group's last K step (tail) in `slot`, where it is partial:
   // - a group of at least one step's rows: its box was loaded ending at the group's end (tnStepRow), so its first
   //   rows repeat tokens the step before counted. Warpgroup w zeroes them in its own A box, which only its MMAs
   //   read: every B row is the group's own, so each product with such a row is zero, and the warpgroups do not wait
@@ -457,12 +469,12 @@ struct WarpSpecializedEngine {
   //   before any MMA reads them. Warpgroup w clears its own A box and its half of B's boxes; both then meet on
   //   kTailBarrier, so that neither multiplies the slot before the other's zeros are in.
   // Either way after a proxy fence: wgmma reads through the async proxy.
-  void zeroTail(const dsl::Threads& wg, const TilePlace& p, const dsl::I32& kt, const dsl::I32& slot,
-                int64_t w) const {
+  void zeroTail(const dsl::Threads& wg, const TailStep& tail, const dsl::I32& slot, int64_t w) const {
     using namespace dsl;
     dsl::Kernel& k = gemm.k;
     const auto& c = gemm.c;
-    I32 valid = p.groupEnd - p.groupStart - kt * c.k;  // > 0: kt is one of the group's steps
+    const I32& valid = tail.valid;
+    const Bool& small = tail.small;
     I32 lane = k.threadIdx() % 128;
     // K rows [first, first + count) of box `at` of `ring`'s stage, in 16-byte chunks (128 bytes a K row: the
     // swizzle only permutes chunks within a row).
@@ -474,7 +486,6 @@ struct WarpSpecializedEngine {
         box.store(at8 / rowBytes, at8 % rowBytes / 2, k.zeros(8, Elem::bf16));
       });
     };
-    Bool small = p.groupEnd - p.groupStart < k.i32(c.k);
     k.ifThen(valid < k.i32(c.k) && !small, [&] {
       clear(gemm.rings.a, *maps.a, w, k.i32(0), k.i32(c.k) - valid);
       k.proxyFence();
