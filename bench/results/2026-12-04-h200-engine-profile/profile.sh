@@ -1,5 +1,5 @@
-# One device call: ncu (base clock) of torch._grouped_mm's kernel (the bench's anchor, launched first) and of our
-# TMA kernel's first launch (max_split 0, single blocks), NT / NN / TN at DeepSeek-V3 EP2 (equal groups and random):
+# One device call: ncu (base clock) of our TMA kernels' first launches (max_split 0, single blocks; a regex meant
+# for torch._grouped_mm's kernel too caught none of it: README), NT / NN / TN at DeepSeek-V3 EP2 (equal and random):
 # duration, tensor-pipe activity, shared-memory bank reads / writes, L2 -> SM, L2 and DRAM bytes.
 set -uo pipefail
 OUT=${OUT:-/tmp/o}; t=$OUT/profile; mkdir -p $t
