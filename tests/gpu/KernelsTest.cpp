@@ -547,6 +547,14 @@ TEST(GpuKernels, TmaGroupedGemmTnTailSlices) {
                     /*maxSplit=*/8, /*expectSplit=*/-1, /*sizes=*/{65, 80, 81, 97, 112, 113, 15, 17});
 }
 
+// TN over few blocks: 3 blocks run ~11 tiles each (tile after tile through the same ring and staging tile), over
+// groups of 0 whole K steps and a tail (15, 64 rows; an empty group), 1 (65, 128), 2 (129) and more (300, 1000).
+TEST(GpuKernels, TmaGroupedGemmTnFewBlocks) {
+  MEGAMOE_REQUIRE_SM90A(gpu);
+  runTmaGroupedGemm(gpu, Layout::kTN, /*E=*/8, /*N=*/512, /*M=*/256, /*maxRows=*/0, /*pairs=*/0, /*grid=*/3,
+                    /*maxSplit=*/0, /*expectSplit=*/-1, /*sizes=*/{15, 64, 0, 65, 128, 129, 300, 1000});
+}
+
 // ---------------------------------------------------------------------------------------------------- topk_idx_narrow
 
 // TopkIdxNarrowSpec (kernels/Kernels.h).
