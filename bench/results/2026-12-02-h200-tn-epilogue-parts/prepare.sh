@@ -11,7 +11,7 @@ bash bench/results/2026-12-02-h200-tn-steps/prepare.sh
 git apply $d/change.diff
 trap 'git apply -R '$d'/change.diff; cmake --build build --target megamoe-cache >/dev/null' EXIT
 cmake --build build --target megamoe-cache >/dev/null
-for v in ${PROBES:-1 2 3 4 8 16}; do
+for v in ${PROBES:-1 2 3 4 8 16 32}; do
   rm -rf .carry/p$v && cp -r .carry/diag .carry/p$v
   MEGAMOE_TN_PROBE=$v build/bin/megamoe-cache generate --targets sm_90a --cache-dir .carry/p$v --quiet --force \
     --kernel grouped_gemm_tn_tma --spec E=128,N=4096,M=7168,pairs=0 | grep -E "^grouped_gemm_tn_tma\["
