@@ -3,6 +3,8 @@
 # tn-epilogue-probe; results wrong by design): diag = main, p1 no global stores, p2 no staging round trip (zeros
 # stored), p3 neither, p4 no turns between the warpgroups, p7 nothing after the K loop's drain. Timed TF/s (two
 # rounds), then ncu at base clock: time and tensor-pipe activity of the TMA kernel's first launch (~4 min).
+# As run (run 1): bit 2 then dropped the staging write too and lost the MMAs; with today's change.diff
+# (prepare.sh) p2 / p3 are run2.sh's, and p7 is staged only with PROBES="... 7".
 set -uo pipefail
 OUT=${OUT:-/tmp/o}; t=$OUT/parts; mkdir -p $t
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD/python MEGAMOE_LIB=$PWD/.carry/lib/libmegamoe.so
