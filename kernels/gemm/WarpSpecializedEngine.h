@@ -542,7 +542,7 @@ struct WarpSpecializedEngine {
                 [&](const std::vector<I32>& v) {
                   k.mbarrierWait(bars, staged(), v[0] % 2);
                   I32 row = storePlace->loadI32(k.i32(0)), col = storePlace->loadI32(k.i32(1));
-                  Bool more = !(row < k.i32(0));
+                  Bool more = !(row == k.i32(-1));  // (the DSL's comparisons are unsigned)
                   k.ifThen(more, [&] {
                     for (int64_t q = 0; q < boxes; ++q)
                       k.tmaStore(*maps.c, {col + maps.c->box().cols * q, row}, staging.rowSlice(rows * q, rows));
