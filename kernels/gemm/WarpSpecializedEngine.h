@@ -134,7 +134,7 @@ struct WarpSpecializedEngine {
   Turns turns() const {
     return {gemm.k, bars, 2 * stages() + 2 * kHandover + (blockInPair ? PairMailbox::kBarriers : 0)};
   }
-  // tmaStores: one warpgroup's rows are staged (its thread 0 arrives; the storer waits), after the turns' barriers.
+  // tmaStores: one warpgroup's rows are staged (its threads arrive; the storer waits), after the turns' barriers.
   dsl::I32 staged() const { return gemm.k.i32(turns().at + 2); }
   // TN with TMA: both MMA warpgroups meet here once they have zeroed their share of a group's last K step.
   static constexpr int kTailBarrier = 7;
@@ -156,7 +156,7 @@ struct WarpSpecializedEngine {
       slots().init(tma() ? 1 : k.blockThreads() - gemm.c.mmaThreads(), warpgroups() * (blockInPair ? 2 : 1));
       handOvers().init(1, gemm.c.mmaThreads());  // empty: every reader of the entry
       turns().init(tmaStores() ? 1 : 128);  // tmaStores: the storer passes the turns
-      if (tmaStores()) k.mbarrierInit(bars, staged(), 1);
+      if (tmaStores()) k.mbarrierInit(bars, staged(), 128);  // a warpgroup's threads
       if (mailbox) mailbox->init();
     });
     if (blockInPair)
@@ -457,14 +457,14 @@ struct WarpSpecializedEngine {
       k.ifThen(*reduce, [&] { stageAndStore([&] { split->sum(k, c.n, gemm.rings.staging, *slice, w); }); });
       turns().pass(w);
     } else if (tmaStores() && !epilogue && !bulkEpilogue) {
-      // The storer sends these rows out and passes the turn (storeStagedBoxes).
+      // The storer sends these rows out and passes the turn (storeStagedBoxes). Every thread arrives once its
+      // rows are in (racecheck follows each thread's arrival, not a leader's after a group barrier).
       fromAcc();
-      wg.sync();
       k.ifThen(k.threadIdx() == k.i32(wg.first()), [&] {
         storePlace->storeI32(k.i32(0), p.expert * k.i32(gemm.s.kOrM) + gemm.m0(p) + 64 * w);
         storePlace->storeI32(k.i32(1), p.n0);
-        k.mbarrierArrive(bars, staged());
       });
+      k.mbarrierArrive(bars, staged());
     } else if (tma() && gemm.tn() && !epilogue && !bulkEpilogue) {
       // TN passes the staging tile on once its rows are in registers and stores them afterwards, so that the other
       // warpgroup's turn does not wait for these global stores: those waits kept it ~2 K steps behind, and the
@@ -554,11 +554,11 @@ struct WarpSpecializedEngine {
                 });
     k.bulkWait(/*readOnly=*/false);
   }
-  // tmaStores: warpgroup 0's thread 0, after its last tile j: ends the storer's loop in its turn.
+  // tmaStores: warpgroup 0's threads, after its last tile j: end the storer's loop in their turn.
   void endStores(const dsl::I32& j) const {
     dsl::Kernel& k = gemm.k;
     turns().wait(0, j);
-    storePlace->storeI32(k.i32(0), k.i32(-1));
+    k.ifThen(k.threadIdx() == k.i32(0), [&] { storePlace->storeI32(k.i32(0), k.i32(-1)); });
     k.mbarrierArrive(bars, staged());
   }
 
@@ -607,7 +607,7 @@ struct WarpSpecializedEngine {
               return std::vector<I32>{receive(j + 1), j + 1, g};
             });
         if (bulkEpilogue) k.bulkWait(/*readOnly=*/false);  // written before what follows the engine (e.g. a signal)
-        if (tmaStores() && w == 0) k.ifThen(k.threadIdx() == k.i32(0), [&] { endStores(end[1]); });
+        if (tmaStores() && w == 0) endStores(end[1]);
       });
     }
   }
