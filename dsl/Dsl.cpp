@@ -752,25 +752,36 @@ void Kernel::fence() { LLVM::FenceOp::create(b_, loc_, LLVM::AtomicOrdering::acq
 void Kernel::mbarrierArriveExpectTx(const SharedTile& bars, const I32& i, int64_t bytes) {
   MbarrierExpectTxOp::create(b_, loc_, mbarrierAt(bars, i), i32(bytes).value());
 }
-void Kernel::tmaLoad(const TensorMap& map, const std::vector<I32>& coords, const SharedTile& dst, const SharedTile& bars,
-                     const I32& i, int64_t multicast) {
+// A tmaLoad's destination or a tmaStore's source holds exactly the map's declared box, in the layout its swizzle
+// gives shared memory: sw128 rows of 128 bytes, chunk c of row r at c ^ (r % 8), a K-major tile's k128B or one MN
+// atom of a tile whose atoms lie outermost (mn128BBoxes).
+static void requireBoxTile(const std::string& kernel, const char* op, const TensorMap& map, const SharedTile& tile) {
   const abi::TensorMapBox& box = map.box();
-  const abi::Elem elem = dst.elem() == Elem::bf16 ? abi::Elem::kBf16 : abi::Elem::kNone;
-  const std::string declared = "a tmaLoad of a declared " + std::to_string(box.cols) + " x " +
+  const abi::Elem elem = tile.elem() == Elem::bf16 ? abi::Elem::kBf16 : abi::Elem::kNone;
+  const std::string declared = std::string("a ") + op + " of a declared " + std::to_string(box.cols) + " x " +
                                std::to_string(box.rows) + " " + abi::elemName(box.elem) + " " +
-                               abi::swizzleName(box.swizzle) + " box into shared tile '" + dst.name() + "'";
-  if (box.elem != elem || box.bytes() != dst.bytes())
-    throw std::logic_error(name_ + ": " + declared + " of " + std::to_string(dst.bytes()) + " bytes");
-  // sw128 writes rows of 128 bytes, chunk c of row r at c ^ (r % 8): a K-major tile's k128B, or one MN atom of
-  // a K x MN tile whose MN atoms lie outermost (mn128BBoxes).
-  const bool writesTileLayout = box.swizzle == abi::Swizzle::k128B && box.cols * abi::elemBytes(box.elem) == 128 &&
-                                (dst.layout() == Layout::k128B || dst.layout() == Layout::mn128BBoxes);
-  if (!writesTileLayout)
-    throw std::logic_error(name_ + ": " + declared + ", which holds the " + layoutName(dst.layout()) +
-                           " layout; the box writes 128-byte swizzled rows (k128B, or mn128BBoxes for K x MN tiles)");
+                               abi::swizzleName(box.swizzle) + " box with shared tile '" + tile.name() + "'";
+  if (box.elem != elem || box.bytes() != tile.bytes())
+    throw std::logic_error(kernel + ": " + declared + " of " + std::to_string(tile.bytes()) + " bytes");
+  const bool boxLayout = box.swizzle == abi::Swizzle::k128B && box.cols * abi::elemBytes(box.elem) == 128 &&
+                         (tile.layout() == Layout::k128B || tile.layout() == Layout::mn128BBoxes);
+  if (!boxLayout)
+    throw std::logic_error(kernel + ": " + declared + ", which holds the " + layoutName(tile.layout()) +
+                           " layout; the box is 128-byte swizzled rows (k128B, or mn128BBoxes for K x MN tiles)");
+}
+static SmallVector<Value> coordValues(const std::vector<I32>& coords) {
   SmallVector<Value> c;
   for (const I32& v : coords) c.push_back(v.value());
-  TmaLoadOp::create(b_, loc_, map.value(), dst.value(), mbarrierAt(bars, i), c, multicast);
+  return c;
+}
+void Kernel::tmaLoad(const TensorMap& map, const std::vector<I32>& coords, const SharedTile& dst, const SharedTile& bars,
+                     const I32& i, int64_t multicast) {
+  requireBoxTile(name_, "tmaLoad", map, dst);
+  TmaLoadOp::create(b_, loc_, map.value(), dst.value(), mbarrierAt(bars, i), coordValues(coords), multicast);
+}
+void Kernel::tmaStore(const TensorMap& map, const std::vector<I32>& coords, const SharedTile& src) {
+  requireBoxTile(name_, "tmaStore", map, src);
+  TmaStoreOp::create(b_, loc_, map.value(), src.value(), coordValues(coords));
 }
 void Kernel::mbarrierArrivePeer(const SharedTile& bars, const I32& i, const I32& cta, bool clusterRelease) {
   auto op = MbarrierArrivePeerOp::create(b_, loc_, mbarrierAt(bars, i), cta.value());
@@ -864,10 +875,15 @@ void Threads::storeAcc(const Acc& acc, const GlobalPtr& dst, const I32& ld, cons
 void Threads::storeAcc(const Acc& acc, const SharedTile& dst) const {
   k_->checkView(*this, "storeAcc");
   requireMmaGroup(first_);
-  requireRowMajor(k_->name(), dst, "a storeAcc into");
-  // Every row (a group of a later warpgroup writes rows from 64g on: see SharedTile::asRowsOf).
+  // Every row (a group of a later warpgroup writes rows from 64g on: see SharedTile::asRowsOf); into TMA's boxes
+  // (mn128BBoxes: 64-column atoms outermost), fragment row r at row r % rows() of its box.
+  const bool boxes = dst.layout() == Layout::mn128BBoxes;
+  if (!boxes) requireRowMajor(k_->name(), dst, "a storeAcc into");
+  if (boxes && (dst.elem() != Elem::bf16 || acc.n != dst.cols() || dst.rows() < 64 || dst.rows() % 64 != 0))
+    throw std::logic_error(k_->name() + ": a storeAcc into TMA boxes ('" + dst.name() +
+                           "'): bf16, the accumulator's columns, whole warpgroups' 64 rows");
   AccStoreOp::create(k_->builder(), k_->loc(), acc.value, dst.value(), k_->i32(dst.pitch()).value(),
-                     k_->i32(INT32_MAX).value(), acc.m, acc.n, count_, k_->type(dst.elem()));
+                     k_->i32(INT32_MAX).value(), acc.m, acc.n, count_, k_->type(dst.elem()), boxes ? dst.rows() : 0);
 }
 
 // Grid and rank barriers start with the block's own barrier: a group's threads alone would never meet the rest.

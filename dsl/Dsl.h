@@ -239,7 +239,8 @@ class Threads {
           const std::optional<I32>& k16 = std::nullopt) const;
   void storeAcc(const Acc& acc, const GlobalPtr& dst, const I32& ld, const I32& rowsValid) const;
   // Stages the accumulator in shared memory (all rows; a rowMajor tile), e.g. for coalesced 16-byte stores with
-  // copyTile afterwards.
+  // copyTile afterwards; or in TMA's boxes (an mn128BBoxes bf16 tile of the accumulator's columns and 64 rows per
+  // warpgroup, each warpgroup's rows at the tile's rows r % rows()) for tmaStores of its 64-column atoms.
   void storeAcc(const Acc& acc, const SharedTile& dst) const;
 
  private:
@@ -372,6 +373,10 @@ class Kernel {
   // A non-zero `multicast` mask writes the box into those CTAs of the cluster (same offsets, their barrier i).
   void tmaLoad(const TensorMap& map, const std::vector<I32>& coords, const SharedTile& dst, const SharedTile& bars,
                const I32& i, int64_t multicast = 0);
+  // The calling thread: starts copying `src` (exactly the map's declared box, in the layout tmaLoad writes) to the
+  // map's tensor at `coords` (innermost first; elements outside it are not written), in its bulk-store group
+  // (bulkCommit / bulkWait, as bulkStore). Rows other threads wrote reach it through storeAcc and a barrier.
+  void tmaStore(const TensorMap& map, const std::vector<I32>& coords, const SharedTile& src);
   // The calling thread: one arrival on barrier i of CTA `cta` of this block's cluster.
   // clusterRelease: this thread's earlier accesses are ordered before the arrival for the other CTA too (a fence).
   void mbarrierArrivePeer(const SharedTile& bars, const I32& i, const I32& cta, bool clusterRelease = false);

@@ -39,6 +39,7 @@ mlir::OwningOpRef<mlir::ModuleOp> buildGroupedGemm(mlir::MLIRContext& ctx, const
   I32 grid = k.i32Arg("grid");
   TensorMapArgs maps;
   if (tensorMaps) maps = tensorMapArgs(k, s.tmaSpec(pairs ? 1 : 0));  // gfx950: the same arguments, maps unused
+  if (tensorMaps && s.layout == S::kTN) maps.c = k.tensorMap("map_c", s.tmaSpec(0).constants);
   // Pairs: blocks run in clusters of two sharing B's tile (multicast); the grid must then be even.
   std::optional<I32> blockInPair;
   if (tma && pairs) {
@@ -47,7 +48,7 @@ mlir::OwningOpRef<mlir::ModuleOp> buildGroupedGemm(mlir::MLIRContext& ctx, const
     blockInPair = k.blockIdx() % 2;
   }
   TileScheduler sched{k, s, offsets, c.m, c.n, blockInPair, /*ticketed=*/tickets.has_value()};
-  Rings rings = allocateRings(k, s, c, mnRingLayout(maps), c.warpSpecialized ? 64 : 0);
+  Rings rings = allocateRings(k, s, c, mnRingLayout(maps), c.warpSpecialized ? 64 : 0, maps.c.has_value());
   GemmOperands gemm{k, s, c, a, b, out, rings};
   SharedTile first = sharedTable(k, "tile_first", s.experts + 1);
   if (tickets) {

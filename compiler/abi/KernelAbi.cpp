@@ -23,10 +23,13 @@ ArgDecl map(std::string_view n, int64_t rows, std::vector<BoxWhen> when = {}) {
 
 std::vector<KernelDecl> declarations() {
   const ArgDecl ctx{"ctx", ArgKind::kContext};
-  auto groupedTma = [](int64_t aRows, int64_t bRows) {
-    return std::vector<ArgDecl>{bf16("a"),       bf16("b"),     bf16("c"),          i32p("offsets"),
-                                i32p("tickets"), i32p("split"), i32("max_split"),   i32("grid"),
-                                map("map_a", aRows), map("map_b", bRows)};
+  // TN also stores dW through a map: C [E * M, N] in boxes of 64 x 64 (one MMA warpgroup's rows, one 128-byte row).
+  auto groupedTma = [](int64_t aRows, int64_t bRows, bool mapC = false) {
+    std::vector<ArgDecl> args{bf16("a"),       bf16("b"),     bf16("c"),          i32p("offsets"),
+                              i32p("tickets"), i32p("split"), i32("max_split"),   i32("grid"),
+                              map("map_a", aRows), map("map_b", bRows)};
+    if (mapC) args.push_back(map("map_c", 64));
+    return args;
   };
   const std::vector<ArgDecl> grouped = {bf16("a"), bf16("b"), bf16("c"), i32p("offsets"), i32("grid")};
   return {
@@ -37,7 +40,7 @@ std::vector<KernelDecl> declarations() {
       {"grouped_gemm_tn", {"E", "N", "M"}, grouped, GridRule::kResident},
       {"grouped_gemm_nt_tma", {"E", "N", "K", "pairs"}, groupedTma(128, 128), GridRule::kResidentPairs},
       {"grouped_gemm_nn_tma", {"E", "N", "K", "pairs"}, groupedTma(128, 64), GridRule::kResidentPairs},
-      {"grouped_gemm_tn_tma", {"E", "N", "M", "pairs"}, groupedTma(64, 64), GridRule::kResident},
+      {"grouped_gemm_tn_tma", {"E", "N", "M", "pairs"}, groupedTma(64, 64, true), GridRule::kResident},
       {"dispatch_prologue",
        {"E", "topk", "ranks"},
        {ctx, i32p("topk_idx"), i32("tokens"), i32p("counts"), i64p("flags"), i32p("send_slot"),

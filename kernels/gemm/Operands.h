@@ -19,6 +19,9 @@ namespace megamoe::kernels {
 // Their boxes are the declaration's for the kernel's constants `spec` (compiler/abi/KernelAbi.cpp).
 struct TensorMapArgs {
   std::optional<dsl::TensorMap> a, b;
+  // Where the kernel declares it (grouped_gemm_tn_tma): C, which the epilogue then stores as boxes from the staging
+  // tile (WarpSpecializedEngine::tmaStores).
+  std::optional<dsl::TensorMap> c;
 };
 inline TensorMapArgs tensorMapArgs(dsl::Kernel& k, const KernelSpec& spec) {
   return {k.tensorMap("map_a", spec.constants), k.tensorMap("map_b", spec.constants)};

@@ -18,19 +18,21 @@ struct Rings {
 };
 // stagingRows: c.m, or 64 when the MMA warpgroups take turns with one warpgroup's rows (warp-specialised).
 // mn: the layout of MN-major rings, mn128BBoxes where TMA boxes load them (tensor maps), else mn128B
-// (mnRingLayout).
+// (mnRingLayout). stagingBoxes: the staging tile in TMA's boxes (mn128BBoxes), for an epilogue of tmaStores.
 inline Rings allocateRings(dsl::Kernel& k, const GroupedGemmSpec& s, const GroupedGemmSpec::Tiles& c, dsl::Layout mn,
-                           int64_t stagingRows = 0) {
+                           int64_t stagingRows = 0, bool stagingBoxes = false) {
   using namespace dsl;
   bool tn = s.layout == GroupedGemmSpec::kTN, nt = s.layout == GroupedGemmSpec::kNT;
   SharedTile a = tn ? k.dynamicSharedTile("ring_a", Elem::bf16, c.k, c.m, c.stages, mn)
                     : k.dynamicSharedTile("ring_a", Elem::bf16, c.m, c.k, c.stages, Layout::k128B);
   SharedTile b = nt ? k.dynamicSharedTile("ring_b", Elem::bf16, c.n, c.k, c.stages, Layout::k128B)
                     : k.dynamicSharedTile("ring_b", Elem::bf16, c.k, c.n, c.stages, mn);
-  // Staging rows padded by 8 elements (16 bytes): the 8 rows a warp's fragment store touches fall in distinct banks.
+  // Staging rows padded by 8 elements (16 bytes): the 8 rows a warp's fragment store touches fall in distinct banks
+  // (in TMA's boxes the swizzle spreads them).
+  const int64_t rows = stagingRows ? stagingRows : c.m;
   return {a, b,
-          k.dynamicSharedTile("staging", Elem::bf16, stagingRows ? stagingRows : c.m, c.n, 1, Layout::rowMajor,
-                              c.n + 8)};
+          stagingBoxes ? k.dynamicSharedTile("staging", Elem::bf16, rows, c.n, 1, Layout::mn128BBoxes)
+                       : k.dynamicSharedTile("staging", Elem::bf16, rows, c.n, 1, Layout::rowMajor, c.n + 8)};
 }
 
 // Where a consumer stands in a BarrierRing: the entry of its next hand-over and that round's phase parity, carried
@@ -121,8 +123,10 @@ struct Turns {
     else
       k.mbarrierWait(bars, barrier(1), j % 2);
   }
-  // Party w is done: the other party's turn (every thread of w arrives).
+  // Party w is done: the other party's turn (every thread of w arrives; or one thread for party w, a run-time 0 / 1,
+  // where init counted one arrival).
   void pass(int64_t w) const { k.mbarrierArrive(bars, barrier(1 - w)); }
+  void passFor(const dsl::I32& w) const { k.mbarrierArrive(bars, k.i32(at + 1) - w); }
 };
 
 }  // namespace megamoe::kernels

@@ -60,6 +60,14 @@ struct WarpSpecializedEngine {
   // The epilogue sends staging rows out as bulk copies (committed): they have read the staging tile before the
   // other warpgroup takes its turn, and are written before the MMA warpgroups leave the engine.
   bool bulkEpilogue = false;
+  // TN with a map over C (maps.c): the staging tile holds TMA's boxes, and a storer thread of the producer
+  // warpgroup sends each warpgroup's staged rows out as tmaStores and passes the turn once they have read them.
+  // Shared memory's banks bound these kernels (each step's wgmmas and ring fills take them all: bench/results/
+  // 2026-12-02-h200-tn-3stages); the default TN epilogue's staging loads and global stores (which pass the banks
+  // twice) cost 192 KB of bank traffic a 128 x 256 tile, the copy engine's reads 64 KB. storePlace: the staged
+  // rows' first C row and column (row -1: no more).
+  std::optional<dsl::SharedTile> storePlace = std::nullopt;
+  bool tmaStores() const { return storePlace.has_value(); }
 
   // Ring stages: 4 when they fit the 227 KB beside the 64-row staging tile, the engine's barriers (1024-byte
   // aligned, as every mbarriers() tile) and hand-over table and the kernel's own shared i32 tables (entries each;
@@ -96,12 +104,20 @@ struct WarpSpecializedEngine {
       throw std::logic_error("tensor maps: NT's B box must be whole " + std::to_string(c.k) + "-wide rows of the tile "
                              "(with gate | up halves, one half)");
     dsl::Kernel& k = gemm.k;
+    const bool stores = maps.c.has_value();
+    if (stores && (!gemm.tn() || gemm.rings.staging.layout() != dsl::Layout::mn128BBoxes ||
+                   maps.c->box().rows != 64 || gemm.c.n % maps.c->box().cols != 0))
+      throw std::logic_error("tensor-map stores: TN, the staging tile in TMA's boxes, boxes of one warpgroup's 64 "
+                             "rows");
     WarpSpecializedEngine engine{
-        gemm, k.mbarriers(2 * gemm.c.stages + 2 * kHandover + (blockInPair ? PairMailbox::kBarriers : 0) + 2),
+        gemm,
+        k.mbarriers(2 * gemm.c.stages + 2 * kHandover + (blockInPair ? PairMailbox::kBarriers : 0) + 2 +
+                    (stores ? 1 : 0)),
         k.dynamicSharedTile("tile_handover", dsl::Elem::i32, 1, kHandover * kFields, 1, dsl::Layout::rowMajor, 0,
                             /*align=*/16), maps, blockInPair};
     if (blockInPair)
       engine.mailbox.emplace(PairMailbox::allocate(k, engine.bars, 2 * gemm.c.stages + 2 * kHandover, *blockInPair));
+    if (stores) engine.storePlace = sharedTable(k, "store_place", 2);
     return engine;
   }
   // The split-K tail (SplitTail.h) over `scratch` (abi::splitScratchBytes(grid)); the kernel's tables must count
@@ -118,6 +134,8 @@ struct WarpSpecializedEngine {
   Turns turns() const {
     return {gemm.k, bars, 2 * stages() + 2 * kHandover + (blockInPair ? PairMailbox::kBarriers : 0)};
   }
+  // tmaStores: one warpgroup's rows are staged (its threads arrive; the storer waits), after the turns' barriers.
+  dsl::I32 staged() const { return gemm.k.i32(turns().at + 2); }
   // TN with TMA: both MMA warpgroups meet here once they have zeroed their share of a group's last K step.
   static constexpr int kTailBarrier = 7;
   // Rows of one MN x K TMA box (64 x 64: 8 KB, 64 K rows of 128 bytes) in a [K][MN] ring tile of `cols` elements.
@@ -137,7 +155,8 @@ struct WarpSpecializedEngine {
     k.ifThen(k.threadIdx() == 0, [&] {
       slots().init(tma() ? 1 : k.blockThreads() - gemm.c.mmaThreads(), warpgroups() * (blockInPair ? 2 : 1));
       handOvers().init(1, gemm.c.mmaThreads());  // empty: every reader of the entry
-      turns().init(128);
+      turns().init(tmaStores() ? 1 : 128);  // tmaStores: the storer passes the turns
+      if (tmaStores()) k.mbarrierInit(bars, staged(), 128);  // a warpgroup's threads
       if (mailbox) mailbox->init();
     });
     if (blockInPair)
@@ -431,11 +450,21 @@ struct WarpSpecializedEngine {
       wg.sync();
       storeOrEpilogue(wg, p, gemm.m0(p) + 64 * w);
     };
-    auto fromAcc = [&] { wg.storeAcc(acc, gemm.rings.staging.asRowsOf(64 * w)); };
+    // (TMA's boxes take warpgroup w's rows 64w .. at their rows 0 ..: Threads::storeAcc.)
+    auto fromAcc = [&] { wg.storeAcc(acc, tmaStores() ? gemm.rings.staging : gemm.rings.staging.asRowsOf(64 * w)); };
     if (isSplit) {
       k.ifThen(!*isSplit, [&] { stageAndStore(fromAcc); });
       k.ifThen(*reduce, [&] { stageAndStore([&] { split->sum(k, c.n, gemm.rings.staging, *slice, w); }); });
       turns().pass(w);
+    } else if (tmaStores() && !epilogue && !bulkEpilogue) {
+      // The storer sends these rows out and passes the turn (storeStagedBoxes). Every thread arrives once its
+      // rows are in (racecheck follows each thread's arrival, not a leader's after a group barrier).
+      fromAcc();
+      k.ifThen(k.threadIdx() == k.i32(wg.first()), [&] {
+        storePlace->storeI32(k.i32(0), p.expert * k.i32(gemm.s.kOrM) + gemm.m0(p) + 64 * w);
+        storePlace->storeI32(k.i32(1), p.n0);
+      });
+      k.mbarrierArrive(bars, staged());
     } else if (tma() && gemm.tn() && !epilogue && !bulkEpilogue) {
       // TN passes the staging tile on once its rows are in registers and stores them afterwards, so that the other
       // warpgroup's turn does not wait for these global stores: those waits kept it ~2 K steps behind, and the
@@ -501,6 +530,38 @@ struct WarpSpecializedEngine {
     });
   }
 
+  // tmaStores: the storer thread's loop. Staging n is warpgroup n % 2's (the turns alternate, so one is pending at
+  // a time): its boxes go out as tmaStores, and once they have read the staging tile the other warpgroup's turn
+  // begins. Warpgroup 0 ends it (row -1) in the turn after its last tile.
+  void storeStagedBoxes() const {
+    using namespace dsl;
+    dsl::Kernel& k = gemm.k;
+    const SharedTile& staging = gemm.rings.staging;
+    const int64_t rows = boxRows(staging, *maps.c), boxes = gemm.c.n / maps.c->box().cols;
+    k.whileLoop({k.i32(0), k.i32(1)}, [&](const std::vector<I32>& v) { return v[1] == 1; },
+                [&](const std::vector<I32>& v) {
+                  k.mbarrierWait(bars, staged(), v[0] % 2);
+                  I32 row = storePlace->loadI32(k.i32(0)), col = storePlace->loadI32(k.i32(1));
+                  Bool more = !(row == k.i32(-1));  // (the DSL's comparisons are unsigned)
+                  k.ifThen(more, [&] {
+                    for (int64_t q = 0; q < boxes; ++q)
+                      k.tmaStore(*maps.c, {col + maps.c->box().cols * q, row}, staging.rowSlice(rows * q, rows));
+                    k.bulkCommit();
+                    k.bulkWait(/*readOnly=*/true);
+                    turns().passFor(v[0] % 2);
+                  });
+                  return std::vector<I32>{v[0] + 1, k.select(more, k.i32(1), k.i32(0))};
+                });
+    k.bulkWait(/*readOnly=*/false);
+  }
+  // tmaStores: warpgroup 0's threads, after its last tile j: end the storer's loop in their turn.
+  void endStores(const dsl::I32& j) const {
+    dsl::Kernel& k = gemm.k;
+    turns().wait(0, j);
+    k.ifThen(k.threadIdx() == k.i32(0), [&] { storePlace->storeI32(k.i32(0), k.i32(-1)); });
+    k.mbarrierArrive(bars, staged());
+  }
+
   // Static persistent loop (block b runs tiles b, b + grid, ...) with cp.async producers: every producer thread
   // copies, the leader hands the tiles over. (The kernels with tensor maps draw tickets: runDynamic.)
   void runStatic(const TileScheduler& sched, const dsl::SharedTile& first, const dsl::I32& grid) const {
@@ -533,7 +594,7 @@ struct WarpSpecializedEngine {
     for (int64_t w = 0; w < warpgroups(); ++w) {
       k.group(128 * w, 128, /*barrier=*/3 + int(w), [&](const Threads& wg) {
         k.setMaxRegisters(kMmaRegisters, /*increase=*/true);
-        k.whileLoop(
+        std::vector<I32> end = k.whileLoop(
             {receive(k.i32(0)), k.i32(0), k.i32(0)}, [&](const std::vector<I32>& v) { return !(v[0] == 0); },
             [&](const std::vector<I32>& v) {
               I32 j = v[1];
@@ -546,6 +607,7 @@ struct WarpSpecializedEngine {
               return std::vector<I32>{receive(j + 1), j + 1, g};
             });
         if (bulkEpilogue) k.bulkWait(/*readOnly=*/false);  // written before what follows the engine (e.g. a signal)
+        if (tmaStores() && w == 0) endStores(end[1]);
       });
     }
   }
@@ -593,6 +655,7 @@ struct WarpSpecializedEngine {
         else
           resetTicketsIfLast(k, tickets, grid);
       });
+      if (tmaStores()) k.ifThen(k.threadIdx() == k.i32(c.mmaThreads() + 32), [&] { storeStagedBoxes(); });
     });
     multiply();
     if (blockInPair) k.clusterSync();  // no block leaves while the other may still copy, multicast or arrive into it

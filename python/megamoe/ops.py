@@ -317,10 +317,12 @@ def _grouped_mm(layout, a, b, offs):
     map_b = (rt.tensor_map(kernel, "map_b", b.data_ptr(), rows, N) if layout == "tn"
              else rt.tensor_map(kernel, "map_b", b.data_ptr(), E * N, KM) if layout == "nt"
              else rt.tensor_map(kernel, "map_b", b.data_ptr(), E * KM, N))
+    # TN stores dW [E * M, N] through a map too.
+    extra = {"map_c": rt.tensor_map(kernel, "map_c", out.data_ptr(), E * KM, N)} if layout == "tn" else {}
     rt.launch(kernel, (grid, 1, 1), torch.cuda.current_stream(a.device).cuda_stream, a=a.data_ptr(),
               b=b.data_ptr(), c=out.data_ptr(), offsets=starts.data_ptr(), tickets=scratch.data_ptr(),
               split=scratch.data_ptr() + _SCRATCH_HEAD, max_split=0 if layout == "tn" else GEMM_MAX_SPLIT,
-              grid=grid, map_a=map_a, map_b=map_b)
+              grid=grid, map_a=map_a, map_b=map_b, **extra)
     return out
 
 

@@ -787,6 +787,7 @@ void MoeLayer::backward(const BackwardArgs& a, StreamHandle stream) {
   KernelArgs wgrad(m.kernelSpecName(Role::kWgradTN));  // TN takes no split-K tail (kernels/Kernels.h): no scratch
   wgrad.ptr("a", r.pool).ptr("b", m.b.act).ptr("c", a.dW2).ptr("offsets", m.b.poolOffsets).ptr("tickets", m.b.tickets + 16);
   wgrad.ptr("split", 0).i32("max_split", 0).i32("grid", grid).tensorMap("map_a", m.wgradPoolMap).tensorMap("map_b", m.wgradActMap);
+  wgrad.tensorMap("map_c", m.map(Role::kWgradTN, "map_c", a.dW2, local * c.hidden, c.intermediate));
   m.launch(Role::kWgradTN, m.grid, stream, wgrad, heap());
   end(BackwardStage::kWgradW2);
   begin();

@@ -389,6 +389,23 @@ TEST(Codegen, TmaGroupedGemmTnZeroesTheTailStep) {
   EXPECT_NE(kernels::find(paired.kernel)->validate(paired).find("pairs must be 0 for TN"), std::string::npos);
 }
 
+// TN with a map over dW (map_c): the MMA warpgroups stage their rows in TMA's boxes and a storer thread sends them
+// out as tensor stores (one bulk group, waited on for its reads before the turn passes); no thread stores dW rows
+// itself. Catches: the default row stores (16-byte global stores) coming back, or the boxes' group never waited on.
+TEST(Codegen, TmaGroupedGemmTnStoresBoxesThroughTheMap) {
+  using G = kernels::GroupedGemmSpec;
+  CompiledKernel k;
+  ASSERT_TRUE(compileTmaVariant(G{G::kTN, 128, 4096, 7168}.tmaSpec(), "sm_90a", k));
+  auto count = [&](const std::string& what) {
+    int64_t n = 0;
+    for (size_t at = k.assembly.find(what); at != std::string::npos; at = k.assembly.find(what, at + 1)) ++n;
+    return n;
+  };
+  EXPECT_EQ(count("cp.async.bulk.tensor.2d.global.shared::cta"), 4);  // 256 columns: four 64-column boxes
+  EXPECT_EQ(count("cp.async.bulk.wait_group.read"), 1);
+  EXPECT_EQ(count("st.global.v4"), 0);
+}
+
 TEST(Codegen, BadSpecNamesTheConstraint) {
   auto* gemm = kernels::find("gemm_nt");
   ASSERT_NE(gemm, nullptr);
@@ -502,6 +519,25 @@ TEST(Codegen, TmaLoadRefusesATileWhoseLayoutTheBoxDoesNotWrite) {
   EXPECT_NE(why.find("'copied_ring'"), std::string::npos) << why;
   EXPECT_NE(why.find("mn128B "), std::string::npos) << why;
   EXPECT_EQ(load(kMajor), "");
+}
+
+// tmaStore reads the box in the layout tmaLoad writes, and storeAcc stages into that layout (mn128BBoxes) only for
+// whole accumulator rows of bf16. Catches: a store of a padded rowMajor staging tile, whose rows TMA would misread.
+TEST(Codegen, TmaStoreReadsOnlyTheBoxLayout) {
+  layouts::Builder b(true);
+  dsl::Kernel& k = *b.k;
+  std::optional<dsl::TensorMap> map = k.tensorMap("map", {});
+  ASSERT_TRUE(map.has_value());
+  dsl::SharedTile plain = k.dynamicSharedTile("plain_staging", dsl::Elem::bf16, 64, 64, 1);
+  dsl::SharedTile boxes = k.dynamicSharedTile("box_staging", dsl::Elem::bf16, 64, 64, 1, dsl::Layout::mn128BBoxes);
+  std::string why = layouts::refusal([&] { k.tmaStore(*map, {k.i32(0), k.i32(0)}, plain); });
+  EXPECT_NE(why.find("'plain_staging'"), std::string::npos) << why;
+  EXPECT_NE(why.find("rowMajor"), std::string::npos) << why;
+  EXPECT_EQ(layouts::refusal([&] { k.tmaStore(*map, {k.i32(0), k.i32(0)}, boxes); }), "");
+  const dsl::Threads block = k.block();
+  EXPECT_EQ(layouts::refusal([&] { block.storeAcc(block.zeroAcc(128, 64), boxes); }), "");
+  why = layouts::refusal([&] { block.storeAcc(block.zeroAcc(128, 128), boxes); });
+  EXPECT_NE(why.find("'box_staging'"), std::string::npos) << why;
 }
 
 // Copies and accumulator stores read the layout from the tile too: a tile copy cannot write TMA's placement, a

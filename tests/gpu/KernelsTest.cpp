@@ -358,6 +358,8 @@ void runTmaGroupedGemm(Gpu& gpu, Layout layout, int64_t E = 8, int64_t N = 512, 
   args.ptr("a", aDev.ptr()).ptr("b", bDev.ptr()).ptr("c", out.ptr()).ptr("offsets", offDev.ptr());
   args.ptr("tickets", tickets.ptr()).ptr("split", scratch.ptr()).i32("max_split", maxSplit).i32("grid", grid);
   args.tensorMap("map_a", mapA).tensorMap("map_b", mapB);
+  // TN stores dW [E * M, N] through a map of exactly its rows: the guard expert past them must stay untouched.
+  if (tn) args.tensorMap("map_c", encodeTensorMap(*kernel, "map_c", out.ptr(), E * K, N));
   LaunchDims dims;
   dims.grid.x = uint32_t(grid);
   dims.block.x = uint32_t(kernel->metadata().blockThreads);

@@ -158,6 +158,11 @@ LogicalResult AccStoreOp::verify() {
   if (!isGlobalLike(getDst().getType()) && !isShared(getDst().getType()))
     return emitOpError("destination must be global or shared memory");
   if (failed(verifyElemType(*this, getElem()))) return failure();
+  if (getBoxRows() != 0 && (!isShared(getDst().getType()) || getElem().getIntOrFloatBitWidth() != 16 ||
+                            getN() % 64 != 0 || getBoxRows() < 8 || getBoxRows() % 8 != 0))
+    return emitOpError("box_rows: swizzled 64-column boxes of 2-byte elements in shared memory, n a multiple of 64 "
+                       "and box_rows of 8 or more, a multiple of 8; got n = ")
+           << getN() << ", box_rows = " << getBoxRows();
   return verifyAccShape(*this, getAcc().getType(), getM(), getN(), getThreads());
 }
 
@@ -230,6 +235,13 @@ LogicalResult TmaLoadOp::verify() {
   if (getCoords().empty() || getCoords().size() > 5)
     return emitOpError("a tensor map has 1 to 5 dimensions, got ") << getCoords().size() << " coordinates";
   if (getMulticast() < 0 || getMulticast() > 0xFFFF) return emitOpError("multicast is a 16-bit mask of cluster CTAs");
+  return success();
+}
+
+LogicalResult TmaStoreOp::verify() {
+  if (!isShared(getSrc().getType())) return emitOpError("the box comes from shared memory (address space 3)");
+  if (getCoords().empty() || getCoords().size() > 5)
+    return emitOpError("a tensor map has 1 to 5 dimensions, got ") << getCoords().size() << " coordinates";
   return success();
 }
 

@@ -250,11 +250,26 @@ struct AccStoreFromWgmma : OpRewritePattern<AccStoreOp> {
         Value v = vector::ExtractOp::create(tb, loc, op.getAcc(), ArrayRef<int64_t>{i + j});
         pair = vector::InsertOp::create(tb, loc, convertF32(tb, loc, v, elem), pair, ArrayRef<int64_t>{j});
       }
-      Value index = arith::AddIOp::create(
-          tb, loc,
-          arith::MulIOp::create(tb, loc, arith::ExtUIOp::create(tb, loc, tb.getI64Type(), row),
-                                arith::ExtUIOp::create(tb, loc, tb.getI64Type(), op.getLd())),
-          arith::ExtUIOp::create(tb, loc, tb.getI64Type(), col));
+      Value index;
+      if (int64_t boxRows = op.getBoxRows()) {
+        // TMA's swizzled boxes: column c.col + colBase lies in box c.col / 64 and chunk (c.col % 64) / 8 (both the
+        // same for every lane: colBase < 8), row r at r % boxRows of the box, the chunk at chunk ^ (r % 8).
+        const int64_t perRow = 128 / eb, chunk = (c.col % 64) / 8;
+        Value inBox = arith::RemUIOp::create(tb, loc, row, i32(tb, loc, boxRows));
+        Value swizzled = arith::XOrIOp::create(tb, loc, arith::RemUIOp::create(tb, loc, row, i32(tb, loc, 8)),
+                                               i32(tb, loc, chunk));
+        Value at = arith::AddIOp::create(
+            tb, loc, arith::MulIOp::create(tb, loc, inBox, i32(tb, loc, perRow)),
+            arith::AddIOp::create(tb, loc, arith::MulIOp::create(tb, loc, swizzled, i32(tb, loc, 16 / eb)), colBase));
+        at = arith::AddIOp::create(tb, loc, at, i32(tb, loc, c.col / 64 * boxRows * perRow + c.col % 8));
+        index = arith::ExtUIOp::create(tb, loc, tb.getI64Type(), at);
+      } else {
+        index = arith::AddIOp::create(
+            tb, loc,
+            arith::MulIOp::create(tb, loc, arith::ExtUIOp::create(tb, loc, tb.getI64Type(), row),
+                                  arith::ExtUIOp::create(tb, loc, tb.getI64Type(), op.getLd())),
+            arith::ExtUIOp::create(tb, loc, tb.getI64Type(), col));
+      }
       Value ptr = LLVM::GEPOp::create(tb, loc, op.getDst().getType(), elem, op.getDst(), ValueRange{index});
       LLVM::StoreOp::create(tb, loc, pair, ptr, 2 * eb);
     }
@@ -377,6 +392,11 @@ void addWarpSpecialisationPatterns(RewritePatternSet& patterns) {
     NVVM::CpAsyncBulkTensorGlobalToSharedClusterOp::create(b, loc, dst, op.getMap(), op.getCoords(), op.getBar(),
                                                           ValueRange{}, mask, Value(), NVVM::TMALoadMode::TILE,
                                                           false, NVVM::CTAGroupKindAttr(), Value());
+  });
+  // cp.async.bulk.tensor.Nd.global.shared::cta.bulk_group: in this thread's bulk-store group (bulk_commit / wait).
+  addEmitter<TmaStoreOp>(patterns, [](PatternRewriter& b, TmaStoreOp op) {
+    NVVM::CpAsyncBulkTensorSharedCTAToGlobalOp::create(b, op.getLoc(), op.getMap(), op.getSrc(), op.getCoords(),
+                                                       Value(), NVVM::TMAStoreMode::TILE, Value());
   });
   // mapa turns this CTA's shared offset into the peer's address in the cluster window. A ring slot's arrival keeps
   // the default (release, CTA) semantics: the slot's readers are this warpgroup's wgmmas, already complete

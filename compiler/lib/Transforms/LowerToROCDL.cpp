@@ -118,6 +118,7 @@ struct MmaTileToMfma : OpRewritePattern<MmaTileOp> {
 struct AccStoreFromMfma : OpRewritePattern<AccStoreOp> {
   using OpRewritePattern::OpRewritePattern;
   LogicalResult matchAndRewrite(AccStoreOp op, PatternRewriter& b) const override {
+    if (op.getBoxRows()) return b.notifyMatchFailure(op, "box_rows: TMA's boxes, sm_90a only");
     Location loc = op.getLoc();
     Type elem = op.getElem();
     int64_t eb = elem.getIntOrFloatBitWidth() / 8, tilesN = op.getN() / Atom::kN;

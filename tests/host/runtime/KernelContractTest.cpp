@@ -145,6 +145,7 @@ TEST(TensorMapBoxes, FollowTheDeclarationAndTheConstants) {
   EXPECT_EQ(box("grouped_gemm_nn_tma", "map_b", nt), (Shape{64, 64}));
   EXPECT_EQ(box("grouped_gemm_tn_tma", "map_a", nt), (Shape{64, 64}));
   EXPECT_EQ(box("grouped_gemm_tn_tma", "map_b", nt), (Shape{64, 64}));
+  EXPECT_EQ(box("grouped_gemm_tn_tma", "map_c", nt), (Shape{64, 64}));  // dW's stores: one warpgroup's 64 rows
   for (int64_t layout : {abi::kLayoutNT, abi::kLayoutNN, abi::kLayoutTN}) {
     const abi::SpecConstants spec = {{"E", 256}, {"ranks", 2},      {"topk", 8},       {"H", 7168}, {"I", 2048},
                                      {"clamp_milli", 0}, {"layout", layout}, {"save_h", 0}, {"dedup", 0}};

@@ -434,6 +434,31 @@ llvm.func @acc_store_bad_elem(%acc: vector<64xf32>, %c: !llvm.ptr<1>, %i: i32) {
 
 // -----
 
+// TMA's boxes live in shared memory.
+llvm.func @acc_store_boxes_to_global(%acc: vector<64xf32>, %c: !llvm.ptr<1>, %i: i32) {
+  // expected-error @+1 {{box_rows: swizzled 64-column boxes of 2-byte elements in shared memory, n a multiple of 64 and box_rows of 8 or more, a multiple of 8; got n = 128, box_rows = 64}}
+  megamoe.acc_store %acc, %c[%i] rows_valid %i {m = 64, n = 128, threads = 128, elem = bf16, box_rows = 64} : vector<64xf32>, !llvm.ptr<1>
+  llvm.return
+}
+
+// -----
+
+llvm.func @acc_store_boxes_f32(%acc: vector<64xf32>, %c: !llvm.ptr<3>, %i: i32) {
+  // expected-error @+1 {{box_rows: swizzled 64-column boxes of 2-byte elements in shared memory}}
+  megamoe.acc_store %acc, %c[%i] rows_valid %i {m = 64, n = 128, threads = 128, elem = f32, box_rows = 64} : vector<64xf32>, !llvm.ptr<3>
+  llvm.return
+}
+
+// -----
+
+llvm.func @tma_store_from_global(%src: !llvm.ptr<1>, %map: !llvm.ptr, %i: i32) {
+  // expected-error @+1 {{the box comes from shared memory (address space 3)}}
+  megamoe.tma_store %src, %map[%i, %i] : !llvm.ptr<1>, !llvm.ptr
+  llvm.return
+}
+
+// -----
+
 // The shape rules are shared with mma_tile; one case shows acc_store applies them.
 llvm.func @acc_store_acc_length(%acc: vector<64xf32>, %c: !llvm.ptr<1>, %i: i32) {
   // expected-error @+1 {{accumulator must hold m * n / threads = 32 f32 per thread, got 64}}

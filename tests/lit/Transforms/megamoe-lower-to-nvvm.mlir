@@ -357,6 +357,22 @@ gpu.module @k {
   }
 }
 
+// -----
+
+// A tensor store of one box from shared memory, in the thread's bulk group, coordinates innermost first.
+// CHECK-LABEL: llvm.func @tma_store
+// CHECK-SAME: (%[[SRC:[^:]+]]: !llvm.ptr<3>, %[[MAP:[^:]+]]: !llvm.ptr, %[[X:[^:]+]]: i32, %[[Y:[^:]+]]: i32)
+// CHECK-NEXT: nvvm.cp.async.bulk.tensor.global.shared.cta %[[MAP]], %[[SRC]], box[%[[X]], %[[Y]]]
+// CHECK-NEXT: nvvm.cp.async.bulk.commit.group
+// CHECK-NEXT: llvm.return
+gpu.module @k {
+  llvm.func @tma_store(%src: !llvm.ptr<3>, %map: !llvm.ptr, %x: i32, %y: i32) {
+    megamoe.tma_store %src, %map[%x, %y] : !llvm.ptr<3>, !llvm.ptr
+    megamoe.bulk_commit
+    llvm.return
+  }
+}
+
 //===----------------------------------------------------------------------===//
 // mma_tile
 //===----------------------------------------------------------------------===//
@@ -829,6 +845,24 @@ gpu.module @k {
 gpu.module @k {
   llvm.func @acc_store_f16(%acc: vector<16xf32>, %c: !llvm.ptr<1>, %ld: i32, %rows_valid: i32) {
     megamoe.acc_store %acc, %c[%ld] rows_valid %rows_valid {m = 64, n = 32, threads = 128, elem = f16} : vector<16xf32>, !llvm.ptr<1>
+    llvm.return
+  }
+}
+
+// -----
+
+// Into TMA's boxes (box_rows 64): 64 x 128 bf16 is two 64-column boxes of 8 KB; each of the 32 pairs lands at its
+// row % 64 times 64 elements, its chunk xor (row % 8) times 8 (chunk 0's xor folds away: 28 of 32), and the
+// second box at 4096 elements. The stores end with the proxy fence for the tensor store that reads them.
+// CHECK-LABEL: llvm.func @acc_store_boxes
+// CHECK: arith.constant 4096 : i32
+// CHECK-COUNT-28: arith.xori
+// CHECK-NOT: arith.xori
+// CHECK: nvvm.fence.proxy {kind = #nvvm.proxy_kind<async.shared>, space = #nvvm.shared_space<cta>}
+// CHECK-NEXT: llvm.return
+gpu.module @k {
+  llvm.func @acc_store_boxes(%acc: vector<64xf32>, %s: !llvm.ptr<3>, %ld: i32, %rows_valid: i32) {
+    megamoe.acc_store %acc, %s[%ld] rows_valid %rows_valid {m = 64, n = 128, threads = 128, elem = bf16, box_rows = 64} : vector<64xf32>, !llvm.ptr<3>
     llvm.return
   }
 }

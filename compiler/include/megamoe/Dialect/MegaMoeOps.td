@@ -229,6 +229,20 @@ def MegaMoe_TmaLoadOp : MegaMoe_Op<"tma_load", [MemoryEffects<[MemRead, MemWrite
   let hasVerifier = 1;
 }
 
+def MegaMoe_TmaStoreOp : MegaMoe_Op<"tma_store", [MemoryEffects<[MemRead, MemWrite]>]> {
+  let summary = "one tensor-map box from shared to global memory, in a bulk-store group (sm_90a TMA)";
+  let description = [{
+    The mirror of `tma_load`: the box at `src` (1024-byte aligned, in the map's layout) goes to the map's tensor at
+    `coords` (innermost first); elements outside the tensor are not written. The calling thread alone, without
+    waiting: `bulk_commit` closes its group, `bulk_wait {read}` lets `src` be rewritten, `bulk_wait` without it
+    makes the writes visible. Data other threads wrote into `src` reaches the copy through their proxy fence
+    (`acc_store` into shared memory ends with it) and a barrier. gfx950 has no lowering.
+  }];
+  let arguments = (ins AnyLLVMPtr:$map, AnyLLVMPtr:$src, Variadic<I32>:$coords);
+  let assemblyFormat = "$src `,` $map `[` $coords `]` attr-dict `:` type($src) `,` type($map)";
+  let hasVerifier = 1;
+}
+
 def MegaMoe_MbarrierArrivePeerOp : MegaMoe_Op<"mbarrier_arrive_peer", [MemoryEffects<[MemRead, MemWrite]>]> {
   let summary = "one arrival on the barrier at the same shared offset in CTA `cta` of the cluster (release)";
   let description = [{
@@ -336,9 +350,14 @@ def MegaMoe_AccStoreOp : MegaMoe_Op<"acc_store"> {
   let description = [{
     Rows at or past `rows_valid` are not written. `ld` (elements) and the destination must keep 2-element
     alignment: sm_90a stores adjacent column pairs of the wgmma fragment as one access.
+    A non-zero `box_rows` (sm_90a, shared memory, 2-byte elements, n a multiple of 64) writes TMA's 128-byte
+    swizzled boxes instead of rows `ld` apart: columns in boxes of 64 (box c / 64 at (c / 64) box_rows 128 bytes),
+    fragment row r at row r % box_rows of its box, 16-byte chunk q of that row at q ^ (r % 8) (what a tma_store of
+    64 x box_rows boxes reads; `ld` is unused).
   }];
   let arguments = (ins VectorOfRankAndType<[1], [F32]>:$acc, AnyLLVMPtr:$dst, I32:$ld, I32:$rows_valid,
-                   I64Attr:$m, I64Attr:$n, I64Attr:$threads, TypeAttr:$elem);
+                   I64Attr:$m, I64Attr:$n, I64Attr:$threads, TypeAttr:$elem,
+                   DefaultValuedAttr<I64Attr, "0">:$box_rows);
   let assemblyFormat = [{
     $acc `,` $dst `[` $ld `]` `rows_valid` $rows_valid attr-dict `:` type($acc) `,` type($dst)
   }];
