@@ -83,12 +83,15 @@ mlir::OwningOpRef<mlir::ModuleOp> buildDispatchGemm(mlir::MLIRContext& mctx, con
   GlobalPtr topkIdx = k.ptr("topk_idx", Elem::i32);
   I32 recvStride = k.i32Arg("recv_stride");
   I32 capacity = k.i32Arg("capacity");  // the receive pool's rows: rows past it were dropped by the prologue
-  const TensorMapArgs maps = tensorMapArgs(k, s.spec());  // sm_90a TN: dh and the pool; NT: the pool and w1
+  TensorMapArgs maps = tensorMapArgs(k, s.spec());  // sm_90a TN: dh and the pool; NT: the pool and w1
+  // TN stores dW1 as boxes through map_c (WarpSpecializedEngine::tmaStores); NT / NN take it unused.
+  std::optional<TensorMap> mapC = k.tensorMap("map_c", s.spec().constants);
+  if (s.layout == G::kTN) maps.c = mapC;
   const bool dedup = s.dedup != 0;
 
   // A failed prologue (an expert index out of range) leaves nothing to do here; the peers' waits time out.
   k.returnIf(!k.errorClear(ctx));
-  Rings rings = allocateRings(k, g, c, mnRingLayout(maps), ws ? 64 : 0);
+  Rings rings = allocateRings(k, g, c, mnRingLayout(maps), ws ? 64 : 0, maps.c.has_value());
   SharedTile tileFirst = sharedTable(k, "tile_first", local + 1);
   // The push's unit table is dead once the block's GEMM starts: with the warp-specialised engine it lives in the
   // staging tile (first written by an epilogue, after the engine's block-wide start), which leaves room for a

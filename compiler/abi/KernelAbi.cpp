@@ -55,8 +55,10 @@ std::vector<KernelDecl> declarations() {
         i32p("counts"), i64p("arrivals"), i64p("route_epoch"), bf16("pool"), i32p("pool_src"), f32("pool_w"),
         i32p("pool_offsets"), bf16("weights"), bf16("extra"), bf16("out"), i32p("tickets"), i32("push_blocks"),
         i32("grid"), i32("legs"), i32p("topk_idx"), i32("recv_stride"), i32("capacity"),
-        // NT: the pool and w1 (as grouped_gemm_nt_tma); NN: the pool and w2 (as _nn_tma); TN: dh and the pool
-        map("map_a", 128, {{"layout", 2, 64, 64}}), map("map_b", 128, {{"layout", 1, 64, 64}, {"layout", 2, 64, 64}})},
+        // NT: the pool and w1 (as grouped_gemm_nt_tma); NN: the pool and w2 (as _nn_tma); TN: dh and the pool, and
+        // dW1 [E / R * 2I, H] (as grouped_gemm_tn_tma's map_c; NT / NN leave it unused)
+        map("map_a", 128, {{"layout", 2, 64, 64}}), map("map_b", 128, {{"layout", 1, 64, 64}, {"layout", 2, 64, 64}}),
+        map("map_c", 64)},
        GridRule::kResidentPairs},
       {"grouped_gemm_combine",
        {"E", "ranks", "topk", "H", "I", "layout"},

@@ -484,6 +484,9 @@ struct MoeLayer::Impl {
   // rows), dW2's A and B (the pool, act), dW1's A and B (dh, the pool: x rows) and the dx combine's A (dh).
   using TensorMap = TensorMapBytes;
   TensorMap dispatchPoolMap{}, combineActMap{};
+  // The dispatch's map_c: TN stores dW1 through it (encoded per call); the forward and dgrad dispatches take this one
+  // over their own out (act), unused.
+  TensorMap dispatchOutMap{};
   TensorMap dgradPoolMap{}, wgradPoolMap{}, wgradActMap{}, wgradW1DhMap{}, wgradW1PoolMap{}, dgradDhMap{};
   // The map for argument `arg` of the kernel in `role` over a bf16 [rows, cols] matrix at base.
   TensorMap map(Role role, const char* arg, DevicePtr base, int64_t rows, int64_t cols) const {
@@ -618,6 +621,7 @@ MoeLayer::MoeLayer(std::shared_ptr<Workspace> workspace, const MoeLayerConfig& c
   const int64_t rows = workspace_->poolRows(), H = config.hidden, I = config.intermediate;
   m.dispatchPoolMap = m.map(Role::kDispatchNT, "map_a", m.b.pool, rows, H);
   m.combineActMap = m.map(Role::kCombineNT, "map_a", m.b.act, rows, I);
+  m.dispatchOutMap = m.map(Role::kDispatchNT, "map_c", m.b.act, rows, I);
   if (config.training) {
     m.dgradPoolMap = m.map(Role::kDispatchNN, "map_a", m.b.pool, rows, H);
     m.wgradPoolMap = m.map(Role::kWgradTN, "map_a", m.b.pool, rows, H);
@@ -713,7 +717,7 @@ void MoeLayer::forward(const ForwardArgs& a, StreamHandle stream) {
   KernelArgs dispatch = m.dispatchArgs(Role::kDispatchNT, dispatchLegs, idx, a.topkWeights, c.maxTokens, poolRows(c, ranks()));
   dispatch.ptr("src", a.x).ptr("weights", a.w1).ptr("extra", saved).ptr("out", m.b.act);
   dispatch.ptr("tickets", m.b.tickets).i32("push_blocks", m.pairPush).i32("grid", m.pairGrid);
-  dispatch.tensorMap("map_a", m.dispatchPoolMap);
+  dispatch.tensorMap("map_a", m.dispatchPoolMap).tensorMap("map_c", m.dispatchOutMap);
   dispatch.tensorMap("map_b", m.map(Role::kDispatchNT, "map_b", a.w1, local * 2 * c.intermediate, c.hidden));
   m.launch(Role::kDispatchNT, uint32_t(m.pairGrid), stream, dispatch, heap());
   // Profiling: the combine's stage time is its own, not how much later the peer finished its dispatch (the rank
@@ -774,6 +778,7 @@ void MoeLayer::backward(const BackwardArgs& a, StreamHandle stream) {
   dgrad.ptr("src", a.dy).ptr("weights", a.w2).ptr("extra", 0).ptr("out", m.b.act).ptr("tickets", m.b.tickets);
   dgrad.i32("push_blocks", m.pairPush).i32("grid", m.pairGrid).tensorMap("map_a", m.dgradPoolMap);
   dgrad.tensorMap("map_b", m.map(Role::kDispatchNN, "map_b", a.w2, local * c.hidden, c.intermediate));
+  dgrad.tensorMap("map_c", m.dispatchOutMap);
   m.launch(Role::kDispatchNN, uint32_t(m.pairGrid), stream, dgrad, heap());
   end(BackwardStage::kDgradDispatch);
   advance();
@@ -795,6 +800,7 @@ void MoeLayer::backward(const BackwardArgs& a, StreamHandle stream) {
   KernelArgs wgradW1 = m.dispatchArgs(Role::kDispatchTN, dispatchLegs, idx, a.topkWeights, c.maxTokens, poolRows(c, ranks()));
   wgradW1.ptr("src", a.x).ptr("weights", a.w1).ptr("extra", m.b.dh).ptr("out", a.dW1).ptr("tickets", m.b.tickets);
   wgradW1.i32("push_blocks", m.pushBlocks).i32("grid", grid).tensorMap("map_a", m.wgradW1DhMap).tensorMap("map_b", m.wgradW1PoolMap);
+  wgradW1.tensorMap("map_c", m.map(Role::kDispatchTN, "map_c", a.dW1, local * 2 * c.intermediate, c.hidden));
   m.launch(Role::kDispatchTN, m.grid, stream, wgradW1, heap());
   end(BackwardStage::kWgradW1Dispatch);
   advance();

@@ -153,6 +153,7 @@ TEST(TensorMapBoxes, FollowTheDeclarationAndTheConstants) {
     // pool as K x 64 slabs.
     EXPECT_EQ(box("dispatch_grouped_gemm", "map_a", spec), (Shape{64, layout == abi::kLayoutTN ? 64 : 128}));
     EXPECT_EQ(box("dispatch_grouped_gemm", "map_b", spec), (Shape{64, layout == abi::kLayoutNT ? 128 : 64}));
+    EXPECT_EQ(box("dispatch_grouped_gemm", "map_c", spec), (Shape{64, 64}));  // TN's dW1 stores (others: unused)
     if (layout == abi::kLayoutTN) continue;
     const abi::SpecConstants combine = {{"E", 256}, {"ranks", 2}, {"topk", 8}, {"H", 7168}, {"I", 2048}, {"layout", layout}};
     EXPECT_EQ(box("grouped_gemm_combine", "map_a", combine), (Shape{64, 128}));
@@ -161,13 +162,13 @@ TEST(TensorMapBoxes, FollowTheDeclarationAndTheConstants) {
   const abi::KernelDecl& dispatch = *abi::findKernelDecl("dispatch_grouped_gemm");
   EXPECT_THROW(abi::tensorMapBox(dispatch, "map_b", {{"E", 256}}), std::invalid_argument);  // no layout given
   EXPECT_THROW(abi::tensorMapBox(dispatch, "pool", nt), std::invalid_argument);             // a pointer
-  EXPECT_THROW(abi::tensorMapBox(dispatch, "map_c", nt), std::invalid_argument);            // no such argument
+  EXPECT_THROW(abi::tensorMapBox(dispatch, "map_d", nt), std::invalid_argument);            // no such argument
   // The box is part of the signature: another box, another hash.
   EXPECT_NE(abi::signatureText(dispatch).find("map_b:tensor_map:bf16:64x128:sw128[layout=1:64x64,layout=2:64x64]"),
             std::string::npos)
       << abi::signatureText(dispatch);
   abi::KernelDecl changed = dispatch;
-  changed.args.back().boxWhen[1].rows = 128;
+  changed.args[size_t(dispatch.indexOf("map_b"))].boxWhen[1].rows = 128;
   EXPECT_NE(abi::signatureHash(changed), abi::signatureHash(dispatch));
 }
 
