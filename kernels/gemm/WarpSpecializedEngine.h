@@ -621,6 +621,9 @@ struct WarpSpecializedEngine {
     dsl::Kernel& k = gemm.k;
     const auto& c = gemm.c;
     if (!tma()) throw std::logic_error("runDynamic: tensor maps");
+    // The storer serves the default TN epilogue's turns; a kernel epilogue would leave it waiting for stagings.
+    if (tmaStores() && (epilogue || bulkEpilogue))
+      throw std::logic_error("tensor-map stores (map_c): the default TN epilogue only, no kernel epilogue");
     init();
     // The producer warpgroup: its leader alone issues the boxes (thread-scope ops).
     k.group(c.mmaThreads(), k.blockThreads() - c.mmaThreads(), /*barrier=*/2, [&](const Threads&) {
