@@ -14,7 +14,7 @@ def launches(path):
     by = collections.OrderedDict()
     for r in rows:
         key = (r["ID"], r["Kernel Name"])
-        by.setdefault(key, {})[r["Metric Name"]] = float(r["Metric Value"].replace(",", ""))
+        by.setdefault(key, {})[r["Metric Name"]] = (float(r["Metric Value"].replace(",", "")), r["Metric Unit"])
     return by
 
 
@@ -22,7 +22,9 @@ if __name__ == "__main__":
     if len(sys.argv) != 2:
         sys.exit(__doc__)
     for (i, name), m in launches(sys.argv[1]).items():
-        banks = (m["l1tex__data_bank_reads.sum"] + m["l1tex__data_bank_writes.sum"]) / SMS / m["sm__cycles_elapsed.avg"]
-        print(f"{i:>3} {name[:40]:40} {m['gpu__time_duration.sum'] / 1e3:8.3f} us-k  tensor pipe "
-              f"{m['sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active']:5.1f}%  "
+        v = {k: x[0] for k, x in m.items()}
+        banks = (v["l1tex__data_bank_reads.sum"] + v["l1tex__data_bank_writes.sum"]) / SMS / v["sm__cycles_elapsed.avg"]
+        t, unit = m["gpu__time_duration.sum"]
+        print(f"{i:>3} {name[:40]:40} {t:9.3f} {unit:8} tensor pipe "
+              f"{v['sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active']:5.1f}%  "
               f"banks {banks:5.2f} / 32 a clock an SM")
