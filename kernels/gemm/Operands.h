@@ -97,33 +97,6 @@ struct GemmOperands {
       by.copyTile(bSlab, k.i32(s.n), rings.b.stage(slot), k.i32(c.k), Copy::async);
     }
   }
-  // TN's default epilogue in two halves, so that the staging tile can pass to the next warpgroup between them
-  // (WarpSpecializedEngine::compute): loadStaged reads the calling thread's 16-byte chunks of the staging tile into
-  // registers (chunk column t % chunks of rows t / chunks + rpp i, t = the thread's index in `by`), storeRows writes
-  // them to the same places of dW[e]'s rows from first0 on (every row and column: TN's M and N are multiples of the
-  // tile's).
-  std::vector<dsl::Vec> loadStaged(const dsl::Threads& by) const {
-    const int64_t chunks = stagedChunksPerRow(by), rpp = by.count() / chunks;
-    dsl::I32 t = k.threadIdx() - k.i32(by.first());
-    std::vector<dsl::Vec> v;
-    for (int64_t i = 0; i < rings.staging.rows() / rpp; ++i)
-      v.push_back(rings.staging.load(t / chunks + rpp * i, t % chunks * 8, 8));
-    return v;
-  }
-  void storeRows(const dsl::Threads& by, const TilePlace& p, const dsl::I32& first0,
-                 const std::vector<dsl::Vec>& v) const {
-    const int64_t chunks = stagedChunksPerRow(by), rpp = by.count() / chunks;
-    dsl::I32 t = k.threadIdx() - k.i32(by.first());
-    dsl::GlobalPtr at = out + ((k.widen(p.expert) * s.kOrM + k.widen(first0 + t / chunks)) * s.n +
-                               k.widen(p.n0 + t % chunks * 8));
-    for (size_t i = 0; i < v.size(); ++i) (at + k.i64(int64_t(i) * rpp * s.n)).store(v[i]);
-  }
-  int64_t stagedChunksPerRow(const dsl::Threads& by) const {
-    const int64_t chunks = c.n * 2 / 16;
-    if (!tn() || by.count() % chunks != 0 || rings.staging.rows() % (by.count() / chunks) != 0)
-      throw std::logic_error("TN staged rows: whole staging rows per pass of the threads");
-    return chunks;
-  }
   // The default epilogue's stores: the staging tile's rows, C's rows from first0 on (TN: rows of dW[e], all of them;
   // NT / NN: those inside the group, none where first0 lies past it, e.g. a pair's second m-tile), by the threads `by`.
   void storeStaged(const dsl::Threads& by, const TilePlace& p, const dsl::I32& first0) const {

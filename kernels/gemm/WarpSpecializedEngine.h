@@ -105,10 +105,11 @@ struct WarpSpecializedEngine {
                              "(with gate | up halves, one half)");
     dsl::Kernel& k = gemm.k;
     const bool stores = maps.c.has_value();
-    if (stores && (!gemm.tn() || gemm.rings.staging.layout() != dsl::Layout::mn128BBoxes ||
-                   maps.c->box().rows != 64 || gemm.c.n % maps.c->box().cols != 0))
-      throw std::logic_error("tensor-map stores: TN, the staging tile in TMA's boxes, boxes of one warpgroup's 64 "
-                             "rows");
+    if (stores != (maps.a && gemm.tn()) ||
+        (stores && (gemm.rings.staging.layout() != dsl::Layout::mn128BBoxes || maps.c->box().rows != 64 ||
+                    gemm.c.n % maps.c->box().cols != 0)))
+      throw std::logic_error("tensor-map stores: TN with tensor maps stores through map_c, the staging tile in TMA's "
+                             "boxes, boxes of one warpgroup's 64 rows");
     WarpSpecializedEngine engine{
         gemm,
         k.mbarriers(2 * gemm.c.stages + 2 * kHandover + (blockInPair ? PairMailbox::kBarriers : 0) + 2 +
@@ -465,15 +466,6 @@ struct WarpSpecializedEngine {
         storePlace->storeI32(k.i32(1), p.n0);
       });
       k.mbarrierArrive(bars, staged());
-    } else if (tma() && gemm.tn() && !epilogue && !bulkEpilogue) {
-      // TN passes the staging tile on once its rows are in registers and stores them afterwards, so that the other
-      // warpgroup's turn does not wait for these global stores: those waits kept it ~2 K steps behind, and the
-      // leading warpgroup, sharing its ring slots, waited for data (bench/results/2026-12-01-h200-tn-timeline).
-      fromAcc();
-      wg.sync();
-      std::vector<Vec> rows = gemm.loadStaged(wg);
-      turns().pass(w);
-      gemm.storeRows(wg, p, gemm.m0(p) + 64 * w, rows);
     } else {
       stageAndStore(fromAcc);
       turns().pass(w);
