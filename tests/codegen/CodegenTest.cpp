@@ -289,14 +289,16 @@ TEST(Codegen, TmaGroupedGemmKLoopKeepsAddressArithmeticOut) {
 // columns) beside the whole tiles' N = BN, 4 wgmma per warpgroup a stage; TN (whose M is dW's rows, never
 // ragged) has none, but its last K step again (whole, or one 16-wide K slice at a time: 9 wgmma a warpgroup), and
 // no kernel spills.
+// How often `what` occurs in `text` (e.g. an instruction in a kernel's PTX).
+int64_t occurrences(const std::string& text, const std::string& what) {
+  int64_t n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
 TEST(Codegen, HalfTilesSplitTheColumnsBetweenTheMmaWarpgroups) {
   using G = kernels::GroupedGemmSpec;
-  auto count = [](const std::string& ptx, int64_t n) {
-    const std::string shape = ".m64n" + std::to_string(n) + "k16.";
-    int64_t c = 0;
-    for (size_t at = ptx.find(shape); at != std::string::npos; at = ptx.find(shape, at + 1)) ++c;
-    return c;
-  };
+  auto count = [](const std::string& ptx, int64_t n) { return occurrences(ptx, ".m64n" + std::to_string(n) + "k16."); };
   auto expectHalves = [&](const CompiledKernel& k, int64_t bn, bool halves) {
     EXPECT_EQ(k.facts.spillBytes, 0);
     EXPECT_EQ(count(k.assembly, bn), halves ? 8 : 18);
@@ -396,11 +398,7 @@ TEST(Codegen, TmaGroupedGemmTnStoresBoxesThroughTheMap) {
   using G = kernels::GroupedGemmSpec;
   CompiledKernel k;
   ASSERT_TRUE(compileTmaVariant(G{G::kTN, 128, 4096, 7168}.tmaSpec(), "sm_90a", k));
-  auto count = [&](const std::string& what) {
-    int64_t n = 0;
-    for (size_t at = k.assembly.find(what); at != std::string::npos; at = k.assembly.find(what, at + 1)) ++n;
-    return n;
-  };
+  auto count = [&](const std::string& what) { return occurrences(k.assembly, what); };
   EXPECT_EQ(count("cp.async.bulk.tensor.2d.global.shared::cta"), 4);  // 256 columns: four 64-column boxes
   EXPECT_EQ(count("cp.async.bulk.wait_group.read"), 1);
   EXPECT_EQ(count("st.global.v4"), 0);
