@@ -457,7 +457,7 @@ struct WarpSpecializedEngine {
       k.ifThen(!*isSplit, [&] { stageAndStore(fromAcc); });
       k.ifThen(*reduce, [&] { stageAndStore([&] { split->sum(k, c.n, gemm.rings.staging, *slice, w); }); });
       turns().pass(w);
-    } else if (tmaStores() && !epilogue && !bulkEpilogue) {
+    } else if (tmaStores()) {  // (runDynamic refuses them beside a kernel epilogue)
       // The storer sends these rows out and passes the turn (storeStagedBoxes). Every thread arrives once its
       // rows are in (racecheck follows each thread's arrival, not a leader's after a group barrier).
       fromAcc();
