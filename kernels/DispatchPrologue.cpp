@@ -22,7 +22,7 @@ mlir::OwningOpRef<mlir::ModuleOp> buildDispatchPrologue(mlir::MLIRContext& mctx,
   GlobalPtr sendOff = k.ptr("send_off", Elem::i32);
   GlobalPtr sendBase = k.ptr("send_base", Elem::i32);
   GlobalPtr arrivals = k.ptr("arrivals", Elem::i64);  // heap [2][R][E/R]
-  GlobalPtr done = k.ptr("done", Elem::i64);      // heap [2][R]
+  GlobalPtr done = k.ptr("done", Elem::i64);      // heap [2][abi::doneSlots(R)]
   GlobalPtr routeEpoch = k.ptr("route_epoch", Elem::i64);
   GlobalPtr scratch = k.ptr("scratch", Elem::i32);   // [kScratchHeader + blocks * E], zero between launches
   I32 blocks = k.i32Arg("blocks");                   // the launch's blocks
@@ -77,7 +77,8 @@ mlir::OwningOpRef<mlir::ModuleOp> buildDispatchPrologue(mlir::MLIRContext& mctx,
     I64 stale = k.i64(1) - parity;
     k.forRange(tid, k.i32(R * local), k.i32(T),
                [&](I32 i) { (arrivals + (stale * (R * local) + k.widen(i))).storeI64(k.i64(0)); });
-    k.ifThen(tid < k.i32(R), [&] { (done + (stale * R + k.widen(tid))).storeI64(k.i64(0)); });
+    const int64_t slots = abi::doneSlots(R);
+    k.ifThen(tid < k.i32(slots), [&] { (done + (stale * slots + k.widen(tid))).storeI64(k.i64(0)); });
     k.ifThen(tid == 0, [&] { routeEpoch.storeI64(epoch); });
   });
   k.block().sync();

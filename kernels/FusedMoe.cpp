@@ -5,6 +5,7 @@
 #include <optional>
 #include <vector>
 
+#include "compiler/abi/DeviceAbi.h"
 #include "dsl/Dsl.h"
 #include "kernels/Activation.h"
 #include "kernels/Flags.h"
@@ -24,6 +25,16 @@ struct Legs {
 };
 Legs decodeLegs(const I32& legs) {
   return {legs % 2 == 1, (legs / 2) % 2 == 1};
+}
+
+// The combine's column chunks (the early reduce) over nTiles n-tiles: the most, up to abi::kCombineChunks, that
+// divide them (with pairs into even counts, so that an expert's odd last m-tile still splits into lone tiles). At
+// DeepSeek-V3's 28 n-tiles 7 chunks beat 2 in the forward and match them in the dgrad
+// (bench/results/2026-12-03-h200-combine-early-reduce).
+int64_t combineChunks(int64_t nTiles, bool pairs) {
+  for (int64_t q = abi::kCombineChunks; q > 1; --q)
+    if (nTiles % q == 0 && (!pairs || nTiles / q % 2 == 0)) return q;
+  return 1;
 }
 
 // Copies one bf16 row of `hidden` elements with the 32 lanes of a warp, 16 bytes per lane and step: every load of
@@ -332,7 +343,12 @@ mlir::OwningOpRef<mlir::ModuleOp> buildGemmCombine(mlir::MLIRContext& mctx, cons
     k.setClusterX(2);
     blockInPair = k.blockIdx() % 2;
   }
-  TileScheduler sched{k, g, poolOffsets, c.m, c.n, blockInPair, /*ticketed=*/pairs};
+  // The early reduce (the warp-specialised combines): the tiles come chunk by chunk over H's columns, and the
+  // producer warpgroup's side warps sum a chunk's picks while the next chunk multiplies; only the last chunk's sum
+  // waits for the done barrier below (docs/decisions/combine-early-reduce.md).
+  const int64_t chunks = ws ? combineChunks(H / c.n, pairs) : 1, chunkCols = H / chunks,
+                counters = abi::doneSlots(R);
+  TileScheduler sched{k, g, poolOffsets, c.m, c.n, blockInPair, /*ticketed=*/pairs, chunks};
   I32 total = sched.buildTable(tileFirst);
   GemmOperands gemm{k, g, c, a, b, comb, rings};
   // Row r of tile p from firstRow, column col: its destination at its home rank (gemm-only: here).
@@ -341,6 +357,32 @@ mlir::OwningOpRef<mlir::ModuleOp> buildGemmCombine(mlir::MLIRContext& mctx, cons
     I32 home = k.select(legs.comm, from / kSourceShift, me);
     return k.peer(ctx, comb + (k.widen(from % kSourceShift) * H + k.widen(p.n0 + col)), home);
   };
+  // Per token, the valid picks' rows of columns [col0, col0 + cols) in pick order, in fp32 (deterministic): weighted
+  // by the routing weights in the forward; plain in the backward, which also hands out d_topk_weights (with the
+  // columns from 0). One flat loop over (token, 16-byte vector) pairs, from `first` by `stride`, keeps every thread
+  // equally busy.
+  auto reduceColumns = [&](int64_t col0, int64_t cols, const I32& first, const I32& stride) {
+    const int64_t vectors = cols / 8;
+    k.forRange(first, tokens * vectors, stride, [&](I32 i) {
+      I32 t = i / vectors, v = i % vectors;
+      I64 col = k.widen(v) * 8 + col0;
+      Vec sum = k.zeros(8, Elem::f32);
+      for (int64_t j = 0; j < s.topk; ++j) {
+        I64 pick = k.widen(t) * s.topk + j;
+        Bool valid = (topkIdx + pick).loadI32() < k.i32(E);  // unsigned: -1 is skipped
+        Vec row = (comb + (pick * H + col)).load(8).toF32();
+        Vec term = forward ? row * (topkWeights + pick).loadSplat(8) : row;
+        sum = k.select(valid, sum + term, sum);
+        if (!forward && col0 == 0)
+          k.ifThen(v == 0, [&] {
+            (dTopkWeights + pick).store(k.select(valid, (dw + pick).load(1), k.zeros(1, Elem::f32)));
+          });
+      }
+      (y + (k.widen(t) * H + col)).store(sum.to(Elem::bf16));
+    });
+  };
+  // The counters of this epoch: blocks done per owner (slot o), MMA warpgroups past chunk q (slot R + q).
+  auto doneSlot = [&](const I64& slot) { return done + (parity * counters + slot); };
   // One bulk copy per row, over NVLink where the home is a peer, draining while the next tile runs (faster than the
   // block's row stores here: docs/decisions/gemm-tiles.md, epilogue stores).
   // The comm-only leg leaves the accumulators zero. The NT combine runs a copy of the tile loop without K loop for
@@ -352,6 +394,47 @@ mlir::OwningOpRef<mlir::ModuleOp> buildGemmCombine(mlir::MLIRContext& mctx, cons
     gemm.mmaOn = [&] { return k.select(legs.gemm, k.i32(1), k.i32(0)); };
     WarpSpecializedEngine engine = WarpSpecializedEngine::allocate(gemm, maps, blockInPair);
     engine.bulkEpilogue = true;
+    // A warpgroup past chunks [from, to) (its rows of them written: bulkWait) counts itself at every home rank.
+    auto pass = [&](const Threads& wg, const I32& from, const I32& to) {
+      k.bulkWait(/*readOnly=*/false);
+      wg.sync();
+      k.ifThen(tid == k.i32(wg.first()), [&] {
+        k.forRange(from, to, k.i32(1), [&](I32 q) {
+          k.forRange(k.i32(0), ctx.nranks(), k.i32(1), [&](I32 home) {
+            k.signal(k.peer(ctx, doneSlot(k.widen(q) + R), home), k.i64(1), Scope::system, /*add=*/true);
+          });
+        });
+      });
+    };
+    if (chunks > 1) {
+      // The state: chunks passed (tiles come in chunk order, so a tile of chunk q passes every chunk before it).
+      engine.beforeTile = [&](const Threads& wg, const TilePlace& p, const I32& passed) {
+        I32 chunk = p.n0 / k.i32(chunkCols);
+        Bool ahead = passed < chunk;
+        k.ifThen(ahead && legs.comm, [&] { pass(wg, passed, chunk); });
+        return k.select(ahead, chunk, passed);
+      };
+      engine.afterTiles = [&](const Threads& wg, const I32& passed) {
+        k.ifThen(passed < k.i32(chunks - 1) && legs.comm, [&] { pass(wg, passed, k.i32(chunks - 1)); });
+      };
+      // Side warps: chunk q's sums once every warpgroup of every rank is past it (all but the last chunk).
+      engine.sideWork = [&] {
+        const int64_t side = WarpSpecializedEngine::kSideThreads;
+        I32 st = tid - k.i32(c.mmaThreads() + 32);
+        I64 everyWarpgroup = k.widen(grid) * (R * engine.warpgroups());
+        k.ifThen(legs.comm, [&] {
+          for (int64_t q = 0; q + 1 < chunks; ++q) {
+            k.ifThen(st == 0 && k.errorClear(ctx), [&] {
+              k.waitAtLeast(ctx, doneSlot(k.i64(R + q)), everyWarpgroup,
+                            k.i64(int64_t(abi::flagId(abi::FlagKind::kUser, uint32_t(q)))), Scope::system);
+            });
+            k.namedBarrier(WarpSpecializedEngine::kSideBarrier, side, /*arriveOnly=*/false);
+            k.ifThen(k.errorClear(ctx),
+                     [&] { reduceColumns(q * chunkCols, chunkCols, k.blockIdx() * side + st, grid * side); });
+          }
+        });
+      };
+    }
     engine.epilogue = [&](const TilePlace& p, const I32& firstRow, const Threads& wg) {
       I32 rowsValid = k.select(firstRow < p.groupEnd, p.groupEnd - firstRow, k.i32(0));
       I32 lt = tid - wg.first();
@@ -397,38 +480,19 @@ mlir::OwningOpRef<mlir::ModuleOp> buildGemmCombine(mlir::MLIRContext& mctx, cons
   k.block().sync();
   k.ifThen(tid == 0, [&] {
     k.forRange(k.i32(0), ctx.nranks(), k.i32(1), [&](I32 home) {
-      k.signal(k.peer(ctx, done + (parity * R + k.widen(me)), home), k.i64(1), Scope::system, /*add=*/true);
+      k.signal(k.peer(ctx, doneSlot(k.widen(me)), home), k.i64(1), Scope::system, /*add=*/true);
     });
     k.forRange(k.i32(0), ctx.nranks(), k.i32(1), [&](I32 owner) {
       k.ifThen(k.errorClear(ctx), [&] {
-        k.waitAtLeast(ctx, done + (parity * R + k.widen(owner)), k.widen(grid), peerFlagId(k, owner), Scope::system);
+        k.waitAtLeast(ctx, doneSlot(k.widen(owner)), k.widen(grid), peerFlagId(k, owner), Scope::system);
       });
     });
   });
   k.block().sync();
   k.returnIf(!k.errorClear(ctx));
 
-  // 3. Per token, the valid picks' rows in pick order, in fp32 (deterministic): weighted by the routing weights
-  // in the forward; plain in the backward, which also hands out d_topk_weights. One flat loop over (token,
-  // 16-byte vector) pairs keeps every thread equally busy.
-  const int64_t vectors = H / 8;
-  I32 stride = grid * c.threads;
-  k.forRange(k.blockIdx() * c.threads + tid, tokens * vectors, stride, [&](I32 i) {
-    I32 t = i / vectors, v = i % vectors;
-    Vec sum = k.zeros(8, Elem::f32);
-    for (int64_t j = 0; j < s.topk; ++j) {
-      I64 pick = k.widen(t) * s.topk + j;
-      Bool valid = (topkIdx + pick).loadI32() < k.i32(E);  // unsigned: -1 is skipped
-      Vec row = (comb + (pick * H + k.widen(v) * 8)).load(8).toF32();
-      Vec term = forward ? row * (topkWeights + pick).loadSplat(8) : row;
-      sum = k.select(valid, sum + term, sum);
-      if (!forward)
-        k.ifThen(v == 0, [&] {
-          (dTopkWeights + pick).store(k.select(valid, (dw + pick).load(1), k.zeros(1, Elem::f32)));
-        });
-    }
-    (y + (k.widen(t) * H + k.widen(v) * 8)).store(sum.to(Elem::bf16));
-  });
+  // 3. The last chunk's sums (without chunks: every column), over every thread of every block.
+  reduceColumns((chunks - 1) * chunkCols, chunkCols, k.blockIdx() * c.threads + tid, grid * c.threads);
   return k.finish();
 }
 
@@ -506,7 +570,8 @@ mlir::OwningOpRef<mlir::ModuleOp> buildStageBegin(mlir::MLIRContext& mctx, const
   I64 epoch = ctx.epoch();
   I64 stale = k.i64(1) - epoch % 2;
   k.forRange(tid, k.i32(R * local), k.i32(T), [&](I32 i) { (arrivals + (stale * (R * local) + k.widen(i))).storeI64(k.i64(0)); });
-  k.ifThen(tid < k.i32(R), [&] { (done + (stale * R + k.widen(tid))).storeI64(k.i64(0)); });
+  const int64_t slots = abi::doneSlots(R);
+  k.ifThen(tid < k.i32(slots), [&] { (done + (stale * slots + k.widen(tid))).storeI64(k.i64(0)); });
   k.block().sync();
   k.rankBarrier(ctx, barrier, epoch + 1);
   return k.finish();

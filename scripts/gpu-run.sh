@@ -38,11 +38,12 @@ for step in $steps; do
       timeout 560 python3 tools/megamoe-bench/megamoe-bench layer --lib .carry/lib/libmegamoe.so \
         --json "$OUT/layer.json" ${LAYER_ARGS:-} 2>&1 | tee "$OUT/layer.txt" ;;
     sanitize)
-      # compute-sanitizer memcheck and racecheck on the small forward (plain and with dedup) and backward at 2 and at
-      # 8 ranks (every rank on one GPU when there is one; SANITIZE_FILTER overrides the cases). Instrumented kernels
+      # compute-sanitizer memcheck and racecheck on the small forward (plain and with dedup) and backward (also at
+      # H=1024, where the combines reduce in column chunks) at 2 and at 8 ranks (every rank on one GPU when there is
+      # one; SANITIZE_FILTER overrides the cases). Instrumented kernels
       # run many times slower, so the cross-rank waits are bounded at 30 s instead of 10 s: a rank still waiting
       # then (e.g. kernels that the tool would not run side by side) ends in a timeout error, not a hang.
-      filter=${SANITIZE_FILTER:-'LayerTest.SmallForward/*:LayerTest.SmallForwardDedup/*:LayerTest.SmallBackward/*'}
+      filter=${SANITIZE_FILTER:-'LayerTest.SmallForward/*:LayerTest.SmallForwardDedup/*:LayerTest.SmallBackward/*:LayerTest.SmallChunkedBackward/*'}
       for tool in memcheck racecheck; do
         MEGAMOE_WAIT_TIMEOUT_MS=30000 timeout 270 compute-sanitizer --tool $tool .carry/bin/gpu_layer_test \
           --gtest_filter="$filter"

@@ -62,6 +62,12 @@ inline constexpr int64_t prologueScratchBytes(int64_t blocks, int64_t experts) {
   return (kPrologueScratchHeader + blocks * experts) * 4;
 }
 
+// The fused combine's counters (heap moe.done, i64 [2][doneSlots(R)], indexed by the epoch's parity; the stale
+// parity's are zeroed by dispatch_prologue and stage_begin): [0, R) the blocks done per owner rank, then
+// [R, R + kCombineChunks) the MMA warpgroups of every rank past each column chunk (the early reduce).
+inline constexpr int64_t kCombineChunks = 8;
+inline constexpr int64_t doneSlots(int64_t ranks) { return ranks + kCombineChunks; }
+
 // The split scratch of the grouped_gemm_{nt,nn,tn}_tma kernels (kernels/Kernels.h) for a grid: i32 counters, 2 per
 // block in whole 256-byte lines (zero before the first launch; every launch leaves them zero), then one fp32
 // 128 x 256 partial tile per block (any contents).

@@ -14,7 +14,8 @@ namespace megamoe::abi {
 
 // Bumped when the meaning of a declaration changes without its text changing (e.g. an argument's units).
 // 2: a tensor-map argument's box (element type, box shape by the kernel's constants, swizzle) is declared.
-inline constexpr int kKernelAbiVersion = 2;
+// 3: the heap's combine counters (`done`) hold abi::doneSlots(R) per epoch parity, the column chunks' with them.
+inline constexpr int kKernelAbiVersion = 3;
 
 enum class ArgKind : uint8_t {
   kPtr,        // a device address of `elem` elements (8 bytes)

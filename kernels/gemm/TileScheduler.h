@@ -3,6 +3,8 @@
 #pragma once
 #include <cstdint>
 #include <optional>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "dsl/Dsl.h"
@@ -39,6 +41,9 @@ struct TilePlace {
 // with an odd count lies past the group (its block computes it and stores nothing), unless the expert's n-tiles
 // come in pairs (loneSplit): then the odd last m-tile runs as "lone" tiles, its n-tiles 2q and 2q + 1 on the two
 // blocks, each loading its own A and B without multicast. Bands count pairs of m-tiles (half as many per band).
+//
+// Chunks (chunks > 1; the combine's early reduce): the N columns in `chunks` equal parts, each scheduled as above
+// over its own n-tiles, the tiles chunk by chunk: every tile of chunk c comes before any of chunk c + 1.
 struct TileScheduler {
   dsl::Kernel& k;
   const GroupedGemmSpec& s;
@@ -46,10 +51,12 @@ struct TileScheduler {
   int64_t bm, bn;
   std::optional<dsl::I32> blockInPair = std::nullopt;
   bool ticketed = false;
+  int64_t chunks = 1;
 
   dsl::I32 offset(const dsl::I32& e) const { return (offsets + k.widen(e)).loadI32(); }
   static constexpr int64_t kBandFrom = 48, kBandFromNN = 28, kBandM = 8, kBandTicketsM = 4;
-  int64_t nTiles() const { return s.n / bn; }
+  int64_t nTiles() const { return s.n / bn / chunks; }  // of one chunk
+  int64_t chunkColumns() const { return nTiles() * bn; }
   bool wide() const { return nTiles() >= (s.layout == GroupedGemmSpec::kNN ? kBandFromNN : kBandFrom); }
   bool banded() const { return wide() || (ticketed && s.layout != GroupedGemmSpec::kTN); }
   // Pairs with an even number of n-tiles split an expert's odd last m-tile by n-tiles ("lone" tiles, below).
@@ -69,16 +76,33 @@ struct TileScheduler {
     return (end - start + (bm - 1)) / bm;
   }
   PrefixTable table(const dsl::SharedTile& first) const { return {k, first, s.experts}; }
-  // Once per block: the first tile of every expert. Returns the total.
+  // Once per block: the first tile of every expert (within one chunk). Returns the total (of every chunk).
   dsl::I32 buildTable(const dsl::SharedTile& first) const {
-    return table(first).build([&](dsl::I32 e) {
+    if (s.n % (bn * chunks) != 0)
+      throw std::logic_error("tile chunks: N = " + std::to_string(s.n) + " must be whole n-tiles of " +
+                             std::to_string(bn) + " in each of " + std::to_string(chunks) + " chunks");
+    dsl::I32 perChunk = table(first).build([&](dsl::I32 e) {
       return expertTiles(mTiles(offset(e), offset(e + 1)));
     });
+    return chunks > 1 ? perChunk * k.i32(chunks) : perChunk;
   }
   // Tile t's place for this block; with loneSplit, *lone (if given) tells whether the pair's two blocks share
   // the tile's rows (a lone tile: n-tiles 2q and 2q + 1 of the expert's last m-tile) instead of its B slice.
-  TilePlace place(const dsl::I32& t, const dsl::SharedTile& first, std::optional<dsl::Bool>* lone = nullptr) const {
+  TilePlace place(const dsl::I32& ticket, const dsl::SharedTile& first, std::optional<dsl::Bool>* lone = nullptr) const {
     PrefixTable tab = table(first);
+    // Chunks: the ticket's chunk, and its tile within the chunk (no tile at all: chunk 0; the place is unused).
+    dsl::I32 t = ticket, chunk = k.i32(0);
+    if (chunks > 1) {
+      dsl::I32 perChunk = tab.at(k.i32(s.experts));
+      chunk = ticket / k.select(perChunk == 0, k.i32(1), perChunk);
+      t = ticket - chunk * perChunk;
+    }
+    TilePlace p = placeInChunk(t, tab, lone);
+    if (chunks > 1) p.n0 = p.n0 + chunk * k.i32(chunkColumns());
+    return p;
+  }
+  // place() within one chunk (its first n-tile at n0 = 0).
+  TilePlace placeInChunk(const dsl::I32& t, const PrefixTable& tab, std::optional<dsl::Bool>* lone) const {
     // t past the last tile finds index n; clamped so that no offset past the table is read (the place is unused).
     dsl::I32 found = tab.find(t);
     dsl::I32 e = k.select(found < k.i32(s.experts), found, k.i32(s.experts - 1));

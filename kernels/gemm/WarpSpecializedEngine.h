@@ -68,6 +68,18 @@ struct WarpSpecializedEngine {
   // rows' first C row and column (row -1: no more).
   std::optional<dsl::SharedTile> storePlace = std::nullopt;
   bool tmaStores() const { return storePlace.has_value(); }
+  // Fused operators: called by every thread of MMA warpgroup wg before each tile's K loop with the value it
+  // returned before the warpgroup's previous tile (the first: 0); afterTiles gets the last value once the
+  // warpgroup's bulk stores are written. The combine counts each warpgroup past a chunk of columns with them.
+  std::function<dsl::I32(const dsl::Threads& wg, const TilePlace& p, const dsl::I32& state)> beforeTile;
+  std::function<void(const dsl::Threads& wg, const dsl::I32& state)> afterTiles;
+  // Fused operators: run by the producer warpgroup's warps 1 .. 3 (kSideThreads, their named barrier kSideBarrier)
+  // beside the leader's loads (not with tmaStores: its storer is warp 1), e.g. the combine's early reduce; the
+  // producer warpgroup then keeps kSideWorkRegisters.
+  std::function<void()> sideWork;
+  static constexpr int64_t kSideThreads = 96, kSideWorkRegisters = 72;
+  static constexpr int kSideBarrier = 8;
+  int64_t producerRegisters() const { return sideWork ? kSideWorkRegisters : kProducerRegisters; }
 
   // Ring stages: 4 when they fit the 227 KB beside the 64-row staging tile, the engine's barriers (1024-byte
   // aligned, as every mbarriers() tile) and hand-over table and the kernel's own shared i32 tables (entries each;
@@ -586,19 +598,28 @@ struct WarpSpecializedEngine {
     for (int64_t w = 0; w < warpgroups(); ++w) {
       k.group(128 * w, 128, /*barrier=*/3 + int(w), [&](const Threads& wg) {
         k.setMaxRegisters(kMmaRegisters, /*increase=*/true);
+        // Carried: the entry's valid flag, the tile number, the stage counter (and beforeTile's value).
+        std::vector<I32> start{receive(k.i32(0)), k.i32(0), k.i32(0)};
+        if (beforeTile) start.push_back(k.i32(0));
         std::vector<I32> end = k.whileLoop(
-            {receive(k.i32(0)), k.i32(0), k.i32(0)}, [&](const std::vector<I32>& v) { return !(v[0] == 0); },
+            start, [&](const std::vector<I32>& v) { return !(v[0] == 0); },
             [&](const std::vector<I32>& v) {
               I32 j = v[1];
               std::optional<KSlice> slice;
               if (split) slice = sliceOf(j % kHandover);
-              I32 g = compute(wg, placeOf(j % kHandover), v[2], j, slice);
+              TilePlace p = placeOf(j % kHandover);
+              std::optional<I32> state;
+              if (beforeTile) state = beforeTile(wg, p, v[3]);
+              I32 g = compute(wg, p, v[2], j, slice);
               // Entry j has been read: each thread gives it back itself (racecheck does not follow a warpgroup
               // leader's arrival after a barrier of its group, and flagged the producer's rewrite of the entry).
               handOvers().release(handOvers().entry(j));
-              return std::vector<I32>{receive(j + 1), j + 1, g};
+              std::vector<I32> next{receive(j + 1), j + 1, g};
+              if (state) next.push_back(*state);
+              return next;
             });
         if (bulkEpilogue) k.bulkWait(/*readOnly=*/false);  // written before what follows the engine (e.g. a signal)
+        if (afterTiles) afterTiles(wg, end[3]);
         if (tmaStores() && w == 0) endStores(end[1]);
       });
     }
@@ -616,10 +637,16 @@ struct WarpSpecializedEngine {
     // The storer serves the default TN epilogue's turns; a kernel epilogue would leave it waiting for stagings.
     if (tmaStores() && (epilogue || bulkEpilogue))
       throw std::logic_error("tensor-map stores (map_c): the default TN epilogue only, no kernel epilogue");
+    // (A block of 384 threads starts at 168 registers a thread: 65536 / 384, in whole 8s.)
+    const int64_t launched = 65536 / k.blockThreads() / 8 * 8 * (k.blockThreads() / 128);
+    if (sideWork && (tmaStores() || k.blockThreads() - c.mmaThreads() != 32 + kSideThreads ||
+                     producerRegisters() + warpgroups() * kMmaRegisters > launched))
+      throw std::logic_error("side work: a 128-thread producer warpgroup without a storer, the warpgroups' registers "
+                             "within the block's " + std::to_string(launched));
     init();
     // The producer warpgroup: its leader alone issues the boxes (thread-scope ops).
     k.group(c.mmaThreads(), k.blockThreads() - c.mmaThreads(), /*barrier=*/2, [&](const Threads&) {
-      k.setMaxRegisters(kProducerRegisters, /*increase=*/false);
+      k.setMaxRegisters(producerRegisters(), /*increase=*/false);
       k.ifThen(k.threadIdx() == k.i32(c.mmaThreads()), [&] {
         // Ticket number j of this block (pairs: of the pair; both blocks get the same).
         auto draw = [&](const I32& j) {
@@ -651,6 +678,7 @@ struct WarpSpecializedEngine {
           resetTicketsIfLast(k, tickets, grid);
       });
       if (tmaStores()) k.ifThen(k.threadIdx() == k.i32(c.mmaThreads() + 32), [&] { storeStagedBoxes(); });
+      if (sideWork) k.ifThen(!(k.threadIdx() < k.i32(c.mmaThreads() + 32)), [&] { sideWork(); });
     });
     multiply();
     if (blockInPair) k.clusterSync();  // no block leaves while the other may still copy, multicast or arrive into it

@@ -212,7 +212,7 @@ std::vector<RegionSpec> MoeLayer::heapRegions(const MoeLayerConfig& c, int ranks
       {"moe.counts", 2 * R * E * 4, 16},                      // [2][R][E] i32: the all-gathered pick counts
       {"moe.flags", R * 8, 16},                               // [R] u64: the prologue's exchange flags
       {"moe.arrivals", 2 * R * local * 8, 16},                // [2][R][E/R] i64: rows arrived per (source, expert)
-      {"moe.done", 2 * R * 8, 16},                            // [2][R] i64: combine blocks done per owner
+      {"moe.done", 2 * uint64_t(abi::doneSlots(ranks)) * 8, 16},  // [2][R + chunks] i64: the combine's counters
       {"moe.pool", uint64_t(poolRows(c, ranks)) * uint64_t(c.hidden) * kBf16, 256},  // received x rows
       {"moe.pool_src", uint64_t(poolRows(c, ranks)) * 4, 16},                          // [rows] source * 2^24 + pick
       {"moe.pool_w", uint64_t(poolRows(c, ranks)) * 4, 16},                            // [rows] routing weights

@@ -84,6 +84,9 @@ Shape smallShape(int ranks) { return {ranks, 512, 256, 16, 4, 1024}; }
 // DeepSeek-V3's MoE layer with few tokens per rank: its weights (44M parameters per expert) dominate the memory and
 // the host reference's time.
 Shape deepSeekShape(int ranks) { return {ranks, 7168, 2048, 256, 8, 32}; }
+// The small layer twice as wide: H=1024 is 4 of the combines' 256-wide n-tiles, so both combines reduce in 2 column
+// chunks, the first under the GEMM (the early reduce); at H=512 they reduce in one, after it.
+Shape chunkedShape(int ranks) { return {ranks, 1024, 256, 16, 4, 1024}; }
 
 struct LayerOptions {
   int64_t clampMilli = 0;  // SwiGLU clamp in thousandths, 0 = off
@@ -119,6 +122,7 @@ std::vector<std::pair<Shape, LayerOptions>> testedLayers() {
       for (bool training : {false, true}) out.push_back({smallShape(ranks), {clamp, training, false, 0}});
     for (bool training : {false, true}) out.push_back({smallShape(ranks), {0, training, true, 0}});
     out.push_back({deepSeekShape(ranks), {0, true, false, 0}});
+    out.push_back({chunkedShape(ranks), {0, true, false, 0}});
   }
   return out;
 }
@@ -1767,6 +1771,32 @@ TEST_P(LayerTest, SmallBackward) {
   Group g;
   ASSERT_NO_FATAL_FAILURE(openGroup(g, smallShape(ranks()), {0, true, false, 0}, parseEnv(), rng));
   std::printf("SUMMARY layer %s\n",
+              runBackwardCase(g, rng, Routing::kUniform, cycled(ranks(), {64}), 1.f, false).c_str());
+}
+
+// Training steps on the layer whose combines reduce in column chunks: every routing, full and ragged token counts
+// (a rank without tokens still passes every chunk), each checked and repeated.
+TEST_P(LayerTest, ChunkedCombinesMatchReference) {
+  MEGAMOE_REQUIRE_SM90A_RANKS(backend_, ranks());
+  std::mt19937 rng = testRng();
+  Group g;
+  ASSERT_NO_FATAL_FAILURE(openGroup(g, chunkedShape(ranks()), {0, true, false, 0}, parseEnv(), rng));
+  const int R = ranks();
+  for (const auto& tokens : {cycled(R, {1024}), cycled(R, {1024, 0, 300, 1})}) {
+    for (Routing routing : kRoutings) {
+      std::printf("SUMMARY layer H=1024 %s\n", runBackwardCase(g, rng, routing, tokens, 1.f, true).c_str());
+      if (HasFailure()) return;
+    }
+  }
+}
+
+// The chunked combines' case for compute-sanitizer: 64 tokens per rank, one training step, checked.
+TEST_P(LayerTest, SmallChunkedBackward) {
+  MEGAMOE_REQUIRE_SM90A_RANKS(backend_, ranks());
+  std::mt19937 rng = testRng();
+  Group g;
+  ASSERT_NO_FATAL_FAILURE(openGroup(g, chunkedShape(ranks()), {0, true, false, 0}, parseEnv(), rng));
+  std::printf("SUMMARY layer H=1024 %s\n",
               runBackwardCase(g, rng, Routing::kUniform, cycled(ranks(), {64}), 1.f, false).c_str());
 }
 
