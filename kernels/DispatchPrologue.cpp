@@ -71,14 +71,9 @@ mlir::OwningOpRef<mlir::ModuleOp> buildDispatchPrologue(mlir::MLIRContext& mctx,
     overflow.storeI32(k.i32(1), k.i32(0));
   });
   k.forRange(tid, k.i32(W * padE), k.i32(T), [&](I32 i) { perGroup.storeI32(i, k.i32(0)); });
-  // The arrival counters the previous call used (other parity) start again from zero: every increment of that call
-  // was waited for before this call could begin (docs/decisions/fused-dispatch.md).
+  // The counters the previous call used (the other parity) start again from zero.
   k.ifThen(block == 0, [&] {
-    I64 stale = k.i64(1) - parity;
-    k.forRange(tid, k.i32(R * local), k.i32(T),
-               [&](I32 i) { (arrivals + (stale * (R * local) + k.widen(i))).storeI64(k.i64(0)); });
-    const int64_t slots = abi::doneSlots(R);
-    k.ifThen(tid < k.i32(slots), [&] { (done + (stale * slots + k.widen(tid))).storeI64(k.i64(0)); });
+    zeroStaleCounters(k, arrivals, done, k.i64(1) - parity, R, local, tid, T);
     k.ifThen(tid == 0, [&] { routeEpoch.storeI64(epoch); });
   });
   k.block().sync();

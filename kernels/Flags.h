@@ -26,4 +26,15 @@ inline void resetIfLastBlock(dsl::Kernel& k, const dsl::GlobalPtr& done, const d
   k.ifThen(past == blocks - 1, reset);
 }
 
+// Threads [0, threads) of one block: zero the stale epoch parity's cross-rank counters, the arrivals (heap i64
+// [2][R][local]) and the combine's `done` (heap i64 [2][abi::doneSlots(R)]). Safe because every increment of the call
+// that used them was waited for before this call could begin (docs/decisions/fused-dispatch.md).
+inline void zeroStaleCounters(dsl::Kernel& k, const dsl::GlobalPtr& arrivals, const dsl::GlobalPtr& done,
+                              const dsl::I64& stale, int64_t R, int64_t local, const dsl::I32& tid, int64_t threads) {
+  k.forRange(tid, k.i32(R * local), k.i32(threads),
+             [&](dsl::I32 i) { (arrivals + (stale * (R * local) + k.widen(i))).storeI64(k.i64(0)); });
+  const int64_t slots = abi::doneSlots(R);
+  k.ifThen(tid < k.i32(slots), [&] { (done + (stale * slots + k.widen(tid))).storeI64(k.i64(0)); });
+}
+
 }  // namespace megamoe::kernels

@@ -569,9 +569,7 @@ mlir::OwningOpRef<mlir::ModuleOp> buildStageBegin(mlir::MLIRContext& mctx, const
   I32 tid = k.threadIdx();
   I64 epoch = ctx.epoch();
   I64 stale = k.i64(1) - epoch % 2;
-  k.forRange(tid, k.i32(R * local), k.i32(T), [&](I32 i) { (arrivals + (stale * (R * local) + k.widen(i))).storeI64(k.i64(0)); });
-  const int64_t slots = abi::doneSlots(R);
-  k.ifThen(tid < k.i32(slots), [&] { (done + (stale * slots + k.widen(tid))).storeI64(k.i64(0)); });
+  zeroStaleCounters(k, arrivals, done, stale, R, local, tid, T);
   k.block().sync();
   k.rankBarrier(ctx, barrier, epoch + 1);
   return k.finish();

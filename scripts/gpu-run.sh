@@ -40,9 +40,9 @@ for step in $steps; do
     sanitize)
       # compute-sanitizer memcheck and racecheck on the small forward (plain and with dedup) and backward (also at
       # H=1024, where the combines reduce in column chunks) at 2 and at 8 ranks (every rank on one GPU when there is
-      # one; SANITIZE_FILTER overrides the cases). Instrumented kernels
-      # run many times slower, so the cross-rank waits are bounded at 30 s instead of 10 s: a rank still waiting
-      # then (e.g. kernels that the tool would not run side by side) ends in a timeout error, not a hang.
+      # one; SANITIZE_FILTER overrides the cases). Instrumented kernels run many times slower, so the cross-rank
+      # waits are bounded at 30 s instead of 10 s: a rank still waiting then (e.g. kernels that the tool would not
+      # run side by side) ends in a timeout error, not a hang.
       filter=${SANITIZE_FILTER:-'LayerTest.SmallForward/*:LayerTest.SmallForwardDedup/*:LayerTest.SmallBackward/*:LayerTest.SmallChunkedBackward/*'}
       for tool in memcheck racecheck; do
         MEGAMOE_WAIT_TIMEOUT_MS=30000 timeout 270 compute-sanitizer --tool $tool .carry/bin/gpu_layer_test \
