@@ -87,6 +87,9 @@ Shape deepSeekShape(int ranks) { return {ranks, 7168, 2048, 256, 8, 32}; }
 // The small layer twice as wide: H=1024 is 4 of the combines' 256-wide n-tiles, so both combines reduce in 2 column
 // chunks, the first under the GEMM (the early reduce); at H=512 they reduce in one, after it.
 Shape chunkedShape(int ranks) { return {ranks, 1024, 256, 16, 4, 1024}; }
+// I=640, an odd number of 128-column halves: the L1 tiles' 2I = 1280 columns are 5 n-tiles of 256 (no pairs of
+// them), the dgrad dispatch's 640 columns and the forward combine's K of 640 are no multiple of 256.
+Shape oddHalvesShape(int ranks) { return {ranks, 512, 640, 16, 4, 1024}; }
 
 struct LayerOptions {
   int64_t clampMilli = 0;  // SwiGLU clamp in thousandths, 0 = off
@@ -123,6 +126,7 @@ std::vector<std::pair<Shape, LayerOptions>> testedLayers() {
     for (bool training : {false, true}) out.push_back({smallShape(ranks), {0, training, true, 0}});
     out.push_back({deepSeekShape(ranks), {0, true, false, 0}});
     out.push_back({chunkedShape(ranks), {0, true, false, 0}});
+    out.push_back({oddHalvesShape(ranks), {0, true, false, 0}});
   }
   return out;
 }
@@ -1798,6 +1802,16 @@ TEST_P(LayerTest, SmallChunkedBackward) {
   ASSERT_NO_FATAL_FAILURE(openGroup(g, chunkedShape(ranks()), {0, true, false, 0}, parseEnv(), rng));
   std::printf("SUMMARY layer H=1024 %s\n",
               runBackwardCase(g, rng, Routing::kUniform, cycled(ranks(), {64}), 1.f, false).c_str());
+}
+
+// Every layer kernel at I=640 (oddHalvesShape): one training step at uneven token counts, checked.
+TEST_P(LayerTest, OddHalvesBackward) {
+  MEGAMOE_REQUIRE_SM90A_RANKS(backend_, ranks());
+  std::mt19937 rng = testRng();
+  Group g;
+  ASSERT_NO_FATAL_FAILURE(openGroup(g, oddHalvesShape(ranks()), {0, true, false, 0}, parseEnv(), rng));
+  std::printf("SUMMARY layer I=640 %s\n",
+              runBackwardCase(g, rng, Routing::kUniform, cycled(ranks(), {1024, 97}), 1.f, false).c_str());
 }
 
 // ---- DeepSeek-V3 ----
