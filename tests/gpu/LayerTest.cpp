@@ -947,6 +947,15 @@ void replayWithRouting(Group& g, const std::vector<Graph>& graphs, const std::ve
 class LayerTest : public ::testing::TestWithParam<int> {
  protected:
   int ranks() const { return GetParam(); }
+  // One checked training step of `shape` with uniform routing at `tokens` per rank (cycled over the ranks), its
+  // summary printed after `label`.
+  void checkTrainingStep(const Shape& shape, const char* label, std::initializer_list<int64_t> tokens) {
+    std::mt19937 rng = testRng();
+    Group g;
+    ASSERT_NO_FATAL_FAILURE(openGroup(g, shape, {0, true, false, 0}, parseEnv(), rng));
+    std::printf("SUMMARY layer %s%s\n", label,
+                runBackwardCase(g, rng, Routing::kUniform, cycled(ranks(), tokens), 1.f, false).c_str());
+  }
 };
 INSTANTIATE_TEST_SUITE_P(, LayerTest, ::testing::ValuesIn(kRankCounts), rankCountName);
 
@@ -1404,8 +1413,11 @@ TEST_P(LayerTest, ReceiveCapacityDropsThePicksPastItAndCountsThem) {
   const std::vector<Inputs> in =
       hotExpertInputs(rng, s, [](int r) { return int64_t(200 + 13 * r); }, /*training=*/true, &received);
   const int64_t capacity = received[1] - 37;
-  for (int r = 0; r < R; ++r)
-    if (r != 1) ASSERT_LE(received[size_t(r)], capacity) << "only rank 1 may overflow in this test";
+  for (int r = 0; r < R; ++r) {
+    if (r != 1) {
+      ASSERT_LE(received[size_t(r)], capacity) << "only rank 1 may overflow in this test";
+    }
+  }
   // The picks a capacity drops, and the inputs with them as -1.
   std::vector<Inputs> kept = in;
   std::vector<int64_t> dropped(size_t(R), 0);
@@ -1771,11 +1783,7 @@ TEST_P(LayerTest, BackwardInvalidArgumentsThrowBeforeEnqueue) {
 // The backward's case for compute-sanitizer (memcheck, racecheck): 64 tokens per rank, one training step, checked.
 TEST_P(LayerTest, SmallBackward) {
   MEGAMOE_REQUIRE_SM90A_RANKS(backend_, ranks());
-  std::mt19937 rng = testRng();
-  Group g;
-  ASSERT_NO_FATAL_FAILURE(openGroup(g, smallShape(ranks()), {0, true, false, 0}, parseEnv(), rng));
-  std::printf("SUMMARY layer %s\n",
-              runBackwardCase(g, rng, Routing::kUniform, cycled(ranks(), {64}), 1.f, false).c_str());
+  checkTrainingStep(smallShape(ranks()), "", {64});
 }
 
 // Training steps on the layer whose combines reduce in column chunks: every routing, full and ragged token counts
@@ -1797,21 +1805,13 @@ TEST_P(LayerTest, ChunkedCombinesMatchReference) {
 // The chunked combines' case for compute-sanitizer: 64 tokens per rank, one training step, checked.
 TEST_P(LayerTest, SmallChunkedBackward) {
   MEGAMOE_REQUIRE_SM90A_RANKS(backend_, ranks());
-  std::mt19937 rng = testRng();
-  Group g;
-  ASSERT_NO_FATAL_FAILURE(openGroup(g, chunkedShape(ranks()), {0, true, false, 0}, parseEnv(), rng));
-  std::printf("SUMMARY layer H=1024 %s\n",
-              runBackwardCase(g, rng, Routing::kUniform, cycled(ranks(), {64}), 1.f, false).c_str());
+  checkTrainingStep(chunkedShape(ranks()), "H=1024 ", {64});
 }
 
 // Every layer kernel at I=640 (oddHalvesShape): one training step at uneven token counts, checked.
 TEST_P(LayerTest, OddHalvesBackward) {
   MEGAMOE_REQUIRE_SM90A_RANKS(backend_, ranks());
-  std::mt19937 rng = testRng();
-  Group g;
-  ASSERT_NO_FATAL_FAILURE(openGroup(g, oddHalvesShape(ranks()), {0, true, false, 0}, parseEnv(), rng));
-  std::printf("SUMMARY layer I=640 %s\n",
-              runBackwardCase(g, rng, Routing::kUniform, cycled(ranks(), {1024, 97}), 1.f, false).c_str());
+  checkTrainingStep(oddHalvesShape(ranks()), "I=640 ", {1024, 97});
 }
 
 // ---- DeepSeek-V3 ----
