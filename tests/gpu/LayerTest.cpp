@@ -87,8 +87,9 @@ Shape deepSeekShape(int ranks) { return {ranks, 7168, 2048, 256, 8, 32}; }
 // The small layer twice as wide: H=1024 is 4 of the combines' 256-wide n-tiles, so both combines reduce in 2 column
 // chunks, the first under the GEMM (the early reduce); at H=512 they reduce in one, after it.
 Shape chunkedShape(int ranks) { return {ranks, 1024, 256, 16, 4, 1024}; }
-// I=640, an odd number of 128-column halves: the L1 tiles' 2I = 1280 columns are 5 n-tiles of 256 (no pairs of
-// them), the dgrad dispatch's 640 columns and the forward combine's K of 640 are no multiple of 256.
+// I=640, an odd number of 128-column halves: the L1 tiles' 2I = 1280 columns are 5 n-tiles of 256 (an odd count,
+// so an expert's odd last m-tile is not split by n-tile pairs), the dgrad dispatch's 640 columns and the forward
+// combine's K of 640 are no multiple of 256.
 Shape oddHalvesShape(int ranks) { return {ranks, 512, 640, 16, 4, 1024}; }
 
 struct LayerOptions {
