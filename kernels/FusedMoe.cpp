@@ -346,9 +346,9 @@ mlir::OwningOpRef<mlir::ModuleOp> buildGemmCombine(mlir::MLIRContext& mctx, cons
   // The early reduce (the warp-specialised combines): the tiles come chunk by chunk over H's columns, and the
   // producer warpgroup's side warps sum a chunk's picks while the next chunk multiplies; only the last chunk's sum
   // waits for the done barrier below (docs/decisions/combine-early-reduce.md).
-  const int64_t chunks = ws ? combineChunks(H / c.n, pairs) : 1, chunkCols = H / chunks,
-                counters = abi::doneSlots(R);
+  const int64_t chunks = ws ? combineChunks(H / c.n, pairs) : 1, counters = abi::doneSlots(R);
   TileScheduler sched{k, g, poolOffsets, c.m, c.n, blockInPair, /*ticketed=*/pairs, chunks};
+  const int64_t chunkCols = sched.chunkColumns();
   I32 total = sched.buildTable(tileFirst);
   GemmOperands gemm{k, g, c, a, b, comb, rings};
   // Row r of tile p from firstRow, column col: its destination at its home rank (gemm-only: here).
