@@ -213,8 +213,7 @@ mlir::OwningOpRef<mlir::ModuleOp> buildDispatchPrologue(mlir::MLIRContext& mctx,
   // the rest are dropped, counted once per call (block 0).
   SharedTile droppedHere = overflow;  // [1]: the picks this rank drops (the overflow flag is clear past here)
   k.forRange(tid, k.i32(E), k.i32(T), [&](I32 e) {
-    I32 room = capacity - base.loadI32(e), all = mine.loadI32(e);
-    I32 kept = k.select(room < k.i32(0), k.i32(0), k.select(room < all, room, all));
+    I32 all = mine.loadI32(e), kept = rowsBelowCapacity(k, base.loadI32(e), all, capacity);
     mine.storeI32(e, kept);
     k.ifThen(kept < all, [&] { droppedHere.atomicAddI32(k.i32(1), all - kept); });
   });

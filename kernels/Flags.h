@@ -26,6 +26,15 @@ inline void resetIfLastBlock(dsl::Kernel& k, const dsl::GlobalPtr& done, const d
   k.ifThen(past == blocks - 1, reset);
 }
 
+// Of `count` rows starting at row `start` of a receive pool, how many lie below its `capacity` (the rows it holds;
+// the rest are dropped picks'). `start` may lie at or past the capacity (then none): both are compared as they are,
+// never through a difference, since the DSL's comparisons are unsigned.
+inline dsl::I32 rowsBelowCapacity(dsl::Kernel& k, const dsl::I32& start, const dsl::I32& count,
+                                  const dsl::I32& capacity) {
+  dsl::I32 room = capacity - start;  // meaningful only where start < capacity
+  return k.select(start < capacity, k.select(room < count, room, count), k.i32(0));
+}
+
 // Threads [0, threads) of one block: zero the stale epoch parity's cross-rank counters, the arrivals (heap i64
 // [2][R][local]) and the combine's `done` (heap i64 [2][abi::doneSlots(R)]). Safe because every increment of the call
 // that used them was waited for before this call could begin (docs/decisions/fused-dispatch.md).

@@ -1404,7 +1404,9 @@ TEST_P(LayerTest, ReceiveCapacityOverflowIsAnErrorOnEveryRank) {
 // rank, each source's picks in order) are dropped. A training step must be bitwise the step of a layer that does not
 // drop, given the same inputs with exactly those picks -1 (y, dx, d_topk_weights, dW1, dW2, guard rows included);
 // each rank's count must be its dropped picks (the backward's rerun not counted again); the caller's topk_idx
-// stays as it was.
+// stays as it was. Two capacities: 37 rows short (the cut inside one source's rows of one expert), and halfway
+// between the other ranks' rows and rank 1's (whole sources' and experts' rows past it, whose first row lies past
+// the capacity).
 TEST_P(LayerTest, ReceiveCapacityDropsThePicksPastItAndCountsThem) {
   const int R = ranks();
   MEGAMOE_REQUIRE_SM90A_RANKS(backend_, R);
@@ -1413,70 +1415,81 @@ TEST_P(LayerTest, ReceiveCapacityDropsThePicksPastItAndCountsThem) {
   std::vector<int64_t> received;
   const std::vector<Inputs> in =
       hotExpertInputs(rng, s, [](int r) { return int64_t(200 + 13 * r); }, /*training=*/true, &received);
-  const int64_t capacity = received[1] - 37;
-  for (int r = 0; r < R; ++r) {
-    if (r != 1) {
-      ASSERT_LE(received[size_t(r)], capacity) << "only rank 1 may overflow in this test";
-    }
-  }
-  // The picks a capacity drops, and the inputs with them as -1.
-  std::vector<Inputs> kept = in;
-  std::vector<int64_t> dropped(size_t(R), 0);
-  for (int owner = 0; owner < R; ++owner) {
-    int64_t row = 0;
-    for (int64_t el = 0; el < s.local(); ++el)
-      for (int src = 0; src < R; ++src)
-        for (int32_t& e : kept[size_t(src)].topkIdx)
-          if (e == int32_t(owner * s.local() + el)) {
-            if (row >= capacity) {
-              e = -1;
-              ++dropped[size_t(src)];
+  int64_t others = 0;
+  for (int r = 0; r < R; ++r)
+    if (r != 1) others = std::max(others, received[size_t(r)]);
+  ASSERT_GT(received[1] - 37, others) << "only rank 1 may overflow in this test";
+  for (const int64_t capacity : {received[1] - 37, (received[1] + others) / 2}) {
+    SCOPED_TRACE("capacity " + std::to_string(capacity));
+    // The picks a capacity drops, and the inputs with them as -1; `ranges` counts the (expert, source) rows that
+    // start past the capacity.
+    std::vector<Inputs> kept = in;
+    std::vector<int64_t> dropped(size_t(R), 0);
+    int64_t ranges = 0;
+    for (int owner = 0; owner < R; ++owner) {
+      int64_t row = 0;
+      for (int64_t el = 0; el < s.local(); ++el)
+        for (int src = 0; src < R; ++src) {
+          bool first = true;
+          for (int32_t& e : kept[size_t(src)].topkIdx)
+            if (e == int32_t(owner * s.local() + el)) {
+              if (row >= capacity) {
+                e = -1;
+                ++dropped[size_t(src)];
+                ranges += first;
+              }
+              first = false;
+              ++row;
             }
-            ++row;
-          }
-  }
-  ASSERT_EQ(std::accumulate(dropped.begin(), dropped.end(), int64_t(0)), 37);
-  LayerOptions dropping;
-  dropping.training = true;
-  dropping.receiveCapacity = capacity;
-  LayerOptions strict = dropping;
-  dropping.dropOverflow = true;
-  const uint64_t seeds = (uint64_t(rng()) << 32) | uint64_t(rng());
-  std::vector<int64_t> tokens;
-  for (const Inputs& i : in) tokens.push_back(i.tokens);
-  auto step = [&](const LayerOptions& o, const std::vector<Inputs>& inputs, std::vector<uint64_t>* counts) {
-    Group g;
-    openGroup(g, s, o, parseEnv(), rng, seeds);
-    for (int r = 0; r < R; ++r) {
-      g[r].fillSentinels();
-      upload(g[r], inputs[size_t(r)]);
+        }
     }
-    stepAll(g, tokens);
-    std::vector<std::vector<uint8_t>> out;
-    for (int r = 0; r < R; ++r) {
-      out.push_back(outputBytes(g[r]));
-      if (counts) {
-        counts->push_back(g[r].layer->droppedPicks(g[r].stream));
-        const std::vector<int32_t> idx = g[r].read<int32_t>(g[r].topkIdx, inputs[size_t(r)].topkIdx.size());
-        EXPECT_EQ(idx, inputs[size_t(r)].topkIdx) << "rank " << r << ": the caller's topk_idx changed";
+    ASSERT_EQ(std::accumulate(dropped.begin(), dropped.end(), int64_t(0)), received[1] - capacity);
+    if (capacity != received[1] - 37) {
+      ASSERT_GT(ranges, 1) << "the second capacity must lie before whole ranges";
+    }
+    LayerOptions dropping;
+    dropping.training = true;
+    dropping.receiveCapacity = capacity;
+    LayerOptions strict = dropping;
+    dropping.dropOverflow = true;
+    const uint64_t seeds = (uint64_t(rng()) << 32) | uint64_t(rng());
+    std::vector<int64_t> tokens;
+    for (const Inputs& i : in) tokens.push_back(i.tokens);
+    auto step = [&](const LayerOptions& o, const std::vector<Inputs>& inputs, std::vector<uint64_t>* counts) {
+      Group g;
+      openGroup(g, s, o, parseEnv(), rng, seeds);
+      for (int r = 0; r < R; ++r) {
+        g[r].fillSentinels();
+        upload(g[r], inputs[size_t(r)]);
       }
+      stepAll(g, tokens);
+      std::vector<std::vector<uint8_t>> out;
+      for (int r = 0; r < R; ++r) {
+        out.push_back(outputBytes(g[r]));
+        if (counts) {
+          counts->push_back(g[r].layer->droppedPicks(g[r].stream));
+          const std::vector<int32_t> idx = g[r].read<int32_t>(g[r].topkIdx, inputs[size_t(r)].topkIdx.size());
+          EXPECT_EQ(idx, inputs[size_t(r)].topkIdx) << "rank " << r << ": the caller's topk_idx changed";
+        }
+      }
+      return out;
+    };
+    std::vector<uint64_t> counts;
+    const auto got = step(dropping, in, &counts);
+    const auto want = step(strict, kept, nullptr);
+    size_t differing = 0;
+    for (int r = 0; r < R; ++r) {
+      ASSERT_EQ(got[size_t(r)].size(), want[size_t(r)].size());
+      for (size_t i = 0; i < got[size_t(r)].size(); ++i) differing += got[size_t(r)][i] != want[size_t(r)][i];
+      EXPECT_EQ(counts[size_t(r)], uint64_t(dropped[size_t(r)])) << "rank " << r << "'s dropped picks";
     }
-    return out;
-  };
-  std::vector<uint64_t> counts;
-  const auto got = step(dropping, in, &counts);
-  const auto want = step(strict, kept, nullptr);
-  size_t differing = 0;
-  for (int r = 0; r < R; ++r) {
-    ASSERT_EQ(got[size_t(r)].size(), want[size_t(r)].size());
-    for (size_t i = 0; i < got[size_t(r)].size(); ++i) differing += got[size_t(r)][i] != want[size_t(r)][i];
-    EXPECT_EQ(counts[size_t(r)], uint64_t(dropped[size_t(r)])) << "rank " << r << "'s dropped picks";
+    EXPECT_EQ(differing, 0u) << "bytes of the dropping step that differ from the strict step on the kept picks";
+    std::printf("SUMMARY layer drop past the capacity (%s): capacity %lld of rank 1's %lld rows, %s picks dropped "
+                "(per rank; %lld source ranges start past it), training step bitwise equal to the kept picks' (%zu "
+                "bytes differ)\n",
+                placement(*backend_, R).c_str(), (long long)capacity, (long long)received[1],
+                joined(dropped).c_str(), (long long)ranges, differing);
   }
-  EXPECT_EQ(differing, 0u) << "bytes of the dropping step that differ from the strict step on the kept picks";
-  std::printf("SUMMARY layer drop past the capacity (%s): capacity %lld of rank 1's %lld rows, %s picks dropped "
-              "(per rank), training step bitwise equal to the kept picks' (%zu bytes differ)\n",
-              placement(*backend_, R).c_str(), (long long)capacity, (long long)received[1],
-              joined(dropped).c_str(), differing);
 }
 
 // One workspace per rank serving 4 training layers with different weights (MoeLayer::create(workspace, config)):
