@@ -24,11 +24,10 @@ for round in ${ROUNDS:-1}; do
 import csv, sys
 rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 10]
 hdr = rows[0]; rows = rows[1:]
-mi, vi, ii = hdr.index("Metric Name"), hdr.index("Metric Value"), hdr.index("ID")
-t = {}
-for r in rows:
-    if r[mi] == "gpu__time_duration.sum": t[int(r[ii])] = float(r[vi].replace(",", ""))
-print(" ".join(f"{i}:{t[i]/1e6:.3f}" for i in sorted(t)))
+mi, vi, ii, ui = hdr.index("Metric Name"), hdr.index("Metric Value"), hdr.index("ID"), hdr.index("Metric Unit")
+ms = {"nsecond": 1e-6, "usecond": 1e-3, "msecond": 1.0, "second": 1e3}
+t = {int(r[ii]): float(r[vi].replace(",", "")) * ms[r[ui]] for r in rows if r[mi] == "gpu__time_duration.sum"}
+print("ms by launch:", " ".join(f"{i}:{t[i]:.3f}" for i in sorted(t)))
 PY
   done
 done
