@@ -238,10 +238,6 @@ I64 GlobalPtr::address() const {
 I64 GlobalPtr::loadI64() const {
   return {k_, LLVM::LoadOp::create(k_->builder(), k_->loc(), k_->builder().getI64Type(), v_, 8)};
 }
-I64 GlobalPtr::loadAcquireI64() const {
-  return {k_, LLVM::LoadOp::create(k_->builder(), k_->loc(), k_->builder().getI64Type(), v_, 8, false, false, false,
-                                   false, LLVM::AtomicOrdering::acquire, "")};
-}
 
 // ---- device context --------------------------------------------------------------------------------------------
 
@@ -922,7 +918,11 @@ Bool Kernel::waitAtLeast(const Context& ctx, const GlobalPtr& flag, const I64& e
                                ctx.error().value(), ctx.rank().value(), flagId.value(), toScope(scope))};
 }
 
-Bool Kernel::errorClear(const Context& ctx) { return ctx.error().loadAcquireI64() == int64_t(0); }
+Bool Kernel::errorClear(const Context& ctx) {
+  Value code = LLVM::LoadOp::create(b_, loc_, b_.getI64Type(), ctx.error().value(), 8, false, false, false, false,
+                                    LLVM::AtomicOrdering::acquire, "");
+  return {this, arith::CmpIOp::create(b_, loc_, arith::CmpIPredicate::eq, code, i64(0).value())};
+}
 
 void Kernel::reportError(const Context& ctx, uint64_t code, const I64& flag, const I64& seen, const I64& expected) {
   GlobalPtr rec = ctx.error();

@@ -108,9 +108,6 @@ class GlobalPtr {
   Vec load(int n) const;            // n contiguous elements, one vector access
   void store(const Vec& v) const;
   I64 loadI64() const;
-  // An acquire load at system scope, read once (no wait, no timeout): e.g. a counter that peers' release signals
-  // update, checked before falling back to Kernel::waitAtLeast.
-  I64 loadAcquireI64() const;
   I32 loadI32() const;
   void storeI32(const I32& v) const;
   void storeI64(const I64& v) const;

@@ -122,36 +122,19 @@ mlir::OwningOpRef<mlir::ModuleOp> buildDispatchGemm(mlir::MLIRContext& mctx, con
   };
   // Rows source `from` sends me for my local expert el: its all-gathered count, less what lies past the capacity
   // (el's rows start at pool_offsets[el], the sources in order; the prologue dropped the picks of rows past it).
-  auto sentRows = [&](const I32& from, const I32& el) {  // source from's all-gathered count of my expert el
-    return (counts + ((routeParity * R + k.widen(from)) * E + k.widen(me * local + el))).loadI32();
-  };
   auto expectedRows = [&](const I32& from, const I32& el) {
+    auto countOf = [&](const I32& src) {
+      return (counts + ((routeParity * R + k.widen(src)) * E + k.widen(me * local + el))).loadI32();
+    };
     auto earlier = k.forRange(k.i32(0), from, k.i32(1), {k.i32(0)}, [&](I32 src, const std::vector<I32>& n) {
-      return std::vector<I32>{n[0] + sentRows(src, el)};
+      return std::vector<I32>{n[0] + countOf(src)};
     });
-    return k.widen(rowsBelowCapacity(k, (poolOffsets + k.widen(el)).loadI32() + earlier[0], sentRows(from, el), capacity));
+    return k.widen(rowsBelowCapacity(k, (poolOffsets + k.widen(el)).loadI32() + earlier[0], countOf(from), capacity));
   };
   auto waitArrivals = [&](const I32& from, const I32& el) {
     k.ifThen(k.errorClear(ctx), [&] {
       k.waitAtLeast(ctx, arrivedAt(from, el), expectedRows(from, el), arrivalFlagId(k, from, el), Scope::system);
     });
-  };
-  // Whether every source's rows of el have arrived, read in one round trip: the counts (plain loads), then each
-  // source's counter (acquire) issued before any result is used, so that none waits for another. Most checks find
-  // the rows there; the waits above, source by source behind the error word, are for the rest.
-  auto allArrived = [&](const I32& el) {
-    I32 start = (poolOffsets + k.widen(el)).loadI32();
-    std::vector<I32> sent;
-    std::vector<I64> seen;
-    for (int64_t from = 0; from < R; ++from) sent.push_back(sentRows(k.i32(int32_t(from)), el));
-    for (int64_t from = 0; from < R; ++from) seen.push_back(arrivedAt(k.i32(int32_t(from)), el).loadAcquireI64());
-    std::optional<Bool> all;
-    for (int64_t from = 0; from < R; ++from) {
-      Bool here = seen[size_t(from)] >= k.widen(rowsBelowCapacity(k, start, sent[size_t(from)], capacity));
-      all = all ? (*all && here) : here;
-      start = start + sent[size_t(from)];
-    }
-    return *all;
   };
 
   // 1. Push: units of up to kPushRows rows of one (me -> owner, expert); push order o -> local expert o / R at
@@ -226,8 +209,8 @@ mlir::OwningOpRef<mlir::ModuleOp> buildDispatchGemm(mlir::MLIRContext& mctx, con
   GlobalPtr b = s.layout == G::kTN ? pool : weights;
   GemmOperands gemm{k, g, c, a, b, out, rings};
   // A tile waits for its expert's rows from every source, once per block and expert: tickets come in expert order,
-  // so a block's next tiles are mostly the same expert. The check is one round trip of loads (allArrived) on the
-  // producer's path; only rows not there yet take the waits (docs/decisions/fused-dispatch.md, arrival counters).
+  // so a block's next tiles are mostly the same expert, and each wait is a few system-scope loads, which add up
+  // over a block's hundreds of tiles (docs/decisions/fused-dispatch.md, arrival counters).
   // With dedup a tile also needs the rows its tokens' carriers brought with the units of lower experts: it waits
   // for every expert from the last one confirmed up to its own (tickets come in expert order, so each expert is
   // waited for once per block), then looks up its rows' receive rows.
@@ -235,15 +218,12 @@ mlir::OwningOpRef<mlir::ModuleOp> buildDispatchGemm(mlir::MLIRContext& mctx, con
   // caller then confirms it.
   auto awaitRows = [&](const I32& el) {
     k.ifThen(legs.comm, [&] {
-      if (dedup) {
-        k.forRange(k.i32(0), ctx.nranks(), k.i32(1), [&](I32 from) {
+      k.forRange(k.i32(0), ctx.nranks(), k.i32(1), [&](I32 from) {
+        if (dedup)
           k.forRange(confirmed.loadI32(k.i32(0)) + 1, el + 1, k.i32(1), [&](I32 e) { waitArrivals(from, e); });
-        });
-      } else {
-        k.ifThen(!allArrived(el), [&] {
-          k.forRange(k.i32(0), ctx.nranks(), k.i32(1), [&](I32 from) { waitArrivals(from, el); });
-        });
-      }
+        else
+          waitArrivals(from, el);
+      });
     });
   };
   // The forward's epilogue: SwiGLU of `rows` staged rows (h kept too, for the backward) by the threads `by`, this
