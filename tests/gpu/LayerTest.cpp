@@ -1404,9 +1404,8 @@ TEST_P(LayerTest, ReceiveCapacityOverflowIsAnErrorOnEveryRank) {
 // rank, each source's picks in order) are dropped. A training step must be bitwise the step of a layer that does not
 // drop, given the same inputs with exactly those picks -1 (y, dx, d_topk_weights, dW1, dW2, guard rows included);
 // each rank's count must be its dropped picks (the backward's rerun not counted again); the caller's topk_idx
-// stays as it was. Two capacities: 37 rows short (the cut inside one source's rows of one expert), and halfway
-// between the other ranks' rows and rank 1's (whole sources' and experts' rows past it, whose first row lies past
-// the capacity).
+// stays as it was. Two capacities: 37 rows short (a cut mostly inside one source's rows of one expert), and halfway
+// between the other ranks' rows and rank 1's (several sources' rows of an expert start past it: none of them kept).
 TEST_P(LayerTest, ReceiveCapacityDropsThePicksPastItAndCountsThem) {
   const int R = ranks();
   MEGAMOE_REQUIRE_SM90A_RANKS(backend_, R);
