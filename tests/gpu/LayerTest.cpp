@@ -1417,8 +1417,11 @@ TEST_P(LayerTest, ReceiveCapacityDropsThePicksPastItAndCountsThem) {
   int64_t others = 0;
   for (int r = 0; r < R; ++r)
     if (r != 1) others = std::max(others, received[size_t(r)]);
-  ASSERT_GT(received[1] - 37, others) << "only rank 1 may overflow in this test";
-  for (const int64_t capacity : {received[1] - 37, (received[1] + others) / 2}) {
+  const int64_t shortBy37 = received[1] - 37, halfway = (received[1] + others) / 2;
+  ASSERT_GT(shortBy37, others) << "only rank 1 may overflow in this test";
+  std::vector<int64_t> tokens;
+  for (const Inputs& i : in) tokens.push_back(i.tokens);
+  for (const int64_t capacity : {shortBy37, halfway}) {
     SCOPED_TRACE("capacity " + std::to_string(capacity));
     // The picks a capacity drops, and the inputs with them as -1; `ranges` counts the (expert, source) rows that
     // start past the capacity.
@@ -1443,7 +1446,7 @@ TEST_P(LayerTest, ReceiveCapacityDropsThePicksPastItAndCountsThem) {
         }
     }
     ASSERT_EQ(std::accumulate(dropped.begin(), dropped.end(), int64_t(0)), received[1] - capacity);
-    if (capacity != received[1] - 37) {
+    if (capacity == halfway) {
       ASSERT_GT(ranges, 1) << "the second capacity must lie before whole ranges";
     }
     LayerOptions dropping;
@@ -1452,8 +1455,6 @@ TEST_P(LayerTest, ReceiveCapacityDropsThePicksPastItAndCountsThem) {
     LayerOptions strict = dropping;
     dropping.dropOverflow = true;
     const uint64_t seeds = (uint64_t(rng()) << 32) | uint64_t(rng());
-    std::vector<int64_t> tokens;
-    for (const Inputs& i : in) tokens.push_back(i.tokens);
     auto step = [&](const LayerOptions& o, const std::vector<Inputs>& inputs, std::vector<uint64_t>* counts) {
       Group g;
       openGroup(g, s, o, parseEnv(), rng, seeds);
