@@ -126,6 +126,19 @@ def test_layer_jobs_time_random_against_each_whole_tile_anchor_in_turns(bench):
     assert not [n for n in bench.layer_jobs(types.SimpleNamespace(world=1), args) if n[0] == "interleaved"]
 
 
+def test_layer_jobs_skip_remote_routing_on_one_rank(bench, capsys):
+    import types
+    args = types.SimpleNamespace(tokens=64, routings="uniform,remote", graph_tokens=64, graph_replays=1,
+                                 beside_gemm=False, sweep=None, plot=False)
+    one = [name for section, name, _ in bench.layer_jobs(types.SimpleNamespace(world=1), args) if section == "routings"]
+    assert one == ["uniform"] and "routing remote skipped" in capsys.readouterr().out
+    two = [name for section, name, _ in bench.layer_jobs(types.SimpleNamespace(world=2), args) if section == "routings"]
+    assert two == ["uniform", "remote"]
+    args.routings = "remote"
+    with pytest.raises(SystemExit, match="at least two ranks"):
+        bench.layer_jobs(types.SimpleNamespace(world=1), args)
+
+
 def test_print_ragged_says_how_the_steps_were_timed(bench, capsys):
     r = {"anchor": "balanced", "forward": {"random_ms": 11.0, "whole_tile_ms": 10.0, "ratio": 1.1},
          "wanted_at_most": 1.04}
