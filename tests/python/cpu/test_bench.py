@@ -146,3 +146,44 @@ def test_print_ragged_says_how_the_steps_were_timed(bench, capsys):
     out = capsys.readouterr().out
     assert "(uniform / balanced, same rows, steps in turns, rank 0): forward 11.000 / 10.000 ms = 1.100" in out
 
+
+
+def test_clock_summary_takes_medians_past_the_first_samples_and_counts_reasons(bench):
+    query = list(bench.CLOCK_FIELDS) + ["clocks_event_reasons.%s" % k for k in bench.CLOCK_REASONS]
+    idle = ["1980, 120.5, 700.00, 40"] + ["Not Active"] * len(bench.CLOCK_REASONS)
+    capped = lambda mhz: ["%d, 690.1, 700.00, 62" % mhz] + ["Active"] + ["Not Active"] * (len(bench.CLOCK_REASONS) - 1)
+    lines = [", ".join(idle)] * 2 + [", ".join(capped(m)) for m in (1500, 1530, 1410)] + [", ".join(idle)]
+    lines += ["garbled", ""]
+    r = bench.clock_summary(query, lines, skip=2)
+    assert r["samples"] == 4
+    assert r["sm_mhz"] == 1515 and r["sm_mhz_min"] == 1410 and r["sm_mhz_max"] == 1980
+    assert r["power_cap_w"] == 700 and r["reasons"] == {"sw_power_cap": 3, "none": 1}
+    assert bench.clock_summary(query, lines[:2], skip=2) is None
+
+
+def test_clock_summary_reads_na_as_missing(bench):
+    query = list(bench.CLOCK_FIELDS)
+    r = bench.clock_summary(query, ["1400, [N/A], 700, 60", "1420, 650, 700, 61"], skip=0)
+    assert r["power_w"] == 650 and r["reasons"] == {"none": 2}
+
+
+def test_layer_jobs_add_the_clocks_case_only_when_asked(bench):
+    import types
+    args = types.SimpleNamespace(tokens=64, routings="uniform", graph_tokens=64, graph_replays=1,
+                                 beside_gemm=False, sweep=None, plot=False, clocks=0.0)
+    assert not [n for n in bench.layer_jobs(types.SimpleNamespace(world=1), args) if n[0] == "clocks"]
+    args.clocks = 2.0
+    assert [n[1] for n in bench.layer_jobs(types.SimpleNamespace(world=1), args) if n[0] == "clocks"] == ["clocks"]
+
+
+def test_print_clocks_names_clock_power_and_reasons(bench, capsys):
+    r = {"case": "clocks", "phases": {"dense cuBLAS": {"ms": 0.714, "tflops": 673.0, "sm_mhz": 1530.0,
+                                                       "sm_mhz_min": 1410.0, "sm_mhz_max": 1980.0, "power_w": 689.0,
+                                                       "power_cap_w": 700.0, "temperature_c": 65.0, "samples": 56,
+                                                       "reasons": {"sw_power_cap": 51, "none": 5}},
+                                      "layer forward": {"ms": 10.787}}}
+    bench.print_clocks(r)
+    out = capsys.readouterr().out
+    assert "dense cuBLAS" in out and "(673 TF/s) | SM clock 1530 MHz (1410-1980) | 689 W of a 700 W cap" in out
+    assert "reasons: sw_power_cap 51, none 5" in out
+    assert "layer forward  10.787 ms | no nvidia-smi samples" in out
