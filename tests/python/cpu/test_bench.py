@@ -187,3 +187,14 @@ def test_print_clocks_names_clock_power_and_reasons(bench, capsys):
     assert "dense cuBLAS" in out and "(673 TF/s) | SM clock 1530 MHz (1410-1980) | 689 W of a 700 W cap" in out
     assert "reasons: sw_power_cap 51, none 5" in out
     assert "layer forward  10.787 ms | no nvidia-smi samples" in out
+
+
+def test_layer_refuses_more_ranks_than_gpus_by_name(bench, monkeypatch, capsys):
+    monkeypatch.setattr(bench.torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(bench.torch.cuda, "device_count", lambda: 1)
+    monkeypatch.delenv("RANK", raising=False)
+    monkeypatch.setattr(bench.sys, "argv", ["megamoe-bench", "layer", "--nproc", "2"])
+    with pytest.raises(SystemExit) as e:
+        bench.main()
+    assert e.value.code == 2
+    assert "--nproc 2 needs 2 GPUs, this machine has 1" in capsys.readouterr().err
