@@ -186,7 +186,7 @@ def test_print_clocks_names_clock_power_and_reasons(bench, capsys):
     out = capsys.readouterr().out
     assert "dense cuBLAS" in out and "(673 TF/s) | SM clock 1530 MHz (1410-1980) | 689 W of a 700 W cap" in out
     assert "reasons: sw_power_cap 51, none 5" in out
-    assert "layer forward  10.787 ms | no nvidia-smi samples" in out
+    assert "layer forward      10.787 ms | no nvidia-smi samples" in out
 
 
 def test_layer_refuses_more_ranks_than_gpus_by_name(bench, monkeypatch, capsys):
