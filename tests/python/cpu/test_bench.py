@@ -198,3 +198,20 @@ def test_layer_refuses_more_ranks_than_gpus_by_name(bench, monkeypatch, capsys):
         bench.main()
     assert e.value.code == 2
     assert "--nproc 2 needs 2 GPUs, this machine has 1" in capsys.readouterr().err
+
+
+def test_stage_medians_time_each_leg_after_a_steady_lead_of_it(bench, monkeypatch):
+    events = []
+
+    class Layer:
+        def set_legs(self, dispatch, combine):
+            events.append(("legs", dispatch))
+
+    monkeypatch.setattr(bench, "steady_lead", lambda fn, ms: events.append(("lead", ms)))
+    monkeypatch.setattr(bench, "sync_ranks", lambda: None)
+    times = iter([9.0, 9.0, 9.0, 3.0, 5.0, 4.0])  # three warm-up samples, then the three timed ones
+    step = lambda: events.append("step")
+    r = bench.stage_medians(Layer(), 2, step, 3, lambda: [next(times), 1.0], {"dispatch": 0, "combine": 1})
+    assert events[:2] == [("legs", 2), ("lead", bench.STEADY_LEAD_MS)]  # the leg set, then its lead, then the steps
+    assert events[2:] == ["step"] * 6
+    assert r == {"dispatch": 4.0, "combine": 1.0}  # the warm-up samples are left out
