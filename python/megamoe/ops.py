@@ -72,10 +72,24 @@ def _address(t, keep):
 
 # ---- fused_moe ----
 
+def _check_layer_call(op, layer, x, topk_idx, topk_weights, w1, w2):
+    """The ops check their tensors against the layer they run (whoever calls them: fused_moe, a direct
+    torch.ops.megamoe call, a compiled or exported graph): the kernels trust every shape."""
+    shape = check_fused_moe_args(x, topk_idx, topk_weights, w1, w2, layer.workspace, op)
+    given = shape + (64 if topk_idx.dtype == torch.int64 else 32,)
+    H, I, E, K, _, bits = layer.key
+    if given != (H, I, E, K, bits):
+        _fail(op, "the arguments' (hidden, intermediate, experts, topk, topk_idx bits) %s differ from layer %d's %s" % (
+            given, layer.id, (H, I, E, K, bits)))
+    _aligned(op, x=(x, 16), w1=(w1, 16), w2=(w2, 16), topk_weights=(topk_weights, 4),
+             topk_idx=(topk_idx, topk_idx.element_size()))
+
+
 def _fused_moe_forward(x, topk_idx, topk_weights, w1, w2, layer_id, training):
     layer = layer_of(layer_id)
-    _aligned("fused_moe", x=(x, 16), w1=(w1, 16), w2=(w2, 16), topk_weights=(topk_weights, 4),
-             topk_idx=(topk_idx, topk_idx.element_size()))
+    _check_layer_call("fused_moe", layer, x, topk_idx, topk_weights, w1, w2)
+    if bool(training) != layer.key[4]:
+        _fail("fused_moe", "training=%s but layer %d was made with training=%s" % (training, layer.id, layer.key[4]))
     ws = layer.workspace
     y = torch.empty_like(x)
     saved = torch.empty(layer.saved_bytes if training else 0, dtype=torch.uint8, device=x.device)
@@ -91,7 +105,14 @@ def _fused_moe_backward(dy, x, topk_idx, topk_weights, w1, w2, saved, layer_id):
     if saved.numel() != layer.saved_bytes:
         _fail("fused_moe backward", "saved must be the %d bytes its forward wrote (got %d)" % (
             layer.saved_bytes, saved.numel()))
-    _aligned("fused_moe backward", dy=(dy, 16), saved=(saved, 16))
+    op = "fused_moe backward"
+    _check_layer_call(op, layer, x, topk_idx, topk_weights, w1, w2)
+    _tensor(op, "dy", dy, (torch.bfloat16,), 2, "[tokens, hidden]")
+    if dy.shape != x.shape:
+        _fail(op, "dy must have x's shape %s (got %s)" % (list(x.shape), list(dy.shape)))
+    _contiguous(op, dy=dy)
+    _on_device(op, layer.workspace.device, dy=dy, saved=saved)
+    _aligned(op, dy=(dy, 16), saved=(saved, 16))
     ws = layer.workspace
     dx = torch.empty_like(x)
     d_topk_weights = torch.empty(topk_weights.shape, dtype=torch.float32, device=x.device)
@@ -129,7 +150,7 @@ if HAS_CUSTOM_OP:
     def _setup_context(ctx, inputs, output):
         x, topk_idx, topk_weights, w1, w2, layer_id, training = inputs
         ctx.save_for_backward(x, topk_idx, topk_weights, w1, w2, output[1])
-        ctx.layer_id = layer_id
+        ctx.layer_id, ctx.layer = layer_id, layer_of(layer_id)  # the layer (and its workspace) live until backward
 
     def _backward(ctx, dy, d_saved):
         x, topk_idx, topk_weights, w1, w2, saved = ctx.saved_tensors
@@ -149,7 +170,7 @@ else:
         def forward(ctx, x, topk_idx, topk_weights, w1, w2, layer_id, training):
             y, saved = _fused_moe_forward(x, topk_idx, topk_weights, w1, w2, layer_id, training)
             ctx.save_for_backward(x, topk_idx, topk_weights, w1, w2, saved)
-            ctx.layer_id = layer_id
+            ctx.layer_id, ctx.layer = layer_id, layer_of(layer_id)  # the layer (and its workspace) live until backward
             ctx.mark_non_differentiable(saved)
             return y, saved
 
@@ -164,9 +185,8 @@ else:
         return _FusedMoeFunction.apply(*args)
 
 
-def check_fused_moe_args(x, topk_idx, topk_weights, w1, w2, workspace):
+def check_fused_moe_args(x, topk_idx, topk_weights, w1, w2, workspace, op="fused_moe"):
     """The boundary checks of fused_moe (no device access); returns (hidden, intermediate, experts, topk)."""
-    op = "fused_moe"
     if not isinstance(workspace, Workspace):
         _fail(op, "workspace must be a megamoe.Workspace (got %s)" % type(workspace).__name__)
     _tensor(op, "x", x, (torch.bfloat16,), 2, "[tokens, hidden]")
@@ -196,6 +216,9 @@ def check_fused_moe_args(x, topk_idx, topk_weights, w1, w2, workspace):
         if value > workspace.shape[name]:
             _fail(op, "%s=%d (from the arguments' shapes) exceeds the workspace's %s=%d" % (
                 name, value, name, workspace.shape[name]))
+    if E != workspace.shape["experts"]:
+        _fail(op, "experts=%d (w1's %d local experts x %d ranks) must equal the workspace's experts=%d" % (
+            E, E_local, workspace.ranks, workspace.shape["experts"]))
     _contiguous(op, x=x, topk_idx=topk_idx, topk_weights=topk_weights, w1=w1, w2=w2)
     _on_device(op, workspace.device, x=x, topk_idx=topk_idx, topk_weights=topk_weights, w1=w1, w2=w2)
     return H, I, E, K
@@ -267,6 +290,36 @@ def _check_offs(op, offs, E, device):
     _on_device(op, device, offs=offs)
 
 
+def group_starts(offs, rows):
+    """The kernels' offsets: E + 1 group starts, the last the end, from torch._grouped_mm's group ends. The kernels
+    trust them (an NT / NN epilogue stores each row of its group), so they are made safe on the device, without a
+    host sync: ends clamped to [0, rows] and non-decreasing (a group ending before the previous one is empty)."""
+    ends = torch.cummax(offs.clamp(0, rows), 0).values
+    return torch.cat([offs.new_zeros(1), ends.to(offs.dtype)])
+
+
+# The layouts, N and K (or M) of the gradients' kernels (see _grouped_grads): [da, db] of each layout with its N, KM.
+_GRAD_SHAPES = {"nt": lambda N, KM: [("nn", KM, N), ("tn", KM, N)],
+                "nn": lambda N, KM: [("nt", KM, N), ("tn", N, KM)],
+                "tn": lambda N, KM: [("nt", KM, N), ("nn", N, KM)]}
+
+
+def check_grad_rules(layout, N, KM, needs):
+    """The rules of the kernels the wanted gradients run (needs: (a's, b's)), checked before the forward: a shape
+    the forward serves but a gradient does not (e.g. NT with K = 64 mod 128) fails here, not inside backward."""
+    for name, need, (grad_layout, gN, gKM) in zip(("a", "b"), needs, _GRAD_SHAPES[layout](N, KM)):
+        if need:
+            _grouped_rules("grouped_mm_%s's gradient of %s (grouped_mm_%s)" % (layout, name, grad_layout), grad_layout,
+                           gN, gKM)
+
+
+def _check_grads_wanted(layout, a, b, offs):
+    needs = (a.requires_grad, b.requires_grad) if torch.is_grad_enabled() else (False, False)
+    if any(needs):
+        _, N, KM = check_grouped_args(layout, a, b, offs)
+        check_grad_rules(layout, N, KM, needs)
+
+
 def check_grouped_args(layout, a, b, offs):
     """Boundary checks of grouped_mm_<layout>; returns (E, N, K or M)."""
     op = "grouped_mm_" + layout
@@ -311,7 +364,7 @@ def _grouped_mm(layout, a, b, offs):
     split_bytes, zeroed = rt.lib.split_scratch_bytes(grid)
     scratch = torch.empty(_SCRATCH_HEAD + split_bytes, dtype=torch.uint8, device=a.device)
     scratch[:_SCRATCH_HEAD + zeroed].zero_()  # the tickets and the split counters start at zero
-    starts = torch.cat([offs.new_zeros(1), offs])  # the kernels' offsets: E + 1 group starts, the last = the end
+    starts = group_starts(offs, rows)
     # A [rows, KM]; B [rows, N] (TN), [E * N, KM] (NT) or [E * KM, N] (NN); boxes as the kernel declares them.
     map_a = rt.tensor_map(kernel, "map_a", a.data_ptr(), rows, KM)
     map_b = (rt.tensor_map(kernel, "map_b", b.data_ptr(), rows, N) if layout == "tn"
@@ -391,19 +444,23 @@ _grouped_nt, _grouped_nn, _grouped_tn = (_make_grouped(l) for l in ("nt", "nn", 
 
 def grouped_mm_nt(a, b, offs):
     """c [rows, N] = a [rows, K] b[e]^T for the rows of group e, b [groups, N, K] (an expert's weights as stored);
-    offs int32 [groups]: each group's end row (torch._grouped_mm's offs). Rows past offs[-1] are not written.
+    offs int32 [groups]: each group's end row (torch._grouped_mm's offs; clamped to [0, rows] and made
+    non-decreasing on the device). Rows past offs[-1] are not written (nor, in a's gradient, rows past offs[-1]).
     N a multiple of 128; K a multiple of 64, at least 128."""
+    _check_grads_wanted("nt", a, b, offs)
     return _grouped_nt(a, b, offs)
 
 
 def grouped_mm_nn(a, b, offs):
     """c [rows, N] = a [rows, K] b[e] for the rows of group e, b [groups, K, N]; offs as grouped_mm_nt's."""
+    _check_grads_wanted("nn", a, b, offs)
     return _grouped_nn(a, b, offs)
 
 
 def grouped_mm_tn(a, b, offs):
     """c [groups, M, N], c[e] = a_e^T b_e over the rows of group e (a [rows, M], b [rows, N]): weight gradients. A
     group without rows gets zeros. M and N multiples of 128."""
+    _check_grads_wanted("tn", a, b, offs)
     return _grouped_tn(a, b, offs)
 
 

@@ -4,13 +4,16 @@ import itertools
 import os
 import tempfile
 import threading
+import weakref
 
 import torch
 
 from . import _lib
 from .kernels import layer_command, with_kernels
 
-_layers = {}  # layer id -> _Layer: what the custom op's integer argument names (see ops.py)
+# layer id -> _Layer: what the custom op's integer argument names (see ops.py). Weak: a workspace holds its layers,
+# so dropping the last reference to a workspace frees it (and its device memory).
+_layers = weakref.WeakValueDictionary()
 _ids = itertools.count(1)
 _lock = threading.Lock()
 
@@ -38,8 +41,8 @@ def _dist():
 
 
 class Workspace:
-    """The symmetric heap and working buffers of this rank, sized for layers up to (hidden, intermediate, experts,
-    topk) at up to max_tokens tokens per rank and call.
+    """The symmetric heap and working buffers of this rank, sized for layers up to (hidden, intermediate, topk) with
+    the same experts, at up to max_tokens tokens per rank and call.
 
     group: a torch.distributed process group (None: the default group when one is initialised, else one process on
     one GPU); every rank of it makes its workspace with the same arguments, and its ranks are the expert-parallel
@@ -77,6 +80,7 @@ class Workspace:
             if self.device.type != "cuda":
                 raise ValueError("Workspace: device must be a CUDA device (got %s)" % self.device)
             ordinal = self.device.index if self.device.index is not None else torch.cuda.current_device()
+            self.device = torch.device("cuda", ordinal)  # tensors' devices carry their index: compare like with like
         self.lib = _lib.Library.get()
         self.shape = dict(hidden=hidden, intermediate=intermediate, experts=experts, topk=topk)
         self.max_tokens = int(max_tokens)

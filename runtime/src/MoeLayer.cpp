@@ -128,6 +128,13 @@ std::string inRange(const char* what, int64_t value, int64_t lo, int64_t hi, con
 }
 
 // A device pointer the kernels access in loads and stores of `bytes` (0 passes: the null checks come first).
+// Every buffer of the workspace is sized for max_tokens: a call with more tokens would write past them.
+void requireTokensInRange(const char* call, int64_t tokens, const MoeLayerConfig& c) {
+  if (tokens < 0 || tokens > c.maxTokens)
+    invalid(std::string(call) + ": tokens=" + std::to_string(tokens) + " must be in [0, max_tokens=" +
+            std::to_string(c.maxTokens) + "]");
+}
+
 void requireAligned(const char* call, const char* name, DevicePtr p, uint64_t bytes, const char* why) {
   if (p % bytes == 0) return;
   char hex[32];
@@ -199,6 +206,9 @@ std::string MoeLayer::validate(const MoeLayerConfig& c, int ranks) {
     return "receive_capacity=" + std::to_string(c.receiveCapacity) + " must be >= 0 (0 = the worst case)";
   if (c.dropOverflow && c.dedupTokens)
     return "drop_overflow is not supported with dedup_tokens (a dropped carrier would strand its token's other picks)";
+  if (const int64_t area = int64_t(ranks) * c.maxTokens; c.dedupTokens && poolRows(c, ranks) < area)
+    return "receive_capacity=" + std::to_string(c.receiveCapacity) + " must be 0 or >= ranks * max_tokens = " +
+           std::to_string(area) + " with dedup_tokens (a token's row lands at receive row source * max_tokens + token)";
   if (c.dtype != DType::kBf16) return "dtype must be bf16: the kernels are generated for bf16 only";
   if (auto e = smBudgetError(c.smBudget); !e.empty()) return e;
   return "";
@@ -290,9 +300,11 @@ std::string Workspace::fits(const MoeLayerConfig& layer) const {
   if (megamoe::poolRows(layer, ranks()) > poolRows())
     return "the layer's receive rows (" + std::to_string(megamoe::poolRows(layer, ranks())) +
            ") exceed the workspace's receive pool (" + std::to_string(poolRows()) + " rows)";
-  if (layer.experts % ranks() != 0)
-    return "experts=" + std::to_string(layer.experts) + " must be a multiple of the workspace's ranks=" +
-           std::to_string(ranks());
+  // The arrival counters accumulate across calls and are indexed [parity][source][local expert] with the layer's
+  // E / R: a layer with fewer experts would zero only part of the stale parity and read another layer's counts.
+  if (layer.experts != w.experts)
+    return "experts=" + std::to_string(layer.experts) + " must equal the workspace's experts=" +
+           std::to_string(w.experts) + " (the arrival counters' layout)";
   if (layer.training && !w.training) return "training=true needs a workspace created with training (its dh buffer)";
   if (layer.smBudget && layer.smBudget != smBudget_)
     return "sm_budget=" + std::to_string(layer.smBudget) + " differs from the workspace's " + std::to_string(smBudget_) +
@@ -687,9 +699,7 @@ std::unique_ptr<MoeLayer> MoeLayer::create(Runtime& runtime, const MoeLayerConfi
 
 void MoeLayer::forward(const ForwardArgs& a, StreamHandle stream) {
   const MoeLayerConfig& c = config_;
-  if (a.tokens < 0 || a.tokens > c.maxTokens)
-    invalid("forward: tokens=" + std::to_string(a.tokens) + " must be in [0, max_tokens=" +
-            std::to_string(c.maxTokens) + "]");
+  requireTokensInRange("forward", a.tokens, c);
   if (!a.w1 || !a.w2) invalid("forward: w1 and w2 must not be null (every rank computes its experts)");
   if (a.tokens > 0 && (!a.x || !a.topkIdx || !a.topkWeights || !a.y))
     invalid("forward: x, topk_idx, topk_weights and y must not be null when tokens > 0");
@@ -738,6 +748,7 @@ void MoeLayer::backward(const BackwardArgs& a, StreamHandle stream) {
   const MoeLayerConfig& c = config_;
   Impl& m = *impl_;
   if (!c.training) invalid("backward: the layer was created without training (MoeLayerConfig::training)");
+  requireTokensInRange("backward", a.tokens, c);
   const DevicePtr saved = m.savedFor(a.saved, "backward");
   if (!a.saved && m.lastForwardTokens < 0) invalid("backward: no forward to differentiate yet");
   if (!a.saved && a.tokens != m.lastForwardTokens)

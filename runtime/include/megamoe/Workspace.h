@@ -63,7 +63,8 @@ class Workspace {
   Workspace(const Workspace&) = delete;
   Workspace& operator=(const Workspace&) = delete;
 
-  // The largest layer this workspace serves (a layer fits when each of its sizes is at most this one's).
+  // The largest layer this workspace serves (a layer fits when each of its sizes is at most this one's and its
+  // experts are the same).
   const MoeLayerConfig& config() const;
   // "" when a layer of `layer` can run here; else the size that does not fit.
   std::string fits(const MoeLayerConfig& layer) const;

@@ -283,7 +283,7 @@ MEGAMOE_API int megamoe_workspace_export(const megamoe_workspace_pending* pendin
 MEGAMOE_API int megamoe_workspace_join(megamoe_workspace_pending* pending, const void* handles, size_t size,
                                        megamoe_workspace** out);
 MEGAMOE_API int megamoe_workspace_pending_destroy(megamoe_workspace_pending* pending); /* NULL is accepted */
-/* A layer on `workspace`; its config must fit the workspace's (each size at most the workspace's). */
+/* A layer on `workspace`; its config must fit the workspace's (each size at most the workspace's, the same experts). */
 MEGAMOE_API int megamoe_layer_create_on(megamoe_workspace* workspace, const megamoe_layer_config* config,
                                         megamoe_layer** out);
 /* Forward and backward with a caller-owned saved state (megamoe_layer_saved_bytes bytes, 16-byte aligned): the

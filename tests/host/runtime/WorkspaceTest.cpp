@@ -142,6 +142,11 @@ TEST_F(WorkspaceOnFakeHip, WhatDoesNotFitIsRefusedByName) {
   wide.hidden = 1024;
   EXPECT_NE(errorOf([&] { MoeLayer::create(training[0], wide); }).find("hidden=1024 exceeds the workspace's hidden=512"),
             std::string::npos);
+  // The arrival counters are laid out by the workspace's experts: a layer with fewer would read stale counts.
+  MoeLayerConfig fewer = small(true);
+  fewer.experts = 8;
+  EXPECT_NE(errorOf([&] { MoeLayer::create(training[0], fewer); }).find("experts=8 must equal the workspace's experts=16"),
+            std::string::npos);
   auto inference = Workspace::createLocal(raw(), small(false));
   EXPECT_NE(errorOf([&] { MoeLayer::create(inference[0], small(true)); }).find("needs a workspace created with training"),
             std::string::npos);
@@ -155,6 +160,14 @@ TEST_F(WorkspaceOnFakeHip, WhatDoesNotFitIsRefusedByName) {
   misaligned.saved = p + 8;
   EXPECT_NE(errorOf([&] { layer->forward(misaligned, nullptr); }).find("saved must be 16-byte aligned"),
             std::string::npos);
+  // Every buffer is sized for max_tokens: a backward with more is refused before anything is launched, saved state
+  // given or not.
+  const int launches = test::FakeHip::get().launchCount();
+  BackwardArgs more{p, p, 65, p, p, p, p, p, p, p, p};
+  more.saved = p;
+  EXPECT_NE(errorOf([&] { layer->backward(more, nullptr); }).find("backward: tokens=65 must be in [0, max_tokens=64]"),
+            std::string::npos);
+  EXPECT_EQ(test::FakeHip::get().launchCount(), launches);
   d.free(p);
   EXPECT_NE(errorOf([] { Workspace::bytesFor(small(true), 9); }).find("ranks=9"), std::string::npos);
 }
@@ -200,6 +213,12 @@ TEST_F(WorkspaceOnFakeHip, DroppingPastTheCapacityWorksOnACopyAndCountsOnce) {
   dedup.dedupTokens = true;
   EXPECT_NE(MoeLayer::validate(dedup, kRanks).find("drop_overflow is not supported with dedup_tokens"),
             std::string::npos);
+  // With dedup a token's row lands at receive row source * max_tokens + token: the pool must hold them all.
+  dedup.dropOverflow = false;
+  EXPECT_NE(MoeLayer::validate(dedup, kRanks).find("receive_capacity=100 must be 0 or >= ranks * max_tokens = 128"),
+            std::string::npos);
+  dedup.receiveCapacity = 128;
+  EXPECT_EQ(MoeLayer::validate(dedup, kRanks), "");
   auto workspaces = Workspace::createLocal(raw(), dropping);
   auto layer = MoeLayer::create(workspaces[0], dropping);
   Device& d = *runtimes[0]->device();

@@ -239,14 +239,18 @@ def test_four_layers_on_one_workspace(ws):
 
 
 def test_smaller_layer_fits_the_workspace(ws, fake_env):
-    fill_cache(fake_env, 256, 128, 8, 2)
-    m = megamoe.MoeExperts(256, 128, 8, 2, ws)
-    assert (256, 128, 8, 2, True, 32) in ws.layers
+    fill_cache(fake_env, 256, 128, 16, 2)
+    m = megamoe.MoeExperts(256, 128, 16, 2, ws)
+    assert (256, 128, 16, 2, True, 32) in ws.layers
     x = torch.randn(3, 256).bfloat16()
-    idx = torch.tensor([[0, 7], [1, 2], [3, -1]], dtype=torch.int32)
+    idx = torch.tensor([[0, 15], [1, 2], [3, -1]], dtype=torch.int32)
     assert m(x, idx, torch.rand(3, 2)).shape == x.shape
     with pytest.raises(megamoe.MegamoeError, match="experts=32 exceeds the workspace's experts=16"):
         megamoe.MoeExperts(512, 256, 32, 4, ws)
+    # The arrival counters are laid out by the workspace's experts: fewer would read another layer's stale counts.
+    fill_cache(fake_env, 256, 128, 8, 2)
+    with pytest.raises(megamoe.MegamoeError, match="experts=8 must equal the workspace's experts=16"):
+        megamoe.MoeExperts(256, 128, 8, 2, ws)
 
 
 # ---- boundary checks ----
@@ -310,6 +314,66 @@ def test_alignment_rule(ws):
     flat = torch.empty(x.numel() + 1, dtype=torch.bfloat16)
     shifted = flat[1:].view(x.shape)  # 2 bytes past an aligned address
     check_error(ws, r"x must be 16-byte aligned", x=shifted)
+
+
+def test_the_ops_check_their_arguments_against_the_layer(ws):
+    # torch.ops.megamoe.fused_moe (and a compiled or exported graph) reaches the op without fused_moe's checks.
+    from megamoe.ops import _fused_moe_backward, _fused_moe_call
+    x, idx, wts, w1, w2 = inputs(grad=False)
+    layer = ws.layer(training=True, topk_idx_bits=32, **SHAPE)
+    before = fake_launches()
+    with pytest.raises(megamoe.ArgumentError, match="fused_moe: x must be contiguous"):
+        _fused_moe_call(torch.randn(512, 10).bfloat16().t(), idx, wts, w1, w2, layer.id, True)
+    with pytest.raises(megamoe.ArgumentError, match=r"\(256, 256, 16, 2, 32\) differ from layer %d's "
+                                                    r"\(512, 256, 16, 4, 32\)" % layer.id):
+        _fused_moe_call(x[:, :256].contiguous(), idx[:, :2].contiguous(), wts[:, :2].contiguous(),
+                        w1[:, :, :256].contiguous(), w2[:, :256].contiguous(), layer.id, True)
+    with pytest.raises(megamoe.ArgumentError, match="topk_idx bits"):
+        _fused_moe_call(x, idx.long(), wts, w1, w2, layer.id, True)
+    with pytest.raises(megamoe.ArgumentError, match="training=False but layer %d was made with training=True" %
+                       layer.id):
+        _fused_moe_call(x, idx, wts, w1, w2, layer.id, False)
+    y, saved = _fused_moe_call(x, idx, wts, w1, w2, layer.id, True)
+    with pytest.raises(megamoe.ArgumentError, match=r"fused_moe backward: dy must have x's shape \[10, 512\]"):
+        _fused_moe_backward(y[:2], x, idx, wts, w1, w2, saved, layer.id)
+    with pytest.raises(megamoe.ArgumentError, match="fused_moe backward: dy must be bfloat16"):
+        _fused_moe_backward(y.float(), x, idx, wts, w1, w2, saved, layer.id)
+    assert fake_launches() - before == 4  # the one forward that was allowed: prologue, dispatch, combine, epoch
+
+
+def test_a_dropped_workspace_is_freed(fake_env):
+    import gc
+    import weakref
+    fill_cache(fake_env)
+    w = megamoe.Workspace(max_tokens=MAX_TOKENS, backend="hip", _host_tensors=True, **SHAPE)
+    ids = [layer.id for layer in w.layers.values()]
+    gone = weakref.ref(w)
+    del w
+    gc.collect()
+    assert gone() is None, "the layer registry kept the workspace (and its device memory) alive"
+    with pytest.raises(ValueError, match="names no live layer"):
+        megamoe.workspace.layer_of(ids[0])
+
+
+def test_group_starts_are_clamped_and_non_decreasing():
+    from megamoe.ops import group_starts
+    offs = torch.tensor([50, 400, 30, 200, -5, 300], dtype=torch.int32)
+    starts = group_starts(offs, 300)
+    assert starts.dtype == torch.int32
+    assert starts.tolist() == [0, 50, 300, 300, 300, 300, 300]  # past rows: clamped; a backward step: empty
+    assert group_starts(torch.tensor([10, 20], dtype=torch.int32), 64).tolist() == [0, 10, 20]
+
+
+def test_gradient_rules_are_checked_before_the_forward():
+    from megamoe.ops import check_grad_rules
+    check_grad_rules("nt", 256, 192, (False, False))  # K = 192 serves the forward
+    with pytest.raises(megamoe.ArgumentError, match=r"grouped_mm_nt's gradient of a \(grouped_mm_nn\): N=192"):
+        check_grad_rules("nt", 256, 192, (True, False))
+    with pytest.raises(megamoe.ArgumentError, match=r"grouped_mm_nt's gradient of b \(grouped_mm_tn\): N=192"):
+        check_grad_rules("nt", 256, 192, (False, True))
+    check_grad_rules("nn", 256, 256, (True, True))
+    with pytest.raises(megamoe.ArgumentError, match=r"grouped_mm_tn's gradient of b \(grouped_mm_nn\): K=64"):
+        check_grad_rules("tn", 256, 64, (False, True))
 
 
 def test_int64_topk_idx_accepted(ws):
