@@ -333,23 +333,28 @@ Workspace::Workspace(Runtime& runtime, const MoeLayerConfig& config, std::unique
   b.barrier = h.regionAddress("moe.barrier");
   const BufferSizes sizes = BufferSizes::of(config, ranks());
   auto alloc = [&](int64_t bytes) { return bytes ? d.allocate(size_t(BufferSizes::allocated(bytes))) : DevicePtr(0); };
-  b.sendSlot = alloc(sizes.sendSlot);
-  b.sendList = alloc(sizes.sendList);
-  b.sendOff = alloc(sizes.sendOff);
-  b.sendBase = alloc(sizes.sendBase);
-  b.poolOffsets = alloc(sizes.poolOffsets);
-  b.routeEpoch = alloc(sizes.routeEpoch);
-  b.act = alloc(sizes.act);
-  b.dh = alloc(sizes.dh);
-  b.topkIdx32 = alloc(sizes.topkIdx32);
-  // Zero between launches (the kernels reset them): the tile tickets and the prologue's counters.
-  b.tickets = alloc(sizes.tickets);
-  d.memsetZero(b.tickets, size_t(sizes.tickets), nullptr);
-  b.prologueScratch = alloc(sizes.prologueScratch);
-  d.memsetZero(b.prologueScratch, size_t(sizes.prologueScratch), nullptr);
-  b.dropped = alloc(sizes.dropped);
-  d.memsetZero(b.dropped, size_t(sizes.dropped), nullptr);
-  d.synchronize(nullptr);
+  try {
+    b.sendSlot = alloc(sizes.sendSlot);
+    b.sendList = alloc(sizes.sendList);
+    b.sendOff = alloc(sizes.sendOff);
+    b.sendBase = alloc(sizes.sendBase);
+    b.poolOffsets = alloc(sizes.poolOffsets);
+    b.routeEpoch = alloc(sizes.routeEpoch);
+    b.act = alloc(sizes.act);
+    b.dh = alloc(sizes.dh);
+    b.topkIdx32 = alloc(sizes.topkIdx32);
+    // Zero between launches (the kernels reset them): the tile tickets and the prologue's counters.
+    b.tickets = alloc(sizes.tickets);
+    d.memsetZero(b.tickets, size_t(sizes.tickets), nullptr);
+    b.prologueScratch = alloc(sizes.prologueScratch);
+    d.memsetZero(b.prologueScratch, size_t(sizes.prologueScratch), nullptr);
+    b.dropped = alloc(sizes.dropped);
+    d.memsetZero(b.dropped, size_t(sizes.dropped), nullptr);
+    d.synchronize(nullptr);
+  } catch (...) {  // no destructor runs for a half-built object: free what was allocated (the heap frees itself)
+    freeBuffers();
+    throw;
+  }
   const WorkspaceBytes bytes = bytesFor(config, ranks());
   MEGAMOE_LOG(kInfo, "workspace: rank " + std::to_string(rank()) + " of " + std::to_string(ranks()) + ": heap " +
                          std::to_string(bytes.heap) + " bytes + buffers " + std::to_string(bytes.buffers) +
@@ -357,14 +362,18 @@ Workspace::Workspace(Runtime& runtime, const MoeLayerConfig& config, std::unique
                          std::to_string(smBudget));
 }
 
-Workspace::~Workspace() {
+Workspace::~Workspace() { freeBuffers(); }
+
+void Workspace::freeBuffers() noexcept {
   Device& d = *device_;
-  const Buffers& b = buffers_;
-  try {
-    for (DevicePtr p : {b.sendSlot, b.sendList, b.sendOff, b.sendBase, b.poolOffsets, b.routeEpoch, b.act, b.dh,
-                        b.tickets, b.prologueScratch, b.topkIdx32, b.dropped})
-      if (p) d.free(p);
-  } catch (...) {
+  Buffers& b = buffers_;
+  for (DevicePtr* p : {&b.sendSlot, &b.sendList, &b.sendOff, &b.sendBase, &b.poolOffsets, &b.routeEpoch, &b.act,
+                       &b.dh, &b.tickets, &b.prologueScratch, &b.topkIdx32, &b.dropped}) {
+    try {
+      if (*p) d.free(*p);
+    } catch (...) {
+    }
+    *p = 0;
   }
 }
 

@@ -94,6 +94,7 @@ class Workspace {
 
  private:
   Workspace(Runtime& runtime, const MoeLayerConfig& config, std::unique_ptr<SymmetricHeap> heap, int smBudget);
+  void freeBuffers() noexcept;  // the local buffers allocated so far (the destructor's, and a failed constructor's)
   Runtime& runtime_;
   std::shared_ptr<Device> device_;  // frees the buffers, whatever becomes of the runtime object
   std::unique_ptr<MoeLayerConfig> config_;

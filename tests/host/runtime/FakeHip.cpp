@@ -74,6 +74,7 @@ struct State {
   int modulesUnloaded = 0;
   int ipcOpen = 0;
   unsigned shmCounter = 0;
+  int mallocsBeforeFailure = -1;  // fakehip_fail_malloc_after: the hipMalloc calls that still succeed (-1: all)
 };
 
 State& state() {
@@ -195,6 +196,11 @@ hipError_t hipMalloc(void** p, size_t bytes) {
   std::string name;
   {
     std::lock_guard<std::mutex> lock(state().mutex);
+    if (state().mallocsBeforeFailure == 0) {
+      state().mallocsBeforeFailure = -1;
+      return kOutOfMemory;
+    }
+    if (state().mallocsBeforeFailure > 0) --state().mallocsBeforeFailure;
     name = "/fakehip-" + std::to_string(::getpid()) + "-" + std::to_string(state().shmCounter++);
   }
   void* mem = mapShared(name, bytes, true);
@@ -479,6 +485,11 @@ int fakehip_live_allocations(void) {
   int n = 0;
   for (auto& a : state().allocations) n += a.second.imported ? 0 : 1;
   return n;
+}
+// The next n hipMalloc calls succeed, the one after them fails (out of memory), then all succeed again.
+void fakehip_fail_malloc_after(int n) {
+  std::lock_guard<std::mutex> lock(state().mutex);
+  state().mallocsBeforeFailure = n;
 }
 int fakehip_open_ipc_mappings(void) {
   std::lock_guard<std::mutex> lock(state().mutex);

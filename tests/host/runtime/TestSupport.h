@@ -121,6 +121,7 @@ struct FakeHip {
   int (*openIpcMappings)();
   int (*modulesLoaded)();
   int (*peerEnabled)(int, int);
+  void (*failMallocAfter)(int);
 
   static const char* path() { return MEGAMOE_FAKE_HIP_PATH; }
   static FakeHip& get() {
@@ -135,6 +136,7 @@ struct FakeHip {
       f.openIpcMappings = reinterpret_cast<int (*)()>(::dlsym(lib, "fakehip_open_ipc_mappings"));
       f.modulesLoaded = reinterpret_cast<int (*)()>(::dlsym(lib, "fakehip_modules_loaded"));
       f.peerEnabled = reinterpret_cast<int (*)(int, int)>(::dlsym(lib, "fakehip_peer_enabled"));
+      f.failMallocAfter = reinterpret_cast<void (*)(int)>(::dlsym(lib, "fakehip_fail_malloc_after"));
       return f;
     }();
     return api;

@@ -136,6 +136,21 @@ TEST_F(WorkspaceOnFakeHip, ForwardsOutstandingAndBackwardsInReverseOrderUseTheir
   for (DevicePtr p : buffers) d.free(p);
 }
 
+// A workspace whose construction fails part way (out of memory at any of its allocations) leaves nothing allocated.
+TEST_F(WorkspaceOnFakeHip, AFailedCreationFreesWhatItAllocated) {
+  auto& fake = test::FakeHip::get();
+  const int before = fake.liveAllocations(), mallocs = fake.callCount("hipMalloc");
+  Workspace::createLocal(raw(), small(true));  // destroyed at once
+  const int perCreation = fake.callCount("hipMalloc") - mallocs;
+  ASSERT_GT(perCreation, 4);
+  for (int failAt : {1, perCreation / 2, perCreation - 1}) {
+    fake.failMallocAfter(failAt);
+    EXPECT_THROW(Workspace::createLocal(raw(), small(true)), Error) << "failing allocation " << failAt;
+    EXPECT_EQ(fake.liveAllocations(), before) << "failing allocation " << failAt;
+  }
+  fake.failMallocAfter(-1);
+}
+
 TEST_F(WorkspaceOnFakeHip, WhatDoesNotFitIsRefusedByName) {
   auto training = Workspace::createLocal(raw(), small(true));
   MoeLayerConfig wide = small(true);
