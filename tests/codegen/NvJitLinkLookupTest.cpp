@@ -1,7 +1,7 @@
 // The compiler opens nvJitLink only for sm_90a code (compiler/lib/Target/Codegen.cpp). megamoe-cache runs as a child
 // process here, because the library is looked up once per process: with the lookup forced to fail
 // (MEGAMOE_NVJITLINK_LIBRARY), gfx950 generation still works and sm_90a generation fails naming the library.
-// The same child-process harness checks the tool's --emit-asm directory handling.
+// The same child-process harness checks the tool's --emit-asm directory handling and its JSON reports.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -74,6 +74,18 @@ TEST_F(NvJitLinkLookup, TheVariableCanPointAtTheToolkitsLibrary) {
   const ChildResult r = run(generate(library, "sm_90a"));
   EXPECT_EQ(r.status, 0) << r.output;
   EXPECT_NE(r.output.find("1 entries, 0 failed"), std::string::npos) << r.output;
+}
+
+// A JSON report that cannot be written whole (here: a full disk) fails the command instead of a success with a
+// missing or truncated file.
+TEST_F(NvJitLinkLookup, AJsonReportThatCannotBeWrittenIsAFailure) {
+  for (const std::string& command :
+       {emitAsm(dir + "/asm") + " --json /dev/full", "'" MEGAMOE_CACHE_TOOL "' list --cache-dir '" + dir +
+                                                         "/cache' --json /dev/full"}) {
+    const ChildResult r = run(command);
+    EXPECT_EQ(r.status, 1) << command << "\n" << r.output;
+    EXPECT_NE(r.output.find("cannot write /dev/full: No space left on device"), std::string::npos) << r.output;
+  }
 }
 
 // Not linked: the tool starts on a machine without the CUDA toolkit.

@@ -1,5 +1,6 @@
 // megamoe-cache: offline kernel-cache generation for model shapes, and cache maintenance (list, verify, prune).
 #include <unistd.h>
+#include <cerrno>
 
 #include <chrono>
 #include <cstdio>
@@ -128,6 +129,15 @@ void progress(bool quiet, size_t done, size_t total, const std::string& what) {
                std::string(width - filled, '.').c_str(), done, total, what.c_str());
   if (done == total) std::fprintf(stderr, "\n");
   std::fflush(stderr);
+}
+
+// Writes `text` to `path` and closes it: a failure to open, write or flush (a full disk, /dev/full) is an error,
+// not a success with a missing or truncated file.
+void writeFile(const std::string& path, const std::string& text) {
+  std::ofstream out(path);
+  out << text;
+  out.close();
+  if (!out) throw std::runtime_error("cannot write " + path + ": " + std::strerror(errno));
 }
 
 int generate(const Args& a) {
@@ -274,11 +284,9 @@ int generate(const Args& a) {
               totalMs / 1000, maxCold);
   std::printf("gfx950 objects are checked statically only (no AMD GPU runs them here).\n");
 
-  if (a.has("--json")) {
-    std::ofstream j(a.get("--json"));
-    j << cache::generateJson({shapeName, cache.root(), compilerFingerprint(), totalMs, failures}, rows);
-    if (!j) throw std::runtime_error("cannot write " + a.get("--json"));
-  }
+  if (a.has("--json"))
+    writeFile(a.get("--json"),
+              cache::generateJson({shapeName, cache.root(), compilerFingerprint(), totalMs, failures}, rows));
   return failures ? 1 : 0;
 }
 
@@ -295,11 +303,7 @@ int list(const Args& a, bool verify) {
     badIndex += !e.indexProblem.empty();
   }
   if (verify) std::printf("%d invalid, %d with a bad index\n", bad, badIndex);
-  if (a.has("--json")) {
-    std::ofstream j(a.get("--json"));
-    j << cache::entriesJson(entries);
-    if (!j) throw std::runtime_error("cannot write " + a.get("--json"));
-  }
+  if (a.has("--json")) writeFile(a.get("--json"), cache::entriesJson(entries));
   return verify && (bad || badIndex) ? 1 : 0;
 }
 
