@@ -445,7 +445,7 @@ _grouped_nt, _grouped_nn, _grouped_tn = (_make_grouped(l) for l in ("nt", "nn", 
 def grouped_mm_nt(a, b, offs):
     """c [rows, N] = a [rows, K] b[e]^T for the rows of group e, b [groups, N, K] (an expert's weights as stored);
     offs int32 [groups]: each group's end row (torch._grouped_mm's offs; clamped to [0, rows] and made
-    non-decreasing on the device). Rows past offs[-1] are not written (nor, in a's gradient, rows past offs[-1]).
+    non-decreasing on the device). Rows past offs[-1] are not written, in c and in a's gradient alike.
     N a multiple of 128; K a multiple of 64, at least 128."""
     _check_grads_wanted("nt", a, b, offs)
     return _grouped_nt(a, b, offs)
