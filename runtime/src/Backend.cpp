@@ -11,6 +11,13 @@ namespace megamoe {
 
 const char* backendKindName(BackendKind kind) { return kind == BackendKind::kCuda ? "cuda" : "hip"; }
 
+void Device::requireNotCapturing(StreamHandle stream, const char* call) {
+  if (isCapturing(stream))
+    throw Error(ErrorCode::kInvalidArgument, std::string(call) +
+                                                 ": the stream is being captured into a graph; this call waits for the "
+                                                 "device, so make it after the capture ends");
+}
+
 std::shared_ptr<Backend> openBackend(BackendKind kind, const std::string& libraryPath) {
   std::string path = libraryPath;
   if (path.empty()) {

@@ -243,6 +243,12 @@ class CudaDevice final : public Device {
     check(d_->cuLaunchKernelEx(&config, f, params, nullptr), "cuLaunchKernelEx(cluster)");
   }
 
+  bool isCapturing(StreamHandle stream) override {
+    makeCurrent();
+    CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+    check(d_->cuStreamIsCapturing(asStream(stream), &status), "cuStreamIsCapturing");
+    return status != CU_STREAM_CAPTURE_STATUS_NONE;
+  }
   void beginCapture(StreamHandle stream) override {
     makeCurrent();
     check(d_->cuStreamBeginCapture(asStream(stream), CU_STREAM_CAPTURE_MODE_THREAD_LOCAL), "cuStreamBeginCapture");

@@ -45,6 +45,7 @@ enum CUdevice_attribute : int {
 };
 enum CUfunction_attribute : int { CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8 };
 enum CUstreamCaptureMode : int { CU_STREAM_CAPTURE_MODE_THREAD_LOCAL = 1 };
+enum CUstreamCaptureStatus : int { CU_STREAM_CAPTURE_STATUS_NONE = 0 };
 enum CUdriverProcAddressQueryResult : int { CU_GET_PROC_ADDRESS_SUCCESS = 0 };
 enum CUlaunchAttributeID : int { CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION = 4 };
 enum CUtensorMapDataType : int { CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 = 9 };
@@ -133,6 +134,7 @@ using GetProcAddress = CUresult (*)(const char* symbol, void** pfn, int cudaVers
   X(cuIpcOpenMemHandle, CUresult(CUdeviceptr*, CUipcMemHandle, unsigned))                                         \
   X(cuIpcCloseMemHandle, CUresult(CUdeviceptr))                                                                   \
   X(cuStreamBeginCapture, CUresult(CUstream, CUstreamCaptureMode))                                                \
+  X(cuStreamIsCapturing, CUresult(CUstream, CUstreamCaptureStatus*))                                              \
   X(cuStreamEndCapture, CUresult(CUstream, CUgraph*))                                                             \
   X(cuGraphInstantiateWithFlags, CUresult(CUgraphExec*, CUgraph, unsigned long long))                             \
   X(cuGraphLaunch, CUresult(CUgraphExec, CUstream))                                                               \

@@ -73,6 +73,7 @@ using Fn = Signature*;
   X(hipIpcOpenMemHandle, hipError_t(void**, hipIpcMemHandle_t, unsigned))                        \
   X(hipIpcCloseMemHandle, hipError_t(void*))                                                     \
   X(hipStreamBeginCapture, hipError_t(hipStream_t, int))                                          \
+  X(hipStreamIsCapturing, hipError_t(hipStream_t, int*))                                          \
   X(hipStreamEndCapture, hipError_t(hipStream_t, hipGraph_t*))                                    \
   X(hipGraphInstantiateWithFlags, hipError_t(hipGraphExec_t*, hipGraph_t, unsigned long long))    \
   X(hipGraphLaunch, hipError_t(hipGraphExec_t, hipStream_t))                                      \
@@ -243,6 +244,12 @@ class HipDevice final : public Device {
           "hipModuleLaunchKernel");
   }
 
+  bool isCapturing(StreamHandle stream) override {
+    makeCurrent();
+    int status = 0;  // hipStreamCaptureStatus: 0 = none
+    check(h_->hipStreamIsCapturing(stream, &status), "hipStreamIsCapturing");
+    return status != 0;
+  }
   void beginCapture(StreamHandle stream) override {
     makeCurrent();
     check(h_->hipStreamBeginCapture(stream, kHipStreamCaptureModeThreadLocal), "hipStreamBeginCapture");

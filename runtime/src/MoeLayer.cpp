@@ -275,9 +275,9 @@ WorkspaceBytes Workspace::bytesFor(const MoeLayerConfig& config, int ranks) {
 int64_t Workspace::poolRows() const { return megamoe::poolRows(*config_, ranks()); }
 
 uint64_t Workspace::droppedPicks(StreamHandle stream) const {
-  device_->synchronize(stream);
+  device_->requireNotCapturing(stream, "droppedPicks");
   uint64_t n = 0;
-  device_->copyDeviceToHost(&n, buffers_.dropped, sizeof n);
+  device_->readBack(&n, buffers_.dropped, sizeof n, stream);
   return n;
 }
 

@@ -443,6 +443,7 @@ void SymmetricHeap::markUnusable(const std::string& reason) {
 
 void SymmetricHeap::checkErrors(StreamHandle stream) {
   requireUsable();
+  device_->requireNotCapturing(stream, "checkErrors");
   try {
     device_->synchronize(stream);
   } catch (const Error& e) {
@@ -453,7 +454,7 @@ void SymmetricHeap::checkErrors(StreamHandle stream) {
     throw Error(e.code(), message);
   }
   abi::DeviceError record{};
-  device_->copyDeviceToHost(&record, errorAddress(), sizeof record);
+  device_->readBack(&record, errorAddress(), sizeof record, stream);
   if (record.code == static_cast<uint64_t>(abi::ErrorCode::kNone)) return;
   const std::string message = describeDeviceError(record) + "; the symmetric heap is now marked unusable";
   markUnusable(message);

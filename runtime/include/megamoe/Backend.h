@@ -66,6 +66,17 @@ class Device {
   virtual void destroyStream(StreamHandle stream) = 0;
   virtual void synchronize(StreamHandle stream) = 0;
   virtual void synchronizeDevice() = 0;
+  // Whether `stream` is being captured into a graph (then synchronising it would break the capture).
+  virtual bool isCapturing(StreamHandle stream) = 0;
+  // Throws Error(kInvalidArgument) naming `call` when `stream` is being captured: a call that waits for the device
+  // belongs after the capture, and refusing it leaves the capture and the heap as they were.
+  void requireNotCapturing(StreamHandle stream, const char* call);
+  // A read-back ordered after `stream`'s work and waited for: the copy runs on `stream`, never on the legacy
+  // default stream, whose other users (another rank's thread on the same GPU) may be waiting for this caller.
+  void readBack(void* dst, DevicePtr src, size_t bytes, StreamHandle stream) {
+    copyDeviceToHostAsync(dst, src, bytes, stream);
+    synchronize(stream);
+  }
 
   virtual EventHandle createEvent() = 0;
   virtual void destroyEvent(EventHandle event) = 0;

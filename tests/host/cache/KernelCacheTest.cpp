@@ -4,6 +4,7 @@
 #include <grp.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/time.h>
 #include <sys/wait.h>
@@ -24,6 +25,7 @@
 #include <thread>
 #include <vector>
 
+#include "compiler/cache/Json.h"
 #include "compiler/cache/KernelCache.h"
 
 namespace megamoe::cache {
@@ -868,6 +870,7 @@ TEST_F(KernelCacheTest, VerifyReportsCorruptEntriesWithoutRemovingThem) {
   for (const EntryInfo& info : listed) EXPECT_EQ(info.valid, info.digest != truncated.digest()) << info.description;
 }
 
+// A stray name in entries/ is reported by verify and prune but not deleted: it is not the cache's to delete.
 TEST_F(KernelCacheTest, VerifyReportsStrayNamesAndGarbageManifests) {
   KernelCache cache(root_);
   fs::create_directories(root_ + "/entries/not-a-digest");
@@ -879,8 +882,11 @@ TEST_F(KernelCacheTest, VerifyReportsStrayNamesAndGarbageManifests) {
     EXPECT_FALSE(info.valid) << info.digest;
     EXPECT_FALSE(info.problem.empty()) << info.digest;
   }
-  EXPECT_EQ(cache.prune(""), 2);
-  EXPECT_TRUE(namesIn(root_ + "/entries").empty());
+  std::vector<std::string> leftAlone;
+  EXPECT_EQ(cache.prune("", &leftAlone), 1);
+  EXPECT_EQ(namesIn(root_ + "/entries"), std::vector<std::string>{"not-a-digest"});
+  ASSERT_EQ(leftAlone.size(), 1u);
+  EXPECT_NE(leftAlone[0].find(root_ + "/entries/not-a-digest"), std::string::npos) << leftAlone[0];
 }
 
 TEST_F(KernelCacheTest, PruneRemovesInvalidEntriesOtherFingerprintsStaleTempsAndDanglingIndexes) {
@@ -933,6 +939,329 @@ TEST_F(KernelCacheTest, PruneWithoutFingerprintKeepsEveryValidEntry) {
   EXPECT_TRUE(cache.lookup(two).has_value());
   EXPECT_EQ(cache.list().size(), 2u);
   EXPECT_EQ(cache.prune(""), 0);
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Trust: a folder or file that another user can write lets them plant code that the runtime loads onto the GPU.
+
+class KernelCacheTrustTest : public KernelCacheTest {
+ protected:
+  // Expects `op` to throw a CacheError naming `path`, with `why` and how to fix it.
+  static void expectRefused(const std::function<void()>& op, const std::string& path, const std::string& why,
+                            const std::string& what) {
+    SCOPED_TRACE(what);
+    try {
+      op();
+      ADD_FAILURE() << "no CacheError for " << path;
+    } catch (const CacheError& e) {
+      std::string message = e.what();
+      for (const std::string& part : {"'" + path + "'", why, std::string("MEGAMOE_CACHE_DIR")})
+        EXPECT_NE(message.find(part), std::string::npos) << "lacks " << part << ": " << message;
+    }
+  }
+  // Every operation that reads or writes the cache refuses it, naming `path`.
+  void expectEveryOperationRefused(const std::string& root, const std::string& path, const std::string& why) {
+    KernelCache cache(root);
+    expectRefused([&] { cache.lookup(key()); }, path, why, "lookup");
+    expectRefused([&] { cache.lookupAnyFingerprint(key("swiglu_fwd", "other")); }, path, why, "lookupAny");
+    expectRefused([&] { cache.store(key(), {9}, "planted?"); }, path, why, "store");
+    expectRefused([&] { cache.list(); }, path, why, "list");
+    expectRefused([&] { cache.verify(); }, path, why, "verify");
+    expectRefused([&] { cache.prune(""); }, path, why, "prune");
+  }
+  void expectUsable(const std::string& root) {
+    KernelCache cache(root);
+    std::optional<CacheEntry> hit = cache.lookup(key());
+    ASSERT_TRUE(hit.has_value());
+    EXPECT_EQ(hit->metadata, "mine");
+    EXPECT_TRUE(cache.lookupAnyFingerprint(key("swiglu_fwd", "other")).has_value());
+  }
+};
+
+// The root itself, mode 0777: refused by every operation; 0755 works.
+TEST_F(KernelCacheTrustTest, WritableRootIsRefused) {
+  KernelCache(root_).store(key(), {1, 2, 3}, "mine");
+  ASSERT_EQ(::chmod(root_.c_str(), 0777), 0);
+  expectEveryOperationRefused(root_, root_, "mode 0777");
+  expectEveryOperationRefused(root_, root_, "chmod go-w");
+  ASSERT_EQ(::chmod(root_.c_str(), 0775), 0);  // group-writable is refused too
+  expectEveryOperationRefused(root_, root_, "mode 0775");
+  ASSERT_EQ(::chmod(root_.c_str(), 0755), 0);
+  expectUsable(root_);
+}
+
+// Each subfolder (entries/, index/, tmp/, an entry's folder), mode 0777: refused by name.
+TEST_F(KernelCacheTrustTest, WritableSubfolderIsRefusedByName) {
+  KernelCache(root_).store(key(), {1, 2, 3}, "mine");
+  for (const std::string& sub : {std::string("entries"), std::string("index"), std::string("tmp"),
+                                 "entries/" + key().digest()}) {
+    const std::string path = root_ + "/" + sub;
+    ASSERT_EQ(::chmod(path.c_str(), 0777), 0) << path;
+    expectEveryOperationRefused(root_, path, "mode 0777");
+    ASSERT_EQ(::chmod(path.c_str(), 0755), 0) << path;
+    expectUsable(root_);
+  }
+}
+
+// A file in an entry that others can write is refused too (they could rewrite code.bin and the manifest).
+TEST_F(KernelCacheTrustTest, WritableFileInAnEntryIsRefused) {
+  KernelCache(root_).store(key(), {1, 2, 3}, "mine");
+  const std::string binary = entryDir(key()) + "/code.bin";
+  ASSERT_EQ(::chmod(binary.c_str(), 0666), 0);
+  KernelCache cache(root_);
+  expectRefused([&] { cache.lookup(key()); }, binary, "mode 0666", "lookup");
+  expectRefused([&] { cache.list(); }, binary, "mode 0666", "list");
+  EXPECT_TRUE(fs::exists(binary)) << "a refused entry must not be removed";
+  ASSERT_EQ(::chmod(binary.c_str(), 0644), 0);
+  expectUsable(root_);
+}
+
+// Owned by another user (mode 0755 or 0700): refused, naming the owner. Needs root to chown.
+TEST_F(KernelCacheTrustTest, FolderOwnedByAnotherUserIsRefused) {
+  if (::geteuid() != 0) GTEST_SKIP() << "chown to another user needs root";
+  KernelCache(root_).store(key(), {1, 2, 3}, "mine");
+  for (const std::string& path : {root_, root_ + "/entries"}) {
+    for (mode_t mode : {mode_t(0755), mode_t(0700)}) {
+      ASSERT_EQ(::chown(path.c_str(), 65534, 65534), 0) << path;
+      ASSERT_EQ(::chmod(path.c_str(), mode), 0) << path;
+      expectEveryOperationRefused(root_, path, "owned by uid 65534");
+      ASSERT_EQ(::chown(path.c_str(), 0, 0), 0) << path;
+      ASSERT_EQ(::chmod(path.c_str(), 0755), 0) << path;
+    }
+  }
+  expectUsable(root_);
+}
+
+// A subfolder that is a symbolic link is refused (the cache never makes one); the root may be a link, and what it
+// resolves to is what is checked.
+TEST_F(KernelCacheTrustTest, SymlinkedSubfolderIsRefusedAndALinkedRootIsChecked) {
+  KernelCache(root_).store(key(), {1, 2, 3}, "mine");
+  const std::string elsewhere = scratch_ + "/elsewhere";
+  ASSERT_EQ(::rename((root_ + "/entries").c_str(), elsewhere.c_str()), 0);
+  ASSERT_EQ(::symlink(elsewhere.c_str(), (root_ + "/entries").c_str()), 0);
+  expectEveryOperationRefused(root_, root_ + "/entries", "symbolic link");
+  ASSERT_EQ(::unlink((root_ + "/entries").c_str()), 0);
+  ASSERT_EQ(::rename(elsewhere.c_str(), (root_ + "/entries").c_str()), 0);
+
+  const std::string link = scratch_ + "/link";
+  ASSERT_EQ(::symlink(root_.c_str(), link.c_str()), 0);
+  expectUsable(link);
+  ASSERT_EQ(::chmod(root_.c_str(), 0777), 0);
+  expectEveryOperationRefused(link, link, "mode 0777");
+}
+
+// What store() creates is writable by its owner only, whatever the umask.
+TEST_F(KernelCacheTrustTest, CreatedFoldersAndFilesAreNotWritableByOthers) {
+  const mode_t previous = ::umask(0);
+  KernelCache(root_).store(key(), {1, 2, 3}, "mine");
+  ::umask(previous);
+  for (const std::string& path : {root_, root_ + "/entries", root_ + "/index", root_ + "/tmp", entryDir(key()),
+                                   entryDir(key()) + "/code.bin", entryDir(key()) + "/manifest.json",
+                                   root_ + "/index/" + key().lookupDigest()}) {
+    struct stat st;
+    ASSERT_EQ(::lstat(path.c_str(), &st), 0) << path;
+    EXPECT_EQ(st.st_mode & 022, 0u) << path << " mode " << std::oct << (st.st_mode & 07777);
+  }
+  expectUsable(root_);
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Read errors that say nothing about an entry (EMFILE, EACCES, EIO, ...) must not get a valid entry deleted.
+
+// In a child short of file descriptors (none left, or one: the entry's folder opens, its files do not), lookups
+// are a miss or an error; the entry stays, valid, and nothing is reported as invalid.
+TEST_F(KernelCacheTest, TransientReadErrorKeepsTheEntry) {
+  KernelCache(root_).store(key(), {1, 2, 3}, "mine");
+  for (int spare : {0, 1}) {
+    for (bool exact : {true, false}) {
+      SCOPED_TRACE(std::string(exact ? "lookup" : "lookupAnyFingerprint") + " with " + std::to_string(spare) +
+                   " spare descriptors");
+      std::string failure = inBoundedChild(20, [&]() -> std::string {
+        KernelCache cache(root_);
+        std::string problems;
+        cache.setProblemReporter([&](const std::string& dir, const std::string& problem) {
+          problems += "reported invalid: " + dir + ": " + problem + "\n";
+        });
+        int lowest = ::dup(0);  // the lowest free descriptor
+        if (lowest < 0) return "dup failed";
+        ::close(lowest);
+        struct rlimit limit;
+        if (::getrlimit(RLIMIT_NOFILE, &limit) != 0) return "getrlimit failed";
+        limit.rlim_cur = rlim_t(lowest + spare);
+        if (::setrlimit(RLIMIT_NOFILE, &limit) != 0) return "setrlimit failed";
+        try {
+          if (exact ? cache.lookup(key()) : cache.lookupAnyFingerprint(key("swiglu_fwd", "other")))
+            problems += "a hit without file descriptors\n";
+        } catch (const CacheError& e) {
+          if (std::string(e.what()).find(std::strerror(EMFILE)) == std::string::npos)
+            problems += std::string("error does not say why: ") + e.what() + "\n";
+        }
+        return problems;
+      });
+      EXPECT_EQ(failure, "");
+      KernelCache cache(root_);
+      std::optional<CacheEntry> hit = cache.lookup(key());
+      ASSERT_TRUE(hit.has_value()) << "the entry was removed";
+      EXPECT_EQ(hit->metadata, "mine");
+      EXPECT_TRUE(namesIn(root_ + "/tmp").empty());
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// prune removes only what the cache made
+
+// Foreign names in tmp/ (however old), entries/ and index/ survive prune; the cache's own stale temp dirs, trash
+// and index temp files go, its fresh ones stay.
+TEST_F(KernelCacheTest, PruneSweepsOnlyTheCachesOwnStaleTempNames) {
+  KernelCache cache(root_);
+  cache.store(key(), {1, 2, 3}, "mine");
+  const std::string tmp = root_ + "/tmp/";
+  const std::string suffix = ".4242.7.0123456789abcdef";
+  const std::vector<std::string> ownStale = {tmp + std::string(64, 'e') + suffix,
+                                             tmp + "trash." + std::string(64, 'a') + suffix,
+                                             tmp + "index." + std::string(64, 'c') + suffix};
+  const std::string ownFresh = tmp + std::string(64, 'f') + suffix;
+  const std::vector<std::string> foreign = {tmp + "notes.txt", tmp + "build", tmp + std::string(64, 'e'),
+                                            tmp + std::string(64, 'e') + ".x.y.z", root_ + "/entries/README",
+                                            root_ + "/index/notes"};
+  fs::create_directories(ownStale[0] + "/inner");
+  fs::create_directories(ownStale[1]);
+  writeBytes(ownStale[2], std::string(64, 'd') + "\n");
+  fs::create_directories(ownFresh);
+  for (const std::string& path : foreign) {
+    if (path == tmp + "build") fs::create_directories(path + "/obj");
+    else writeBytes(path, "not the cache's");
+  }
+  struct timeval twoHoursAgo[2] = {{::time(nullptr) - 7200, 0}, {::time(nullptr) - 7200, 0}};
+  for (const std::vector<std::string>& paths : {ownStale, foreign})
+    for (const std::string& path : paths) ASSERT_EQ(::utimes(path.c_str(), twoHoursAgo), 0) << path;
+
+  EXPECT_EQ(cache.prune(""), 0);
+  for (const std::string& path : ownStale) EXPECT_FALSE(fs::exists(path)) << path;
+  EXPECT_TRUE(fs::exists(ownFresh));
+  for (const std::string& path : foreign) EXPECT_TRUE(fs::exists(path)) << path;
+  EXPECT_TRUE(fs::exists(tmp + "build/obj"));
+  EXPECT_TRUE(cache.lookup(key()).has_value());
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// store(..., kReplace): what `megamoe-cache generate --force` uses to replace a stale code object.
+
+TEST_F(KernelCacheTest, StoreWithReplacePublishesTheNewEntry) {
+  TRACE_SEED();
+  KernelCache cache(root_);
+  std::vector<uint8_t> a = randomBytes(), b = randomBytes(), c = randomBytes();
+  cache.store(key(), a, "a");
+  CacheEntry replaced = cache.store(key(), b, "b", KernelCache::StoreMode::kReplace);
+  EXPECT_EQ(replaced.binary, b);
+  EXPECT_EQ(replaced.metadata, "b");
+  std::optional<CacheEntry> hit = KernelCache(root_).lookup(key());
+  ASSERT_TRUE(hit.has_value());
+  EXPECT_EQ(hit->binary, b);
+  EXPECT_EQ(hit->metadata, "b");
+  EXPECT_EQ(cache.lookupAnyFingerprint(key("swiglu_fwd", "other"))->metadata, "b");
+  EXPECT_TRUE(namesIn(root_ + "/tmp").empty()) << "the replaced entry must not linger";
+
+  // Without replace, the entry there (now b) stays.
+  EXPECT_EQ(cache.store(key(), c, "c").metadata, "b");
+  EXPECT_EQ(cache.lookup(key())->binary, b);
+
+  // Replacing where nothing is stored just stores; so does replacing an entry that is a file.
+  EXPECT_EQ(cache.store(key("fresh"), a, "a", KernelCache::StoreMode::kReplace).binary, a);
+  fs::remove_all(entryDir(key("other")));
+  writeBytes(entryDir(key("other")), "a file");
+  EXPECT_EQ(cache.store(key("other"), c, "c", KernelCache::StoreMode::kReplace).binary, c);
+  EXPECT_EQ(cache.lookup(key("other"))->binary, c);
+  for (const EntryInfo& info : cache.verify()) EXPECT_TRUE(info.valid) << info.description << ": " << info.problem;
+  EXPECT_TRUE(namesIn(root_ + "/tmp").empty());
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// An entries/ that cannot be listed is an error, not an empty cache.
+
+TEST_F(KernelCacheTest, UnlistableEntriesFolderIsAnError) {
+  KernelCache cache(root_);
+  EXPECT_TRUE(cache.list().empty()) << "an absent root is an empty cache";
+  fs::create_directories(root_ + "/index");
+  EXPECT_TRUE(cache.verify().empty()) << "an absent entries/ is an empty cache";
+  writeBytes(root_ + "/entries", "not a folder");
+  const std::string entries = root_ + "/entries";
+  for (const auto& [what, op] : std::vector<std::pair<std::string, std::function<void()>>>{
+           {"list", [&] { cache.list(); }},
+           {"verify", [&] { cache.verify(); }},
+           {"prune", [&] { cache.prune(""); }},
+           {"lookupAnyFingerprint", [&] { cache.lookupAnyFingerprint(key()); }}}) {
+    SCOPED_TRACE(what);
+    try {
+      op();
+      ADD_FAILURE() << "no CacheError";
+    } catch (const CacheError& e) {
+      EXPECT_NE(std::string(e.what()).find("'" + entries + "'"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(std::strerror(ENOTDIR)), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_TRUE(fs::is_regular_file(entries));
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Sizes read from a manifest are bounded.
+
+// entry_sha256 as the cache computes it (docs/decisions/cache-layout.md): anyone can recompute it, so it proves
+// nothing about who wrote the manifest.
+std::string entrySha256Of(const json::Value& m, const std::string& binarySize) {
+  auto field = [](std::string& out, const std::string& text) { out += std::to_string(text.size()) + ":" + text; };
+  auto text = [&](const char* name) { return m.find(name)->text; };
+  std::string key;
+  field(key, "megamoe.kernel-key.v1");
+  field(key, text("kernel"));
+  field(key, std::to_string(m.find("spec")->array.size()));
+  for (const json::Value& pair : m.find("spec")->array) {
+    field(key, pair.array[0].text);
+    field(key, std::to_string(pair.array[1].integer));
+  }
+  for (const char* name : {"target", "options", "fingerprint"}) field(key, text(name));
+  std::string out;
+  field(out, "megamoe.cache-entry.v2");
+  field(out, key);
+  field(out, text("digest"));
+  field(out, text("lookup_digest"));
+  field(out, binarySize);
+  field(out, text("binary_sha256"));
+  field(out, std::to_string(m.find("created")->integer));
+  field(out, text("metadata"));
+  return sha256Hex(out);
+}
+
+// A self-consistent manifest claiming a 1 TiB code.bin (a sparse file) is invalid, not a std::bad_alloc.
+TEST_F(KernelCacheTest, HugeBinarySizeInAManifestIsInvalid) {
+  KernelCache cache(root_);
+  cache.store(key(), {1, 2, 3}, "mine");
+  const std::string manifestPath = entryDir(key()) + "/manifest.json";
+  std::string manifest = readText(manifestPath);
+  json::Value parsed;
+  json::ParseError error;
+  ASSERT_TRUE(json::parse(manifest, parsed, error)) << error.reason;
+  const std::string stored = parsed.find("entry_sha256")->text;
+  ASSERT_EQ(entrySha256Of(parsed, "3"), stored) << "the test's checksum must match the cache's";
+
+  const std::string huge = std::to_string(uint64_t(1) << 40);
+  for (const auto& [from, to] : {std::pair<std::string, std::string>{"\"binary_size\": 3,", "\"binary_size\": " + huge + ","},
+                                 {stored, entrySha256Of(parsed, huge)}}) {
+    size_t at = manifest.find(from);
+    ASSERT_NE(at, std::string::npos) << from << " in " << manifest;
+    manifest.replace(at, from.size(), to);
+  }
+  writeBytes(manifestPath, manifest);
+  ASSERT_EQ(::truncate((entryDir(key()) + "/code.bin").c_str(), off_t(uint64_t(1) << 40)), 0);
+
+  for (const std::vector<EntryInfo>& infos : {cache.list(), cache.verify()}) {
+    ASSERT_EQ(infos.size(), 1u);
+    EXPECT_FALSE(infos[0].valid);
+    EXPECT_NE(infos[0].problem.find("binary_size"), std::string::npos) << infos[0].problem;
+  }
+  EXPECT_FALSE(cache.lookup(key()).has_value());
+  EXPECT_FALSE(fs::exists(entryDir(key()))) << "an invalid entry is removed";
 }
 
 }  // namespace

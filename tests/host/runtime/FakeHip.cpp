@@ -266,8 +266,15 @@ hipError_t hipStreamDestroy(void* s) {
   delete static_cast<int*>(s);
   return kSuccess;
 }
-hipError_t hipStreamSynchronize(void*) {
+hipError_t hipStreamSynchronize(void* s) {
   record("hipStreamSynchronize");
+  std::lock_guard<std::mutex> lock(state().mutex);
+  return state().capturing.count(s) ? kInvalidValue : kSuccess;  // the real one fails (and breaks the capture)
+}
+hipError_t hipStreamIsCapturing(void* s, int* status) {
+  record("hipStreamIsCapturing");
+  std::lock_guard<std::mutex> lock(state().mutex);
+  *status = state().capturing.count(s) ? 1 : 0;
   return kSuccess;
 }
 hipError_t hipEventCreate(void** e) {

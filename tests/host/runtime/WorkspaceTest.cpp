@@ -151,6 +151,37 @@ TEST_F(WorkspaceOnFakeHip, AFailedCreationFreesWhatItAllocated) {
   fake.failMallocAfter(-1);
 }
 
+// checkErrors and droppedPicks read back on the caller's stream, never through the legacy default stream (which
+// would wait for another rank's work on the same GPU while that rank waits for this one).
+TEST_F(WorkspaceOnFakeHip, ReadBacksRunOnTheCallersStream) {
+  auto workspaces = Workspace::createLocal(raw(), small(true));
+  Device& d = *runtimes[0]->device();
+  StreamHandle stream = d.createStream();
+  auto& fake = test::FakeHip::get();
+  const int sync = fake.callCount("hipMemcpyDtoH"), async = fake.callCount("hipMemcpyDtoHAsync");
+  workspaces[0]->heap().checkErrors(stream);
+  EXPECT_EQ(workspaces[0]->droppedPicks(stream), 0u);
+  EXPECT_EQ(fake.callCount("hipMemcpyDtoH"), sync);
+  EXPECT_EQ(fake.callCount("hipMemcpyDtoHAsync"), async + 2);
+  d.destroyStream(stream);
+}
+
+// Waiting for the device inside a graph capture is refused by name; the capture and the heap stay usable.
+TEST_F(WorkspaceOnFakeHip, ReadBacksDuringACaptureAreRefusedAndBreakNothing) {
+  auto workspaces = Workspace::createLocal(raw(), small(true));
+  Device& d = *runtimes[0]->device();
+  StreamHandle stream = d.createStream();
+  d.beginCapture(stream);
+  EXPECT_NE(errorOf([&] { workspaces[0]->heap().checkErrors(stream); }).find("checkErrors: the stream is being captured"),
+            std::string::npos);
+  EXPECT_NE(errorOf([&] { workspaces[0]->droppedPicks(stream); }).find("droppedPicks: the stream is being captured"),
+            std::string::npos);
+  d.destroyGraph(d.endCapture(stream));
+  EXPECT_TRUE(workspaces[0]->heap().usable());
+  workspaces[0]->heap().checkErrors(stream);  // after the capture: fine
+  d.destroyStream(stream);
+}
+
 TEST_F(WorkspaceOnFakeHip, WhatDoesNotFitIsRefusedByName) {
   auto training = Workspace::createLocal(raw(), small(true));
   MoeLayerConfig wide = small(true);
