@@ -36,7 +36,9 @@ JitResult getKernel(const KernelSpec& spec, const TargetOptions& target, const c
   std::string error;
   r.compiled = compileKernel(*module, target, &error);
   if (!r.compiled) throw std::runtime_error(spec.describe() + "@" + target.name() + ": " + error);
-  r.entry = cache.store(key, r.compiled->binary, r.compiled->metadataJson());
+  // --force: the fresh build replaces an entry that is there (a stale cubin), instead of yielding to it.
+  r.entry = cache.store(key, r.compiled->binary, r.compiled->metadataJson(),
+                        force ? cache::KernelCache::StoreMode::kReplace : cache::KernelCache::StoreMode::kKeepValid);
   r.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   return r;
 }

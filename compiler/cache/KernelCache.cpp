@@ -34,6 +34,9 @@ namespace {
 constexpr int kManifestFormat = 2;
 constexpr size_t kMaxManifestBytes = size_t(64) << 20;   // far above any real manifest; bounds reads of garbage
 constexpr size_t kMaxIndexBytes = 4096;
+// Far above any real code object (a few MiB). A manifest may claim no more, so that a crafted one cannot make a
+// reader allocate what a sparse code.bin pretends to hold.
+constexpr uint64_t kMaxBinaryBytes = uint64_t(512) << 20;
 constexpr int64_t kStaleTempSeconds = 3600;
 constexpr const char* kManifestName = "manifest.json";
 constexpr const char* kBinaryName = "code.bin";
@@ -54,13 +57,15 @@ bool isHexDigest(const std::string& s) {
 // ---------------------------------------------------------------------------------------------------------------
 // Files
 
-// Returned by readFileAt for anything but a regular file; never an errno value.
+// Returned by readFileAt for anything but a regular file, and for a file failing trusted(); never errno values.
 constexpr int kNotRegularFile = -1;
+constexpr int kUntrusted = -2;
 
 struct FileRead {
-  int err = 0;          // 0, an errno value, or kNotRegularFile
-  mode_t type = 0;      // S_IFMT bits of what is there (for kNotRegularFile)
+  int err = 0;          // 0, an errno value, kNotRegularFile or kUntrusted
+  mode_t type = 0;      // st_mode of what is there (for kNotRegularFile and kUntrusted)
   uint64_t size = 0;    // the size fstat reported
+  uid_t uid = 0;        // its owner (for kUntrusted)
 };
 
 const char* fileTypeName(mode_t type) {
@@ -74,6 +79,48 @@ const char* fileTypeName(mode_t type) {
     default: return "not a plain file";
   }
 }
+
+// ---------------------------------------------------------------------------------------------------------------
+// Trust. The checksums prove that an entry is consistent, not who wrote it: anyone who can write a folder or file
+// of the cache can plant code that the runtime loads onto the GPU. So everything in it must be owned by this user
+// or by root (a root-owned read-only shared cache is fine) and writable by no one else.
+
+bool trusted(uid_t uid, mode_t mode) {
+  return (uid == ::geteuid() || uid == 0) && (mode & (S_IWGRP | S_IWOTH)) == 0;
+}
+
+std::string userText(uid_t uid) {
+  std::string text = "uid " + std::to_string(uid);
+  if (const passwd* user = ::getpwuid(uid); user && user->pw_name && *user->pw_name)
+    text += " (" + std::string(user->pw_name) + ")";
+  return text;
+}
+
+// `path` failed trusted(): what it is, the rule, and how to fix it. `resolved`: where a symbolic link root leads.
+[[noreturn]] void throwUntrusted(const std::string& path, uid_t uid, mode_t mode, const std::string& resolved = "") {
+  char octal[16];
+  std::snprintf(octal, sizeof octal, "%04o", unsigned(mode & 07777));
+  const bool foreignOwner = uid != ::geteuid() && uid != 0;
+  throw CacheError("refusing the kernel cache: '" + path + "'" +
+                   (resolved.empty() || resolved == path ? "" : " (resolving to '" + resolved + "')") +
+                   " is owned by " + userText(uid) + " with mode " + octal + "; it must be owned by you (uid " +
+                   std::to_string(::geteuid()) + ") or root and writable by no one else, or another user could plant "
+                   "code that is loaded onto the GPU (fix: " +
+                   (foreignOwner ? "" : "chmod go-w '" + path + "', or ") +
+                   "set MEGAMOE_CACHE_DIR to a directory of your own)");
+}
+
+[[noreturn]] void throwLinkedFolder(const std::string& path) {
+  throw CacheError("refusing the kernel cache: '" + path +
+                   "' is a symbolic link (only the root may be one), so whoever controls its target could plant code "
+                   "that is loaded onto the GPU (fix: make it a directory, or set MEGAMOE_CACHE_DIR to a directory "
+                   "of your own)");
+}
+
+// Whether a failed read says something about an entry's content (missing, not a regular file, too large: the
+// entry is invalid and may be removed). Anything else (EMFILE, ENFILE, EACCES, EIO, ENOMEM, ...) is about this
+// process or machine: nothing can be concluded from it, and nothing is removed.
+bool isContentProblem(int err) { return err == ENOENT || err == kNotRegularFile || err == EFBIG; }
 
 // Why `name` could not be read, for an entry's problem text.
 std::string readProblem(const std::string& name, const FileRead& r) {
@@ -120,6 +167,12 @@ FileRead readFileAt(int dirFd, const std::string& path, std::vector<uint8_t>& ou
   if (!S_ISREG(st.st_mode)) {  // replaced since the fstatat
     r.err = kNotRegularFile;
     r.type = st.st_mode;
+    return r;
+  }
+  if (!trusted(st.st_uid, st.st_mode)) {
+    r.err = kUntrusted;
+    r.type = st.st_mode;
+    r.uid = st.st_uid;
     return r;
   }
   if (r.size > maxBytes) {
@@ -236,15 +289,27 @@ std::string rootProblem(const std::string& root) {
   }
 }
 
+// The names in the folder `path`, sorted; none when it is absent. Throws CacheError naming it when it cannot be
+// listed (not a directory, no permission, out of descriptors, ...): an unreadable folder is not an empty one.
 std::vector<std::string> listDirectory(const std::string& path) {
   std::vector<std::string> names;
   DIR* dir = ::opendir(path.c_str());
-  if (!dir) return names;
-  while (const dirent* entry = ::readdir(dir)) {
+  if (!dir) {
+    if (errno == ENOENT) return names;
+    throwIo("cannot list the kernel cache folder", path, errno);
+  }
+  for (;;) {
+    errno = 0;
+    const dirent* entry = ::readdir(dir);
+    if (!entry) {
+      const int err = errno;
+      ::closedir(dir);
+      if (err) throwIo("cannot list the kernel cache folder", path, err);
+      break;
+    }
     std::string name = entry->d_name;
     if (name != "." && name != "..") names.push_back(std::move(name));
   }
-  ::closedir(dir);
   std::sort(names.begin(), names.end());
   return names;
 }
@@ -266,6 +331,28 @@ std::string uniqueSuffix() {
   std::snprintf(buffer, sizeof buffer, "%ld.%" PRIu64 ".%016" PRIx64, long(::getpid()), counter.fetch_add(1),
                 uint64_t(rng()));
   return buffer;
+}
+
+// Whether `name` in tmp/ is one the cache makes: "<digest>.<suffix>" (an entry being stored), "trash.<digest>.
+// <suffix>" (one being deleted), "index.<lookupDigest>.<suffix>" (an index update), with uniqueSuffix()'s
+// "<pid>.<counter>.<hex>". prune() deletes nothing else there: the folder may hold other programs' files.
+bool isOwnTempName(std::string name) {
+  for (const char* prefix : {"trash.", "index."}) {
+    if (name.rfind(prefix, 0) == 0) {
+      name.erase(0, std::strlen(prefix));
+      break;
+    }
+  }
+  if (name.size() < 66 || name[64] != '.' || !isHexDigest(name.substr(0, 64))) return false;
+  const std::string suffix = name.substr(65);
+  const size_t first = suffix.find('.'), second = first == std::string::npos ? first : suffix.find('.', first + 1);
+  if (second == std::string::npos) return false;
+  auto only = [](const std::string& s, const char* chars) {
+    return !s.empty() && s.find_first_not_of(chars) == std::string::npos;
+  };
+  return only(suffix.substr(0, first), "0123456789") &&
+         only(suffix.substr(first + 1, second - first - 1), "0123456789") &&
+         only(suffix.substr(second + 1), "0123456789abcdef");
 }
 
 // Removes a temp directory unless release() is called.
@@ -415,6 +502,11 @@ bool parseManifest(const std::string& text, Manifest& m, std::string& problem) {
     problem = "manifest.json has a negative binary_size";
     return false;
   }
+  if (uint64_t(size->integer) > kMaxBinaryBytes) {
+    problem = "manifest.json binary_size " + std::to_string(size->integer) + " is over the limit of " +
+              std::to_string(kMaxBinaryBytes) + " bytes";
+    return false;
+  }
   m.key.spec.clear();
   for (const json::Value& pair : spec->array) {
     if (pair.kind != K::kArray || pair.array.size() != 2 || pair.array[0].kind != K::kString ||
@@ -455,35 +547,51 @@ enum class Check {
 
 struct LoadedEntry {
   bool missing = false;       // the directory does not exist (not an error: a miss)
-  std::string problem;        // non-empty: the entry is invalid
+  std::string problem;        // non-empty: the entry is invalid (its content says so); it may be removed
+  std::string error;          // non-empty: it could not be read (EMFILE, EACCES, EIO, ...); validity unknown
   bool haveManifest = false;  // `manifest` parsed (it may still be inconsistent)
   Manifest manifest;
   uint64_t binaryBytes = 0;
   std::vector<uint8_t> binary;  // kFull only
 
-  bool valid() const { return !missing && problem.empty(); }
+  bool valid() const { return !missing && problem.empty() && error.empty(); }
+  bool invalid() const { return !missing && !problem.empty(); }
 };
 
 // Loads and validates the entry in `dir`, which must be the entry for `digest`. Both files are read through one
 // directory descriptor: if another process swaps the entry meanwhile (remove + re-store), we still see one
-// generation's manifest and binary, never a mix.
+// generation's manifest and binary, never a mix. Throws CacheError when the folder or a file fails trusted().
 LoadedEntry loadEntry(const std::string& dir, const std::string& digest, Check check) {
   LoadedEntry e;
-  int dirFd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  int dirFd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   if (dirFd < 0) {
-    if (errno == ENOENT) e.missing = true;
-    else if (errno == ENOTDIR) e.problem = "not a directory";
-    else e.problem = std::string("cannot open the entry: ") + std::strerror(errno);
+    const int err = errno;
+    if (err == ENOENT) e.missing = true;
+    else if (err == ENOTDIR) e.problem = "not a directory";
+    else if (err == ELOOP) e.problem = "a symbolic link, not a directory";
+    else e.error = "cannot open '" + dir + "': " + std::strerror(err);
     return e;
   }
   struct DirCloser {
     int fd;
     ~DirCloser() { ::close(fd); }
   } closer{dirFd};
+  struct stat dirStat;
+  if (::fstat(dirFd, &dirStat) != 0) {
+    e.error = "cannot stat '" + dir + "': " + std::strerror(errno);
+    return e;
+  }
+  if (!trusted(dirStat.st_uid, dirStat.st_mode)) throwUntrusted(dir, dirStat.st_uid, dirStat.st_mode);
+  // A content problem makes the entry invalid; any other failure only says that it could not be read.
+  auto readFailed = [&](const char* name, const FileRead& r) {
+    if (r.err == kUntrusted) throwUntrusted(joinPath(dir, name), r.uid, r.type);
+    if (isContentProblem(r.err)) e.problem = readProblem(name, r);
+    else e.error = "cannot read '" + joinPath(dir, name) + "': " + std::strerror(r.err);
+  };
 
   std::string text;
   if (FileRead r = readTextFileAt(dirFd, kManifestName, text, kMaxManifestBytes); r.err) {
-    e.problem = readProblem(kManifestName, r);
+    readFailed(kManifestName, r);
     return e;
   }
   if (!parseManifest(text, e.manifest, e.problem)) return e;
@@ -513,31 +621,33 @@ LoadedEntry loadEntry(const std::string& dir, const std::string& digest, Check c
   if (check == Check::kCheap) {
     struct stat binaryStat;
     if (::fstatat(dirFd, kBinaryName, &binaryStat, AT_SYMLINK_NOFOLLOW) != 0) {
-      e.problem = errno == ENOENT ? std::string("code.bin is missing")
-                                  : std::string("cannot stat code.bin: ") + std::strerror(errno);
+      readFailed(kBinaryName, FileRead{errno, 0, 0, 0});
       return e;
     }
     if (!S_ISREG(binaryStat.st_mode)) {
-      e.problem = readProblem(kBinaryName, FileRead{kNotRegularFile, binaryStat.st_mode, 0});
+      e.problem = readProblem(kBinaryName, FileRead{kNotRegularFile, binaryStat.st_mode, 0, 0});
       return e;
     }
+    if (!trusted(binaryStat.st_uid, binaryStat.st_mode))
+      throwUntrusted(joinPath(dir, kBinaryName), binaryStat.st_uid, binaryStat.st_mode);
     e.binaryBytes = uint64_t(binaryStat.st_size);
     if (e.binaryBytes != m.binarySize) e.problem = sizeProblem(e.binaryBytes);
     return e;
   }
 
+  // parseManifest capped binarySize at kMaxBinaryBytes, so this allocates at most that much.
   FileRead r = readFileAt(dirFd, kBinaryName, e.binary, size_t(std::min<uint64_t>(m.binarySize, SIZE_MAX)));
   e.binaryBytes = r.size;
   if (r.err == EFBIG) {
     e.problem = sizeProblem(r.size);
   } else if (r.err) {
-    e.problem = readProblem(kBinaryName, r);
+    readFailed(kBinaryName, r);
   } else if (e.binary.size() != m.binarySize) {
     e.problem = sizeProblem(e.binary.size());
   } else if (sha256Hex(e.binary.data(), e.binary.size()) != m.binarySha256) {
     e.problem = "code.bin SHA-256 does not match the manifest (contents corrupted)";
   }
-  if (!e.problem.empty()) e.binary.clear();
+  if (!e.valid()) e.binary.clear();
   return e;
 }
 
@@ -549,7 +659,36 @@ struct Layout {
   std::string entry(const std::string& digest) const { return joinPath(entries(), digest); }
   std::string indexFile(const std::string& lookupDigest) const { return joinPath(index(), lookupDigest); }
 
-  // Creates the root (mkdir -p) and its three subdirectories; returns 0 or an errno value with the failing path.
+  // Refuses (CacheError, naming the path) a root or subfolder that another user could write: see trusted(). The
+  // root is stat'ed (it may be a link the user made), the subfolders lstat'ed (the cache never makes them links).
+  // Returns false when the root is absent (an empty cache). Every operation starts here: four stat calls.
+  bool checkTrust() const {
+    struct stat st;
+    if (::stat(root.c_str(), &st) != 0) {
+      if (errno == ENOENT) return false;
+      throwIo("cannot access the kernel cache directory", root, errno);
+    }
+    if (!S_ISDIR(st.st_mode))
+      throw CacheError("kernel cache directory '" + root +
+                       "' is not a directory (set MEGAMOE_CACHE_DIR to a usable directory)");
+    if (!trusted(st.st_uid, st.st_mode)) {
+      std::error_code ec;
+      throwUntrusted(root, st.st_uid, st.st_mode, std::filesystem::canonical(root, ec).string());
+    }
+    for (const std::string& dir : {entries(), index(), tmp()}) {
+      if (::lstat(dir.c_str(), &st) != 0) {
+        if (errno == ENOENT) continue;
+        throwIo("cannot access the kernel cache folder", dir, errno);
+      }
+      if (S_ISLNK(st.st_mode)) throwLinkedFolder(dir);
+      // A non-directory is left to the operation: a lookup misses, a listing or a store reports it.
+      if (S_ISDIR(st.st_mode) && !trusted(st.st_uid, st.st_mode)) throwUntrusted(dir, st.st_uid, st.st_mode);
+    }
+    return true;
+  }
+
+  // Creates the root (mkdir -p) and its three subdirectories, 0755 or tighter (the umask can only take bits away);
+  // returns 0 or an errno value with the failing path.
   int create(std::string& failedAt) const {
     if (int err = makeDirectories(root, failedAt)) return err;
     for (const std::string& dir : {entries(), index(), tmp()}) {
@@ -569,7 +708,8 @@ struct Layout {
     std::string from = entry(name);
     std::string aside = joinPath(tmp(), "trash." + name + "." + uniqueSuffix());
     if (::rename(from.c_str(), aside.c_str()) != 0) return false;  // already gone, or beyond repair by us
-    if (keepIfValid && isHexDigest(name) && loadEntry(aside, name, Check::kFull).valid() &&
+    // Put back unless it is still invalid: valid, or unreadable now (EMFILE, ...), which proves nothing.
+    if (keepIfValid && isHexDigest(name) && !loadEntry(aside, name, Check::kFull).invalid() &&
         ::rename(aside.c_str(), from.c_str()) == 0)
       return false;
     removeTree(aside);
@@ -605,6 +745,7 @@ struct Layout {
     const std::string name = "index/" + lookupDigest;
     std::string text;
     if (FileRead r = readTextFileAt(AT_FDCWD, indexFile(lookupDigest), text, kMaxIndexBytes); r.err) {
+      if (r.err == kUntrusted) throwUntrusted(indexFile(lookupDigest), r.uid, r.type);
       if (problem) *problem = readProblem(name, r);
       return "";
     }
@@ -621,6 +762,12 @@ bool newerThan(int64_t created, const std::string& digest, int64_t otherCreated,
   return std::tie(created, digest) > std::tie(otherCreated, otherDigest);
 }
 
+// A lookup of `key` met an entry it could not read (EMFILE, EACCES, ...): an error, and the entry stays.
+CacheError unreadableEntry(const KernelKey& key, const std::string& error) {
+  return CacheError("cannot look up " + key.describe() + " in the kernel cache: " + error +
+                    " (the entry is left in place)");
+}
+
 // The entries whose manifests claim `key` (fingerprint aside), newest first. Manifests only: the caller still
 // checks the binary of the one it takes.
 std::vector<std::string> entriesForLookupKey(const Layout& layout, const KernelKey& key,
@@ -629,6 +776,7 @@ std::vector<std::string> entriesForLookupKey(const Layout& layout, const KernelK
   for (const std::string& name : listDirectory(layout.entries())) {
     if (!isHexDigest(name)) continue;
     LoadedEntry e = loadEntry(layout.entry(name), name, Check::kCheap);
+    if (!e.error.empty()) throw unreadableEntry(key, e.error);
     if (e.valid() && e.manifest.lookupDigest == lookupDigest && sameKeyIgnoringFingerprint(e.manifest.key, key))
       found.emplace_back(e.manifest.created, name);
   }
@@ -712,10 +860,12 @@ KernelCache::KernelCache(std::string root) : root_(std::move(root)) {
 
 std::optional<CacheEntry> KernelCache::lookup(const KernelKey& key) const {
   Layout layout{root_};
+  if (!layout.checkTrust()) return std::nullopt;  // no root: an empty cache
   std::string digest = key.digest();
   std::string dir = layout.entry(digest);
   LoadedEntry loaded = loadEntry(dir, digest, Check::kFull);
   if (loaded.missing) return std::nullopt;
+  if (!loaded.error.empty()) throw unreadableEntry(key, loaded.error);
   if (!loaded.valid() || !sameKey(loaded.manifest.key, key)) {
     if (!loaded.valid()) report(dir, loaded.problem);
     layout.removeEntry(digest, /*keepIfValid=*/true);
@@ -733,15 +883,17 @@ std::optional<CacheEntry> KernelCache::lookup(const KernelKey& key) const {
 
 std::optional<CacheEntry> KernelCache::lookupAnyFingerprint(const KernelKey& key) const {
   Layout layout{root_};
+  if (!layout.checkTrust()) return std::nullopt;  // no root: an empty cache
   const std::string lookupDigest = key.lookupDigest();
   const std::string indexed = layout.readIndex(lookupDigest);
   if (!indexed.empty()) {
     std::string dir = layout.entry(indexed);
     LoadedEntry loaded = loadEntry(dir, indexed, Check::kFull);
+    if (!loaded.error.empty()) throw unreadableEntry(key, loaded.error);
     if (loaded.valid() && sameKeyIgnoringFingerprint(loaded.manifest.key, key))
       return toCacheEntry(std::move(loaded), std::move(dir));
     // A valid entry for another key (a hand-edited index) is not ours to delete.
-    if (!loaded.missing && !loaded.valid()) {
+    if (loaded.invalid()) {
       report(dir, loaded.problem);
       layout.removeEntry(indexed, /*keepIfValid=*/true);
     }
@@ -753,6 +905,7 @@ std::optional<CacheEntry> KernelCache::lookupAnyFingerprint(const KernelKey& key
     std::string dir = layout.entry(digest);
     LoadedEntry loaded = loadEntry(dir, digest, Check::kFull);
     if (loaded.missing) continue;
+    if (!loaded.error.empty()) throw unreadableEntry(key, loaded.error);
     if (!loaded.valid() || !sameKeyIgnoringFingerprint(loaded.manifest.key, key)) {
       if (!loaded.valid()) {
         report(dir, loaded.problem);
@@ -767,8 +920,11 @@ std::optional<CacheEntry> KernelCache::lookupAnyFingerprint(const KernelKey& key
 }
 
 CacheEntry KernelCache::store(const KernelKey& key, const std::vector<uint8_t>& binary,
-                              const std::string& metadata) const {
+                              const std::string& metadata, StoreMode mode) const {
   Layout layout{root_};
+  if (binary.size() > kMaxBinaryBytes)
+    throw CacheError("cannot store " + key.describe() + ": its code object has " + std::to_string(binary.size()) +
+                     " bytes, over the kernel cache's limit of " + std::to_string(kMaxBinaryBytes));
   // The only place that needs write access, so the only one that says it lacks it.
   auto cannotCreate = [&](const std::string& path, int err) {
     const bool denied = err == EACCES || err == EPERM || err == EROFS;
@@ -780,7 +936,9 @@ CacheEntry KernelCache::store(const KernelKey& key, const std::vector<uint8_t>& 
                       (denied ? " (a store needs write access; set MEGAMOE_CACHE_DIR to a writable directory)" : ""));
   };
   std::string failedAt;
+  layout.checkTrust();  // before writing into what is there
   if (int err = layout.create(failedAt)) throw cannotCreate(failedAt, err);
+  layout.checkTrust();  // and what was just made: nobody else could have made it first
 
   Manifest manifest;
   manifest.key = key;
@@ -806,28 +964,49 @@ CacheEntry KernelCache::store(const KernelKey& key, const std::vector<uint8_t>& 
   std::string manifestText = renderManifest(manifest);
   writeNewFile(joinPath(temp, kManifestName), manifestText.data(), manifestText.size());
 
+  // The entry is published; lookups find it without the index, so a failed index write is not a failed store.
+  auto published = [&] {
+    layout.tryWriteIndex(manifest.lookupDigest, digest);
+    CacheEntry entry;
+    entry.key = key;
+    entry.dir = dir;
+    entry.binary = binary;
+    entry.metadata = metadata;
+    return entry;
+  };
+
   // The rename either publishes our entry or finds one already there. A valid one wins (another process stored
-  // the same key first); a corrupt one is removed once and the rename retried. A third attempt only covers an
-  // entry that vanished between a failed rename and our look at it.
+  // the same key first) unless `mode` is kReplace; a corrupt one is removed once and the rename retried. A third
+  // attempt only covers an entry that vanished between a failed rename and our look at it.
   bool removedCorrupt = false;
   for (int attempt = 0; attempt < 3; ++attempt) {
     if (::rename(temp.c_str(), dir.c_str()) == 0) {
       guard.release();
-      // The entry is published; lookups find it without the index, so a failed index write is not a failed store.
-      layout.tryWriteIndex(manifest.lookupDigest, digest);
-      CacheEntry entry;
-      entry.key = key;
-      entry.dir = dir;
-      entry.binary = binary;
-      entry.metadata = metadata;
-      return entry;
+      return published();
     }
     int err = errno;
     // EEXIST/ENOTEMPTY: a directory is there; ENOTDIR: a file is (corrupt, handled like any invalid entry).
     if (err != EEXIST && err != ENOTEMPTY && err != ENOTDIR)
       throwIo("cannot move the new entry into place at", dir, err);
+    if (mode == StoreMode::kReplace) {
+      // One atomic swap: readers see the old entry or ours, never none. `temp` then holds the old one, which the
+      // guard deletes.
+      if (::renameat2(AT_FDCWD, temp.c_str(), AT_FDCWD, dir.c_str(), RENAME_EXCHANGE) == 0) return published();
+      err = errno;
+      if (err == ENOENT) continue;  // it went meanwhile: a plain rename again
+      if (err != EINVAL && err != ENOSYS && err != EOPNOTSUPP)
+        throwIo("cannot move the new entry into place at", dir, err);
+      // No exchange on this file system: move the old entry aside, then rename ours in (the next attempt). A
+      // lookup in between misses.
+      const std::string aside = joinPath(layout.tmp(), "trash." + digest + "." + uniqueSuffix());
+      if (::rename(dir.c_str(), aside.c_str()) == 0) removeTree(aside);
+      continue;
+    }
     LoadedEntry existing = loadEntry(dir, digest, Check::kFull);
     if (existing.missing) continue;
+    if (!existing.error.empty())
+      throw CacheError("cannot store " + key.describe() + ": cannot tell whether the entry already there is valid: " +
+                       existing.error + " (it is left in place)");
     if (existing.valid() && sameKey(existing.manifest.key, key)) {
       layout.tryWriteIndex(manifest.lookupDigest, digest);
       return toCacheEntry(std::move(existing), dir);
@@ -836,8 +1015,9 @@ CacheEntry KernelCache::store(const KernelKey& key, const std::vector<uint8_t>& 
     layout.removeEntry(digest, /*keepIfValid=*/true);
     removedCorrupt = true;
   }
-  throw CacheError("cannot store " + key.describe() + ": the entry at '" + dir +
-                   "' stayed invalid after it was replaced");
+  throw CacheError("cannot store " + key.describe() + ": the entry at '" + dir + "' " +
+                   (mode == StoreMode::kReplace ? "kept being replaced by other processes"
+                                                : "stayed invalid after it was replaced"));
 }
 
 CacheEntry KernelCache::getOrBuild(const KernelKey& key, const std::function<Built()>& build, bool* hit) const {
@@ -857,10 +1037,13 @@ struct ScannedEntry {
   std::string fingerprint;  // empty unless the manifest parsed
   std::string lookupDigest;
   int64_t created = 0;
+  bool foreign = false;     // not a name the cache makes: reported, never deleted
+  bool unreadable = false;  // could not be read (EMFILE, EACCES, ...): validity unknown, never deleted
 };
 
 std::vector<ScannedEntry> scanEntries(const Layout& layout, Check check) {
   std::vector<ScannedEntry> scanned;
+  if (!layout.checkTrust()) return scanned;  // no root: an empty cache
   for (const std::string& name : listDirectory(layout.entries())) {
     ScannedEntry s;
     s.info.digest = name;
@@ -869,10 +1052,12 @@ std::vector<ScannedEntry> scanEntries(const Layout& layout, Check check) {
     if (::lstat(path.c_str(), &st) == 0) s.info.mtime = int64_t(st.st_mtime);
     if (!isHexDigest(name)) {
       s.info.problem = "not a cache entry (unexpected name in entries/)";
+      s.foreign = true;
     } else {
       LoadedEntry loaded = loadEntry(path, name, check);
       if (loaded.missing) continue;  // removed while we looked
-      s.info.problem = loaded.problem;
+      s.info.problem = loaded.error.empty() ? loaded.problem : loaded.error;
+      s.unreadable = !loaded.error.empty();
       s.info.bytes = loaded.binaryBytes;
       if (loaded.haveManifest) {
         s.info.description = loaded.manifest.key.describe();
@@ -932,9 +1117,12 @@ std::vector<EntryInfo> KernelCache::verify() const {
   return infos(std::move(scanned));
 }
 
-int KernelCache::prune(const std::string& keepFingerprint) const {
+int KernelCache::prune(const std::string& keepFingerprint, std::vector<std::string>* leftAlone) const {
   Layout layout{root_};
   int removed = 0;
+  auto leave = [&](const std::string& path, const std::string& why) {
+    if (leftAlone) leftAlone->push_back("'" + path + "': " + why + "; left in place");
+  };
   struct Survivors {
     int64_t newestCreated = 0;
     std::string newest;           // what the index names when it has to change
@@ -945,7 +1133,9 @@ int KernelCache::prune(const std::string& keepFingerprint) const {
   std::set<std::string> scannedDigests;
   for (const ScannedEntry& s : scanEntries(layout, Check::kFull)) {
     scannedDigests.insert(s.info.digest);
-    if (!s.info.valid) {
+    if (s.foreign || s.unreadable) {
+      leave(layout.entry(s.info.digest), s.info.problem);
+    } else if (!s.info.valid) {
       removed += layout.removeEntry(s.info.digest, /*keepIfValid=*/true);
     } else if (!keepFingerprint.empty() && s.fingerprint != keepFingerprint) {
       removed += layout.removeEntry(s.info.digest, /*keepIfValid=*/false);
@@ -957,9 +1147,14 @@ int KernelCache::prune(const std::string& keepFingerprint) const {
     }
   }
 
+  // Only names the cache makes there, and only stale ones: a fresh one may belong to a store in progress.
   int64_t now = int64_t(std::time(nullptr));
   for (const std::string& name : listDirectory(layout.tmp())) {
     std::string path = joinPath(layout.tmp(), name);
+    if (!isOwnTempName(name)) {
+      leave(path, "not a name the kernel cache makes in tmp/");
+      continue;
+    }
     struct stat st;
     if (::lstat(path.c_str(), &st) == 0 && now - int64_t(st.st_mtime) > kStaleTempSeconds) removeTree(path);
   }
@@ -967,6 +1162,10 @@ int KernelCache::prune(const std::string& keepFingerprint) const {
   // Every index names a surviving entry of its key (re-pointed at the newest when it does not), or goes. An entry
   // stored since the scan above is left named: its store just wrote that index.
   for (const std::string& name : listDirectory(layout.index())) {
+    if (!isHexDigest(name)) {
+      leave(layout.indexFile(name), "not a name the kernel cache makes in index/");
+      continue;
+    }
     const std::string target = layout.readIndex(name);
     struct stat st;
     const bool storedSinceScan =

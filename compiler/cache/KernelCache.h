@@ -59,9 +59,14 @@ class KernelCache {
   static std::string defaultRoot();
 
   // Makes `root` absolute and creates nothing: lookups, list() and verify() need only read access (a read-only
-  // mount, another user's cache); store() creates the layout and is the one that reports an unwritable cache.
+  // mount, a root-owned shared cache); store() creates the layout and is the one that reports an unwritable cache.
   // Throws CacheError naming the path when it cannot be a cache at all (a non-directory or a dangling symbolic link
   // on the path, ...). An absent root is an empty cache.
+  //
+  // Every operation below first refuses (CacheError naming the path, its owner and mode, and the fix) a root or
+  // subfolder (entries/, index/, tmp/, an entry's folder) or entry file that is not owned by the effective user or
+  // root, or that is group- or other-writable, or a subfolder that is a symbolic link: whoever can write there can
+  // plant code that is loaded onto the GPU. The root may be a link; what it resolves to is checked.
   explicit KernelCache(std::string root);
   const std::string& root() const { return root_; }
 
@@ -70,15 +75,19 @@ class KernelCache {
   using ProblemReporter = std::function<void(const std::string& dir, const std::string& problem)>;
   void setProblemReporter(ProblemReporter reporter) { reporter_ = std::move(reporter); }
 
-  // Exact lookup. A corrupt or truncated entry counts as a miss and is removed.
+  // Exact lookup. A corrupt or truncated entry counts as a miss and is removed. An entry that cannot be read
+  // (EMFILE, EACCES, EIO, ...) proves nothing: CacheError saying why, and nothing is removed.
   std::optional<CacheEntry> lookup(const KernelKey& key) const;
   // Lookup by everything but the fingerprint (the newest entry stored for it): the runtime's cache-only mode.
   std::optional<CacheEntry> lookupAnyFingerprint(const KernelKey& key) const;
 
-  // Writes into a temp dir under the root, then renames it into place. If another process stored the same key
-  // first, its entry is kept and returned. Throws CacheError on I/O failure, naming the directory and the errno
+  // Writes into a temp dir under the root, then renames it into place. If a valid entry of the key is there
+  // already (another process stored it first), kKeepValid keeps and returns it; kReplace (megamoe-cache generate
+  // --force) swaps the new one in atomically. Throws CacheError on I/O failure, naming the directory and the errno
   // text ("... is not writable ..." when write access is what is missing).
-  CacheEntry store(const KernelKey& key, const std::vector<uint8_t>& binary, const std::string& metadata) const;
+  enum class StoreMode { kKeepValid, kReplace };
+  CacheEntry store(const KernelKey& key, const std::vector<uint8_t>& binary, const std::string& metadata,
+                   StoreMode mode = StoreMode::kKeepValid) const;
 
   struct Built {
     std::vector<uint8_t> binary;
@@ -87,12 +96,15 @@ class KernelCache {
   // lookup, else build + store. `hit` reports which happened.
   CacheEntry getOrBuild(const KernelKey& key, const std::function<Built()>& build, bool* hit = nullptr) const;
 
+  // list() and verify() throw CacheError when entries/ exists but cannot be listed.
   std::vector<EntryInfo> list() const;
   // Every entry checked (manifest parse, size, SHA-256 of the binary); invalid ones reported, not removed.
   std::vector<EntryInfo> verify() const;
-  // Removes invalid entries, stale temp dirs, and entries whose fingerprint differs from `keepFingerprint`
-  // (when non-empty). Returns how many entries were removed.
-  int prune(const std::string& keepFingerprint) const;
+  // Removes invalid entries, the cache's own stale temp names in tmp/, and entries whose fingerprint differs from
+  // `keepFingerprint` (when non-empty). Returns how many entries were removed. Names the cache does not make (in
+  // entries/, index/, tmp/) and entries it cannot read are left in place and, if `leftAlone` is given, appended
+  // to it as "'<path>': why; left in place".
+  int prune(const std::string& keepFingerprint, std::vector<std::string>* leftAlone = nullptr) const;
 
  private:
   void report(const std::string& dir, const std::string& problem) const {
