@@ -79,86 +79,86 @@ class CudaDevice final : public Device {
 
   DevicePtr allocate(size_t bytes) override {
     if (bytes == 0) throw Error(ErrorCode::kInvalidArgument, "cannot allocate 0 bytes of device memory");
-    makeCurrent();
+    const CurrentContext current = makeCurrent();
     CUdeviceptr ptr = 0;
     check(d_->cuMemAlloc(&ptr, bytes), "cuMemAlloc(" + bytesText(bytes) + ")");
     return ptr;
   }
   void free(DevicePtr ptr) override {
     if (!ptr) return;
-    makeCurrent();
+    const CurrentContext current = makeCurrent();
     check(d_->cuMemFree(ptr), "cuMemFree");
   }
   void memsetZero(DevicePtr dst, size_t bytes, StreamHandle stream) override {
-    makeCurrent();
+    const CurrentContext current = makeCurrent();
     check(d_->cuMemsetD8Async(dst, 0, bytes, asStream(stream)), "cuMemsetD8Async(" + bytesText(bytes) + ")");
   }
   void copyHostToDevice(DevicePtr dst, const void* src, size_t bytes) override {
-    makeCurrent();
+    const CurrentContext current = makeCurrent();
     check(d_->cuMemcpyHtoD(dst, src, bytes), "cuMemcpyHtoD(" + bytesText(bytes) + ")");
   }
   void copyDeviceToHost(void* dst, DevicePtr src, size_t bytes) override {
-    makeCurrent();
+    const CurrentContext current = makeCurrent();
     check(d_->cuMemcpyDtoH(dst, src, bytes), "cuMemcpyDtoH(" + bytesText(bytes) + ")");
   }
   void copyDeviceToDevice(DevicePtr dst, DevicePtr src, size_t bytes) override {
-    makeCurrent();
+    const CurrentContext current = makeCurrent();
     check(d_->cuMemcpyDtoD(dst, src, bytes), "cuMemcpyDtoD(" + bytesText(bytes) + ")");
   }
   void copyHostToDeviceAsync(DevicePtr dst, const void* src, size_t bytes, StreamHandle stream) override {
-    makeCurrent();
+    const CurrentContext current = makeCurrent();
     check(d_->cuMemcpyHtoDAsync(dst, src, bytes, asStream(stream)), "cuMemcpyHtoDAsync(" + bytesText(bytes) + ")");
   }
   void copyDeviceToHostAsync(void* dst, DevicePtr src, size_t bytes, StreamHandle stream) override {
-    makeCurrent();
+    const CurrentContext current = makeCurrent();
     check(d_->cuMemcpyDtoHAsync(dst, src, bytes, asStream(stream)), "cuMemcpyDtoHAsync(" + bytesText(bytes) + ")");
   }
   void copyDeviceToDeviceAsync(DevicePtr dst, DevicePtr src, size_t bytes, StreamHandle stream) override {
-    makeCurrent();
+    const CurrentContext current = makeCurrent();
     check(d_->cuMemcpyDtoDAsync(dst, src, bytes, asStream(stream)), "cuMemcpyDtoDAsync(" + bytesText(bytes) + ")");
   }
 
   StreamHandle createStream() override {
-    makeCurrent();
+    const CurrentContext current = makeCurrent();
     CUstream stream = nullptr;
     check(d_->cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
     return stream;
   }
   void destroyStream(StreamHandle stream) override {
     if (!stream) return;
-    makeCurrent();
+    const CurrentContext current = makeCurrent();
     check(d_->cuStreamDestroy(asStream(stream)), "cuStreamDestroy");
   }
   void synchronize(StreamHandle stream) override {
-    makeCurrent();
+    const CurrentContext current = makeCurrent();
     check(d_->cuStreamSynchronize(asStream(stream)), "cuStreamSynchronize");
   }
   void synchronizeDevice() override {
-    makeCurrent();
+    const CurrentContext current = makeCurrent();
     check(d_->cuCtxSynchronize(), "cuCtxSynchronize");
   }
 
   EventHandle createEvent() override {
-    makeCurrent();
+    const CurrentContext current = makeCurrent();
     CUevent event = nullptr;
     check(d_->cuEventCreate(&event, CU_EVENT_DEFAULT), "cuEventCreate");
     return event;
   }
   void destroyEvent(EventHandle event) override {
     if (!event) return;
-    makeCurrent();
+    const CurrentContext current = makeCurrent();
     check(d_->cuEventDestroy(static_cast<CUevent>(event)), "cuEventDestroy");
   }
   void recordEvent(EventHandle event, StreamHandle stream) override {
-    makeCurrent();
+    const CurrentContext current = makeCurrent();
     check(d_->cuEventRecord(static_cast<CUevent>(event), asStream(stream)), "cuEventRecord");
   }
   void synchronizeEvent(EventHandle event) override {
-    makeCurrent();
+    const CurrentContext current = makeCurrent();
     check(d_->cuEventSynchronize(static_cast<CUevent>(event)), "cuEventSynchronize");
   }
   float elapsedMilliseconds(EventHandle start, EventHandle end) override {
-    makeCurrent();
+    const CurrentContext current = makeCurrent();
     float ms = 0;
     check(d_->cuEventElapsedTime(&ms, static_cast<CUevent>(start), static_cast<CUevent>(end)),
           "cuEventElapsedTime");
@@ -167,14 +167,14 @@ class CudaDevice final : public Device {
 
   ModuleHandle loadModule(const void* image, size_t bytes) override {
     if (!image || bytes == 0) throw Error(ErrorCode::kInvalidArgument, "cannot load an empty code object");
-    makeCurrent();
+    const CurrentContext current = makeCurrent();
     CUmodule module = nullptr;
     check(d_->cuModuleLoadData(&module, image), "cuModuleLoadData(" + bytesText(bytes) + ")");
     return module;
   }
   void unloadModule(ModuleHandle module) override {
     if (!module) return;
-    makeCurrent();
+    const CurrentContext current = makeCurrent();
     check(d_->cuModuleUnload(static_cast<CUmodule>(module)), "cuModuleUnload");
     // The driver may hand a later module's function the same handle: forget the limits raised for this one's.
     std::lock_guard<std::mutex> lock(sharedMutex_);
@@ -182,7 +182,7 @@ class CudaDevice final : public Device {
       it = it->second.module == module ? sharedLimit_.erase(it) : std::next(it);
   }
   FunctionHandle getFunction(ModuleHandle module, const std::string& symbol) override {
-    makeCurrent();
+    const CurrentContext current = makeCurrent();
     CUfunction function = nullptr;
     check(d_->cuModuleGetFunction(&function, static_cast<CUmodule>(module), symbol.c_str()),
           "cuModuleGetFunction(" + symbol + ")");
@@ -215,7 +215,7 @@ class CudaDevice final : public Device {
     if (!function) throw Error(ErrorCode::kInvalidArgument, "launch of a null function");
     if (!dims.grid.x || !dims.grid.y || !dims.grid.z || !dims.block.x || !dims.block.y || !dims.block.z)
       throw Error(ErrorCode::kInvalidArgument, "launch with an empty grid or block");
-    makeCurrent();
+    const CurrentContext current = makeCurrent();
     auto* f = static_cast<CUfunction>(function);
     if (dims.sharedBytes > kDefaultSharedLimit) raiseSharedLimit(f, dims.sharedBytes);
     if (!dims.hasCluster()) {
@@ -244,17 +244,17 @@ class CudaDevice final : public Device {
   }
 
   bool isCapturing(StreamHandle stream) override {
-    makeCurrent();
+    const CurrentContext current = makeCurrent();
     CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
     check(d_->cuStreamIsCapturing(asStream(stream), &status), "cuStreamIsCapturing");
     return status != CU_STREAM_CAPTURE_STATUS_NONE;
   }
   void beginCapture(StreamHandle stream) override {
-    makeCurrent();
+    const CurrentContext current = makeCurrent();
     check(d_->cuStreamBeginCapture(asStream(stream), CU_STREAM_CAPTURE_MODE_THREAD_LOCAL), "cuStreamBeginCapture");
   }
   GraphHandle endCapture(StreamHandle stream) override {
-    makeCurrent();
+    const CurrentContext current = makeCurrent();
     CUgraph graph = nullptr;
     check(d_->cuStreamEndCapture(asStream(stream), &graph), "cuStreamEndCapture");
     CUgraphExec exec = nullptr;
@@ -265,12 +265,12 @@ class CudaDevice final : public Device {
   }
   void launchGraph(GraphHandle graph, StreamHandle stream) override {
     if (!graph) throw Error(ErrorCode::kInvalidArgument, "launch of a null graph");
-    makeCurrent();
+    const CurrentContext current = makeCurrent();
     check(d_->cuGraphLaunch(static_cast<CUgraphExec>(graph), asStream(stream)), "cuGraphLaunch");
   }
   void destroyGraph(GraphHandle graph) override {
     if (!graph) return;
-    makeCurrent();
+    const CurrentContext current = makeCurrent();
     check(d_->cuGraphExecDestroy(static_cast<CUgraphExec>(graph)), "cuGraphExecDestroy");
   }
 
@@ -284,7 +284,7 @@ class CudaDevice final : public Device {
   void enablePeerAccess(const Device& peer) override {
     const auto* other = asCuda(peer);
     if (other->ordinal_ == ordinal_) return;
-    makeCurrent();
+    const CurrentContext current = makeCurrent();
     const CUresult result = d_->cuCtxEnablePeerAccess(other->context_, 0);
     if (result == CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED) return;
     check(result, "cuCtxEnablePeerAccess(device " + std::to_string(ordinal_) + " -> device " +
@@ -292,7 +292,7 @@ class CudaDevice final : public Device {
   }
 
   IpcHandle exportIpcHandle(DevicePtr ptr) override {
-    makeCurrent();
+    const CurrentContext current = makeCurrent();
     CUipcMemHandle handle{};
     check(d_->cuIpcGetMemHandle(&handle, ptr), "cuIpcGetMemHandle");
     static_assert(sizeof(handle) == kIpcHandleBytes, "CUipcMemHandle size changed");
@@ -301,7 +301,7 @@ class CudaDevice final : public Device {
     return out;
   }
   DevicePtr openIpcHandle(const IpcHandle& handle) override {
-    makeCurrent();
+    const CurrentContext current = makeCurrent();
     CUipcMemHandle native{};
     std::memcpy(&native, handle.bytes.data(), sizeof native);
     CUdeviceptr ptr = 0;
@@ -309,7 +309,7 @@ class CudaDevice final : public Device {
     return ptr;
   }
   void closeIpcHandle(DevicePtr mapped) override {
-    makeCurrent();
+    const CurrentContext current = makeCurrent();
     check(d_->cuIpcCloseMemHandle(mapped), "cuIpcCloseMemHandle");
   }
 
@@ -324,7 +324,25 @@ class CudaDevice final : public Device {
     if (result != CUDA_SUCCESS)
       d_->check(result, call + " on device " + std::to_string(ordinal_));
   }
-  void makeCurrent() { check(d_->cuCtxSetCurrent(context_), "cuCtxSetCurrent"); }
+  // This device's context, current on the calling thread for one call: the caller's current context comes back
+  // when the call returns (a process driving several GPUs, e.g. torch on another device, keeps its own).
+  struct [[nodiscard]] CurrentContext {
+    const CudaDriver* d;
+    CUcontext previous;
+    bool restore;
+    CurrentContext(const CurrentContext&) = delete;
+    CurrentContext& operator=(const CurrentContext&) = delete;
+    ~CurrentContext() {
+      if (restore) d->cuCtxSetCurrent(previous);
+    }
+  };
+  CurrentContext makeCurrent() {
+    CUcontext previous = nullptr;
+    check(d_->cuCtxGetCurrent(&previous), "cuCtxGetCurrent");
+    if (previous == context_) return {d_.get(), previous, false};
+    check(d_->cuCtxSetCurrent(context_), "cuCtxSetCurrent");
+    return {d_.get(), previous, true};
+  }
 
   void raiseSharedLimit(CUfunction f, uint32_t bytes) {
     std::lock_guard<std::mutex> lock(sharedMutex_);

@@ -102,6 +102,7 @@ using GetProcAddress = CUresult (*)(const char* symbol, void** pfn, int cudaVers
   X(cuDevicePrimaryCtxRetain, CUresult(CUcontext*, CUdevice))                                                     \
   X(cuDevicePrimaryCtxRelease, CUresult(CUdevice))                                                                \
   X(cuCtxSetCurrent, CUresult(CUcontext))                                                                         \
+  X(cuCtxGetCurrent, CUresult(CUcontext*))                                                                        \
   X(cuCtxSynchronize, CUresult())                                                                                 \
   X(cuMemAlloc, CUresult(CUdeviceptr*, size_t))                                                                   \
   X(cuMemFree, CUresult(CUdeviceptr))                                                                             \

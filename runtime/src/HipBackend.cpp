@@ -43,6 +43,7 @@ using Fn = Signature*;
   X(hipInit, hipError_t(unsigned))                                                               \
   X(hipGetDeviceCount, hipError_t(int*))                                                         \
   X(hipSetDevice, hipError_t(int))                                                               \
+  X(hipGetDevice, hipError_t(int*))                                                              \
   X(hipDeviceGetName, hipError_t(char*, int, hipDevice_t))                                       \
   X(hipDeviceSynchronize, hipError_t())                                                          \
   X(hipMalloc, hipError_t(void**, size_t))                                                       \
@@ -104,7 +105,7 @@ std::string bytesText(size_t bytes) { return std::to_string(bytes) + " bytes"; }
 class HipDevice final : public Device {
  public:
   HipDevice(std::shared_ptr<const HipRuntime> hip, int ordinal) : h_(std::move(hip)), ordinal_(ordinal) {
-    makeCurrent();
+    const CurrentDevice current = makeCurrent();
     char name[256] = {};
     check(h_->hipDeviceGetName(name, sizeof name - 1, ordinal), "hipDeviceGetName");
     name_ = name;
@@ -121,87 +122,87 @@ class HipDevice final : public Device {
 
   DevicePtr allocate(size_t bytes) override {
     if (bytes == 0) throw Error(ErrorCode::kInvalidArgument, "cannot allocate 0 bytes of device memory");
-    makeCurrent();
+    const CurrentDevice current = makeCurrent();
     void* ptr = nullptr;
     check(h_->hipMalloc(&ptr, bytes), "hipMalloc(" + bytesText(bytes) + ")");
     return asAddress(ptr);
   }
   void free(DevicePtr ptr) override {
     if (!ptr) return;
-    makeCurrent();
+    const CurrentDevice current = makeCurrent();
     check(h_->hipFree(asPointer(ptr)), "hipFree");
   }
   void memsetZero(DevicePtr dst, size_t bytes, StreamHandle stream) override {
-    makeCurrent();
+    const CurrentDevice current = makeCurrent();
     check(h_->hipMemsetD8Async(asPointer(dst), 0, bytes, stream), "hipMemsetD8Async(" + bytesText(bytes) + ")");
   }
   void copyHostToDevice(DevicePtr dst, const void* src, size_t bytes) override {
-    makeCurrent();
+    const CurrentDevice current = makeCurrent();
     check(h_->hipMemcpyHtoD(asPointer(dst), src, bytes), "hipMemcpyHtoD(" + bytesText(bytes) + ")");
   }
   void copyDeviceToHost(void* dst, DevicePtr src, size_t bytes) override {
-    makeCurrent();
+    const CurrentDevice current = makeCurrent();
     check(h_->hipMemcpyDtoH(dst, asPointer(src), bytes), "hipMemcpyDtoH(" + bytesText(bytes) + ")");
   }
   void copyDeviceToDevice(DevicePtr dst, DevicePtr src, size_t bytes) override {
-    makeCurrent();
+    const CurrentDevice current = makeCurrent();
     check(h_->hipMemcpyDtoD(asPointer(dst), asPointer(src), bytes), "hipMemcpyDtoD(" + bytesText(bytes) + ")");
   }
   void copyHostToDeviceAsync(DevicePtr dst, const void* src, size_t bytes, StreamHandle stream) override {
-    makeCurrent();
+    const CurrentDevice current = makeCurrent();
     check(h_->hipMemcpyHtoDAsync(asPointer(dst), src, bytes, stream), "hipMemcpyHtoDAsync(" + bytesText(bytes) + ")");
   }
   void copyDeviceToHostAsync(void* dst, DevicePtr src, size_t bytes, StreamHandle stream) override {
-    makeCurrent();
+    const CurrentDevice current = makeCurrent();
     check(h_->hipMemcpyDtoHAsync(dst, asPointer(src), bytes, stream), "hipMemcpyDtoHAsync(" + bytesText(bytes) + ")");
   }
   void copyDeviceToDeviceAsync(DevicePtr dst, DevicePtr src, size_t bytes, StreamHandle stream) override {
-    makeCurrent();
+    const CurrentDevice current = makeCurrent();
     check(h_->hipMemcpyDtoDAsync(asPointer(dst), asPointer(src), bytes, stream),
           "hipMemcpyDtoDAsync(" + bytesText(bytes) + ")");
   }
 
   StreamHandle createStream() override {
-    makeCurrent();
+    const CurrentDevice current = makeCurrent();
     hipStream_t stream = nullptr;
     check(h_->hipStreamCreateWithFlags(&stream, kHipStreamNonBlocking), "hipStreamCreateWithFlags");
     return stream;
   }
   void destroyStream(StreamHandle stream) override {
     if (!stream) return;
-    makeCurrent();
+    const CurrentDevice current = makeCurrent();
     check(h_->hipStreamDestroy(stream), "hipStreamDestroy");
   }
   void synchronize(StreamHandle stream) override {
-    makeCurrent();
+    const CurrentDevice current = makeCurrent();
     check(h_->hipStreamSynchronize(stream), "hipStreamSynchronize");
   }
   void synchronizeDevice() override {
-    makeCurrent();
+    const CurrentDevice current = makeCurrent();
     check(h_->hipDeviceSynchronize(), "hipDeviceSynchronize");
   }
 
   EventHandle createEvent() override {
-    makeCurrent();
+    const CurrentDevice current = makeCurrent();
     hipEvent_t event = nullptr;
     check(h_->hipEventCreate(&event), "hipEventCreate");
     return event;
   }
   void destroyEvent(EventHandle event) override {
     if (!event) return;
-    makeCurrent();
+    const CurrentDevice current = makeCurrent();
     check(h_->hipEventDestroy(event), "hipEventDestroy");
   }
   void recordEvent(EventHandle event, StreamHandle stream) override {
-    makeCurrent();
+    const CurrentDevice current = makeCurrent();
     check(h_->hipEventRecord(event, stream), "hipEventRecord");
   }
   void synchronizeEvent(EventHandle event) override {
-    makeCurrent();
+    const CurrentDevice current = makeCurrent();
     check(h_->hipEventSynchronize(event), "hipEventSynchronize");
   }
   float elapsedMilliseconds(EventHandle start, EventHandle end) override {
-    makeCurrent();
+    const CurrentDevice current = makeCurrent();
     float ms = 0;
     check(h_->hipEventElapsedTime(&ms, start, end), "hipEventElapsedTime");
     return ms;
@@ -209,18 +210,18 @@ class HipDevice final : public Device {
 
   ModuleHandle loadModule(const void* image, size_t bytes) override {
     if (!image || bytes == 0) throw Error(ErrorCode::kInvalidArgument, "cannot load an empty code object");
-    makeCurrent();
+    const CurrentDevice current = makeCurrent();
     hipModule_t module = nullptr;
     check(h_->hipModuleLoadData(&module, image), "hipModuleLoadData(" + bytesText(bytes) + ")");
     return module;
   }
   void unloadModule(ModuleHandle module) override {
     if (!module) return;
-    makeCurrent();
+    const CurrentDevice current = makeCurrent();
     check(h_->hipModuleUnload(module), "hipModuleUnload");
   }
   FunctionHandle getFunction(ModuleHandle module, const std::string& symbol) override {
-    makeCurrent();
+    const CurrentDevice current = makeCurrent();
     hipFunction_t function = nullptr;
     check(h_->hipModuleGetFunction(&function, module, symbol.c_str()), "hipModuleGetFunction(" + symbol + ")");
     return function;
@@ -238,24 +239,24 @@ class HipDevice final : public Device {
     if (dims.hasCluster())
       throw Error(ErrorCode::kUnsupported, "thread-block clusters are a CUDA feature; the HIP backend cannot "
                                            "launch with cluster dimensions");
-    makeCurrent();
+    const CurrentDevice current = makeCurrent();
     check(h_->hipModuleLaunchKernel(function, dims.grid.x, dims.grid.y, dims.grid.z, dims.block.x, dims.block.y,
                                     dims.block.z, dims.sharedBytes, stream, params, nullptr),
           "hipModuleLaunchKernel");
   }
 
   bool isCapturing(StreamHandle stream) override {
-    makeCurrent();
+    const CurrentDevice current = makeCurrent();
     int status = 0;  // hipStreamCaptureStatus: 0 = none
     check(h_->hipStreamIsCapturing(stream, &status), "hipStreamIsCapturing");
     return status != 0;
   }
   void beginCapture(StreamHandle stream) override {
-    makeCurrent();
+    const CurrentDevice current = makeCurrent();
     check(h_->hipStreamBeginCapture(stream, kHipStreamCaptureModeThreadLocal), "hipStreamBeginCapture");
   }
   GraphHandle endCapture(StreamHandle stream) override {
-    makeCurrent();
+    const CurrentDevice current = makeCurrent();
     hipGraph_t graph = nullptr;
     check(h_->hipStreamEndCapture(stream, &graph), "hipStreamEndCapture");
     hipGraphExec_t exec = nullptr;
@@ -266,12 +267,12 @@ class HipDevice final : public Device {
   }
   void launchGraph(GraphHandle graph, StreamHandle stream) override {
     if (!graph) throw Error(ErrorCode::kInvalidArgument, "launch of a null graph");
-    makeCurrent();
+    const CurrentDevice current = makeCurrent();
     check(h_->hipGraphLaunch(graph, stream), "hipGraphLaunch");
   }
   void destroyGraph(GraphHandle graph) override {
     if (!graph) return;
-    makeCurrent();
+    const CurrentDevice current = makeCurrent();
     check(h_->hipGraphExecDestroy(graph), "hipGraphExecDestroy");
   }
 
@@ -285,7 +286,7 @@ class HipDevice final : public Device {
   void enablePeerAccess(const Device& peer) override {
     const int other = asHip(peer)->ordinal_;
     if (other == ordinal_) return;
-    makeCurrent();
+    const CurrentDevice current = makeCurrent();
     const hipError_t result = h_->hipDeviceEnablePeerAccess(other, 0);
     if (result == hipErrorPeerAccessAlreadyEnabled) return;
     check(result, "hipDeviceEnablePeerAccess(device " + std::to_string(ordinal_) + " -> device " +
@@ -293,7 +294,7 @@ class HipDevice final : public Device {
   }
 
   IpcHandle exportIpcHandle(DevicePtr ptr) override {
-    makeCurrent();
+    const CurrentDevice current = makeCurrent();
     hipIpcMemHandle_t handle{};
     check(h_->hipIpcGetMemHandle(&handle, asPointer(ptr)), "hipIpcGetMemHandle");
     static_assert(sizeof(handle) == kIpcHandleBytes, "hipIpcMemHandle_t is 64 bytes");
@@ -302,7 +303,7 @@ class HipDevice final : public Device {
     return out;
   }
   DevicePtr openIpcHandle(const IpcHandle& handle) override {
-    makeCurrent();
+    const CurrentDevice current = makeCurrent();
     hipIpcMemHandle_t native{};
     std::memcpy(&native, handle.bytes.data(), sizeof native);
     void* ptr = nullptr;
@@ -310,7 +311,7 @@ class HipDevice final : public Device {
     return asAddress(ptr);
   }
   void closeIpcHandle(DevicePtr mapped) override {
-    makeCurrent();
+    const CurrentDevice current = makeCurrent();
     check(h_->hipIpcCloseMemHandle(asPointer(mapped)), "hipIpcCloseMemHandle");
   }
 
@@ -323,7 +324,25 @@ class HipDevice final : public Device {
   void check(hipError_t result, const std::string& call) const {
     if (result != hipSuccess) h_->check(result, call + " on device " + std::to_string(ordinal_));
   }
-  void makeCurrent() { check(h_->hipSetDevice(ordinal_), "hipSetDevice"); }
+  // This device, current on the calling thread for one call: the caller's current device comes back when the call
+  // returns (a process driving several GPUs keeps its own).
+  struct [[nodiscard]] CurrentDevice {
+    const HipRuntime* h;
+    int previous;
+    bool restore;
+    CurrentDevice(const CurrentDevice&) = delete;
+    CurrentDevice& operator=(const CurrentDevice&) = delete;
+    ~CurrentDevice() {
+      if (restore) h->hipSetDevice(previous);
+    }
+  };
+  CurrentDevice makeCurrent() {
+    int previous = 0;
+    check(h_->hipGetDevice(&previous), "hipGetDevice");
+    if (previous == ordinal_) return {h_.get(), previous, false};
+    check(h_->hipSetDevice(ordinal_), "hipSetDevice");
+    return {h_.get(), previous, true};
+  }
 
   std::shared_ptr<const HipRuntime> h_;
   int ordinal_;

@@ -97,6 +97,22 @@ TEST_F(HipFake, EnumeratesDevices) {
   EXPECT_EQ(openBackend(BackendKind::kHip, test::FakeHip::path()).get(), backend.get()) << "loaded once";
 }
 
+// Each call makes its device current and gives the caller's current device back: a process that drives several
+// GPUs (torch on another device, createLocal over many) keeps its own.
+TEST_F(HipFake, CallsLeaveTheCallersCurrentDevice) {
+  ASSERT_EQ(fake.setDevice(0), 0);
+  std::shared_ptr<Device> other = backend->device(2);
+  const DevicePtr p = other->allocate(64);
+  StreamHandle stream = other->createStream();
+  other->memsetZero(p, 64, stream);
+  other->synchronize(stream);
+  other->destroyStream(stream);
+  other->free(p);
+  int current = -1;
+  ASSERT_EQ(fake.getDevice(&current), 0);
+  EXPECT_EQ(current, 0);
+}
+
 TEST_F(HipFake, MemoryRoundTripsSyncAndAsync) {
   const size_t n = 1000;
   std::vector<uint32_t> in(n), out(n, 0);

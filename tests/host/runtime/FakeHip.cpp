@@ -182,6 +182,10 @@ hipError_t hipSetDevice(int d) {
   currentDevice = d;
   return kSuccess;
 }
+hipError_t hipGetDevice(int* d) {
+  *d = currentDevice;
+  return kSuccess;
+}
 hipError_t hipDeviceGetName(char* name, int len, int d) {
   std::snprintf(name, static_cast<size_t>(len), "Fake gfx950 #%d", d);
   return kSuccess;

@@ -122,6 +122,8 @@ struct FakeHip {
   int (*modulesLoaded)();
   int (*peerEnabled)(int, int);
   void (*failMallocAfter)(int);
+  int (*setDevice)(int);    // the HIP API's own: the calling thread's current device
+  int (*getDevice)(int*);
 
   static const char* path() { return MEGAMOE_FAKE_HIP_PATH; }
   static FakeHip& get() {
@@ -137,6 +139,8 @@ struct FakeHip {
       f.modulesLoaded = reinterpret_cast<int (*)()>(::dlsym(lib, "fakehip_modules_loaded"));
       f.peerEnabled = reinterpret_cast<int (*)(int, int)>(::dlsym(lib, "fakehip_peer_enabled"));
       f.failMallocAfter = reinterpret_cast<void (*)(int)>(::dlsym(lib, "fakehip_fail_malloc_after"));
+      f.setDevice = reinterpret_cast<int (*)(int)>(::dlsym(lib, "hipSetDevice"));
+      f.getDevice = reinterpret_cast<int (*)(int*)>(::dlsym(lib, "hipGetDevice"));
       return f;
     }();
     return api;
