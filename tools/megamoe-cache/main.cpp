@@ -326,8 +326,10 @@ int main(int argc, char** argv) {
     if (a.command == "verify") return list(a, true);
     if (a.command == "prune") {
       cache::KernelCache cache(a.has("--cache-dir") ? a.get("--cache-dir") : cache::KernelCache::defaultRoot());
-      int n = cache.prune(a.has("--keep-all-fingerprints") ? "" : compilerFingerprint());
+      std::vector<std::string> leftAlone;
+      int n = cache.prune(a.has("--keep-all-fingerprints") ? "" : compilerFingerprint(), &leftAlone);
       std::printf("pruned %d entries from %s\n", n, cache.root().c_str());
+      for (const auto& why : leftAlone) std::printf("  %s\n", why.c_str());
       return 0;
     }
     if (a.command == "presets") {
