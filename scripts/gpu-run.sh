@@ -5,6 +5,7 @@
 set -uo pipefail
 OUT=${OUT:-/tmp/megamoe-out}; mkdir -p "$OUT"
 export MEGAMOE_CACHE_DIR=$PWD/.carry/cache
+chmod -R go-w "$MEGAMOE_CACHE_DIR"  # the runtime refuses a cache others could write to; a copy may not keep modes
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 # The Python package from this tree (python/megamoe) over the staged library.
 export MEGAMOE_LIB=$PWD/.carry/lib/libmegamoe.so PYTHONPATH=$PWD/python${PYTHONPATH:+:$PYTHONPATH} OUT
