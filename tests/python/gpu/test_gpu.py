@@ -423,6 +423,54 @@ def test_overhead_of_the_op_within_3_percent_of_the_cpp_layer():
         big.close()
 
 
+def test_grouped_mm_clamps_offsets_past_the_rows():
+    """Group ends past the rows, or below the previous end, are clamped on the device: the kernels store only rows
+    that exist, bitwise as with the well-formed offsets they clamp to."""
+    g = gen(131)
+    G, N, Kd, rows = 8, 512, 256, 1000  # test_grouped_gemms_against_fp32_and_torch's kernels
+    a = torch.randn(rows, Kd, device="cuda", generator=g).to(torch.bfloat16)
+    b = torch.randn(G, N, Kd, device="cuda", generator=g).to(torch.bfloat16)
+    bt = torch.randn(rows, N, device="cuda", generator=g).to(torch.bfloat16)
+    bad = torch.tensor([100, 50, 250, 400, 300, 900, rows + 4000, -7], dtype=torch.int32, device="cuda")
+    good = torch.tensor([100, 100, 250, 400, 400, 900, rows, rows], dtype=torch.int32, device="cuda")
+    assert bitwise(megamoe.grouped_mm_nt(a, b, bad), megamoe.grouped_mm_nt(a, b, good))
+    assert bitwise(megamoe.grouped_mm_tn(a, bt, bad), megamoe.grouped_mm_tn(a, bt, good))
+
+
+def test_workspace_on_cuda_without_an_index_serves_calls():
+    w = megamoe.Workspace(max_tokens=64, training=False, device="cuda", **SHAPE)
+    try:
+        assert w.device == DEV, w.device
+        w1, w2 = weights(151)
+        x = tokens(8, 152)
+        idx, wts = routing(8, 153)
+        with torch.no_grad():
+            assert megamoe.fused_moe(x, idx, wts, w1, w2, w).shape == x.shape
+        w.check_errors()
+    finally:
+        w.close()
+
+
+def test_check_errors_inside_a_capture_is_refused_and_breaks_nothing():
+    w1, w2 = weights(161)
+    x = tokens(16, 162)
+    idx, wts = routing(16, 163)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side), torch.no_grad():
+        megamoe.fused_moe(x, idx, wts, w1, w2, ws())
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, capture_error_mode="thread_local"), torch.no_grad():
+        y = megamoe.fused_moe(x, idx, wts, w1, w2, ws())
+        with raises(megamoe.MegamoeError, match="the stream is being captured"):
+            ws().check_errors()
+    graph.replay()
+    with torch.no_grad():
+        assert bitwise(y, megamoe.fused_moe(x, idx, wts, w1, w2, ws()))
+    ws().check_errors()
+
+
 def test_two_ranks_on_one_gpu_through_a_process_group():
     script = os.path.join(HERE, "two_ranks.py")
     env = dict(os.environ, MEGAMOE_WAIT_TIMEOUT_MS=os.environ.get("MEGAMOE_WAIT_TIMEOUT_MS", "60000"))
