@@ -394,6 +394,9 @@ std::vector<std::shared_ptr<Workspace>> Workspace::createLocal(const std::vector
     for (const auto& d : devices) sharing += d->ordinal() == devices[i]->ordinal();
     budgets.push_back(resolveSmBudget(config, runtimes[i]->env(), *devices[i], sharing));
   }
+  // Every rank launches the same grid: the combine counts the owner's blocks against its own grid, so unequal
+  // budgets (e.g. 8 ranks over 3 devices) gave early sums or timeouts. The smallest budget serves all.
+  std::fill(budgets.begin(), budgets.end(), *std::min_element(budgets.begin(), budgets.end()));
   for (size_t i = 0; i < runtimes.size(); ++i) {
     int64_t used = 0;
     std::string ranksThere;
@@ -418,8 +421,9 @@ std::vector<std::shared_ptr<Workspace>> Workspace::createLocal(const std::vector
 namespace {
 
 // What every rank of a workspace must declare alike; the heap layout alone misses most fields (intermediate,
-// training, ...). "kernels" catches ranks whose builds derive different kernels from the same fields.
-RendezvousAgreement layerAgreement(const MoeLayerConfig& config, int ranks) {
+// training, ...). "kernels" catches ranks whose builds derive different kernels from the same fields; "sm_budget"
+// ranks that would launch different grids (the combine counts the owner's blocks against its own grid).
+RendezvousAgreement layerAgreement(const MoeLayerConfig& config, int ranks, int smBudget) {
   std::string kernels;
   for (const auto& [name, spec] : MoeLayer::kernelSpecs(config, ranks)) {
     kernels += (kernels.empty() ? "" : " ") + name + "(";
@@ -440,6 +444,7 @@ RendezvousAgreement layerAgreement(const MoeLayerConfig& config, int ranks) {
       {"receive_capacity", std::to_string(megamoe::poolRows(config, ranks))},
       {"drop_overflow", config.dropOverflow ? "true" : "false"},
       {"kernels", kernels},
+      {"sm_budget", std::to_string(smBudget)},
   };
 }
 
@@ -450,7 +455,7 @@ std::shared_ptr<Workspace> Workspace::create(Runtime& runtime, const MoeLayerCon
   if (auto e = MoeLayer::validate(config, ranks); !e.empty()) invalid("MoE layer: " + e);
   const int budget = resolveSmBudget(config, runtime.env(), *runtime.device(), 1);
   auto heap = runtime.createHeap(MoeLayer::heapRegions(config, ranks), rank, ranks, rendezvousPath,
-                                 layerAgreement(config, ranks));
+                                 layerAgreement(config, ranks, budget));
   return std::shared_ptr<Workspace>(new Workspace(runtime, config, std::move(heap), budget));
 }
 
@@ -469,7 +474,7 @@ std::unique_ptr<Workspace::Pending> Workspace::prepare(Runtime& runtime, const M
   pending->config_ = std::make_unique<MoeLayerConfig>(config);
   pending->smBudget_ = resolveSmBudget(config, runtime.env(), *runtime.device(), 1);
   pending->heap_ = SymmetricHeap::prepareExchange(runtime.device(), MoeLayer::heapRegions(config, ranks), rank, ranks,
-                                                  runtime.env(), layerAgreement(config, ranks));
+                                                  runtime.env(), layerAgreement(config, ranks, pending->smBudget_));
   return pending;
 }
 

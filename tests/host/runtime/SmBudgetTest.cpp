@@ -101,6 +101,33 @@ TEST_F(SmBudgetOnFakeHip, RanksSharingADeviceSplitItsSmsByDefault) {
   EXPECT_EQ(layers[1]->smBudget(), kFakeSms / 2);
 }
 
+// Every rank of a workspace launches the same grid (the combine counts the owner's blocks against its own grid):
+// ranks in one process whose shares of their devices differ all take the smallest; ranks that exchange handles
+// must agree on it.
+TEST_F(SmBudgetOnFakeHip, RanksOfOneWorkspaceRunOneGrid) {
+  RuntimeEnv env = parseEnv([](const char*) -> const char* { return nullptr; });
+  env.hipLibrary = test::FakeHip::path();
+  env.cacheDir = dir.path();
+  test::storeFakeLayerKernels(dir.path(), small(0), 4);
+  std::vector<std::unique_ptr<Runtime>> rts;
+  std::vector<Runtime*> raw;
+  for (int device : {0, 0, 0, 1}) {
+    rts.push_back(std::make_unique<Runtime>(BackendKind::kHip, device, env));
+    raw.push_back(rts.back().get());
+  }
+  auto spread = MoeLayer::createLocal(raw, small(0));
+  const int shareOfThree = kFakeSms / 3 / 2 * 2;
+  for (auto& layer : spread) EXPECT_EQ(layer->smBudget(), shareOfThree);
+  spread.clear();
+
+  std::unique_ptr<Workspace::Pending> pending[2] = {Workspace::prepare(*raw[0], small(40), 0, 2),
+                                                    Workspace::prepare(*raw[1], small(60), 1, 2)};
+  std::vector<uint8_t> all = pending[0]->handle();
+  all.insert(all.end(), pending[1]->handle().begin(), pending[1]->handle().end());
+  const std::string e = errorOf([&] { Workspace::join(*pending[0], all.data(), all.size()); });
+  EXPECT_NE(e.find("rank 1's sm_budget=60 differs from rank 0's sm_budget=40"), std::string::npos) << e;
+}
+
 TEST_F(SmBudgetOnFakeHip, EnvironmentDefaultAndConfigOverride) {
   open(small(0), 1, "40");
   EXPECT_EQ(layers[0]->smBudget(), 40);
