@@ -592,9 +592,11 @@ struct MoeLayer::Impl {
     a.ptr("topk_idx", topkIdx).i32("tokens", tokens).ptr("counts", b.counts).ptr("flags", b.flags);
     a.ptr("send_slot", b.sendSlot).ptr("pool_offsets", b.poolOffsets).ptr("send_list", b.sendList);
     a.ptr("send_off", b.sendOff).ptr("send_base", b.sendBase).ptr("arrivals", b.arrivals).ptr("done", b.done);
-    a.ptr("route_epoch", b.routeEpoch).ptr("scratch", b.prologueScratch).i32("blocks", kPrologueBlocks);
+    // Its blocks meet on a grid barrier, so all must be resident: within the SM budget, like every other grid.
+    const int32_t blocks = std::min<int32_t>(kPrologueBlocks, int32_t(grid));
+    a.ptr("route_epoch", b.routeEpoch).ptr("scratch", b.prologueScratch).i32("blocks", blocks);
     a.i32("capacity", capacity).i32("drop", drop).ptr("dropped", b.dropped);
-    launch(Role::kPrologue, uint32_t(kPrologueBlocks), stream, a, heap);
+    launch(Role::kPrologue, uint32_t(blocks), stream, a, heap);
   }
   // The saved state a training call uses: the caller's, else the layer's own (a layer with its own workspace).
   DevicePtr savedFor(DevicePtr callers, const char* call) const {

@@ -148,32 +148,35 @@ TEST_F(SmBudgetOnFakeHip, MoreThanTheDeviceIsRefused) {
   EXPECT_NE(e.find("sm_budget=99"), std::string::npos) << e;
 }
 
+// At a budget above and below the prologue's 16 blocks (whose blocks meet on a grid barrier: all must be resident).
 TEST_F(SmBudgetOnFakeHip, EveryPersistentKernelStaysWithinTheBudget) {
-  constexpr int kBudget = 100;
-  open(small(kBudget, /*training=*/true), 2);
-  auto& fake = test::FakeHip::get();
-  std::vector<DevicePtr> buffers;
-  Device& d = *runtimes[0]->device();
-  auto buffer = [&] {
-    buffers.push_back(d.allocate(1 << 20));
-    return buffers.back();
-  };
-  const int from = fake.launchCount();
-  for (auto& layer : layers) {
-    ForwardArgs f{buffer(), 8, buffer(), buffer(), buffer(), buffer(), buffer()};
-    layer->forward(f, nullptr);
-    BackwardArgs b{buffer(), f.x, 8, f.topkIdx, f.topkWeights, f.w1, f.w2, buffer(), buffer(), buffer(), buffer()};
-    layer->backward(b, nullptr);
+  for (int budget : {100, 8}) {
+    SCOPED_TRACE("budget " + std::to_string(budget));
+    open(small(budget, /*training=*/true), 2);
+    auto& fake = test::FakeHip::get();
+    std::vector<DevicePtr> buffers;
+    Device& d = *runtimes[0]->device();
+    auto buffer = [&] {
+      buffers.push_back(d.allocate(1 << 20));
+      return buffers.back();
+    };
+    const int from = fake.launchCount();
+    for (auto& layer : layers) {
+      ForwardArgs f{buffer(), 8, buffer(), buffer(), buffer(), buffer(), buffer()};
+      layer->forward(f, nullptr);
+      BackwardArgs b{buffer(), f.x, 8, f.topkIdx, f.topkWeights, f.w1, f.w2, buffer(), buffer(), buffer(), buffer()};
+      layer->backward(b, nullptr);
+    }
+    const auto grids = gridsSince(from);
+    // The persistent kernels (one block per SM of the budget); swiglu_bwd is a plain grid of 8 blocks per SM.
+    for (const char* persistent : {"dispatch_grouped_gemm", "grouped_gemm_combine", "grouped_gemm_tn_tma"}) {
+      ASSERT_TRUE(grids.count(persistent)) << persistent << " was not launched";
+      EXPECT_EQ(grids.at(persistent), unsigned(budget)) << persistent;
+    }
+    EXPECT_EQ(grids.at("dispatch_prologue"), unsigned(std::min(budget, 16)));
+    EXPECT_EQ(grids.at("swiglu_bwd"), unsigned(8 * budget));
+    for (DevicePtr p : buffers) d.free(p);
   }
-  const auto grids = gridsSince(from);
-  // The persistent kernels (one block per SM of the budget); swiglu_bwd is a plain grid of 8 blocks per SM.
-  for (const char* persistent :
-       {"dispatch_grouped_gemm", "grouped_gemm_combine", "grouped_gemm_tn_tma"}) {
-    ASSERT_TRUE(grids.count(persistent)) << persistent << " was not launched";
-    EXPECT_EQ(grids.at(persistent), unsigned(kBudget)) << persistent;
-  }
-  EXPECT_EQ(grids.at("swiglu_bwd"), unsigned(8 * kBudget));
-  for (DevicePtr p : buffers) d.free(p);
 }
 
 }  // namespace
