@@ -341,15 +341,33 @@ class Runtime:
         if set(args) != set(names):
             raise TypeError("%s arguments: missing %s, unknown %s (declared: %s)" % (
                 kernel.name, sorted(set(names) - set(args)), sorted(set(args) - set(names)), ", ".join(names)))
+        if len(grid) != 3 or not all(isinstance(g, int) and 1 <= g < 2 ** 31 for g in grid):
+            raise ValueError("%s: grid must be three ints in [1, 2^31) (got %r)" % (kernel.name, grid))
         dims = Dims((ctypes.c_uint32 * 3)(*grid), (ctypes.c_uint32 * 3)(kernel.threads, 1, 1),
                     (ctypes.c_uint32 * 3)(0, 0, 0), kernel.shared)
-        as_c = {ARG_PTR: ctypes.c_uint64, ARG_CONTEXT: ctypes.c_uint64, ARG_I64: ctypes.c_int64,
-                ARG_I32: ctypes.c_int32}
-        holders = [args[n] if kind == ARG_TENSOR_MAP else as_c[kind](args[n]) for n, kind in kernel.signature]
+        holders = [_launch_value(kernel.name, n, kind, args[n]) for n, kind in kernel.signature]
         params = (ctypes.c_void_p * max(len(holders), 1))(
             *[ctypes.cast(ctypes.byref(h), ctypes.c_void_p) for h in holders])
         self.lib.call("megamoe_launch", self.handle, kernel.handle, ctypes.byref(dims), ctypes.c_void_p(stream or None),
                       params, None)
+
+
+# Each argument kind's ctypes type and range: ctypes would wrap a value out of range silently (2^31 as int32 is
+# -2^31), where the C++ launch path (KernelArgs) refuses it.
+_ARG_RANGES = {ARG_PTR: (ctypes.c_uint64, 0, 2 ** 64), ARG_CONTEXT: (ctypes.c_uint64, 0, 2 ** 64),
+               ARG_I64: (ctypes.c_int64, -2 ** 63, 2 ** 63), ARG_I32: (ctypes.c_int32, -2 ** 31, 2 ** 31)}
+
+
+def _launch_value(kernel, name, kind, value):
+    if kind == ARG_TENSOR_MAP:
+        if ctypes.sizeof(value) != 128:
+            raise TypeError("%s: %s must be a tensor map's 128 bytes (Runtime.tensor_map), got %d bytes" % (
+                kernel, name, ctypes.sizeof(value)))
+        return value
+    c_type, lo, hi = _ARG_RANGES[kind]
+    if not isinstance(value, int) or not lo <= value < hi:
+        raise ValueError("%s: %s=%r must be an int in [%d, %d)" % (kernel, name, value, lo, hi))
+    return c_type(value)
 
 
 class WorkspaceHandle:

@@ -272,11 +272,11 @@ def grouped_kernel_spec(layout, E, N, KM):
 
 
 def _grouped_rules(op, layout, N, KM):
-    if N % 128:
-        _fail(op, "N=%d must be a multiple of 128 (the kernels' BLOCK_N)" % N)
+    if N < 128 or N % 128:
+        _fail(op, "N=%d must be a positive multiple of 128 (the kernels' BLOCK_N)" % N)
     if layout == "tn":
-        if KM % 128:
-            _fail(op, "M=%d must be a multiple of 128 (BLOCK_M of TN)" % KM)
+        if KM < 128 or KM % 128:
+            _fail(op, "M=%d must be a positive multiple of 128 (BLOCK_M of TN)" % KM)
     elif KM % 64 or KM < 128:
         _fail(op, "K=%d must be a multiple of 64 and at least 128 (BLOCK_K, the 3-stage ring)" % KM)
 

@@ -138,6 +138,18 @@ def test_launch_by_name_refuses_unknown_and_missing_arguments(fake_env):
     assert "grid" in [n for n, _ in narrow.signature]
     rt.launch(narrow, (2, 1, 1), 0, **{n: 0 for n, _ in narrow.signature})
     assert fake_launches() == before + 2
+    # Values outside their kind's range are refused by name (ctypes would wrap 2^31 into -2^31), as is a grid
+    # outside [1, 2^31).
+    kinds = dict(narrow.signature)
+    i32 = next(n for n, kind in kinds.items() if kind == _lib.ARG_I32)
+    with pytest.raises(ValueError, match="topk_idx_narrow: %s=2147483648 must be an int in" % i32):
+        rt.launch(narrow, (2, 1, 1), 0, **dict({n: 0 for n in kinds}, **{i32: 2 ** 31}))
+    ptr = next(n for n, kind in kinds.items() if kind == _lib.ARG_PTR)
+    with pytest.raises(ValueError, match="%s=-1 must be an int" % ptr):
+        rt.launch(narrow, (2, 1, 1), 0, **dict({n: 0 for n in kinds}, **{ptr: -1}))
+    with pytest.raises(ValueError, match=r"grid must be three ints in \[1, 2\^31\)"):
+        rt.launch(narrow, (2 ** 32 + 3, 1, 1), 0, **{n: 0 for n in kinds})
+    assert fake_launches() == before + 2
     rt.close()
 
 
@@ -364,6 +376,14 @@ def test_group_starts_are_clamped_and_non_decreasing():
     assert group_starts(torch.tensor([10, 20], dtype=torch.int32), 64).tolist() == [0, 10, 20]
 
 
+def test_empty_n_or_m_is_refused_by_rule():
+    from megamoe.ops import _grouped_rules
+    with pytest.raises(megamoe.ArgumentError, match="N=0 must be a positive multiple of 128"):
+        _grouped_rules("grouped_mm_nt", "nt", 0, 128)
+    with pytest.raises(megamoe.ArgumentError, match="M=0 must be a positive multiple of 128"):
+        _grouped_rules("grouped_mm_tn", "tn", 128, 0)
+
+
 def test_gradient_rules_are_checked_before_the_forward():
     from megamoe.ops import check_grad_rules
     check_grad_rules("nt", 256, 192, (False, False))  # K = 192 serves the forward
@@ -404,7 +424,7 @@ def test_grouped_mm_rules():
     a = torch.zeros(300, 256, dtype=torch.bfloat16)
     b = torch.zeros(4, 512, 256, dtype=torch.bfloat16)
     offs = torch.tensor([50, 100, 200, 300], dtype=torch.int32)
-    with pytest.raises(megamoe.ArgumentError, match="grouped_mm_nt: N=100 must be a multiple of 128"):
+    with pytest.raises(megamoe.ArgumentError, match="grouped_mm_nt: N=100 must be a positive multiple of 128"):
         megamoe.grouped_mm_nt(a, torch.zeros(4, 100, 256, dtype=torch.bfloat16), offs)
     with pytest.raises(megamoe.ArgumentError, match=r"K=96 must be a multiple of 64 and at least 128"):
         megamoe.grouped_mm_nt(a[:, :96], b[:, :, :96], offs)
@@ -414,7 +434,7 @@ def test_grouped_mm_rules():
         megamoe.grouped_mm_nt(a, b, offs[:3])
     with pytest.raises(megamoe.ArgumentError, match="b's K dimension must be a's K=256"):
         megamoe.grouped_mm_nn(a, b, offs)
-    with pytest.raises(megamoe.ArgumentError, match="grouped_mm_tn: M=256 must be a multiple of 128|a must be on a"):
+    with pytest.raises(megamoe.ArgumentError, match="grouped_mm_tn: M=256 must be a positive multiple of 128|a must be on a"):
         megamoe.grouped_mm_tn(a, torch.zeros(300, 512, dtype=torch.bfloat16), offs)
     with pytest.raises(megamoe.ArgumentError, match="a must be on a CUDA device"):
         megamoe.grouped_mm_nt(a, b, offs)
