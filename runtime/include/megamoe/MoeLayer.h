@@ -154,7 +154,8 @@ class MoeLayer {
   uint64_t savedBytes() const { return savedBytes(config_, ranks()); }
 
   // Enqueues one forward on `stream` (capturable in a graph). Host-visible bad input (a null pointer, tokens out
-  // of [0, max_tokens], x / y / w1 / w2 not 16-byte or topk_idx / topk_weights not 4-byte aligned) throws
+  // of [0, max_tokens], x / y / w1 / w2 not 16-byte or topk_idx / topk_weights not 4-byte aligned, topk_idx not
+  // 8-byte aligned when int64) throws
   // Error(kInvalidArgument) naming the argument before anything is enqueued; an expert index outside [-1, E) is
   // seen on the device: it sets the rank's error record (kBadIndex), the later kernels of the call write nothing,
   // and the peers' waits end in a bounded timeout.

@@ -297,7 +297,7 @@ MEGAMOE_API int megamoe_layer_backward_saved(megamoe_layer* layer, uint64_t dy, 
                                              uint64_t dx, uint64_t d_topk_weights, uint64_t dw1, uint64_t dw2,
                                              uint64_t saved, void* stream);
 /* Device addresses; y [tokens, hidden] bf16 is written. Nothing is synchronised; stream NULL = default stream.
- * x, y, w1, w2 are 16-byte aligned, topk_idx and topk_weights 4-byte aligned. Every call of one layer (forward,
+ * x, y, w1, w2 are 16-byte aligned, topk_idx 4-byte (8-byte when int64) and topk_weights 4-byte aligned. Every call of one layer (forward,
  * backward, stage times, check_errors) must be ordered on one stream, or the caller orders the streams: the layer's
  * buffers are reused by the next call without a host synchronisation. MEGAMOE_OK means enqueued (see above). */
 MEGAMOE_API int megamoe_layer_forward(megamoe_layer* layer, uint64_t x, int64_t tokens, uint64_t topk_idx,
