@@ -52,7 +52,7 @@ for name, model in (("megamoe", ours), ("plain", plain)):
         loss = (model(x).float() - target.float()).square().mean()
         opt.zero_grad(), loss.backward()
         for t in [p.grad for p in model.parameters() if id(p) not in local] + [loss.detach()]:
-            buf = t.float().cpu()  # the mean over ranks, as DDP takes it
+            buf = t.float()  # the mean over ranks, as DDP takes it (a CUDA tensor: NCCL takes no CPU ones)
             dist.all_reduce(buf)
             t.copy_(buf / world)
         for p in model.parameters():

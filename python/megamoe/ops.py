@@ -150,7 +150,8 @@ if HAS_CUSTOM_OP:
     def _setup_context(ctx, inputs, output):
         x, topk_idx, topk_weights, w1, w2, layer_id, training = inputs
         ctx.save_for_backward(x, topk_idx, topk_weights, w1, w2, output[1])
-        ctx.layer_id, ctx.layer = layer_id, layer_of(layer_id)  # the layer (and its workspace) live until backward
+        ctx.layer_id, ctx.layer = layer_id, layer_of(layer_id)
+        ctx.workspace = ctx.layer.workspace  # the layer and its workspace live until backward
 
     def _backward(ctx, dy, d_saved):
         x, topk_idx, topk_weights, w1, w2, saved = ctx.saved_tensors
@@ -170,7 +171,8 @@ else:
         def forward(ctx, x, topk_idx, topk_weights, w1, w2, layer_id, training):
             y, saved = _fused_moe_forward(x, topk_idx, topk_weights, w1, w2, layer_id, training)
             ctx.save_for_backward(x, topk_idx, topk_weights, w1, w2, saved)
-            ctx.layer_id, ctx.layer = layer_id, layer_of(layer_id)  # the layer (and its workspace) live until backward
+            ctx.layer_id, ctx.layer = layer_id, layer_of(layer_id)
+            ctx.workspace = ctx.layer.workspace  # the layer and its workspace live until backward
             ctx.mark_non_differentiable(saved)
             return y, saved
 

@@ -11,8 +11,9 @@ import torch
 from . import _lib
 from .kernels import layer_command, with_kernels
 
-# layer id -> _Layer: what the custom op's integer argument names (see ops.py). Weak: a workspace holds its layers,
-# so dropping the last reference to a workspace frees it (and its device memory).
+# layer id -> _Layer: what the custom op's integer argument names (see ops.py). Weak, and a layer's reference to its
+# workspace is weak too: a workspace holds its layers, so dropping the last reference to a workspace frees it (and
+# its device memory) at once, not at the next cyclic collection. A pending backward keeps its workspace itself.
 _layers = weakref.WeakValueDictionary()
 _ids = itertools.count(1)
 _lock = threading.Lock()
@@ -29,10 +30,17 @@ class _Layer:
     """One megamoe_layer on a workspace: its shape, training or not, int32 or int64 topk_idx."""
 
     def __init__(self, workspace, handle, key, saved_bytes):
-        self.workspace, self.handle, self.key, self.saved_bytes = workspace, handle, key, saved_bytes
+        self._workspace, self.handle, self.key, self.saved_bytes = weakref.ref(workspace), handle, key, saved_bytes
         with _lock:
             self.id = next(_ids)
             _layers[self.id] = self
+
+    @property
+    def workspace(self):
+        ws = self._workspace()
+        if ws is None:
+            raise ValueError("megamoe: layer %d's workspace was dropped" % self.id)
+        return ws
 
 
 def _dist():
@@ -211,6 +219,14 @@ class Workspace:
 
     def __enter__(self):
         return self
+
+    def __deepcopy__(self, memo):
+        # One per process and GPU, shared by every layer: a deep copy of a model (EMA, teacher) shares it too.
+        return self
+
+    def __reduce__(self):
+        raise TypeError("megamoe.Workspace cannot be pickled: it holds device memory mapped into its peers; save the "
+                        "model's state_dict and make a workspace where it is loaded")
 
     def __exit__(self, *exc):
         self.close()

@@ -33,11 +33,11 @@ y = megamoe.fused_moe(leaves[0], idx, leaves[1], leaves[2], leaves[3], ws)
 got = (y.detach(),) + torch.autograd.grad(y, leaves, dy)
 ref = list(reference(x, idx, wts, w1_all, w2_all, dy))
 for i in (3, 4):  # this rank's tokens' share of every expert's gradient, summed over the ranks, then its experts
-    total = ref[i].cpu()
+    total = ref[i].clone()  # on the GPU: NCCL (a GPU per rank) takes no CPU tensors, gloo takes both
     dist.all_reduce(total)
-    ref[i] = total[rank * local:(rank + 1) * local].cuda()
+    ref[i] = total[rank * local:(rank + 1) * local]
 errors = {n: rel(g, r) for n, g, r in zip(NAMES, got, ref)}
-ok = torch.tensor([int(all(e <= TOL for e in errors.values()))])
+ok = torch.tensor([int(all(e <= TOL for e in errors.values()))], device="cuda")
 dist.all_reduce(ok, op=dist.ReduceOp.MIN)
 print("rank %d (%d tokens, %s SMs): %s" % (rank, T, budget or "all", ", ".join("%s %.2e" % kv for kv in errors.items())))
 ws.close()
