@@ -7,15 +7,21 @@ import torch
 from .ops import fused_moe
 
 
-def _stack(t, what):
+def _count(t, what):
+    """The experts a checkpoint tensor or list of per-expert tensors holds."""
     if isinstance(t, (list, tuple)):
         if not t:
             raise ValueError("convert_experts: %s is an empty list" % what)
-        return torch.stack(list(t))
+        return len(t)
     if not isinstance(t, torch.Tensor):
         raise ValueError("convert_experts: %s must be a tensor or a list of per-expert tensors (got %s)" % (
             what, type(t).__name__))
-    return t
+    return t.shape[0]
+
+
+def _take(t, lo, hi):
+    """Experts [lo, hi) of a tensor (a view) or of a list (only those stacked: a rank never copies every expert)."""
+    return torch.stack(list(t[lo:hi])) if isinstance(t, (list, tuple)) else t[lo:hi]
 
 
 def convert_experts(down, gate=None, up=None, gate_up=None, interleaved=False, transposed=False, rank=0, ranks=1):
@@ -29,11 +35,22 @@ def convert_experts(down, gate=None, up=None, gate_up=None, interleaved=False, t
       - transposed=True: every tensor stored [in, out] instead (gate / up [E, H, I], gate_up [E, H, 2I], down
         [E, I, H]), as in checkpoints that keep x @ W (e.g. gate_up_proj [E, H, 2I]).
     The dtype is kept; MoeExperts casts to bf16."""
-    down = _stack(down, "down")
+    if gate_up is not None and (gate is not None or up is not None):
+        raise ValueError("convert_experts: give either gate_up or gate and up, not both")
+    if gate_up is None and (gate is None or up is None):
+        raise ValueError("convert_experts: give gate and up (or gate_up)")
+    given = {"down": down, "gate_up": gate_up} if gate_up is not None else {"down": down, "gate": gate, "up": up}
+    counts = {name: _count(t, name) for name, t in given.items()}
+    E = counts["down"]
+    for name, n in counts.items():
+        if n != E:
+            raise ValueError("convert_experts: %s has %d experts, down %d" % (name, n, E))
+    if E % ranks:
+        raise ValueError("convert_experts: %d experts do not split over %d ranks" % (E, ranks))
+    lo, hi = rank * E // ranks, (rank + 1) * E // ranks
+    down = _take(down, lo, hi)
     if gate_up is not None:
-        if gate is not None or up is not None:
-            raise ValueError("convert_experts: give either gate_up or gate and up, not both")
-        gu = _stack(gate_up, "gate_up")
+        gu = _take(gate_up, lo, hi)
         if transposed:
             gu = gu.transpose(-2, -1)
         if gu.shape[1] % 2:
@@ -44,24 +61,20 @@ def convert_experts(down, gate=None, up=None, gate_up=None, interleaved=False, t
             I = gu.shape[1] // 2
             gate, up = gu[:, :I], gu[:, I:]
     else:
-        if gate is None or up is None:
-            raise ValueError("convert_experts: give gate and up (or gate_up)")
-        gate, up = _stack(gate, "gate"), _stack(up, "up")
+        gate, up = _take(gate, lo, hi), _take(up, lo, hi)
         if transposed:
             gate, up = gate.transpose(-2, -1), up.transpose(-2, -1)
     if transposed:
         down = down.transpose(-2, -1)
-    E, I, H = gate.shape
-    if tuple(up.shape) != (E, I, H):
-        raise ValueError("convert_experts: up must have gate's shape %s (got %s)" % (list(gate.shape), list(up.shape)))
-    if tuple(down.shape) != (E, H, I):
+    _, I, H = gate.shape
+    if tuple(up.shape[1:]) != (I, H):
+        raise ValueError("convert_experts: up must have gate's shape %s (got %s)" % (
+            [E, I, H], [E] + list(up.shape[1:])))
+    if tuple(down.shape[1:]) != (H, I):
         raise ValueError("convert_experts: down must be [experts=%d, hidden=%d, intermediate=%d]%s (got %s)" % (
-            E, H, I, " after transposing" if transposed else "", list(down.shape)))
-    if E % ranks:
-        raise ValueError("convert_experts: %d experts do not split over %d ranks" % (E, ranks))
-    lo, hi = rank * E // ranks, (rank + 1) * E // ranks
-    w1 = torch.cat([gate[lo:hi], up[lo:hi]], dim=1).contiguous()
-    return w1, down[lo:hi].contiguous()
+            E, H, I, " after transposing" if transposed else "", [E] + list(down.shape[1:])))
+    w1 = torch.cat([gate, up], dim=1).contiguous()
+    return w1, down.contiguous()
 
 
 def to_gate_up_down(w1, w2):

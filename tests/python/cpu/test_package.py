@@ -517,6 +517,19 @@ def test_converter_rules():
         megamoe.convert_experts(torch.zeros(2, 3, 2), gate=torch.zeros(2, 2, 4), up=torch.zeros(2, 2, 4))
     with pytest.raises(ValueError, match="3 experts do not split over 2 ranks"):
         megamoe.convert_experts(torch.zeros(3, 4, 2), gate=torch.zeros(3, 2, 4), up=torch.zeros(3, 2, 4), ranks=2)
+    with pytest.raises(ValueError, match="up has 3 experts, down 2"):
+        megamoe.convert_experts(torch.zeros(2, 4, 2), gate=torch.zeros(2, 2, 4), up=torch.zeros(3, 2, 4))
+
+
+def test_converters_stack_only_this_ranks_experts():
+    # Per-expert lists (a checkpoint's modules): a rank stacks its own experts only, never a copy of all E (22 GB a
+    # layer at DeepSeek-V3); the other ranks' entries are not even looked at (here: shapes that cannot stack).
+    g = torch.Generator().manual_seed(3)
+    gate, up, down = (torch.randn(4, *s, generator=g) for s in ((2, 4), (2, 4), (4, 2)))
+    other = torch.zeros(1)
+    w1, w2 = megamoe.convert_experts([other, other, down[2], down[3]], gate=[other, other, gate[2], gate[3]],
+                                     up=[other, other, up[2], up[3]], rank=1, ranks=2)
+    assert torch.equal(w1, torch.cat([gate[2:], up[2:]], 1)) and torch.equal(w2, down[2:])
 
 
 def test_two_processes_meet_through_a_process_group(fake_env, tmp_path):
