@@ -59,8 +59,10 @@ struct GemmNtSpec {
 };
 
 // Grouped bf16 GEMMs over experts, one persistent kernel each, driven by device-side group offsets: offsets is an
-// i32 [E + 1] array of row starts (offsets[e + 1] - offsets[e] = group e's size, any value, 0 included; no host
-// sync and no padding needed); `grid` blocks loop over the tiles (shapes: tiles() below). fp32 accumulation.
+// i32 [E + 1] array of row starts (offsets[e + 1] - offsets[e] = group e's size, 0 included; no host sync and no
+// padding needed). The kernels trust them: 0 <= offsets[0] <= ... <= offsets[E] <= the rows of A and C (a caller
+// who cannot promise it clamps them on the device first, as python/megamoe/ops.py group_starts does). `grid` blocks
+// loop over the tiles (shapes: tiles() below), and `grid` must be the launched block count. fp32 accumulation.
 //   grouped_gemm_nt: C [M_total, N] = A [M_total, K] * B[e] [N, K]^T   (forward L1 / L2)
 //   grouped_gemm_nn: C [M_total, N] = A [M_total, K] * B[e] [K, N]     (backward dgrad)
 //   grouped_gemm_tn: C[e] [M, N]    = A_e [K_e, M]^T * B_e [K_e, N]    (weight gradients; K_e = group size;

@@ -150,7 +150,9 @@ MEGAMOE_API int megamoe_kernel_arg(const megamoe_kernel* kernel, size_t index, c
 MEGAMOE_API int megamoe_split_scratch_bytes(int64_t grid, uint64_t* bytes, uint64_t* zeroed_bytes);
 
 /* params: the usual array of pointers to each argument (never NULL). heap may be NULL; a heap that saw a device error refuses
- * (MEGAMOE_ERROR_HEAP_UNUSABLE). stream: the native stream handle, NULL for the default stream. */
+ * (MEGAMOE_ERROR_HEAP_UNUSABLE). stream: the native stream handle, NULL for the default stream. The arguments reach
+ * the kernel as given: a kernel's contract is its caller's (e.g. the grouped GEMMs' offsets non-decreasing within
+ * [0, rows] and their `grid` the launched block count: kernels/Kernels.h). */
 MEGAMOE_API int megamoe_launch(megamoe_runtime* runtime, const megamoe_kernel* kernel,
                                const megamoe_launch_dims* dims, void* stream, void** params,
                                const megamoe_heap* heap);
