@@ -533,6 +533,12 @@ bool parseManifest(const std::string& text, Manifest& m, std::string& problem) {
 // ---------------------------------------------------------------------------------------------------------------
 // Entries
 
+// Whether an entry of `fingerprint` may serve a lookup for `generator` ("": any).
+bool fromGenerator(const std::string& fingerprint, const std::string& generator) {
+  const std::string built = generatorOf(fingerprint);
+  return generator.empty() || built.empty() || built == generator;
+}
+
 bool sameKeyIgnoringFingerprint(const KernelKey& a, const KernelKey& b) {
   return a.kernel == b.kernel && a.spec == b.spec && a.target == b.target && a.options == b.options;
 }
@@ -881,7 +887,7 @@ std::optional<CacheEntry> KernelCache::lookup(const KernelKey& key) const {
   return toCacheEntry(std::move(loaded), std::move(dir));
 }
 
-std::optional<CacheEntry> KernelCache::lookupAnyFingerprint(const KernelKey& key) const {
+std::optional<CacheEntry> KernelCache::lookupAnyFingerprint(const KernelKey& key, const std::string& generator) const {
   Layout layout{root_};
   if (!layout.checkTrust()) return std::nullopt;  // no root: an empty cache
   const std::string lookupDigest = key.lookupDigest();
@@ -890,7 +896,8 @@ std::optional<CacheEntry> KernelCache::lookupAnyFingerprint(const KernelKey& key
     std::string dir = layout.entry(indexed);
     LoadedEntry loaded = loadEntry(dir, indexed, Check::kFull);
     if (!loaded.error.empty()) throw unreadableEntry(key, loaded.error);
-    if (loaded.valid() && sameKeyIgnoringFingerprint(loaded.manifest.key, key))
+    if (loaded.valid() && sameKeyIgnoringFingerprint(loaded.manifest.key, key) &&
+        fromGenerator(loaded.manifest.key.fingerprint, generator))
       return toCacheEntry(std::move(loaded), std::move(dir));
     // A valid entry for another key (a hand-edited index) is not ours to delete.
     if (loaded.invalid()) {
@@ -906,7 +913,8 @@ std::optional<CacheEntry> KernelCache::lookupAnyFingerprint(const KernelKey& key
     LoadedEntry loaded = loadEntry(dir, digest, Check::kFull);
     if (loaded.missing) continue;
     if (!loaded.error.empty()) throw unreadableEntry(key, loaded.error);
-    if (!loaded.valid() || !sameKeyIgnoringFingerprint(loaded.manifest.key, key)) {
+    if (!loaded.valid() || !sameKeyIgnoringFingerprint(loaded.manifest.key, key) ||
+        !fromGenerator(loaded.manifest.key.fingerprint, generator)) {
       if (!loaded.valid()) {
         report(dir, loaded.problem);
         layout.removeEntry(digest, /*keepIfValid=*/true);
@@ -1184,6 +1192,14 @@ int KernelCache::prune(const std::string& keepFingerprint, std::vector<std::stri
   for (const auto& [lookupDigest, key] : survivors)
     if (!key.indexed) layout.tryWriteIndex(lookupDigest, key.newest);
   return removed;
+}
+
+std::string generatorOf(const std::string& fingerprint) {
+  static const std::string kField = "generator ";
+  const size_t at = fingerprint.rfind(kField);
+  if (at == std::string::npos || (at != 0 && (at < 2 || fingerprint.compare(at - 2, 2, "; ") != 0))) return "";
+  const size_t start = at + kField.size(), end = fingerprint.find(';', start);
+  return fingerprint.substr(start, end == std::string::npos ? std::string::npos : end - start);
 }
 
 }  // namespace megamoe::cache

@@ -53,6 +53,9 @@ struct EntryInfo {
   std::string indexProblem;
 };
 
+// The generator hash a compiler fingerprint names ("...; generator <hash>"), or "" when it names none.
+std::string generatorOf(const std::string& fingerprint);
+
 class KernelCache {
  public:
   // $MEGAMOE_CACHE_DIR, else $XDG_CACHE_HOME/megamoe, else $HOME/.cache/megamoe.
@@ -78,8 +81,9 @@ class KernelCache {
   // Exact lookup. A corrupt or truncated entry counts as a miss and is removed. An entry that cannot be read
   // (EMFILE, EACCES, EIO, ...) proves nothing: CacheError saying why, and nothing is removed.
   std::optional<CacheEntry> lookup(const KernelKey& key) const;
-  // Lookup by everything but the fingerprint (the newest entry stored for it): the runtime's cache-only mode.
-  std::optional<CacheEntry> lookupAnyFingerprint(const KernelKey& key) const;
+  // Lookup by everything but the fingerprint (the newest entry stored for it): the runtime's cache-only mode. With
+  // `generator` given, an entry whose fingerprint names another generator (generatorOf) is passed over, not removed.
+  std::optional<CacheEntry> lookupAnyFingerprint(const KernelKey& key, const std::string& generator = "") const;
 
   // Writes into a temp dir under the root, then renames it into place. If a valid entry of the key is there
   // already (another process stored it first), kKeepValid keeps and returns it; kReplace (megamoe-cache generate

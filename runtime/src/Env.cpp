@@ -13,6 +13,9 @@ const std::vector<EnvVar>& envRegistry() {
   static const std::vector<EnvVar> registry = {
       {"MEGAMOE_CACHE_DIR", "",
        "kernel cache root; unset: $XDG_CACHE_HOME/megamoe, else $HOME/.cache/megamoe"},
+      {"MEGAMOE_CACHE_ANY_GENERATOR", "0",
+       "1: cache-only lookups also load entries that another kernel generator built (A/B runs of older kernels, at "
+       "one kernel ABI; logged at warn); 0: such entries are refused as stale"},
       {"MEGAMOE_BACKEND", "auto", "device backend for the C ABI's default: auto (CUDA, then HIP) | cuda | hip"},
       {"MEGAMOE_CUDA_LIBRARY", "libcuda.so.1", "CUDA driver library to dlopen"},
       {"MEGAMOE_HIP_LIBRARY", "libamdhip64.so", "HIP runtime library to dlopen (tests point it at a fake)"},
@@ -107,6 +110,11 @@ ProfileEnv parseProfileEnv() { return parseProfileEnv(processLookup); }
 RuntimeEnv parseEnv(const std::function<const char*(const char*)>& lookup) {
   RuntimeEnv env;
   env.cacheDir = textOr(lookup, "MEGAMOE_CACHE_DIR");
+  {
+    const std::string text = textOr(lookup, "MEGAMOE_CACHE_ANY_GENERATOR");
+    if (text != "0" && text != "1") badValue("MEGAMOE_CACHE_ANY_GENERATOR", text, "0 or 1");
+    env.cacheAnyGenerator = text == "1";
+  }
 
   env.cudaLibrary = textOr(lookup, "MEGAMOE_CUDA_LIBRARY");
   if (env.cudaLibrary.empty()) badValue("MEGAMOE_CUDA_LIBRARY", env.cudaLibrary, "a library name or path");

@@ -4,6 +4,7 @@
 #include <chrono>
 
 #include "megamoe/Error.h"
+#include "megamoe/GeneratorHash.h"
 #include "megamoe/Log.h"
 
 namespace megamoe {
@@ -55,8 +56,8 @@ bool KernelLoader::hasJitCompiler() {
   return static_cast<bool>(jitCompiler());
 }
 
-KernelLoader::KernelLoader(const std::string& cacheRoot)
-    : cache_(cacheRoot.empty() ? cache::KernelCache::defaultRoot() : cacheRoot) {
+KernelLoader::KernelLoader(const std::string& cacheRoot, bool anyGenerator)
+    : cache_(cacheRoot.empty() ? cache::KernelCache::defaultRoot() : cacheRoot), anyGenerator_(anyGenerator) {
   // Lookups remove an invalid entry and count it as a miss; the log says which and why.
   cache_.setProblemReporter([](const std::string& dir, const std::string& problem) {
     MEGAMOE_LOG(kWarn, "kernel cache: invalid entry " + dir + " (" + problem + "), removing it; counted as a miss");
@@ -65,12 +66,20 @@ KernelLoader::KernelLoader(const std::string& cacheRoot)
 
 cache::CacheEntry KernelLoader::find(const cache::KernelKey& key, const std::string& generateHint) const {
   const bool exact = !key.fingerprint.empty();
-  std::optional<cache::CacheEntry> entry = exact ? cache_.lookup(key) : cache_.lookupAnyFingerprint(key);
+  // Cache-only: an entry of another generator (older or newer kernel sources, at the same kernel ABI) would load
+  // silently, e.g. a kernel from before a fix; only this library's generator is taken unless asked otherwise.
+  const std::string generator = anyGenerator_ ? "" : MEGAMOE_GENERATOR_HASH;
+  std::optional<cache::CacheEntry> entry = exact ? cache_.lookup(key) : cache_.lookupAnyFingerprint(key, generator);
   if (entry) {
     const std::string& fingerprint = entry->key.fingerprint;
-    MEGAMOE_LOG(kInfo, "kernel cache hit: " + key.describe() + " digest " + entry->key.digest() +
+    const std::string built = cache::generatorOf(fingerprint);
+    const bool foreign = !built.empty() && built != MEGAMOE_GENERATOR_HASH;
+    MEGAMOE_LOG_AT(foreign ? LogLevel::kWarn : LogLevel::kInfo,
+                   "kernel cache hit: " + key.describe() + " digest " + entry->key.digest() +
                        (fingerprint.empty() ? std::string() : " (fingerprint " + fingerprint + ")") + " in " +
-                       cache_.root());
+                       cache_.root() +
+                       (foreign ? std::string("; another generator than this library's ") + MEGAMOE_GENERATOR_HASH
+                                : std::string()));
     return *entry;
   }
 
@@ -104,9 +113,18 @@ cache::CacheEntry KernelLoader::find(const cache::KernelKey& key, const std::str
     MEGAMOE_LOG(kInfo, "JIT could not build " + key.describe() + " (" + took() + ")");
     throw Error(ErrorCode::kKernelNotFound, what + " and the JIT compiler could not build it");
   }
+  const std::string command = generateHint.empty() ? generateCommand(key) : generateHint;
+  if (!exact && !anyGenerator_) {
+    if (std::optional<cache::CacheEntry> other = cache_.lookupAnyFingerprint(key))
+      throw Error(ErrorCode::kStaleKernel,
+                  "kernel " + key.describe() + " in the kernel cache at " + cache_.root() + " was built by kernel "
+                  "generator " + cache::generatorOf(other->key.fingerprint) + ", and this library by generator " +
+                  MEGAMOE_GENERATOR_HASH + " (other kernel sources: it could differ from what this library "
+                  "expects); generate it again with: " + command +
+                  " (or set MEGAMOE_CACHE_ANY_GENERATOR=1 to load it anyway)");
+  }
   throw Error(ErrorCode::kKernelNotFound,
-              what + " and no JIT compiler is linked into this process; generate it with: " +
-                  (generateHint.empty() ? generateCommand(key) : generateHint));
+              what + " and no JIT compiler is linked into this process; generate it with: " + command);
 }
 
 std::string defaultTargetOptions(const std::string& target) {

@@ -44,7 +44,7 @@ Runtime::Runtime(BackendKind kind, int ordinal, const RuntimeEnv& env)
     : env_(env),
       backend_(openBackend(kind, kind == BackendKind::kCuda ? env.cudaLibrary : env.hipLibrary)),
       device_(openDevice(backend_, ordinal)),
-      loader_(env.cacheDir) {
+      loader_(env.cacheDir, env.cacheAnyGenerator) {
   logOpened(*backend_, *device_, loader_);
 }
 
@@ -52,7 +52,7 @@ Runtime::Runtime(const std::string& backendName, int ordinal, const RuntimeEnv& 
     : env_(env),
       backend_(openNamed(backendName == "auto" || backendName.empty() ? env.backend : backendName, env)),
       device_(openDevice(backend_, ordinal)),
-      loader_(env.cacheDir) {
+      loader_(env.cacheDir, env.cacheAnyGenerator) {
   logOpened(*backend_, *device_, loader_);
 }
 

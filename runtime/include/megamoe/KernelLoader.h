@@ -55,13 +55,16 @@ class KernelLoader {
   static void setJitCompiler(JitCompiler jit);  // an empty function unregisters
   static bool hasJitCompiler();
 
-  // `cacheRoot` empty: cache::KernelCache::defaultRoot() (MEGAMOE_CACHE_DIR, ...).
-  explicit KernelLoader(const std::string& cacheRoot = "");
+  // `cacheRoot` empty: cache::KernelCache::defaultRoot() (MEGAMOE_CACHE_DIR, ...). Cache-only lookups load only
+  // entries of this library's kernel generator (the hash of the sources it was built from), unless `anyGenerator`
+  // (MEGAMOE_CACHE_ANY_GENERATOR).
+  explicit KernelLoader(const std::string& cacheRoot = "", bool anyGenerator = false);
   const std::string& cacheRoot() const { return cache_.root(); }
 
   // The cache entry for `key`: exact lookup when key.fingerprint is set, else the newest entry for any
-  // fingerprint; on a miss the JIT, else Error(kKernelNotFound) with `generateHint` (the command that builds it;
-  // empty: the megamoe-cache command for `key`).
+  // fingerprint of this library's generator; on a miss the JIT, else Error(kKernelNotFound) with `generateHint`
+  // (the command that builds it; empty: the megamoe-cache command for `key`), or Error(kStaleKernel) when the
+  // cache holds the kernel from another generator only.
   cache::CacheEntry find(const cache::KernelKey& key, const std::string& generateHint) const;
 
   // find() + load on `device`, cached per (device, digest). An empty key.target means the device's target; a
@@ -73,6 +76,7 @@ class KernelLoader {
 
  private:
   cache::KernelCache cache_;
+  bool anyGenerator_;
   std::mutex mutex_;
   std::map<std::pair<std::string, std::string>, std::shared_ptr<const Kernel>> loaded_;  // (device id, digest)
 };

@@ -21,6 +21,7 @@ const std::vector<EnvVar>& envRegistry();
 
 struct RuntimeEnv {
   std::string cacheDir;              // MEGAMOE_CACHE_DIR (empty: the cache's default root)
+  bool cacheAnyGenerator = false;    // MEGAMOE_CACHE_ANY_GENERATOR
   std::string cudaLibrary;           // MEGAMOE_CUDA_LIBRARY
   std::string hipLibrary;            // MEGAMOE_HIP_LIBRARY
   std::string backend;               // MEGAMOE_BACKEND: "auto" | "cuda" | "hip"

@@ -9,6 +9,7 @@
 
 #include "TestSupport.h"
 #include "megamoe/Error.h"
+#include "megamoe/GeneratorHash.h"
 #include "megamoe/KernelLoader.h"
 
 namespace megamoe {
@@ -103,6 +104,38 @@ TEST_F(KernelLoaderTest, MissNamesKeyDigestRootAndHint) {
     EXPECT_NE(what.find(hint), std::string::npos) << what;
     EXPECT_NE(what.find("no JIT compiler"), std::string::npos) << what;
   }
+}
+
+// Cache-only lookups take entries of this library's kernel generator (or of none named: hand-made entries), never
+// one another generator built (other kernel sources at the same ABI: e.g. a kernel from before a fix), however new;
+// with only such an entry the miss says so, unless MEGAMOE_CACHE_ANY_GENERATOR asks for it.
+TEST_F(KernelLoaderTest, CacheOnlyLookupsTakeThisLibrarysGeneratorOnly) {
+  const std::string other = std::string(MEGAMOE_GENERATOR_HASH) == "0123456789abcdef" ? "fedcba9876543210"
+                                                                                      : "0123456789abcdef";
+  cache::KernelKey foreign = swigluKey(), ours = swigluKey();
+  foreign.fingerprint = "megamoe 0.1.0; LLVM 22.1.8; generator " + other;
+  ours.fingerprint = std::string("megamoe 0.1.0; LLVM 22.1.8; generator ") + MEGAMOE_GENERATOR_HASH;
+  cache::KernelCache cache(dir.path());
+  cache.store(foreign, test::fakeImage("FAKEHIP\nswiglu_fwd_kernel 2\n"), kMetadata);
+  try {
+    KernelLoader(dir.path()).find(swigluKey(), "the generate command");
+    FAIL() << "a kernel of another generator was loaded";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_EQ(e.code(), ErrorCode::kStaleKernel) << what;
+    EXPECT_NE(what.find("built by kernel generator " + other), std::string::npos) << what;
+    EXPECT_NE(what.find(std::string("this library by generator ") + MEGAMOE_GENERATOR_HASH), std::string::npos) << what;
+    EXPECT_NE(what.find("the generate command"), std::string::npos) << what;
+    EXPECT_NE(what.find("MEGAMOE_CACHE_ANY_GENERATOR=1"), std::string::npos) << what;
+  }
+  EXPECT_EQ(KernelLoader(dir.path(), /*anyGenerator=*/true).find(swigluKey(), "").key.fingerprint, foreign.fingerprint);
+  cache.store(ours, test::fakeImage("FAKEHIP\nswiglu_fwd_kernel 2\n"), kMetadata);
+  cache.store(foreign, test::fakeImage("FAKEHIP\nswiglu_fwd_kernel 2\n"), kMetadata, cache::KernelCache::StoreMode::kReplace);
+  EXPECT_EQ(KernelLoader(dir.path()).find(swigluKey(), "").key.fingerprint, ours.fingerprint);  // though older
+  EXPECT_EQ(cache::generatorOf(ours.fingerprint), MEGAMOE_GENERATOR_HASH);
+  EXPECT_EQ(cache::generatorOf("megamoe-0.1+llvm-22+gen-abc"), "");
+  EXPECT_EQ(cache::generatorOf("x; notgenerator abc"), "");
+  EXPECT_EQ(cache::generatorOf("generator abc; LLVM 22"), "abc");
 }
 
 TEST_F(KernelLoaderTest, ExactFingerprintMissesAnOlderCompilersEntry) {
