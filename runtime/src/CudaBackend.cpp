@@ -13,6 +13,7 @@
 
 #include "BackendFactories.h"
 #include "CudaDriverApi.h"
+#include "ScopedCurrent.h"
 #include "megamoe/Error.h"
 
 namespace megamoe::detail {
@@ -324,18 +325,8 @@ class CudaDevice final : public Device {
     if (result != CUDA_SUCCESS)
       d_->check(result, call + " on device " + std::to_string(ordinal_));
   }
-  // This device's context, current on the calling thread for one call: the caller's current context comes back
-  // when the call returns (a process driving several GPUs, e.g. torch on another device, keeps its own).
-  struct [[nodiscard]] CurrentContext {
-    const CudaDriver* d;
-    CUcontext previous;
-    bool restore;
-    CurrentContext(const CurrentContext&) = delete;
-    CurrentContext& operator=(const CurrentContext&) = delete;
-    ~CurrentContext() {
-      if (restore) d->cuCtxSetCurrent(previous);
-    }
-  };
+  // This device's context, current on the calling thread for one call (ScopedCurrent.h).
+  using CurrentContext = ScopedCurrent<CudaDriver, CUcontext, &CudaDriver::cuCtxSetCurrent>;
   CurrentContext makeCurrent() {
     CUcontext previous = nullptr;
     check(d_->cuCtxGetCurrent(&previous), "cuCtxGetCurrent");

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "BackendFactories.h"
+#include "ScopedCurrent.h"
 #include "megamoe/Error.h"
 
 namespace megamoe::detail {
@@ -324,18 +325,8 @@ class HipDevice final : public Device {
   void check(hipError_t result, const std::string& call) const {
     if (result != hipSuccess) h_->check(result, call + " on device " + std::to_string(ordinal_));
   }
-  // This device, current on the calling thread for one call: the caller's current device comes back when the call
-  // returns (a process driving several GPUs keeps its own).
-  struct [[nodiscard]] CurrentDevice {
-    const HipRuntime* h;
-    int previous;
-    bool restore;
-    CurrentDevice(const CurrentDevice&) = delete;
-    CurrentDevice& operator=(const CurrentDevice&) = delete;
-    ~CurrentDevice() {
-      if (restore) h->hipSetDevice(previous);
-    }
-  };
+  // This device, current on the calling thread for one call (ScopedCurrent.h).
+  using CurrentDevice = ScopedCurrent<HipRuntime, int, &HipRuntime::hipSetDevice>;
   CurrentDevice makeCurrent() {
     int previous = 0;
     check(h_->hipGetDevice(&previous), "hipGetDevice");
