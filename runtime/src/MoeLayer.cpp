@@ -127,7 +127,6 @@ std::string inRange(const char* what, int64_t value, int64_t lo, int64_t hi, con
          std::to_string(hi) + " (" + why + ")";
 }
 
-// A device pointer the kernels access in loads and stores of `bytes` (0 passes: the null checks come first).
 // Every buffer of the workspace is sized for max_tokens: a call with more tokens would write past them.
 void requireTokensInRange(const char* call, int64_t tokens, const MoeLayerConfig& c) {
   if (tokens < 0 || tokens > c.maxTokens)
@@ -135,6 +134,7 @@ void requireTokensInRange(const char* call, int64_t tokens, const MoeLayerConfig
             std::to_string(c.maxTokens) + "]");
 }
 
+// A device pointer the kernels access in loads and stores of `bytes` (0 passes: the null checks come first).
 void requireAligned(const char* call, const char* name, DevicePtr p, uint64_t bytes, const char* why) {
   if (p % bytes == 0) return;
   char hex[32];
