@@ -3,6 +3,7 @@ signatures in the repository. Everything here takes device addresses and streams
 nothing of torch, so that it runs (and is tested) against the fake HIP backend on a machine without a GPU."""
 import ctypes
 import ctypes.util
+import operator
 import os
 import sys
 import threading
@@ -341,7 +342,7 @@ class Runtime:
         if set(args) != set(names):
             raise TypeError("%s arguments: missing %s, unknown %s (declared: %s)" % (
                 kernel.name, sorted(set(names) - set(args)), sorted(set(args) - set(names)), ", ".join(names)))
-        if len(grid) != 3 or not all(isinstance(g, int) and 1 <= g < 2 ** 31 for g in grid):
+        if len(grid) != 3 or not all(1 <= _as_int(g, lambda: None) < 2 ** 31 for g in grid):
             raise ValueError("%s: grid must be three ints in [1, 2^31) (got %r)" % (kernel.name, grid))
         dims = Dims((ctypes.c_uint32 * 3)(*grid), (ctypes.c_uint32 * 3)(kernel.threads, 1, 1),
                     (ctypes.c_uint32 * 3)(0, 0, 0), kernel.shared)
@@ -358,6 +359,14 @@ _ARG_RANGES = {ARG_PTR: (ctypes.c_uint64, 0, 2 ** 64), ARG_CONTEXT: (ctypes.c_ui
                ARG_I64: (ctypes.c_int64, -2 ** 63, 2 ** 63), ARG_I32: (ctypes.c_int32, -2 ** 31, 2 ** 31)}
 
 
+def _as_int(value, fail):
+    """value as a Python int (numpy's and torch's integers too), else fail()'s result or -1."""
+    try:
+        return operator.index(value)
+    except TypeError:
+        return fail() or -1
+
+
 def _launch_value(kernel, name, kind, value):
     if kind == ARG_TENSOR_MAP:
         if ctypes.sizeof(value) != 128:
@@ -365,9 +374,13 @@ def _launch_value(kernel, name, kind, value):
                 kernel, name, ctypes.sizeof(value)))
         return value
     c_type, lo, hi = _ARG_RANGES[kind]
-    if not isinstance(value, int) or not lo <= value < hi:
+
+    def refuse():
         raise ValueError("%s: %s=%r must be an int in [%d, %d)" % (kernel, name, value, lo, hi))
-    return c_type(value)
+    number = _as_int(value, refuse)
+    if not lo <= number < hi:
+        refuse()
+    return c_type(number)
 
 
 class WorkspaceHandle:

@@ -220,6 +220,9 @@ class Workspace:
     def __enter__(self):
         return self
 
+    def __exit__(self, *exc):
+        self.close()
+
     def __deepcopy__(self, memo):
         # One per process and GPU, shared by every layer: a deep copy of a model (EMA, teacher) shares it too.
         return self
@@ -227,9 +230,6 @@ class Workspace:
     def __reduce__(self):
         raise TypeError("megamoe.Workspace cannot be pickled: it holds device memory mapped into its peers; save the "
                         "model's state_dict and make a workspace where it is loaded")
-
-    def __exit__(self, *exc):
-        self.close()
 
     def __del__(self):
         # One rank frees itself; several ranks must close() together (a peer may still write into this heap).
