@@ -40,13 +40,13 @@ def jit_enabled():
 
 
 def with_kernels(load, command, what):
-    """load() (which loads kernels from the cache); on a miss, compiles with `command` (a megamoe-cache command
-    line, without the program name's path) when a compiler is installed and retries once; else raises the miss
-    naming `command`."""
+    """load() (which loads kernels from the cache); on a miss, or when the cache holds them only from another
+    kernel generator (stale), compiles with `command` (a megamoe-cache command line, without the program name's
+    path) when a compiler is installed and retries once; else raises the miss naming `command`."""
     try:
         return load()
     except _lib.MegamoeError as e:
-        if e.status != _lib.KERNEL_NOT_FOUND:
+        if e.status not in (_lib.KERNEL_NOT_FOUND, _lib.STALE_KERNEL):
             raise
         miss = e
     tool = cache_tool() if jit_enabled() else None

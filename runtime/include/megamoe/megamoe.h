@@ -50,7 +50,7 @@ extern "C" {
 #define MEGAMOE_ERROR_INVALID_ENV 10
 #define MEGAMOE_ERROR_UNSUPPORTED 11
 #define MEGAMOE_ERROR_INTERNAL 12
-#define MEGAMOE_ERROR_STALE_KERNEL 13 /* a cache entry built for another argument signature: regenerate it */
+#define MEGAMOE_ERROR_STALE_KERNEL 13 /* a cache entry built for another argument signature or generator: regenerate it */
 
 /* Most ranks (GPUs of one node) a heap or a layer spans: the bound of every nranks. */
 #define MEGAMOE_MAX_RANKS 8

@@ -179,6 +179,30 @@ def test_jit_compiles_on_a_miss_and_says_so(fake_env, tmp_path, monkeypatch, cap
     w.close()
 
 
+def test_jit_rebuilds_kernels_only_another_generator_made(tmp_path, monkeypatch):
+    # The runtime refuses cache entries of another kernel generator (STALE_KERNEL): with a compiler installed the
+    # package generates them again, as for a miss, and loads once more.
+    args = tmp_path / "args"
+    tool = tmp_path / "megamoe-cache"
+    tool.write_text("#!/bin/sh\necho \"$@\" > %s\n" % args)
+    tool.chmod(tool.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("MEGAMOE_CACHE_TOOL", str(tool))
+    monkeypatch.setenv("MEGAMOE_JIT", "1")
+    calls = []
+
+    def load():
+        calls.append(1)
+        if len(calls) == 1:
+            raise _lib.MegamoeError(_lib.STALE_KERNEL, "built by kernel generator 0123456789abcdef")
+        return "loaded"
+    assert megamoe.kernels.with_kernels(load, "megamoe-cache generate --kernel k", "the layer") == "loaded"
+    assert args.read_text().split() == ["generate", "--kernel", "k", "--quiet"]
+    monkeypatch.setenv("MEGAMOE_JIT", "0")
+    calls.clear()
+    with pytest.raises(_lib.MegamoeError, match="generate them with"):
+        megamoe.kernels.with_kernels(load, "megamoe-cache generate --kernel k", "the layer")
+
+
 def test_forward_and_backward_launch_on_the_fake(ws):
     x, idx, wts, w1, w2 = inputs()
     before = fake_launches()
