@@ -342,9 +342,10 @@ class Runtime:
         if set(args) != set(names):
             raise TypeError("%s arguments: missing %s, unknown %s (declared: %s)" % (
                 kernel.name, sorted(set(names) - set(args)), sorted(set(args) - set(names)), ", ".join(names)))
-        if len(grid) != 3 or not all(1 <= _as_int(g, lambda: None) < 2 ** 31 for g in grid):
+        blocks = [_as_int(g) for g in grid]
+        if len(blocks) != 3 or not all(g is not None and 1 <= g < 2 ** 31 for g in blocks):
             raise ValueError("%s: grid must be three ints in [1, 2^31) (got %r)" % (kernel.name, grid))
-        dims = Dims((ctypes.c_uint32 * 3)(*grid), (ctypes.c_uint32 * 3)(kernel.threads, 1, 1),
+        dims = Dims((ctypes.c_uint32 * 3)(*blocks), (ctypes.c_uint32 * 3)(kernel.threads, 1, 1),
                     (ctypes.c_uint32 * 3)(0, 0, 0), kernel.shared)
         holders = [_launch_value(kernel.name, n, kind, args[n]) for n, kind in kernel.signature]
         params = (ctypes.c_void_p * max(len(holders), 1))(
@@ -359,12 +360,12 @@ _ARG_RANGES = {ARG_PTR: (ctypes.c_uint64, 0, 2 ** 64), ARG_CONTEXT: (ctypes.c_ui
                ARG_I64: (ctypes.c_int64, -2 ** 63, 2 ** 63), ARG_I32: (ctypes.c_int32, -2 ** 31, 2 ** 31)}
 
 
-def _as_int(value, fail):
-    """value as a Python int (numpy's and torch's integers too), else fail()'s result or -1."""
+def _as_int(value):
+    """value as a Python int (numpy's and torch's integers too), else None."""
     try:
         return operator.index(value)
     except TypeError:
-        return fail() or -1
+        return None
 
 
 def _launch_value(kernel, name, kind, value):
@@ -374,12 +375,9 @@ def _launch_value(kernel, name, kind, value):
                 kernel, name, ctypes.sizeof(value)))
         return value
     c_type, lo, hi = _ARG_RANGES[kind]
-
-    def refuse():
+    number = _as_int(value)
+    if number is None or not lo <= number < hi:
         raise ValueError("%s: %s=%r must be an int in [%d, %d)" % (kernel, name, value, lo, hi))
-    number = _as_int(value, refuse)
-    if not lo <= number < hi:
-        refuse()
     return c_type(number)
 
 

@@ -100,6 +100,12 @@ def _fused_moe_forward(x, topk_idx, topk_weights, w1, w2, layer_id, training):
     return y, saved
 
 
+def _keep_for_backward(ctx, layer_id):
+    """The layer's id for the backward, and its workspace (which holds the layer) alive until then: a layer refers
+    to its workspace weakly (workspace.py)."""
+    ctx.layer_id, ctx.workspace = layer_id, layer_of(layer_id).workspace
+
+
 def _fused_moe_backward(dy, x, topk_idx, topk_weights, w1, w2, saved, layer_id):
     layer = layer_of(layer_id)
     if saved.numel() != layer.saved_bytes:
@@ -150,8 +156,7 @@ if HAS_CUSTOM_OP:
     def _setup_context(ctx, inputs, output):
         x, topk_idx, topk_weights, w1, w2, layer_id, training = inputs
         ctx.save_for_backward(x, topk_idx, topk_weights, w1, w2, output[1])
-        ctx.layer_id, ctx.layer = layer_id, layer_of(layer_id)
-        ctx.workspace = ctx.layer.workspace  # the layer and its workspace live until backward
+        _keep_for_backward(ctx, layer_id)
 
     def _backward(ctx, dy, d_saved):
         x, topk_idx, topk_weights, w1, w2, saved = ctx.saved_tensors
@@ -171,8 +176,7 @@ else:
         def forward(ctx, x, topk_idx, topk_weights, w1, w2, layer_id, training):
             y, saved = _fused_moe_forward(x, topk_idx, topk_weights, w1, w2, layer_id, training)
             ctx.save_for_backward(x, topk_idx, topk_weights, w1, w2, saved)
-            ctx.layer_id, ctx.layer = layer_id, layer_of(layer_id)
-            ctx.workspace = ctx.layer.workspace  # the layer and its workspace live until backward
+            _keep_for_backward(ctx, layer_id)
             ctx.mark_non_differentiable(saved)
             return y, saved
 
