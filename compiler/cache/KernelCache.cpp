@@ -26,6 +26,7 @@
 #include <tuple>
 
 #include "compiler/cache/Json.h"
+#include "compiler/cache/KernelCacheTestHooks.h"
 
 namespace megamoe::cache {
 namespace {
@@ -44,6 +45,14 @@ constexpr const char* kBinaryName = "code.bin";
 constexpr json::ParseOptions kManifestJson = {/*maxDepth=*/32, /*integersOnly=*/true, /*allowDuplicateKeys=*/false};
 
 std::string joinPath(const std::string& a, const std::string& b) { return a + "/" + b; }
+
+testhooks::Hook& testHook() {
+  static testhooks::Hook* hook = new testhooks::Hook;
+  return *hook;
+}
+void atTestPoint(testhooks::Point point, const std::string& dir) {
+  if (const testhooks::Hook& hook = testHook()) hook(point, dir);
+}
 
 [[noreturn]] void throwIo(const std::string& what, const std::string& path, int err) {
   throw CacheError(what + " '" + path + "': " + std::strerror(err));
@@ -553,6 +562,7 @@ enum class Check {
 
 struct LoadedEntry {
   bool missing = false;       // the directory does not exist (not an error: a miss)
+  bool replaced = false;      // another entry took the folder's place while it was read (loadEntry reads it again)
   std::string problem;        // non-empty: the entry is invalid (its content says so); it may be removed
   std::string error;          // non-empty: it could not be read (EMFILE, EACCES, EIO, ...); validity unknown
   bool haveManifest = false;  // `manifest` parsed (it may still be inconsistent)
@@ -560,14 +570,18 @@ struct LoadedEntry {
   uint64_t binaryBytes = 0;
   std::vector<uint8_t> binary;  // kFull only
 
-  bool valid() const { return !missing && problem.empty() && error.empty(); }
-  bool invalid() const { return !missing && !problem.empty(); }
+  bool valid() const { return !missing && !replaced && problem.empty() && error.empty(); }
+  bool invalid() const { return !missing && !replaced && !problem.empty(); }
 };
 
-// Loads and validates the entry in `dir`, which must be the entry for `digest`. Both files are read through one
-// directory descriptor: if another process swaps the entry meanwhile (remove + re-store), we still see one
-// generation's manifest and binary, never a mix. Throws CacheError when the folder or a file fails trusted().
-LoadedEntry loadEntry(const std::string& dir, const std::string& digest, Check check) {
+// How often loadEntry reads an entry that keeps being replaced under it before it gives up (an error, not a verdict).
+constexpr int kReadsOfAReplacedEntry = 4;
+
+// One read of the entry in `dir` (see loadEntry). Both files are read through one directory descriptor: if another
+// process swaps the entry meanwhile (store --force renames a new folder over it, prune or a repair moves it aside),
+// we still see one generation's manifest and binary, never a mix; and a file gone from that folder says nothing of
+// what is at `dir` now: the entry is `missing` if nothing is there, `replaced` if another folder is.
+LoadedEntry loadEntryOnce(const std::string& dir, const std::string& digest, Check check) {
   LoadedEntry e;
   int dirFd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   if (dirFd < 0) {
@@ -588,9 +602,24 @@ LoadedEntry loadEntry(const std::string& dir, const std::string& digest, Check c
     return e;
   }
   if (!trusted(dirStat.st_uid, dirStat.st_mode)) throwUntrusted(dir, dirStat.st_uid, dirStat.st_mode);
+  atTestPoint(testhooks::Point::kEntryOpened, dir);
   // A content problem makes the entry invalid; any other failure only says that it could not be read.
   auto readFailed = [&](const char* name, const FileRead& r) {
     if (r.err == kUntrusted) throwUntrusted(joinPath(dir, name), r.uid, r.type);
+    if (r.err == ENOENT) {
+      struct stat now;
+      if (::lstat(dir.c_str(), &now) != 0) {
+        const int err = errno;
+        if (err == ENOENT) e.missing = true;
+        else e.error = "cannot access '" + dir + "': " + std::strerror(err);
+        return;
+      }
+      // The folder we read is still open, so its inode number cannot have gone to another yet.
+      if (now.st_dev != dirStat.st_dev || now.st_ino != dirStat.st_ino) {
+        e.replaced = true;
+        return;
+      }
+    }
     if (isContentProblem(r.err)) e.problem = readProblem(name, r);
     else e.error = "cannot read '" + joinPath(dir, name) + "': " + std::strerror(r.err);
   };
@@ -657,6 +686,22 @@ LoadedEntry loadEntry(const std::string& dir, const std::string& digest, Check c
   return e;
 }
 
+// Loads and validates the entry in `dir`, which must be the entry for `digest`. One replaced while it was read is
+// read again, up to kReadsOfAReplacedEntry times; then it is unreadable (`error`), so nothing removes it. Throws
+// CacheError when the folder or a file fails trusted().
+LoadedEntry loadEntry(const std::string& dir, const std::string& digest, Check check) {
+  for (int read = 1;; ++read) {
+    LoadedEntry e = loadEntryOnce(dir, digest, check);
+    if (!e.replaced) return e;
+    if (read == kReadsOfAReplacedEntry) {
+      e.replaced = false;
+      e.error = "'" + dir + "' was replaced by other processes under each of " + std::to_string(read) +
+                " reads of it";
+      return e;
+    }
+  }
+}
+
 struct Layout {
   std::string root;
   std::string entries() const { return joinPath(root, "entries"); }
@@ -712,6 +757,7 @@ struct Layout {
   bool removeEntry(const std::string& name, bool keepIfValid) const {
     makeDirectory(tmp());
     std::string from = entry(name);
+    atTestPoint(testhooks::Point::kEntryRemoving, from);
     std::string aside = joinPath(tmp(), "trash." + name + "." + uniqueSuffix());
     if (::rename(from.c_str(), aside.c_str()) != 0) return false;  // already gone, or beyond repair by us
     // Put back unless it is still invalid: valid, or unreadable now (EMFILE, ...), which proves nothing.
@@ -974,6 +1020,7 @@ CacheEntry KernelCache::store(const KernelKey& key, const std::vector<uint8_t>& 
 
   // The entry is published; lookups find it without the index, so a failed index write is not a failed store.
   auto published = [&] {
+    atTestPoint(testhooks::Point::kStorePublished, dir);
     layout.tryWriteIndex(manifest.lookupDigest, digest);
     CacheEntry entry;
     entry.key = key;
@@ -1193,6 +1240,8 @@ int KernelCache::prune(const std::string& keepFingerprint, std::vector<std::stri
     if (!key.indexed) layout.tryWriteIndex(lookupDigest, key.newest);
   return removed;
 }
+
+void testhooks::setHook(Hook hook) { testHook() = std::move(hook); }
 
 std::string generatorOf(const std::string& fingerprint) {
   static const std::string kField = "generator ";
