@@ -1019,15 +1019,17 @@ CacheEntry KernelCache::store(const KernelKey& key, const std::vector<uint8_t>& 
   writeNewFile(joinPath(temp, kManifestName), manifestText.data(), manifestText.size());
 
   // The entry is published; lookups find it without the index, so a failed index write is not a failed store.
+  // A store succeeds (and the JIT says it built a kernel) only when a lookup then finds the entry: one that another
+  // process removed at once (a prune for another compiler fingerprint, ...) would be reported stored, yet missed.
   auto published = [&] {
     atTestPoint(testhooks::Point::kStorePublished, dir);
     layout.tryWriteIndex(manifest.lookupDigest, digest);
-    CacheEntry entry;
-    entry.key = key;
-    entry.dir = dir;
-    entry.binary = binary;
-    entry.metadata = metadata;
-    return entry;
+    std::optional<CacheEntry> found = lookup(key);
+    if (!found)
+      throw CacheError("cannot store " + key.describe() + ": its entry " + digest + " was moved into place at '" +
+                       dir + "', but a lookup right after did not find it (another process removed it: a prune for "
+                       "another compiler fingerprint?)");
+    return std::move(*found);
   };
 
   // The rename either publishes our entry or finds one already there. A valid one wins (another process stored

@@ -231,14 +231,16 @@ int generate(const Args& a) {
         std::string metadataProblem;
         const bool metadataOk = cache::readKernelFacts(j.entry.metadata, r.facts, metadataProblem);
         // The load path the runtime takes: lookup + read of the stored entry.
+        const cache::KernelKey key = kernels::keyFor(w.spec, t);
         auto h0 = std::chrono::steady_clock::now();
-        auto again = cache.lookup(kernels::keyFor(w.spec, t));
+        auto again = cache.lookup(key);
         r.loadMs = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - h0).count();
         bool ok = again && metadataOk && r.facts.staticChecksPassed();
         if (!ok) {
           ++failures;
           r.status = "FAIL";
-          r.error = !again        ? "entry unreadable after store"
+          r.error = !again        ? "a lookup of " + key.describe() + " (digest " + key.digest() + ") in " + cache.root() +
+                                        " found no entry after " + (j.hit ? "a hit" : "it was stored")
                     : !metadataOk ? "invalid entry: " + metadataProblem
                                   : "static checks: " + megamoe::json::render(r.facts.staticFacts);
         } else {

@@ -164,5 +164,33 @@ TEST_F(KernelCacheHookTest, EntryReplacedUnderEveryReadIsAnErrorNotALoop) {
   EXPECT_TRUE(KernelCache(root_).lookup(key()).has_value());
 }
 
+// store() returns (and the JIT reports a kernel built) only when a lookup then finds the entry it published; an
+// entry removed at once (a concurrent prune for another compiler) is an error naming the key and its digest.
+TEST_F(KernelCacheHookTest, StoreWhoseEntryALookupCannotFindFails) {
+  for (KernelCache::StoreMode mode : {KernelCache::StoreMode::kKeepValid, KernelCache::StoreMode::kReplace}) {
+    SCOPED_TRACE(mode == KernelCache::StoreMode::kReplace ? "replace" : "keep valid");
+    fs::remove_all(root_);
+    acted_ = 0;
+    const KernelCache c = cache();
+    if (mode == KernelCache::StoreMode::kReplace) c.store(key(), randomBytes(), "old");
+    const std::string dir = root_ + "/entries/" + key().digest();
+    onPoint(Point::kStorePublished, [&] { fs::remove_all(dir); });
+    try {
+      c.store(key(), randomBytes(), "new", mode);
+      ADD_FAILURE() << "store() returned an entry that no lookup finds";
+    } catch (const CacheError& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find(key().describe()), std::string::npos) << what;
+      EXPECT_NE(what.find(key().digest()), std::string::npos) << what;
+    }
+    testhooks::setHook(nullptr);
+    EXPECT_EQ(acted_, 1) << "the hook did not run";
+  }
+  // Undisturbed, a store returns what a lookup then finds.
+  const std::vector<uint8_t> bytes = randomBytes();
+  EXPECT_EQ(cache().store(key(), bytes, "kept").binary, bytes);
+  EXPECT_EQ(KernelCache(root_).lookup(key())->binary, bytes);
+}
+
 }  // namespace
 }  // namespace megamoe::cache
