@@ -121,10 +121,12 @@ void requireRankCount(size_t nranks) {
 megamoe_layer_config readLayerConfig(const megamoe_layer_config* config) {
   requireArg(config, "config");
   const size_t size = config->struct_size;
-  if (size < kLayerConfigFirstSize || size > kStructSizeLimit)
+  // Every field is an int64_t after struct_size: a size between two fields' ends is no header's.
+  if (size < kLayerConfigFirstSize || size > kStructSizeLimit || (size - kLayerConfigFirstSize) % sizeof(int64_t))
     invalid("config->struct_size=" + std::to_string(size) + " is not a megamoe_layer_config size: set it to " +
             "sizeof(megamoe_layer_config) (" + std::to_string(sizeof(megamoe_layer_config)) +
-            " bytes in this library's megamoe.h, at least " + std::to_string(kLayerConfigFirstSize) + ")");
+            " bytes in this library's megamoe.h; a size must be at least " + std::to_string(kLayerConfigFirstSize) +
+            " and end on a field boundary, a multiple of 8 bytes)");
   const auto* bytes = reinterpret_cast<const unsigned char*>(config);
   for (size_t i = sizeof(megamoe_layer_config); i < size; ++i)
     if (bytes[i])
@@ -586,6 +588,14 @@ int megamoe_workspace_join(megamoe_workspace_pending* pending, const void* handl
 
 int megamoe_workspace_pending_destroy(megamoe_workspace_pending* pending) {
   return guarded([&] { delete pending; });
+}
+
+int megamoe_workspace_group_digest(const megamoe_workspace* workspace, uint64_t* digest) {
+  return guarded([&] {
+    requireArg(workspace, "workspace");
+    requireArg(digest, "digest");
+    *digest = workspace->workspace->groupDigest();
+  });
 }
 
 int megamoe_layer_create_on(megamoe_workspace* workspace, const megamoe_layer_config* config, megamoe_layer** out) {

@@ -195,6 +195,8 @@ class CudaDevice final : public Device {
   std::array<uint8_t, 128> encodeTensorMapBf16(DevicePtr base, int rank, const uint64_t* dims, const uint64_t* strides,
                                                const uint32_t* box) override {
     if (rank < 1 || rank > 5) throw Error(ErrorCode::kInvalidArgument, "a tensor map has 1..5 dimensions");
+    // The driver encodes against the current context (CUDA_ERROR_INVALID_CONTEXT on a thread without one).
+    const CurrentContext current = makeCurrent();
     CUtensorMap map{};
     cuuint64_t d[5], st[5];
     cuuint32_t b[5], one[5] = {1, 1, 1, 1, 1};

@@ -14,6 +14,7 @@
 #include <climits>
 #include <cmath>
 #include <cstring>
+#include <random>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -193,7 +194,22 @@ static uint64_t handleDigest(const HandleHeader& h, const std::vector<uint8_t>& 
   uint64_t state = fnv1a(kFnvOffset, &h.rank, sizeof h.rank);
   state = fnv1a(state, &h.nranks, sizeof h.nranks);
   state = fnv1a(state, &h.layoutHash, sizeof h.layoutHash);
+  state = fnv1a(state, &h.nonce, sizeof h.nonce);
   return fnv1a(state, body.data(), body.size());
+}
+
+uint64_t randomNonce() {
+  std::random_device entropy;
+  return (uint64_t(entropy()) << 32) ^ uint64_t(entropy());
+}
+
+uint64_t groupDigest(const std::vector<std::vector<uint8_t>>& perRank) {
+  uint64_t state = fnv1aText(kFnvOffset, "megamoe group digest");
+  for (const std::vector<uint8_t>& bytes : perRank) {
+    const uint64_t n = bytes.size();
+    state = fnv1a(fnv1a(state, &n, sizeof n), bytes.data(), bytes.size());
+  }
+  return state;
 }
 
 std::vector<uint8_t> encodeHandle(const HandleHeader& fields, const RendezvousAgreement& agreement,

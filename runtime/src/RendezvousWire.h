@@ -63,7 +63,7 @@ std::string agreementDifference(const RendezvousAgreement& mine, const Rendezvou
 // The handle of a rendezvous the caller carries out (SymmetricHeap::prepareExchange): kHandleBytes on every rank,
 // a HandleHeader, then a kHello body (agreement and payload), then zeros.
 constexpr uint32_t kHandleMagic = 0x484d4d4du;  // "MMMH"
-constexpr uint32_t kHandleVersion = 1;
+constexpr uint32_t kHandleVersion = 2;  // 2: the nonce
 constexpr size_t kHandleBytes = 4096;
 struct HandleHeader {
   uint32_t magic = kHandleMagic;
@@ -72,9 +72,10 @@ struct HandleHeader {
   int32_t nranks = 0;
   uint64_t layoutHash = 0;
   uint64_t bodyBytes = 0;
-  uint64_t digest = 0;  // FNV-1a of rank, nranks, layoutHash and the body
+  uint64_t nonce = 0;   // drawn at random by prepare(): no two prepared heaps' handles are alike
+  uint64_t digest = 0;  // FNV-1a of rank, nranks, layoutHash, nonce and the body
 };
-static_assert(sizeof(HandleHeader) == 40, "handle header must not change silently");
+static_assert(sizeof(HandleHeader) == 48, "handle header must not change silently");
 // kHandleBytes; Error(kInvalidArgument) when the agreement and payload do not fit.
 std::vector<uint8_t> encodeHandle(const HandleHeader& fields, const RendezvousAgreement& agreement,
                                   const std::vector<uint8_t>& payload);
@@ -85,5 +86,10 @@ struct DecodedHandle {
 };
 // Reads kHandleBytes at `bytes`: "" when they are a well-formed handle, else what is wrong ("is damaged (...)").
 std::string decodeHandle(const uint8_t* bytes, DecodedHandle* out);
+// A random 64-bit value from the operating system's entropy source (std::random_device).
+uint64_t randomNonce();
+// The group digest: one value over every rank's bytes in rank order (handles in mode C, payloads in mode B), equal
+// on the ranks of one group and, through the handles' nonces, different for any other set of ranks.
+uint64_t groupDigest(const std::vector<std::vector<uint8_t>>& perRank);
 
 }  // namespace megamoe::wire

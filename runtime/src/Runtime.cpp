@@ -79,6 +79,14 @@ void Runtime::launch(const Kernel& kernel, const LaunchDims& dims, StreamHandle 
     throw Error(ErrorCode::kInvalidArgument, "kernel " + kernel.key().describe() + " was compiled for " +
                                                  std::to_string(kernel.metadata().blockThreads) +
                                                  " threads per block, launched with " + std::to_string(threads));
+  if (const abi::KernelDecl* decl = kernel.decl())
+    for (size_t i = 0; i < decl->args.size(); ++i)
+      if (!params || !params[i])
+        throw Error(ErrorCode::kInvalidArgument, "kernel " + kernel.key().describe() + ": params[" +
+                                                     std::to_string(i) + "] (argument " +
+                                                     std::string(decl->args[i].name) +
+                                                     ") is NULL; every declared argument needs the address of its "
+                                                     "value");
   LaunchDims effective = dims;
   if (effective.sharedBytes < static_cast<uint32_t>(kernel.metadata().sharedBytes))
     effective.sharedBytes = static_cast<uint32_t>(kernel.metadata().sharedBytes);

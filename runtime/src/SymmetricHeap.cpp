@@ -177,8 +177,12 @@ std::vector<std::unique_ptr<SymmetricHeap>> SymmetricHeap::createSingleProcess(
   }
 
   std::vector<std::unique_ptr<SymmetricHeap>> heaps;
+  const uint64_t nonce = wire::randomNonce();
+  const uint64_t digest = wire::groupDigest({std::vector<uint8_t>(reinterpret_cast<const uint8_t*>(&nonce),
+                                                                  reinterpret_cast<const uint8_t*>(&nonce + 1))});
   for (int r = 0; r < nranks; ++r) {
     std::unique_ptr<SymmetricHeap> heap(new SymmetricHeap(devices[r], layout, r, nranks));
+    heap->groupDigest_ = digest;
     heap->base_ = shared->bases[r];
     heap->shared_ = shared;
     // One address space (UVA): a peer's heap is its base, seen from here.
@@ -225,6 +229,7 @@ std::unique_ptr<SymmetricHeap> SymmetricHeap::createMultiProcess(const std::shar
   options.secret = env.rendezvousSecret;
   options.agreement = agreement;
   heap->rendezvous_ = std::make_unique<Rendezvous>(options, heap->ownPayload());
+  heap->groupDigest_ = wire::groupDigest(heap->rendezvous_->payloads());
   try {
     heap->mapPeers(heap->rendezvous_->payloads(), env.waitTimeoutMs);
     // Nobody returns before everybody has mapped everybody: a kernel launched next may write into any peer.
@@ -309,6 +314,7 @@ std::unique_ptr<SymmetricHeap> SymmetricHeap::prepareExchange(const std::shared_
   fields.rank = rank;
   fields.nranks = nranks;
   fields.layoutHash = groupHash(layout, *device);
+  fields.nonce = wire::randomNonce();
   heap->handle_ = wire::encodeHandle(fields, agreement, heap->ownPayload());
   heap->agreement_ = agreement;
   heap->waitTimeoutMs_ = env.waitTimeoutMs;
@@ -364,8 +370,12 @@ void SymmetricHeap::join(const uint8_t* handles, size_t bytes) {
              ") differs from rank " + std::to_string(rank_) + "'s (" + std::to_string(mine.layoutHash) + ")");
     payloads[p] = std::move(theirs.payload);
   }
+  std::vector<std::vector<uint8_t>> perRank(nranks_);
+  for (int p = 0; p < nranks_; ++p)
+    perRank[p].assign(handles + size_t(p) * kHandleBytes, handles + size_t(p + 1) * kHandleBytes);
   try {
     mapPeers(payloads, waitTimeoutMs_);
+    groupDigest_ = wire::groupDigest(perRank);
   } catch (...) {
     for (DevicePtr& mapped : peerMappings_) {
       try {

@@ -63,6 +63,11 @@ class SymmetricHeap {
   // Returns without waiting for the peers: the caller meets its ranks before the first kernel that reaches a peer.
   void join(const uint8_t* handles, size_t bytes);
   bool joined() const;
+  // One value over what the ranks exchanged (mode C: every handle join() was given; mode B: every rank's payload;
+  // mode A: a random draw shared by the group's heaps): equal on the ranks of one group, and not on ranks that were
+  // handed another group's handles. The caller compares it across its ranks after the join (the package does); 0
+  // before the heap is joined.
+  uint64_t groupDigest() const { return groupDigest_; }
   // Closes peer mappings first (IPC close before free), waits for the peers to do the same (mode B, bounded), then
   // frees this rank's allocation. Mode C has no teardown barrier: the caller meets its ranks before destroying.
   ~SymmetricHeap();
@@ -115,6 +120,7 @@ class SymmetricHeap {
   std::vector<uint8_t> handle_;                 // mode C: this rank's handle
   RendezvousAgreement agreement_;               // mode C: what every handle must declare
   uint64_t waitTimeoutMs_ = 0;                  // mode C: for the context join() writes
+  uint64_t groupDigest_ = 0;
   mutable std::mutex stateMutex_;
   bool usable_ = true;
   std::string unusableReason_;

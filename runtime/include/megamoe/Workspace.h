@@ -71,6 +71,8 @@ class Workspace {
   int rank() const { return heap_->rank(); }
   int ranks() const { return heap_->nranks(); }
   int smBudget() const { return smBudget_; }
+  // SymmetricHeap::groupDigest: equal on every rank of this workspace's group; compare it across ranks after join().
+  uint64_t groupDigest() const { return heap_->groupDigest(); }
   SymmetricHeap& heap() { return *heap_; }
   Runtime& runtime() const { return runtime_; }
   Device& device() const { return *device_; }

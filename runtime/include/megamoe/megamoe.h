@@ -285,6 +285,11 @@ MEGAMOE_API int megamoe_workspace_export(const megamoe_workspace_pending* pendin
 MEGAMOE_API int megamoe_workspace_join(megamoe_workspace_pending* pending, const void* handles, size_t size,
                                        megamoe_workspace** out);
 MEGAMOE_API int megamoe_workspace_pending_destroy(megamoe_workspace_pending* pending); /* NULL is accepted */
+/* The group digest: one value over every handle the join was given (created workspaces: over what their ranks
+ * exchanged), equal on every rank of one group. Handles carry a random nonce, so ranks handed another group's
+ * handle (another job of the same configuration) get different digests: after the join the caller all-gathers
+ * the digest over its ranks and refuses a mix before the barrier (the Python package does). */
+MEGAMOE_API int megamoe_workspace_group_digest(const megamoe_workspace* workspace, uint64_t* digest);
 /* A layer on `workspace`; its config must fit the workspace's (each size at most the workspace's, the same experts). */
 MEGAMOE_API int megamoe_layer_create_on(megamoe_workspace* workspace, const megamoe_layer_config* config,
                                         megamoe_layer** out);

@@ -105,6 +105,45 @@ TEST_F(CApiOnFakeHip, WorkspaceFromHandlesTheCallerExchanged) {
   EXPECT_NE(std::string(megamoe_last_error()).find("rank=2"), std::string::npos) << megamoe_last_error();
 }
 
+// Hardening round 2, item 2: handles belong to one group. Two jobs of one configuration (groups A and B, two ranks
+// each, here in one process): a rank handed the other job's handle joins (the handle is well formed) but its group
+// digest differs from its peer's, which is how the caller tells (the package all-gathers it); the ranks of one
+// group agree. Every prepare draws its own nonce, so even equal heaps make different handles.
+TEST_F(CApiOnFakeHip, GroupDigestTellsRanksHandedAnotherGroupsHandle) {
+  const size_t size = megamoe_workspace_handle_size();
+  megamoe_workspace_pending* a[2] = {nullptr, nullptr};
+  megamoe_workspace_pending* b[2] = {nullptr, nullptr};
+  std::vector<uint8_t> ha(2 * size), hb(2 * size);
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_EQ(megamoe_workspace_prepare(runtime, &config, r, 2, &a[r]), MEGAMOE_OK) << megamoe_last_error();
+    ASSERT_EQ(megamoe_workspace_prepare(runtime, &config, r, 2, &b[r]), MEGAMOE_OK) << megamoe_last_error();
+    ASSERT_EQ(megamoe_workspace_export(a[r], ha.data() + r * size, size), MEGAMOE_OK);
+    ASSERT_EQ(megamoe_workspace_export(b[r], hb.data() + r * size, size), MEGAMOE_OK);
+  }
+  EXPECT_NE(std::vector<uint8_t>(ha.begin(), ha.begin() + size), std::vector<uint8_t>(hb.begin(), hb.begin() + size))
+      << "two prepares of rank 0 with one configuration made the same handle";
+  std::vector<uint8_t> mixed(ha.begin(), ha.begin() + size);  // rank 0 of A, rank 1 of B
+  mixed.insert(mixed.end(), hb.begin() + size, hb.end());
+  megamoe_workspace* joined[4] = {nullptr, nullptr, nullptr, nullptr};
+  ASSERT_EQ(megamoe_workspace_join(a[0], mixed.data(), mixed.size(), &joined[0]), MEGAMOE_OK) << megamoe_last_error();
+  ASSERT_EQ(megamoe_workspace_join(a[1], ha.data(), ha.size(), &joined[1]), MEGAMOE_OK) << megamoe_last_error();
+  ASSERT_EQ(megamoe_workspace_join(b[0], hb.data(), hb.size(), &joined[2]), MEGAMOE_OK) << megamoe_last_error();
+  ASSERT_EQ(megamoe_workspace_join(b[1], hb.data(), hb.size(), &joined[3]), MEGAMOE_OK) << megamoe_last_error();
+  uint64_t digest[4] = {0, 0, 0, 0};
+  for (int i = 0; i < 4; ++i)
+    ASSERT_EQ(megamoe_workspace_group_digest(joined[i], &digest[i]), MEGAMOE_OK) << megamoe_last_error();
+  EXPECT_NE(digest[0], digest[1]) << "rank 0 joined with B's rank 1: its digest must differ from A's rank 1";
+  EXPECT_EQ(digest[2], digest[3]) << "the ranks of one group agree";
+  EXPECT_NE(digest[1], digest[2]);
+  EXPECT_NE(digest[2], 0u);
+  EXPECT_EQ(megamoe_workspace_group_digest(joined[0], nullptr), MEGAMOE_ERROR_INVALID_ARGUMENT);
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(megamoe_workspace_destroy(joined[i]), MEGAMOE_OK);
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(megamoe_workspace_pending_destroy(a[r]), MEGAMOE_OK);
+    EXPECT_EQ(megamoe_workspace_pending_destroy(b[r]), MEGAMOE_OK);
+  }
+}
+
 // Hardening item 16: a launch without its parameter array is an invalid argument, not a read through NULL.
 TEST_F(CApiOnFakeHip, LaunchRefusesNullParams) {
   megamoe_kernel_key key{};
@@ -120,6 +159,12 @@ TEST_F(CApiOnFakeHip, LaunchRefusesNullParams) {
   const int launches = test::FakeHip::get().launchCount();
   EXPECT_EQ(megamoe_launch(runtime, kernel, &dims, nullptr, nullptr, nullptr), MEGAMOE_ERROR_INVALID_ARGUMENT);
   EXPECT_NE(std::string(megamoe_last_error()).find("params must not be NULL"), std::string::npos)
+      << megamoe_last_error();
+  EXPECT_EQ(test::FakeHip::get().launchCount(), launches);
+  // Hardening round 2, item 4: a NULL slot of a declared argument is refused by the argument's name.
+  void* nullSlot[] = {nullptr};
+  EXPECT_EQ(megamoe_launch(runtime, kernel, &dims, nullptr, nullSlot, nullptr), MEGAMOE_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(megamoe_last_error()).find("params[0] (argument ctx) is NULL"), std::string::npos)
       << megamoe_last_error();
   EXPECT_EQ(test::FakeHip::get().launchCount(), launches);
   uint64_t context = 0;

@@ -321,6 +321,10 @@ int main(void) {
     c.struct_size = offsetof(megamoe_layer_config, sm_budget); /* shorter than the first release's */
     CHECK_STATUS(megamoe_layer_create(runtime, &c, 0, 1, NULL, &layer), MEGAMOE_ERROR_INVALID_ARGUMENT);
     CHECK(contains(megamoe_last_error(), "config->struct_size="));
+    /* Hardening round 2, item 4: a size inside a field is no header's. */
+    c.struct_size = offsetof(megamoe_layer_config, receive_capacity) + 3;
+    CHECK_STATUS(megamoe_layer_create(runtime, &c, 0, 1, NULL, &layer), MEGAMOE_ERROR_INVALID_ARGUMENT);
+    CHECK(contains(megamoe_last_error(), "end on a field boundary"));
     c.struct_size = (size_t)1 << 40;
     CHECK_STATUS(megamoe_layer_create(runtime, &c, 0, 1, NULL, &layer), MEGAMOE_ERROR_INVALID_ARGUMENT);
     CHECK(contains(megamoe_last_error(), "config->struct_size=1099511627776"));
