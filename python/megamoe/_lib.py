@@ -63,12 +63,33 @@ CONFIG_FIELDS = ("hidden", "intermediate", "experts", "topk", "max_tokens", "swi
                  "dedup_tokens", "sm_budget", "receive_capacity", "topk_idx_bits", "drop_overflow")
 
 
+INT32 = (-2 ** 31, 2 ** 31)
+INT64 = (-2 ** 63, 2 ** 63)
+
+
+def index_in(what, value, bounds=INT64):
+    """value as a Python int through operator.index (ints, bools, numpy's and torch's integers; not floats, which
+    int() would truncate), in [lo, hi) of bounds (default the int64 range): ctypes would wrap a value out of its
+    C type's range silently (2^64 + 512 as int64 is 512). TypeError / ValueError naming `what` otherwise."""
+    try:
+        number = operator.index(value)
+    except TypeError:
+        raise TypeError("megamoe: %s must be an integer (got %r, a %s)" % (what, value, type(value).__name__)) \
+            from None
+    lo, hi = bounds
+    if not lo <= number < hi:
+        raise ValueError("megamoe: %s=%d is out of range: it must be in [%d, %d)" % (what, number, lo, hi - 1))
+    return number
+
+
 class LayerConfig(ctypes.Structure):
-    """megamoe_layer_config; struct_size is always this Structure's size (megamoe.h: "Growing structs")."""
+    """megamoe_layer_config; struct_size is always this Structure's size (megamoe.h: "Growing structs"). Every
+    field is taken through index_in (an integer in the int64 range; TypeError / ValueError naming the field)."""
     _fields_ = [("struct_size", ctypes.c_size_t)] + [(name, ctypes.c_int64) for name in CONFIG_FIELDS]
 
     def __init__(self, **fields):
-        super().__init__(struct_size=ctypes.sizeof(LayerConfig), **{k: int(v) for k, v in fields.items()})
+        super().__init__(struct_size=ctypes.sizeof(LayerConfig),
+                         **{k: index_in("LayerConfig." + k, v) for k, v in fields.items()})
 
     def as_dict(self):
         return {name: getattr(self, name) for name in CONFIG_FIELDS}
@@ -224,7 +245,8 @@ class Library:
 
     def set_log_level(self, level):
         """level: a name of LOG_LEVELS or its number."""
-        self.call("megamoe_set_log_level", LOG_LEVELS[level] if isinstance(level, str) else int(level))
+        self.call("megamoe_set_log_level", LOG_LEVELS[level] if isinstance(level, str) else
+                  index_in("log level", level, INT32))
 
     def log_level(self):
         level = ctypes.c_int()
@@ -249,19 +271,20 @@ class Library:
     def workspace_bytes(self, config, ranks):
         """(heap bytes, buffer bytes) of one rank's workspace for layers up to `config` at `ranks` ranks."""
         heap, buffers = ctypes.c_uint64(), ctypes.c_uint64()
-        self.call("megamoe_workspace_bytes", ctypes.byref(config), ranks, ctypes.byref(heap), ctypes.byref(buffers))
+        self.call("megamoe_workspace_bytes", ctypes.byref(config), index_in("ranks", ranks, INT32), ctypes.byref(heap),
+                  ctypes.byref(buffers))
         return heap.value, buffers.value
 
     def saved_bytes(self, config, ranks):
         """Bytes of the saved state one training forward of a layer of `config` writes (0 without training)."""
         n = ctypes.c_uint64()
-        self.call("megamoe_layer_saved_bytes", ctypes.byref(config), ranks, ctypes.byref(n))
+        self.call("megamoe_layer_saved_bytes", ctypes.byref(config), index_in("ranks", ranks, INT32), ctypes.byref(n))
         return n.value
 
     def split_scratch_bytes(self, grid):
         """(bytes, leading bytes that must be zero) of a grouped_gemm_*_tma split scratch for `grid` blocks."""
         total, zeroed = ctypes.c_uint64(), ctypes.c_uint64()
-        self.call("megamoe_split_scratch_bytes", ctypes.c_int64(grid), ctypes.byref(total), ctypes.byref(zeroed))
+        self.call("megamoe_split_scratch_bytes", index_in("grid", grid), ctypes.byref(total), ctypes.byref(zeroed))
         return total.value, zeroed.value
 
 
@@ -287,7 +310,8 @@ class Runtime:
         self.backend, self.device = backend, device
         self.target = TARGET_OF_BACKEND.get(backend, "")
         self.handle = ctypes.c_void_p()
-        self.lib.call("megamoe_runtime_create", backend.encode() if backend else None, int(device),
+        self.lib.call("megamoe_runtime_create", backend.encode() if backend else None,
+                      index_in("device ordinal", device, INT32),
                       ctypes.byref(self.handle))
         self.kernels = {}
 
@@ -391,6 +415,7 @@ class WorkspaceHandle:
     @staticmethod
     def create(runtime, config, rank=0, ranks=1, rendezvous_path=None):
         h = ctypes.c_void_p()
+        rank, ranks = index_in("rank", rank, INT32), index_in("ranks", ranks, INT32)
         runtime.lib.call("megamoe_workspace_create", runtime.handle, ctypes.byref(config), rank, ranks,
                          rendezvous_path.encode() if rendezvous_path else None, ctypes.byref(h))
         return WorkspaceHandle(runtime.lib, h, config, rank, ranks)
@@ -414,6 +439,7 @@ class WorkspaceHandle:
         """prepare, export this rank's handle, all_gather(bytes) -> every rank's handles concatenated in rank
         order, join. The caller meets its ranks (a barrier) before the first layer call."""
         lib = runtime.lib
+        rank, ranks = index_in("rank", rank, INT32), index_in("ranks", ranks, INT32)
         size = lib.lib.megamoe_workspace_handle_size()
         pending = ctypes.c_void_p()
         lib.call("megamoe_workspace_prepare", runtime.handle, ctypes.byref(config), rank, ranks, ctypes.byref(pending))
@@ -452,6 +478,7 @@ class LayerHandle:
     @staticmethod
     def create(runtime, config, rank=0, ranks=1, rendezvous_path=None):
         h = ctypes.c_void_p()
+        rank, ranks = index_in("rank", rank, INT32), index_in("ranks", ranks, INT32)
         runtime.lib.call("megamoe_layer_create", runtime.handle, ctypes.byref(config), rank, ranks,
                          rendezvous_path.encode() if rendezvous_path else None, ctypes.byref(h))
         return LayerHandle(runtime.lib, h, config)
@@ -461,6 +488,7 @@ class LayerHandle:
 
     def forward(self, x, tokens, topk_idx, topk_weights, w1, w2, y, stream, saved=None):
         """Device addresses; saved None: the layer's own saved state (megamoe_layer_forward)."""
+        tokens = index_in("tokens", tokens)
         if saved is None:
             self.call("forward", x, tokens, topk_idx, topk_weights, w1, w2, y, ctypes.c_void_p(stream or None))
         else:
@@ -469,6 +497,7 @@ class LayerHandle:
 
     def backward(self, dy, x, tokens, topk_idx, topk_weights, w1, w2, dx, d_topk_weights, dw1, dw2, stream,
                  saved=None):
+        tokens = index_in("tokens", tokens)
         if saved is None:
             self.call("backward", dy, x, tokens, topk_idx, topk_weights, w1, w2, dx, d_topk_weights, dw1, dw2,
                       ctypes.c_void_p(stream or None))
@@ -486,7 +515,7 @@ class LayerHandle:
         return out.value
 
     def set_legs(self, dispatch, combine):
-        self.call("set_legs", dispatch, combine)
+        self.call("set_legs", index_in("dispatch legs", dispatch, INT32), index_in("combine legs", combine, INT32))
 
     def set_profiling(self, on):
         self.call("set_profiling", int(on))

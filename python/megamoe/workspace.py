@@ -80,7 +80,7 @@ class Workspace:
         self._host_tensors = _host_tensors
         if _host_tensors:
             self.device = torch.device("cpu")
-            ordinal = int(device or 0)
+            ordinal = _lib.index_in("device ordinal", device or 0, _lib.INT32)
         else:
             if device is None:
                 device = torch.device("cuda", torch.cuda.current_device())
@@ -91,7 +91,7 @@ class Workspace:
             self.device = torch.device("cuda", ordinal)  # tensors' devices carry their index: compare like with like
         self.lib = _lib.Library.get()
         self.shape = dict(hidden=hidden, intermediate=intermediate, experts=experts, topk=topk)
-        self.max_tokens = int(max_tokens)
+        self.max_tokens = _lib.index_in("max_tokens", max_tokens)
         self.training = bool(training)
         self.options = dict(sm_budget=sm_budget, receive_capacity=receive_capacity, dedup_tokens=int(dedup_tokens),
                             drop_overflow=int(drop_overflow),

@@ -119,6 +119,42 @@ def test_invalid_config_names_the_field():
     assert e.value.status == _lib.INVALID_ARGUMENT and "hidden=12" in str(e.value)
 
 
+def test_config_fields_are_integers_in_the_int64_range():
+    # int(v) and ctypes' int64 used to make hidden=2**64+512 into 512, 512.9 into 512 and a clamp of 2**64 into 0 (off)
+    base = dict(SHAPE, max_tokens=MAX_TOKENS)
+    with pytest.raises(ValueError, match="LayerConfig.hidden=18446744073709552128 is out of range"):
+        _lib.LayerConfig(**dict(base, hidden=2 ** 64 + 512))
+    with pytest.raises(TypeError, match="LayerConfig.hidden must be an integer"):
+        _lib.LayerConfig(**dict(base, hidden=512.9))
+    with pytest.raises(ValueError, match="LayerConfig.swiglu_clamp_milli=18446744073709551616 is out of range"):
+        _lib.LayerConfig(**dict(base, swiglu_clamp_milli=2 ** 64))
+    with pytest.raises(ValueError, match="LayerConfig.max_tokens"):
+        _lib.LayerConfig(**dict(base, max_tokens=-2 ** 63 - 1))
+    ok = _lib.LayerConfig(**dict(base, training=True, hidden=torch.tensor(512), swiglu_clamp_milli=2 ** 63 - 1))
+    assert ok.training == 1 and ok.hidden == 512 and ok.swiglu_clamp_milli == 2 ** 63 - 1
+
+
+def test_int_arguments_of_the_c_abi_are_range_checked(fake_env):
+    lib = _lib.Library.get(LIB)
+    cfg = _lib.LayerConfig(max_tokens=MAX_TOKENS, training=1, **SHAPE)
+    with pytest.raises(ValueError, match="ranks=4294967297 is out of range"):
+        lib.workspace_bytes(cfg, 2 ** 32 + 1)
+    with pytest.raises(TypeError, match="ranks must be an integer"):
+        lib.saved_bytes(cfg, 1.5)
+    with pytest.raises(ValueError, match="device ordinal=4294967296 is out of range"):
+        _lib.Runtime("hip", 2 ** 32, lib)
+    rt = _lib.Runtime("hip", 0, lib)
+    try:
+        with pytest.raises(ValueError, match="rank=4294967296 is out of range"):
+            _lib.WorkspaceHandle.create(rt, cfg, 2 ** 32, 1)
+        with pytest.raises(ValueError, match="tokens=18446744073709551617 is out of range"):
+            _lib.LayerHandle(lib, ctypes.c_void_p(), cfg).forward(0, 2 ** 64 + 1, 0, 0, 0, 0, 0, 0)
+    finally:
+        rt.close()
+    with pytest.raises(TypeError, match="max_tokens must be an integer"):
+        megamoe.Workspace(max_tokens=64.5, backend="hip", _host_tensors=True, **SHAPE)
+
+
 def test_launch_by_name_refuses_unknown_and_missing_arguments(fake_env):
     fill_cache(fake_env)
     rt = _lib.Runtime("hip", 0)
