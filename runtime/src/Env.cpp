@@ -1,7 +1,6 @@
 // Parsing and validation of the MEGAMOE_* environment variables (registry in env.h).
 #include "megamoe/env.h"
 
-#include <cerrno>
 #include <charconv>
 #include <cstdlib>
 
@@ -26,12 +25,14 @@ const std::vector<EnvVar>& envRegistry() {
        "shared by the ranks of one job (set by the launcher): the heap rendezvous admits only ranks holding the "
        "same value, so that two jobs of one user never join each other; unset: no secret. Never printed"},
       {"MEGAMOE_WAIT_TIMEOUT_MS", "10000",
-       "bound of every cross-rank wait on the device, written into DeviceContext.timeout_ns (positive integer)"},
+       "bound of every cross-rank wait on the device, written into DeviceContext.timeout_ns (an integer from 1 to "
+       "10^12)"},
       {"MEGAMOE_PUSH_BLOCKS", "32",
-       "blocks of dispatch_grouped_gemm that push token rows to the owners before taking GEMM tiles (1..1024)"},
+       "blocks of dispatch_grouped_gemm that push token rows to the owners before taking GEMM tiles (an integer from "
+       "1 to 1024)"},
       {"MEGAMOE_SM_BUDGET", "",
-       "SMs a layer's kernels use when its config leaves sm_budget 0 (even, 2..1024); unset: every SM, shared by "
-       "the ranks of one process on a device"},
+       "SMs a layer's kernels use when its config leaves sm_budget 0 (an even integer from 2 to 1024); unset: every "
+       "SM, shared by the ranks of one process on a device"},
       {"MEGAMOE_LOG_LEVEL", "warn",
        "the runtime's log level: off | error | warn | info | debug, lower case (info: kernel cache hits and misses, "
        "heap sizes, rendezvous progress; debug: module loads and more); lines go to stderr prefixed "
@@ -75,6 +76,24 @@ bool parseDecimal(const std::string& text, double* value) {
   if (!wellFormed) return false;
   const auto result = std::from_chars(text.data(), text.data() + text.size(), *value, std::chars_format::fixed);
   return result.ec == std::errc() && result.ptr == text.data() + text.size();
+}
+
+// The one grammar of the integer variables: decimal digits only (leading zeros allowed; no blanks, sign, hex,
+// fraction or exponent: from_chars reads none of them and never consults the locale), from `min` to `max` (`even`:
+// even values only). Anything else is badValue naming the variable, the value and the range, then `unit`.
+uint64_t parseInteger(const char* name, const std::string& text, uint64_t min, uint64_t max, bool even = false,
+                      const std::string& unit = "") {
+  uint64_t value = 0;
+  const bool digitsOnly = !text.empty() && text.find_first_not_of("0123456789") == std::string::npos;
+  const char* end = text.data() + text.size();
+  const bool parsed = digitsOnly && [&] {
+    const auto result = std::from_chars(text.data(), end, value);
+    return result.ec == std::errc() && result.ptr == end;
+  }();
+  if (!parsed || value < min || value > max || (even && value % 2 != 0))
+    badValue(name, text, std::string(even ? "an even integer" : "an integer") + " from " + std::to_string(min) +
+                             " to " + std::to_string(max) + unit);
+  return value;
 }
 
 std::string textOr(const std::function<const char*(const char*)>& lookup, const char* name) {
@@ -135,32 +154,14 @@ RuntimeEnv parseEnv(const std::function<const char*(const char*)>& lookup) {
     env.rendezvousTimeoutS = value;
   }
   env.rendezvousSecret = textOr(lookup, "MEGAMOE_RENDEZVOUS_SECRET");
-  {
-    const std::string text = textOr(lookup, "MEGAMOE_WAIT_TIMEOUT_MS");
-    errno = 0;
-    char* end = nullptr;
-    const bool digitsOnly = !text.empty() && text.find_first_not_of("0123456789") == std::string::npos;
-    const unsigned long long value = std::strtoull(text.c_str(), &end, 10);
-    // Bound so that value * 1e6 (nanoseconds) still fits in 64 bits.
-    if (!digitsOnly || *end != '\0' || errno != 0 || value == 0 || value > 1000ull * 1000 * 1000 * 1000)
-      badValue("MEGAMOE_WAIT_TIMEOUT_MS", text, "a positive integer number of milliseconds, at most 1e12");
-    env.waitTimeoutMs = value;
-  }
-  {
-    const std::string text = textOr(lookup, "MEGAMOE_PUSH_BLOCKS");
-    const bool digitsOnly = !text.empty() && text.size() <= 4 && text.find_first_not_of("0123456789") == std::string::npos;
-    const int value = digitsOnly ? std::atoi(text.c_str()) : 0;
-    if (value < 1 || value > 1024) badValue("MEGAMOE_PUSH_BLOCKS", text, "an integer from 1 to 1024");
-    env.pushBlocks = value;
-  }
-  if (const char* text = lookup("MEGAMOE_SM_BUDGET")) {
-    const std::string value(text);
-    const bool digitsOnly = !value.empty() && value.size() <= 4 && value.find_first_not_of("0123456789") == std::string::npos;
-    const int budget = digitsOnly ? std::atoi(value.c_str()) : 0;
-    if (budget < 2 || budget > 1024 || budget % 2 != 0)
-      badValue("MEGAMOE_SM_BUDGET", value, "an even number of SMs from 2 to 1024 (the cluster-pair kernels launch whole pairs)");
-    env.smBudget = budget;
-  }
+  // At most 1e12 ms, so that the timeout in nanoseconds still fits in 64 bits.
+  env.waitTimeoutMs = parseInteger("MEGAMOE_WAIT_TIMEOUT_MS", textOr(lookup, "MEGAMOE_WAIT_TIMEOUT_MS"), 1,
+                                   1000ull * 1000 * 1000 * 1000, false, " (milliseconds)");
+  env.pushBlocks = int(parseInteger("MEGAMOE_PUSH_BLOCKS", textOr(lookup, "MEGAMOE_PUSH_BLOCKS"), 1, 1024));
+  // Unset (the default): every SM, so no text to parse.
+  if (const char* text = lookup("MEGAMOE_SM_BUDGET"))
+    env.smBudget = int(parseInteger("MEGAMOE_SM_BUDGET", text, 2, 1024, /*even=*/true,
+                                    " (SMs; the cluster-pair kernels launch whole pairs)"));
   env.logLevel = parseLogLevelEnv(lookup);
   const ProfileEnv profile = parseProfileEnv(lookup);
   env.nvtx = profile.nvtx;

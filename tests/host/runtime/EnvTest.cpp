@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <clocale>
+#include <functional>
 #include <map>
 #include <set>
 
@@ -111,6 +112,47 @@ TEST(Env, RendezvousTimeoutIsDigitsWithAnOptionalFraction) {
            "0", "0.0", "0.0009",                // below a millisecond
            "86400.5", "86401", "99999999999999999999999999999999999"}) {
     expectRejected("MEGAMOE_RENDEZVOUS_TIMEOUT_S", bad);
+  }
+}
+
+// The integer variables share one parser: decimal digits only (leading zeros allowed; no blanks, sign, hex,
+// fraction or exponent), the same error naming the variable, the value and the accepted range.
+TEST(Env, IntegerVariablesShareOneGrammarAndErrorShape) {
+  struct IntegerVar {
+    std::string name;
+    uint64_t min, max;
+    std::string range;  // as the error states it
+    std::function<uint64_t(const RuntimeEnv&)> read;
+  };
+  const std::vector<IntegerVar> vars = {
+      {"MEGAMOE_WAIT_TIMEOUT_MS", 1, 1000000000000, "an integer from 1 to 1000000000000",
+       [](const RuntimeEnv& e) { return e.waitTimeoutMs; }},
+      {"MEGAMOE_PUSH_BLOCKS", 1, 1024, "an integer from 1 to 1024",
+       [](const RuntimeEnv& e) { return uint64_t(e.pushBlocks); }},
+      {"MEGAMOE_SM_BUDGET", 2, 1024, "an even integer from 2 to 1024",
+       [](const RuntimeEnv& e) { return uint64_t(e.smBudget); }},
+  };
+  for (const IntegerVar& var : vars) {
+    SCOPED_TRACE(var.name);
+    for (const std::string& good : {"8", "08", "0008", "000000008"})
+      EXPECT_EQ(var.read(parseWith({{var.name, good}})), 8u) << "'" << good << "'";
+    EXPECT_EQ(var.read(parseWith({{var.name, std::to_string(var.max)}})), var.max);
+    EXPECT_EQ(var.read(parseWith({{var.name, std::to_string(var.min)}})), var.min);
+    for (const std::string& bad : {std::string("8 "), std::string(" 8"), std::string("\t8"), std::string("+8"),
+                                   std::string("-8"), std::string("0x10"), std::string("8.0"), std::string("8e0"),
+                                   std::string("8,0"), std::string("8ms"), std::string(""), std::string("eight"),
+                                   std::to_string(var.max + 2), std::to_string(var.min - 1),
+                                   std::string("99999999999999999999999")}) {
+      try {
+        parseWith({{var.name, bad}});
+        ADD_FAILURE() << "'" << bad << "' accepted";
+      } catch (const Error& e) {
+        const std::string what = e.what();
+        EXPECT_EQ(e.code(), ErrorCode::kInvalidEnv) << what;
+        EXPECT_NE(what.find(var.name + "='" + bad + "' is invalid: expected " + var.range), std::string::npos)
+            << what;
+      }
+    }
   }
 }
 
