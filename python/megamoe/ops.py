@@ -94,9 +94,10 @@ def _fused_moe_forward(x, topk_idx, topk_weights, w1, w2, layer_id, training):
     y = torch.empty_like(x)
     saved = torch.empty(layer.saved_bytes if training else 0, dtype=torch.uint8, device=x.device)
     keep = []
-    layer.handle.forward(_address(x, keep), x.shape[0], _address(topk_idx, keep), _address(topk_weights, keep),
-                         w1.data_ptr(), w2.data_ptr(), _address(y, keep), ws.stream(),
-                         saved=saved.data_ptr() if training else None)
+    with ws._call():
+        layer.handle.forward(_address(x, keep), x.shape[0], _address(topk_idx, keep), _address(topk_weights, keep),
+                             w1.data_ptr(), w2.data_ptr(), _address(y, keep), ws.stream(),
+                             saved=saved.data_ptr() if training else None)
     return y, saved
 
 
@@ -124,10 +125,11 @@ def _fused_moe_backward(dy, x, topk_idx, topk_weights, w1, w2, saved, layer_id):
     d_topk_weights = torch.empty(topk_weights.shape, dtype=torch.float32, device=x.device)
     dw1, dw2 = torch.empty_like(w1), torch.empty_like(w2)
     keep = []
-    layer.handle.backward(_address(dy, keep), _address(x, keep), x.shape[0], _address(topk_idx, keep),
-                          _address(topk_weights, keep), w1.data_ptr(), w2.data_ptr(), _address(dx, keep),
-                          _address(d_topk_weights, keep), dw1.data_ptr(), dw2.data_ptr(), ws.stream(),
-                          saved=saved.data_ptr())
+    with ws._call():
+        layer.handle.backward(_address(dy, keep), _address(x, keep), x.shape[0], _address(topk_idx, keep),
+                              _address(topk_weights, keep), w1.data_ptr(), w2.data_ptr(), _address(dx, keep),
+                              _address(d_topk_weights, keep), dw1.data_ptr(), dw2.data_ptr(), ws.stream(),
+                              saved=saved.data_ptr())
     return dx, d_topk_weights, dw1, dw2
 
 

@@ -1,5 +1,6 @@
 """A megamoe workspace for PyTorch: one per process and GPU, shared by every MoE layer of a model. Made from a
 torch.distributed process group (the ranks' handles exchanged over it) or, without one, for one process and one GPU."""
+import contextlib
 import itertools
 import os
 import tempfile
@@ -59,7 +60,13 @@ class Workspace:
     training: the workspace serves training layers (it holds their dh buffer); sm_budget: SMs of this rank's kernels
     (even; 0: MEGAMOE_SM_BUDGET, else every SM); receive_capacity, drop_overflow, dedup_tokens, swiglu_clamp_milli: as in
     megamoe_layer_config (runtime/include/megamoe/MoeLayer.h). All layer calls run on torch's current stream, and
-    must be ordered on one stream. close() (or `with`) synchronises, meets the ranks and frees the workspace."""
+    must be ordered on one stream. close() (or `with`) synchronises, meets the ranks and frees the workspace.
+
+    Threads: every call that enters a layer handle (fused_moe's forward and backward, check_errors, dropped_picks,
+    making a layer) holds the workspace against close(), and calls from several threads are serialised by the
+    workspace's lock; they must still be issued in a consistent order on one stream (and, over a group, in the same
+    order on every rank). close() waits until no call is in flight, then frees the workspace; a call after it (or
+    one that starts once close() has marked it closed) raises RuntimeError("megamoe: the workspace is closed")."""
 
     def __init__(self, hidden, intermediate, experts, topk, max_tokens, group=None, training=True, sm_budget=0,
                  receive_capacity=0, dedup_tokens=False, swiglu_clamp_milli=0, device=None, backend=None,
@@ -100,6 +107,11 @@ class Workspace:
         self.runtime = _lib.Runtime(self.backend, ordinal, self.lib)
         self.layers = {}
         self.handle = None
+        # _call(): _state guards _in_flight and _closed (close() waits on it); _serial serialises the calls.
+        self._state = threading.Condition(threading.Lock())
+        self._serial = threading.RLock()
+        self._in_flight = 0
+        self._closed = False
         self.handle = self._create()
         # The layers of the workspace's own shape, made now: a compiled graph then only looks them up.
         for training_layer in ((False, True) if self.training else (False,)):
@@ -152,6 +164,23 @@ class Workspace:
         else:
             dist.barrier(group=self.group)
 
+    @contextlib.contextmanager
+    def _call(self):
+        """Held around every call that enters this workspace's handles: close() waits for it to leave. Calls are
+        serialised (an RLock: a call may nest another on its thread). RuntimeError when the workspace is closed."""
+        with self._state:
+            if self._closed or self.handle is None:
+                raise RuntimeError("megamoe: the workspace is closed")
+            self._in_flight += 1
+        try:
+            with self._serial:
+                yield
+        finally:
+            with self._state:
+                self._in_flight -= 1
+                if self._in_flight == 0:
+                    self._state.notify_all()
+
     def layer(self, hidden, intermediate, experts, topk, training, topk_idx_bits=32):
         """The layer of that shape on this workspace (made once): a _Layer with its handle, id and saved bytes."""
         key = (hidden, intermediate, experts, topk, bool(training), topk_idx_bits)
@@ -165,14 +194,19 @@ class Workspace:
         command = layer_command(hidden, intermediate, experts, topk, self.ranks, self.runtime.target)
         what = "the MoE layer hidden=%d intermediate=%d experts=%d topk=%d at %d ranks" % (
             hidden, intermediate, experts, topk, self.ranks)
-        handle = with_kernels(lambda: _lib.LayerHandle.create_on(self.handle, cfg), command, what)
-        saved = self.lib.saved_bytes(cfg, self.ranks) if training else 0
-        self.layers[key] = _Layer(self, handle, key, saved)
-        return self.layers[key]
+        with self._call():
+            if key in self.layers:  # another thread made it meanwhile
+                return self.layers[key]
+            handle = with_kernels(lambda: _lib.LayerHandle.create_on(self.handle, cfg), command, what)
+            saved = self.lib.saved_bytes(cfg, self.ranks) if training else 0
+            self.layers[key] = _Layer(self, handle, key, saved)
+            return self.layers[key]
 
     def layer_for(self, hidden, intermediate, experts, topk, training, topk_idx_bits):
         """A pure lookup (what a compiled graph runs): the layer must have been made (layer(), or the workspace's
         own shape, or an MoeExperts module on it)."""
+        if self._closed:
+            raise RuntimeError("megamoe: the workspace is closed")
         try:
             return self.layers[(hidden, intermediate, experts, topk, training, topk_idx_bits)]
         except KeyError:
@@ -189,20 +223,35 @@ class Workspace:
             return 0
         return torch.cuda.current_stream(self.device).cuda_stream
 
+    def _any_layer(self):
+        # The layers share the workspace's heap and its error record: any one of them reads it. Called in _call().
+        for layer in self.layers.values():
+            return layer
+        raise RuntimeError("megamoe: the workspace is closed")
+
     def check_errors(self):
         """Synchronises torch's current stream and raises MegamoeError naming the first device error."""
-        # The layers share the workspace's heap and its error record: any one of them reads it.
-        next(iter(self.layers.values())).handle.check_errors(self.stream())
+        with self._call():
+            self._any_layer().handle.check_errors(self.stream())
 
     def dropped_picks(self):
         """Picks past the receive capacity this rank's forwards dropped so far (drop_overflow=True); synchronises
         torch's current stream."""
-        return next(iter(self.layers.values())).handle.dropped_picks(self.stream())
+        with self._call():
+            return self._any_layer().handle.dropped_picks(self.stream())
 
     def close(self):
-        """Synchronises, meets the ranks (a barrier over the group), then frees the layers and the workspace."""
-        if self.handle is None:
+        """Waits until no call is in flight (every thread's), marks the workspace closed, synchronises, meets the
+        ranks (a barrier over the group), then frees the layers and the workspace."""
+        state = getattr(self, "_state", None)
+        if state is None:  # __init__ failed before the lock was made
             return
+        with state:
+            while self._in_flight:
+                state.wait()
+            if self._closed or self.handle is None:
+                return
+            self._closed = True
         if not self._host_tensors:
             torch.cuda.synchronize(self.device)
         if self.ranks > 1:

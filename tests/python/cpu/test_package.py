@@ -443,6 +443,58 @@ def test_a_pending_backward_keeps_its_workspace(fake_env):
     assert w1.grad is not None
 
 
+def test_close_waits_for_a_call_in_flight_and_later_calls_are_refused(ws, monkeypatch):
+    import threading
+    entered, release = threading.Event(), threading.Event()
+    orig = _lib.LayerHandle.forward
+
+    def slow_forward(self, *a, **k):
+        entered.set()
+        assert release.wait(30)
+        return orig(self, *a, **k)
+
+    monkeypatch.setattr(_lib.LayerHandle, "forward", slow_forward)
+    x, idx, wts, w1, w2 = inputs(grad=False)
+    results = {}
+
+    def run():
+        try:
+            results["y"] = megamoe.fused_moe(x, idx, wts, w1, w2, ws)
+        except BaseException as e:  # noqa: B902 -- reported below
+            results["error"] = e
+
+    caller = threading.Thread(target=run)
+    caller.start()
+    assert entered.wait(30)
+    closer = threading.Thread(target=ws.close)
+    closer.start()
+    closer.join(0.5)
+    assert closer.is_alive(), "close() returned while a forward was in flight"
+    assert ws.handle is not None
+    release.set()
+    caller.join(30)
+    closer.join(30)
+    assert not caller.is_alive() and not closer.is_alive()
+    assert "error" not in results, results.get("error")
+    assert results["y"].shape == x.shape
+    assert ws.handle is None
+    for call in (ws.check_errors, ws.dropped_picks, lambda: megamoe.fused_moe(x, idx, wts, w1, w2, ws),
+                 lambda: ws.layer(training=False, **SHAPE)):
+        with pytest.raises(RuntimeError, match="the workspace is closed"):
+            call()
+
+
+def test_check_errors_on_a_workspace_without_layers_says_it_is_closed(ws):
+    layers, ws.layers = ws.layers, {}  # what a closed workspace has; was a bare StopIteration
+    try:
+        with pytest.raises(RuntimeError, match="the workspace is closed"):
+            ws.check_errors()
+        with pytest.raises(RuntimeError, match="the workspace is closed"):
+            ws.dropped_picks()
+    finally:
+        ws.layers = layers
+
+
 def test_a_deep_copy_of_a_model_shares_the_workspace(ws):
     import copy
     m = megamoe.MoeExperts(512, 256, 16, 4, ws)
