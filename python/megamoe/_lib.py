@@ -130,6 +130,7 @@ SIGNATURES = {
     "megamoe_workspace_export": (_i32, [_vp, _vp, _sz]),
     "megamoe_workspace_join": (_i32, [_vp, _vp, _sz, _P(_vp)]),
     "megamoe_workspace_pending_destroy": (_i32, [_vp]),
+    "megamoe_workspace_group_digest": (_i32, [_vp, _P(_u64)]),
     "megamoe_layer_create": (_i32, [_vp, _cfg, _i32, _i32, ctypes.c_char_p, _P(_vp)]),
     "megamoe_layer_create_on": (_i32, [_vp, _cfg, _P(_vp)]),
     "megamoe_layer_destroy": (_i32, [_vp]),
@@ -456,6 +457,15 @@ class WorkspaceHandle:
         finally:
             lib.call("megamoe_workspace_pending_destroy", pending)
         return WorkspaceHandle(lib, h, config, rank, ranks)
+
+    def group_digest(self):
+        """The digest of the group this workspace joined (the same on every rank of one group), or None from a
+        library without megamoe_workspace_group_digest."""
+        if not self.lib.has("megamoe_workspace_group_digest"):
+            return None
+        out = ctypes.c_uint64()
+        self.lib.call("megamoe_workspace_group_digest", self.handle, ctypes.byref(out))
+        return out.value
 
     def destroy(self):
         if self.handle:

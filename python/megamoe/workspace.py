@@ -128,16 +128,59 @@ class Workspace:
         if self.ranks == 1:
             return _lib.WorkspaceHandle.create(rt, cfg, 0, 1, None)
         dist = _dist()
-        if _lib.WorkspaceHandle.exchange_supported(self.lib):
-            handle = _lib.WorkspaceHandle.join_through(rt, cfg, self.rank, self.ranks, self._all_gather)
-        else:
-            # A library without the caller-exchanged rendezvous: the ranks meet at a socket path rank 0 names.
-            path = [os.path.join(tempfile.gettempdir(), "megamoe-ws-%d-%d.sock" % (os.getpid(), id(self)))]
-            dist.broadcast_object_list(path, src=dist.get_global_rank(self.group, 0) if hasattr(
-                dist, "get_global_rank") else 0, group=self.group)
-            handle = _lib.WorkspaceHandle.create(rt, cfg, self.rank, self.ranks, path[0])
+        handle, error, digest = None, None, None
+        try:
+            if _lib.WorkspaceHandle.exchange_supported(self.lib):
+                handle = _lib.WorkspaceHandle.join_through(rt, cfg, self.rank, self.ranks, self._all_gather)
+            else:
+                # A library without the caller-exchanged rendezvous: the ranks meet at a socket path rank 0 names.
+                path = [os.path.join(tempfile.gettempdir(), "megamoe-ws-%d-%d.sock" % (os.getpid(), id(self)))]
+                dist.broadcast_object_list(path, src=dist.get_global_rank(self.group, 0) if hasattr(
+                    dist, "get_global_rank") else 0, group=self.group)
+                handle = _lib.WorkspaceHandle.create(rt, cfg, self.rank, self.ranks, path[0])
+            digest = handle.group_digest()
+        except Exception as e:  # every rank must still reach the exchange below, or its peers wait there forever
+            error = e
+        self._agree(handle, error, digest)
         self._barrier()
         return handle
+
+    def _agree(self, handle, error, digest):
+        """Every rank's (joined, error message, group digest), all-gathered over the group: a rank that failed to
+        join, or ranks that joined different groups, make every rank raise MegamoeError naming them."""
+        dist = _dist()
+        mine = (error is None, "" if error is None else (getattr(error, "message", None) or str(error)), digest)
+        everyone = [None] * self.ranks
+        try:
+            dist.all_gather_object(everyone, mine, group=self.group)
+        except Exception:
+            if error is not None:
+                raise error
+            raise
+        failed = [(r, message) for r, (ok, message, _) in enumerate(everyone) if not ok]
+        problem = None
+        if failed:
+            problem = "rank%s %s failed to join the workspace: %s" % (
+                "s" if len(failed) > 1 else "", ", ".join(str(r) for r, _ in failed),
+                "; ".join("rank %d: %s" % (r, m) for r, m in failed))
+        else:
+            by_digest = {}
+            for r, (_, _, d) in enumerate(everyone):
+                by_digest.setdefault(d, []).append(r)
+            if len([d for d in by_digest if d is not None]) > 1:
+                problem = "the ranks joined different groups: %s" % "; ".join(
+                    "rank%s %s: digest %s" % ("s" if len(rs) > 1 else "", ", ".join(map(str, rs)),
+                                              "unknown" if d is None else "%016x" % d)
+                    for d, rs in by_digest.items())
+        if problem is None:
+            return
+        if handle is not None:
+            try:
+                handle.destroy()
+            except Exception:
+                pass
+        status = getattr(error, "status", _lib.RENDEZVOUS)
+        raise _lib.MegamoeError(status, problem) from error
 
     def _all_gather(self, mine):
         """Every rank's handle bytes, in rank order: all_gather_into_tensor of a uint8 tensor (a CUDA one on an NCCL

@@ -644,7 +644,8 @@ def test_converters_stack_only_this_ranks_experts():
     assert torch.equal(w1, torch.cat([gate[2:], up[2:]], 1)) and torch.equal(w2, down[2:])
 
 
-def test_two_processes_meet_through_a_process_group(fake_env, tmp_path):
+def run_two_ranks(fake_env, timeout=90, **extra_env):
+    """two_ranks_fake.py in two processes over gloo: [(returncode, output)] per rank."""
     fill_cache(fake_env, ranks=2)
     import socket
     with socket.socket() as s:
@@ -654,10 +655,32 @@ def test_two_processes_meet_through_a_process_group(fake_env, tmp_path):
     procs = []
     for rank in range(2):
         env = dict(os.environ, RANK=str(rank), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
-                   MEGAMOE_RENDEZVOUS_TIMEOUT_S="20")
+                   MEGAMOE_RENDEZVOUS_TIMEOUT_S="20", **extra_env)
         procs.append(subprocess.Popen([sys.executable, script], env=env, stdout=subprocess.PIPE,
                                       stderr=subprocess.STDOUT, text=True))
-    outs = [p.communicate(timeout=90)[0] for p in procs]
+    try:
+        outs = [p.communicate(timeout=timeout)[0] for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    return procs, outs
+
+
+def test_a_rank_that_fails_to_join_fails_every_rank_naming_it(fake_env):
+    import time
+    start = time.monotonic()
+    procs, outs = run_two_ranks(fake_env, timeout=60, MEGAMOE_TEST_FAIL_JOIN_RANK="1")
+    assert time.monotonic() - start < 45, "the ranks took %.0f s" % (time.monotonic() - start)
+    for rank, (p, out) in enumerate(zip(procs, outs)):
+        assert p.returncode == 3, "rank %d:\n%s" % (rank, out)
+        assert "rank %d: MegamoeError: megamoe: rank 1 failed to join the workspace: rank 1: the gathered " \
+               "handles are" % rank in out, out
+
+
+def test_two_processes_meet_through_a_process_group(fake_env, tmp_path):
+    procs, outs = run_two_ranks(fake_env)
     for rank, (p, out) in enumerate(zip(procs, outs)):
         assert p.returncode == 0, "rank %d:\n%s" % (rank, out)
         assert "rank %d: exchanged through the group (handles)" % rank in out, out

@@ -12,7 +12,19 @@ import megamoe  # noqa: E402
 
 dist.init_process_group("gloo")
 rank = dist.get_rank()
+if os.environ.get("MEGAMOE_TEST_FAIL_JOIN_RANK") == str(rank):
+    # This rank's join fails: its gathered handles come back one byte short.
+    gather = megamoe.Workspace._all_gather
+    megamoe.Workspace._all_gather = lambda self, mine: gather(self, mine)[:-1]
+if os.environ.get("MEGAMOE_TEST_FAIL_JOIN_RANK"):
+    try:
+        megamoe.Workspace(512, 256, 16, 4, 64, device=rank, backend="hip", _host_tensors=True)
+    except megamoe.MegamoeError as e:
+        print("rank %d: MegamoeError: %s" % (rank, e))
+        sys.exit(3)
+    sys.exit("rank %d: the workspace was made" % rank)
 ws = megamoe.Workspace(512, 256, 16, 4, 64, device=rank, backend="hip", _host_tensors=True)
+assert ws.handle.group_digest() is not None  # the library has megamoe_workspace_group_digest
 assert ws.ranks == 2 and ws.rank == rank
 fake = ctypes.CDLL(os.environ["MEGAMOE_HIP_LIBRARY"])
 before = fake.fakehip_launch_count()
