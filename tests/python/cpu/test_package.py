@@ -4,6 +4,7 @@ layer kernels (megamoe_fake_layer_cache): workspaces, layers, forward and backwa
 import ctypes
 import logging
 import os
+import re
 import stat
 import subprocess
 import sys
@@ -675,8 +676,9 @@ def test_a_rank_that_fails_to_join_fails_every_rank_naming_it(fake_env):
     assert time.monotonic() - start < 45, "the ranks took %.0f s" % (time.monotonic() - start)
     for rank, (p, out) in enumerate(zip(procs, outs)):
         assert p.returncode == 3, "rank %d:\n%s" % (rank, out)
-        assert "rank %d: MegamoeError: megamoe: rank 1 failed to join the workspace: rank 1: the gathered " \
-               "handles are" % rank in out, out
+        # Rank 1 frees its heap when its join fails, so rank 0 may fail too, opening it: a race the message shows.
+        assert re.search(r"rank %d: MegamoeError: megamoe: ranks? (0, )?1 failed to join the workspace: "
+                         r"(rank 0: [^;]*; )?rank 1: the gathered handles are" % rank, out), out
 
 
 def test_two_processes_meet_through_a_process_group(fake_env, tmp_path):
