@@ -542,10 +542,10 @@ bool parseManifest(const std::string& text, Manifest& m, std::string& problem) {
 // ---------------------------------------------------------------------------------------------------------------
 // Entries
 
-// Whether an entry of `fingerprint` may serve a lookup for `generator` ("": any).
+// Whether an entry of `fingerprint` may serve a lookup for `generator` ("": any). A fingerprint that names no
+// generator (hand-made, or from before fingerprints named one) is foreign to every generator.
 bool fromGenerator(const std::string& fingerprint, const std::string& generator) {
-  const std::string built = generatorOf(fingerprint);
-  return generator.empty() || built.empty() || built == generator;
+  return generator.empty() || generatorOf(fingerprint) == generator;
 }
 
 bool sameKeyIgnoringFingerprint(const KernelKey& a, const KernelKey& b) {

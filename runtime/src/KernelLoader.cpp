@@ -73,7 +73,7 @@ cache::CacheEntry KernelLoader::find(const cache::KernelKey& key, const std::str
   if (entry) {
     const std::string& fingerprint = entry->key.fingerprint;
     const std::string built = cache::generatorOf(fingerprint);
-    const bool foreign = !built.empty() && built != MEGAMOE_GENERATOR_HASH;
+    const bool foreign = built != MEGAMOE_GENERATOR_HASH;
     MEGAMOE_LOG_AT(foreign ? LogLevel::kWarn : LogLevel::kInfo,
                    "kernel cache hit: " + key.describe() + " digest " + entry->key.digest() +
                        (fingerprint.empty() ? std::string() : " (fingerprint " + fingerprint + ")") + " in " +
@@ -115,13 +115,17 @@ cache::CacheEntry KernelLoader::find(const cache::KernelKey& key, const std::str
   }
   const std::string command = generateHint.empty() ? generateCommand(key) : generateHint;
   if (!exact && !anyGenerator_) {
-    if (std::optional<cache::CacheEntry> other = cache_.lookupAnyFingerprint(key))
+    if (std::optional<cache::CacheEntry> other = cache_.lookupAnyFingerprint(key)) {
+      const std::string built = cache::generatorOf(other->key.fingerprint);
       throw Error(ErrorCode::kStaleKernel,
-                  "kernel " + key.describe() + " in the kernel cache at " + cache_.root() + " was built by kernel "
-                  "generator " + cache::generatorOf(other->key.fingerprint) + ", and this library by generator " +
+                  "kernel " + key.describe() + " in the kernel cache at " + cache_.root() + " was built by " +
+                  (built.empty() ? std::string("a kernel generator its fingerprint does not name")
+                                 : "kernel generator " + built) +
+                  ", and this library by generator " +
                   MEGAMOE_GENERATOR_HASH + " (other kernel sources: it could differ from what this library "
                   "expects); generate it again with: " + command +
                   " (or set MEGAMOE_CACHE_ANY_GENERATOR=1 to load it anyway)");
+    }
   }
   throw Error(ErrorCode::kKernelNotFound,
               what + " and no JIT compiler is linked into this process; generate it with: " + command);

@@ -21,7 +21,7 @@ inline void storeFakeLayerKernels(const std::string& cacheDir, const MoeLayerCon
   for (const auto& [name, spec] : MoeLayer::kernelSpecs(config, ranks)) {
     const int declared = int(abi::findKernelDecl(name)->args.size());
     const int recordedParams = recordArguments ? std::min(32, declared) : name == "dispatch_prologue" ? 2 : 1;
-    cache::KernelKey key{name, spec, "gfx950", defaultTargetOptions("gfx950"), "fake"};
+    cache::KernelKey key{name, spec, "gfx950", defaultTargetOptions("gfx950"), ourFingerprint("fake")};
     cache.store(key, fakeImage("FAKEHIP\n" + name + " " + std::to_string(recordedParams) + "\n"),
                 R"({"symbol":")" + name + R"(","block_threads":256,"shared_bytes":0)" + signatureMembers(name) + "}");
   }

@@ -28,7 +28,7 @@ cache::KernelKey swiglu() {
   key.kernel = "swiglu_fwd";
   key.spec = {{"I", 2048}, {"clamp_milli", 0}};
   key.target = "gfx950";
-  key.fingerprint = "fp";
+  key.fingerprint = test::ourFingerprint("fp");
   return key;
 }
 

@@ -44,7 +44,7 @@ TEST_F(KernelLoaderTest, UsesMegamoeCacheDirAndFindsAnyFingerprint) {
   KernelLoader loader;
   EXPECT_EQ(loader.cacheRoot(), dir.path());
   cache::KernelKey stored = swigluKey();
-  stored.fingerprint = "megamoe-0.1+llvm-22+gen-abc";
+  stored.fingerprint = test::ourFingerprint("megamoe-0.1+llvm-22+gen-abc");
   cache::KernelCache(dir.path()).store(stored, test::fakeImage("FAKEHIP\nswiglu_fwd_kernel 2\n"), kMetadata);
 
   const cache::CacheEntry entry = loader.find(swigluKey(), "unused");
@@ -60,7 +60,7 @@ TEST_F(KernelLoaderTest, UsesMegamoeCacheDirAndFindsAnyFingerprint) {
 // The index is a shortcut only: an entry whose index file is gone (or was never written) is still found.
 TEST_F(KernelLoaderTest, FindsAnyFingerprintWithoutTheIndex) {
   cache::KernelKey stored = swigluKey();
-  stored.fingerprint = "megamoe-0.1+llvm-22+gen-abc";
+  stored.fingerprint = test::ourFingerprint("megamoe-0.1+llvm-22+gen-abc");
   cache::KernelCache(dir.path()).store(stored, test::fakeImage("FAKEHIP\nswiglu_fwd_kernel 2\n"), kMetadata);
   std::filesystem::remove_all(dir.path() + "/index");
   KernelLoader loader;
@@ -70,7 +70,7 @@ TEST_F(KernelLoaderTest, FindsAnyFingerprintWithoutTheIndex) {
 
 TEST_F(KernelLoaderTest, ModulesAreCachedPerDeviceAndDigest) {
   cache::KernelKey stored = swigluKey();
-  stored.fingerprint = "fp";
+  stored.fingerprint = test::ourFingerprint("fp");
   cache::KernelCache(dir.path()).store(stored, test::fakeImage("FAKEHIP\nswiglu_fwd_kernel 2\n"), kMetadata);
   auto& fake = test::FakeHip::get();
   const int before = fake.modulesLoaded();
@@ -106,8 +106,7 @@ TEST_F(KernelLoaderTest, MissNamesKeyDigestRootAndHint) {
   }
 }
 
-// Cache-only lookups take entries of this library's kernel generator (or of none named: hand-made entries), never
-// one another generator built (other kernel sources at the same ABI: e.g. a kernel from before a fix), however new;
+// Cache-only lookups take entries of this library's kernel generator only, never one another generator built (other kernel sources at the same ABI: e.g. a kernel from before a fix), however new;
 // with only such an entry the miss says so, unless MEGAMOE_CACHE_ANY_GENERATOR asks for it.
 TEST_F(KernelLoaderTest, CacheOnlyLookupsTakeThisLibrarysGeneratorOnly) {
   const std::string other = std::string(MEGAMOE_GENERATOR_HASH) == "0123456789abcdef" ? "fedcba9876543210"
@@ -138,12 +137,31 @@ TEST_F(KernelLoaderTest, CacheOnlyLookupsTakeThisLibrarysGeneratorOnly) {
   EXPECT_EQ(cache::generatorOf("generator abc; LLVM 22"), "abc");
 }
 
+// An entry whose fingerprint names no generator (hand-made, or from before fingerprints named one) is as foreign as
+// one of another generator: a cache-only lookup refuses it as stale, saying so, unless asked for any generator.
+TEST_F(KernelLoaderTest, AnEntryNamingNoGeneratorIsForeign) {
+  cache::KernelKey unnamed = swigluKey();
+  unnamed.fingerprint = "megamoe 0.1.0; LLVM 22.1.8";
+  ASSERT_EQ(cache::generatorOf(unnamed.fingerprint), "");
+  cache::KernelCache(dir.path()).store(unnamed, test::fakeImage("FAKEHIP\nswiglu_fwd_kernel 2\n"), kMetadata);
+  try {
+    KernelLoader(dir.path()).find(swigluKey(), "the generate command");
+    FAIL() << "an entry naming no generator was loaded";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_EQ(e.code(), ErrorCode::kStaleKernel) << what;
+    EXPECT_NE(what.find("built by a kernel generator its fingerprint does not name"), std::string::npos) << what;
+    EXPECT_NE(what.find("the generate command"), std::string::npos) << what;
+  }
+  EXPECT_EQ(KernelLoader(dir.path(), /*anyGenerator=*/true).find(swigluKey(), "").key.fingerprint, unnamed.fingerprint);
+}
+
 TEST_F(KernelLoaderTest, ExactFingerprintMissesAnOlderCompilersEntry) {
   cache::KernelKey old = swigluKey();
-  old.fingerprint = "old";
+  old.fingerprint = test::ourFingerprint("old");
   cache::KernelCache(dir.path()).store(old, test::fakeImage("FAKEHIP\nswiglu_fwd_kernel 2\n"), kMetadata);
   cache::KernelKey wanted = swigluKey();
-  wanted.fingerprint = "new";
+  wanted.fingerprint = test::ourFingerprint("new");
   KernelLoader loader;
   try {
     loader.find(wanted, "regenerate");
@@ -161,7 +179,7 @@ TEST_F(KernelLoaderTest, JitHookBuildsOnMiss) {
     ++calls;
     seen = key;
     cache::KernelKey withFingerprint = key;
-    withFingerprint.fingerprint = "jit";
+    withFingerprint.fingerprint = test::ourFingerprint("jit");
     return cache::KernelCache(dir.path()).store(withFingerprint, test::fakeImage("FAKEHIP\nswiglu_fwd_kernel 2\n"),
                                                 kMetadata);
   });
@@ -199,7 +217,7 @@ TEST_F(KernelLoaderTest, JitHookThatCannotBuildIsReported) {
 
 TEST_F(KernelLoaderTest, BadMetadataNamesTheEntry) {
   cache::KernelKey stored = swigluKey();
-  stored.fingerprint = "fp";
+  stored.fingerprint = test::ourFingerprint("fp");
   const auto entry =
       cache::KernelCache(dir.path()).store(stored, test::fakeImage("FAKEHIP\nswiglu_fwd_kernel 2\n"), R"({"symbol":"x"})");
   KernelLoader loader;
@@ -217,7 +235,7 @@ TEST_F(KernelLoaderTest, BadMetadataNamesTheEntry) {
 // checksum, so the loader misses.
 TEST_F(KernelLoaderTest, EditedMetadataIsNotLoaded) {
   cache::KernelKey stored = swigluKey();
-  stored.fingerprint = "fp";
+  stored.fingerprint = test::ourFingerprint("fp");
   const auto entry =
       cache::KernelCache(dir.path()).store(stored, test::fakeImage("FAKEHIP\nswiglu_fwd_kernel 2\n"), kMetadata);
   const std::string path = entry.dir + "/manifest.json";
@@ -243,7 +261,7 @@ TEST_F(KernelLoaderTest, EditedMetadataIsNotLoaded) {
 
 TEST_F(KernelLoaderTest, MissingSymbolInTheCodeObjectIsADriverError) {
   cache::KernelKey stored = swigluKey();
-  stored.fingerprint = "fp";
+  stored.fingerprint = test::ourFingerprint("fp");
   cache::KernelCache(dir.path()).store(stored, test::fakeImage("FAKEHIP\nother_kernel 1\n"), kMetadata);
   auto& fake = test::FakeHip::get();
   const int before = fake.modulesLoaded();

@@ -291,7 +291,7 @@ class LoaderLog : public ::testing::Test {
   std::shared_ptr<Device> device;
   cache::CacheEntry store(const std::string& metadata = kMetadata) {
     cache::KernelKey stored = swigluKey();
-    stored.fingerprint = "fp";
+    stored.fingerprint = test::ourFingerprint("fp");
     return cache::KernelCache(dir.path()).store(stored, test::fakeImage("FAKEHIP\nswiglu_fwd_kernel 2\n"), metadata);
   }
 };
@@ -309,7 +309,7 @@ TEST_F(LoaderLog, MissThenHitSayWhichKernelDigestAndCache) {
   const cache::CacheEntry entry = store();
   loader.load(device, swigluKey(), "hint");
   EXPECT_EQ(capture.find(LogLevel::kInfo, {"kernel cache hit: "}),
-            "kernel cache hit: " + name + " digest " + entry.key.digest() + " (fingerprint fp) in " + dir.path())
+            "kernel cache hit: " + name + " digest " + entry.key.digest() + " (fingerprint " + entry.key.fingerprint + ") in " + dir.path())
       << capture.dump();
   EXPECT_NE(capture.find(LogLevel::kDebug, {"loaded module of " + name, entry.key.digest(), "symbol swiglu_fwd_kernel",
                                             "on hip:0"}),
@@ -332,7 +332,7 @@ TEST_F(LoaderLog, JitMissSaysHowLongItTook) {
   LogCapture capture(LogLevel::kInfo);
   KernelLoader::setJitCompiler([&](const cache::KernelKey& key) -> std::optional<cache::CacheEntry> {
     cache::KernelKey withFingerprint = key;
-    withFingerprint.fingerprint = "jit";
+    withFingerprint.fingerprint = test::ourFingerprint("jit");
     return cache::KernelCache(dir.path())
         .store(withFingerprint, test::fakeImage("FAKEHIP\nswiglu_fwd_kernel 2\n"), kMetadata);
   });

@@ -27,7 +27,7 @@ class RuntimeOnFakeHip : public ::testing::Test {
     key.kernel = "probe";
     key.spec = {{"N", 4}};
     key.target = "gfx950";
-    key.fingerprint = "fp";
+    key.fingerprint = test::ourFingerprint("fp");
     const std::string image = "FAKEHIP\nfake_report_timeout 1\n";
     std::vector<uint8_t> bytes(image.begin(), image.end());
     bytes.push_back(0);
@@ -122,7 +122,7 @@ TEST(Runtime, ReadOnlyCacheServesACacheOnlyRuntime) {
   key.kernel = "probe";
   key.spec = {{"N", 4}};
   key.target = "gfx950";
-  key.fingerprint = "fp";
+  key.fingerprint = test::ourFingerprint("fp");
   cache::KernelCache(dir.path())
       .store(key, test::fakeImage("FAKEHIP\nfake_report_timeout 1\n"),
              R"({"symbol":"fake_report_timeout","block_threads":128,"shared_bytes":4096})");

@@ -25,9 +25,16 @@
 #include "tests/support/FileAllGather.h"
 #include "compiler/abi/KernelAbi.h"
 #include "megamoe/Error.h"
+#include "megamoe/GeneratorHash.h"
 #include "megamoe/Log.h"
 
 namespace megamoe::test {
+
+// A fingerprint as this library's own generator writes it (the runtime refuses, as foreign, an entry whose
+// fingerprint names no generator or another one); `tag` tells the test's entries apart.
+inline std::string ourFingerprint(const std::string& tag) {
+  return tag + "; generator " + MEGAMOE_GENERATOR_HASH;
+}
 
 // Collects what the runtime logs at `level` and above while it lives; then the default sink and the previous level.
 class LogCapture {
