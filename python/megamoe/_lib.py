@@ -151,6 +151,24 @@ SIGNATURES = {
 }
 
 
+def env_choice(name, default, allowed):
+    """$name, which must be one of `allowed` (strings), else MegamoeError(INVALID_ENV) in the runtime's words."""
+    value = os.environ.get(name, default)
+    if value not in allowed:
+        raise MegamoeError(INVALID_ENV, "%s='%s' is invalid: expected %s (default %s)" % (
+            name, value, " or ".join(allowed), default))
+    return value
+
+
+def require_gpu_torch(what):
+    """MegamoeError(UNSUPPORTED) unless this PyTorch was built for CUDA or ROCm: megamoe's layers and ops run on
+    GPU tensors (a CPU-only torch would fail later in torch.cuda with a bare AssertionError)."""
+    import torch
+    if getattr(torch.version, "cuda", None) is None and getattr(torch.version, "hip", None) is None:
+        raise MegamoeError(UNSUPPORTED, "%s needs a CUDA or ROCm build of PyTorch; this torch %s is built for the "
+                                        "CPU only" % (what, torch.__version__))
+
+
 def _here():
     return os.path.dirname(os.path.abspath(__file__))
 
@@ -160,9 +178,9 @@ def library_candidates():
     the build folders of the source tree the package sits in or was installed from (README: scripts/setup.sh builds
     build/, the LLVM-free build build-rt/); the lib folder of an installed prefix (cmake --install) above the
     package; then the dynamic loader's own search (LD_LIBRARY_PATH, ldconfig)."""
-    out = []
     if os.environ.get("MEGAMOE_LIB"):
-        out.append(os.environ["MEGAMOE_LIB"])
+        return [os.environ["MEGAMOE_LIB"]]  # the one asked for, never another in its place
+    out = []
     here = _here()
     out.append(os.path.join(here, "libmegamoe.so"))
     roots = [os.path.normpath(os.path.join(here, "..", ".."))]
@@ -190,17 +208,25 @@ class Library:
     def __init__(self, path=None):
         tried = []
         self.lib = None
-        for candidate in ([path] if path else library_candidates()):
+        asked = path or os.environ.get("MEGAMOE_LIB")  # a library named by the caller: it, or an error naming it
+        for candidate in ([asked] if asked else library_candidates()):
             if not os.path.exists(candidate):
-                tried.append(candidate + " (absent)")
+                tried.append(candidate + " (no such file)")
                 continue
             try:
-                self.lib = ctypes.CDLL(candidate)
-                self.path = candidate
-                break
+                lib = ctypes.CDLL(candidate)
             except OSError as e:
                 tried.append("%s (%s)" % (candidate, e))
-        if self.lib is None and not path:
+                continue
+            if getattr(lib, "megamoe_version", None) is None or getattr(lib, "megamoe_last_error", None) is None:
+                tried.append("%s (not libmegamoe: it has no megamoe_version / megamoe_last_error)" % candidate)
+                continue
+            self.lib, self.path = lib, candidate
+            break
+        if self.lib is None and asked:
+            raise OSError("megamoe: %s cannot be loaded: %s" % (
+                "the library asked for" if path else "the library MEGAMOE_LIB names", tried[0]))
+        if self.lib is None:
             try:
                 self.lib = ctypes.CDLL("libmegamoe.so.0")
                 self.path = "libmegamoe.so.0 (the dynamic loader's search)"

@@ -22,7 +22,11 @@ def cache_tool():
     (BUILD/lib/../bin, PREFIX/lib/../bin), else megamoe-cache on PATH."""
     env = os.environ.get("MEGAMOE_CACHE_TOOL")
     if env:
-        return env if os.access(env, os.X_OK) else None
+        if not os.access(env, os.X_OK):
+            raise _lib.MegamoeError(_lib.INVALID_ENV, "MEGAMOE_CACHE_TOOL='%s' is invalid: expected an executable "
+                                    "megamoe-cache (it is %s)" % (env, "not executable" if os.path.exists(env)
+                                                                  else "no such file"))
+        return env
     try:
         lib_path = _lib.Library.get().path
     except OSError:
@@ -35,8 +39,9 @@ def cache_tool():
 
 
 def jit_enabled():
-    """MEGAMOE_JIT=0 turns compiling on a miss off (the miss is then an error naming the command)."""
-    return os.environ.get("MEGAMOE_JIT", "1") != "0"
+    """MEGAMOE_JIT=0 turns compiling on a miss off (the miss is then an error naming the command); 1 (the default)
+    leaves it on; anything else is an error naming the variable."""
+    return _lib.env_choice("MEGAMOE_JIT", "1", ("0", "1")) == "1"
 
 
 def with_kernels(load, command, what):

@@ -89,6 +89,7 @@ class Workspace:
             self.device = torch.device("cpu")
             ordinal = _lib.index_in("device ordinal", device or 0, _lib.INT32)
         else:
+            _lib.require_gpu_torch("Workspace")
             if device is None:
                 device = torch.device("cuda", torch.cuda.current_device())
             self.device = torch.device(device) if not isinstance(device, int) else torch.device("cuda", device)

@@ -74,8 +74,61 @@ def test_library_found_and_versioned():
 
 
 def test_missing_library_names_every_place_tried(monkeypatch):
-    with pytest.raises(OSError, match="libmegamoe.so not found; tried: /nonexistent/libmegamoe.so"):
-        _lib.Library("/nonexistent/libmegamoe.so")
+    monkeypatch.delenv("MEGAMOE_LIB", raising=False)
+    monkeypatch.setattr(_lib, "library_candidates", lambda: ["/nonexistent/a/libmegamoe.so", "/nonexistent/b.so"])
+    monkeypatch.setattr(ctypes, "CDLL", lambda name: (_ for _ in ()).throw(OSError("loader: no " + name)))
+    with pytest.raises(OSError, match="libmegamoe.so not found; tried: /nonexistent/a/libmegamoe.so "
+                                      r"\(no such file\); /nonexistent/b.so \(no such file\); libmegamoe.so.0 "
+                                      "through the dynamic loader"):
+        _lib.Library()
+
+
+def test_a_library_asked_for_is_that_one_or_an_error_naming_it(monkeypatch):
+    # A missing MEGAMOE_LIB never falls back to another libmegamoe.so (here build/lib's, which exists).
+    monkeypatch.setenv("MEGAMOE_LIB", "/nonexistent/libmegamoe.so")
+    with pytest.raises(OSError, match=r"the library MEGAMOE_LIB names cannot be loaded: "
+                                      r"/nonexistent/libmegamoe.so \(no such file\)"):
+        _lib.Library()
+    with pytest.raises(OSError, match=r"the library asked for cannot be loaded: /nonexistent/x.so \(no such file\)"):
+        _lib.Library("/nonexistent/x.so")
+    # A shared library that is not megamoe's (the fake HIP runtime) is refused by name, not bound and called.
+    monkeypatch.setenv("MEGAMOE_LIB", FAKE_HIP)
+    with pytest.raises(OSError, match="the library MEGAMOE_LIB names cannot be loaded: %s \\(not libmegamoe"
+                                      % re.escape(FAKE_HIP)):
+        _lib.Library()
+    monkeypatch.setenv("MEGAMOE_LIB", LIB)
+    assert _lib.Library().path == LIB
+
+
+def test_the_packages_variables_are_as_strict_as_the_runtimes(monkeypatch, tmp_path):
+    from megamoe import kernels
+    for value, on in (("0", False), ("1", True)):
+        monkeypatch.setenv("MEGAMOE_JIT", value)
+        assert kernels.jit_enabled() is on
+    for value in ("false", "off", "", "yes"):
+        monkeypatch.setenv("MEGAMOE_JIT", value)
+        with pytest.raises(megamoe.MegamoeError, match="MEGAMOE_JIT='%s' is invalid: expected 0 or 1" % value) as e:
+            kernels.jit_enabled()
+        assert e.value.status == _lib.INVALID_ENV
+    plain = tmp_path / "megamoe-cache"
+    plain.write_text("#!/bin/sh\n")
+    for path, why in ((plain, "not executable"), (tmp_path / "absent", "no such file")):
+        monkeypatch.setenv("MEGAMOE_CACHE_TOOL", str(path))
+        with pytest.raises(megamoe.MegamoeError, match="MEGAMOE_CACHE_TOOL='%s' is invalid: .*%s" % (path, why)):
+            kernels.cache_tool()
+    plain.chmod(0o755)
+    monkeypatch.setenv("MEGAMOE_CACHE_TOOL", str(plain))
+    assert kernels.cache_tool() == str(plain)
+
+
+def test_a_cpu_only_torch_is_refused_by_name(monkeypatch):
+    import torch
+    monkeypatch.setattr(torch.version, "cuda", None)
+    monkeypatch.setattr(torch.version, "hip", None, raising=False)
+    with pytest.raises(megamoe.MegamoeError, match="Workspace needs a CUDA or ROCm build of PyTorch; this torch .* "
+                                                   "is built for the CPU only") as e:
+        megamoe.Workspace(hidden=64, intermediate=64, experts=4, topk=2, max_tokens=16)
+    assert e.value.status == _lib.UNSUPPORTED
 
 
 def test_layer_config_matches_the_header():
