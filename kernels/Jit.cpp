@@ -11,7 +11,7 @@
 namespace megamoe::kernels {
 
 cache::KernelKey keyFor(const KernelSpec& spec, const TargetOptions& target) {
-  return {spec.kernel, spec.constants, target.name(), target.canonical(), compilerFingerprint()};
+  return {spec.kernel, spec.constants, target.name(), target.canonical(), compilerFingerprint(target.name())};
 }
 
 JitResult getKernel(const KernelSpec& spec, const TargetOptions& target, const cache::KernelCache& cache, bool force) {

@@ -1174,7 +1174,8 @@ std::vector<EntryInfo> KernelCache::verify() const {
   return infos(std::move(scanned));
 }
 
-int KernelCache::prune(const std::string& keepFingerprint, std::vector<std::string>* leftAlone) const {
+int KernelCache::prune(const std::function<bool(const std::string&)>& keep,
+                       std::vector<std::string>* leftAlone) const {
   Layout layout{root_};
   int removed = 0;
   auto leave = [&](const std::string& path, const std::string& why) {
@@ -1194,7 +1195,7 @@ int KernelCache::prune(const std::string& keepFingerprint, std::vector<std::stri
       leave(layout.entry(s.info.digest), s.info.problem);
     } else if (!s.info.valid) {
       removed += layout.removeEntry(s.info.digest, /*keepIfValid=*/true);
-    } else if (!keepFingerprint.empty() && s.fingerprint != keepFingerprint) {
+    } else if (!keep(s.fingerprint)) {
       removed += layout.removeEntry(s.info.digest, /*keepIfValid=*/false);
     } else {
       Survivors& key = survivors[s.lookupDigest];

@@ -108,7 +108,12 @@ class KernelCache {
   // `keepFingerprint` (when non-empty). Returns how many entries were removed. Names the cache does not make (in
   // entries/, index/, tmp/) and entries it cannot read are left in place and, if `leftAlone` is given, appended
   // to it as "'<path>': why; left in place".
-  int prune(const std::string& keepFingerprint, std::vector<std::string>* leftAlone = nullptr) const;
+  int prune(const std::string& keepFingerprint, std::vector<std::string>* leftAlone = nullptr) const {
+    return prune([&](const std::string& f) { return keepFingerprint.empty() || f == keepFingerprint; }, leftAlone);
+  }
+  // The same, keeping the valid entries whose fingerprint `keep` accepts (one fingerprint per target, say).
+  int prune(const std::function<bool(const std::string& fingerprint)>& keep,
+            std::vector<std::string>* leftAlone = nullptr) const;
 
  private:
   void report(const std::string& dir, const std::string& problem) const {

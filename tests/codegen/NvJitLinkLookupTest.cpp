@@ -76,6 +76,44 @@ TEST_F(NvJitLinkLookup, TheVariableCanPointAtTheToolkitsLibrary) {
   EXPECT_NE(r.output.find("1 entries, 0 failed"), std::string::npos) << r.output;
 }
 
+// The toolkit is part of an sm_90a entry's fingerprint: another ptxas (here a wrapper that reports another version)
+// makes the same kernel a miss that is built again, the same one a hit; --version names both tools.
+TEST_F(NvJitLinkLookup, AnotherToolkitsEntryIsBuiltAgain) {
+  const std::string ptxas = MEGAMOE_CUDA_HOME_DEFAULT "/bin/ptxas";
+  if (!std::filesystem::exists(ptxas)) GTEST_SKIP() << "no CUDA toolkit at " MEGAMOE_CUDA_HOME_DEFAULT;
+  std::filesystem::create_directories(dir);
+  const std::string wrapper = dir + "/ptxas";
+  {
+    std::FILE* f = std::fopen(wrapper.c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    std::fprintf(f, "#!/bin/sh\n[ \"$1\" = --version ] && { echo 'Cuda compilation tools, release 99.1, V99.1.7'; "
+                    "exit 0; }\nexec '%s' \"$@\"\n", ptxas.c_str());
+    std::fclose(f);
+  }
+  std::filesystem::permissions(wrapper, std::filesystem::perms::owner_all);
+  const std::string version = run("MEGAMOE_PTXAS='" + wrapper + "' '" MEGAMOE_CACHE_TOOL "' --version").output;
+  EXPECT_NE(version.find("sm_90a toolkit: nvJitLink 13."), std::string::npos) << version;
+  EXPECT_NE(version.find("; ptxas V99.1.7"), std::string::npos) << version;
+  const std::string library = MEGAMOE_CUDA_HOME_DEFAULT "/lib64/libnvJitLink.so.13";
+  auto once = [&](const std::string& with) {
+    const ChildResult r = run("MEGAMOE_PTXAS='" + with + "' " + generate(library, "sm_90a") + " --json '" + dir +
+                              "/r.json'");
+    EXPECT_EQ(r.status, 0) << r.output;
+    std::FILE* f = std::fopen((dir + "/r.json").c_str(), "r");
+    std::string json;
+    if (f) {
+      char buffer[4096];
+      for (size_t n; (n = std::fread(buffer, 1, sizeof buffer, f)) > 0;) json.append(buffer, n);
+      std::fclose(f);
+    }
+    return json;
+  };
+  EXPECT_NE(once(wrapper).find("\"hit\":false"), std::string::npos);
+  EXPECT_NE(once(wrapper).find("\"hit\":true"), std::string::npos);
+  EXPECT_NE(once(ptxas).find("\"hit\":false"), std::string::npos);  // another ptxas: built again
+  EXPECT_NE(once(ptxas).find("\"hit\":true"), std::string::npos);
+}
+
 // A JSON report that cannot be written whole (here: a full disk) fails the command instead of a success with a
 // missing or truncated file.
 TEST_F(NvJitLinkLookup, AJsonReportThatCannotBeWrittenIsAFailure) {

@@ -1,5 +1,6 @@
 // megamoe-cache: offline kernel-cache generation for model shapes, and cache maintenance (list, verify, prune).
 #include <unistd.h>
+#include <algorithm>
 #include <cerrno>
 
 #include <chrono>
@@ -26,7 +27,8 @@ namespace {
 const char* kHelp = R"(megamoe-cache: generate and maintain the megamoe kernel cache.
 
 Kernels are compiled for each model shape and target and stored on disk, keyed by kernel name, specialisation
-constants, target, options and compiler fingerprint. The runtime then loads them without a compiler.
+constants, target, options and compiler fingerprint (for sm_90a also the nvJitLink and ptxas versions: a toolkit
+change rebuilds). The runtime then loads them without a compiler.
 
 Usage:
   megamoe-cache generate [shape] [--ep 2,8] [--targets sm_90a,gfx950] [options]
@@ -269,7 +271,10 @@ int generate(const Args& a) {
 
   std::printf("megamoe kernel cache: %s, EP %s, %zu kernels x %zu targets\n", shapeName.c_str(),
               a.get("--ep", "8").c_str(), work.size(), targets.size());
-  std::printf("cache: %s\nfingerprint: %s\n\n", cache.root().c_str(), compilerFingerprint().c_str());
+  std::printf("cache: %s\nfingerprint: %s\n", cache.root().c_str(), compilerFingerprint().c_str());
+  if (std::any_of(targets.begin(), targets.end(), [](const TargetOptions& t) { return t.name() == "sm_90a"; }))
+    std::printf("sm_90a toolkit: %s\n", toolkitFingerprint().c_str());
+  std::printf("\n");
   std::printf("%-34s %-7s %-5s %-5s %9s %8s %5s %5s %7s %8s %5s  %s\n", "kernel", "target", "EP", "cache", "build ms",
               "load ms", "regs", "agpr", "scratch", "shared", "mma", "status");
   double maxCold = 0;
@@ -315,8 +320,8 @@ int main(int argc, char** argv) {
   try {
     Args a = parseArgs(argc, argv);
     if (a.has("--version")) {
-      std::printf("megamoe-cache %s (LLVM %s)\ncompiler fingerprint: %s\n", MEGAMOE_VERSION_STRING, LLVM_VERSION_STRING,
-                  compilerFingerprint().c_str());
+      std::printf("megamoe-cache %s (LLVM %s)\ncompiler fingerprint: %s\nsm_90a toolkit: %s\n", MEGAMOE_VERSION_STRING,
+                  LLVM_VERSION_STRING, compilerFingerprint().c_str(), toolkitFingerprint().c_str());
       return 0;
     }
     if (a.has("--help") || a.has("-h") || a.command.empty() || a.command == "help") {
@@ -329,7 +334,15 @@ int main(int argc, char** argv) {
     if (a.command == "prune") {
       cache::KernelCache cache(a.has("--cache-dir") ? a.get("--cache-dir") : cache::KernelCache::defaultRoot());
       std::vector<std::string> leftAlone;
-      int n = cache.prune(a.has("--keep-all-fingerprints") ? "" : compilerFingerprint(), &leftAlone);
+      // Entries of this compiler for either target. Without a toolkit here, which sm_90a toolkit is current cannot
+      // be told: sm_90a entries of this compiler are kept, whatever toolkit built them.
+      const std::string common = compilerFingerprint(), sm90a = compilerFingerprint("sm_90a");
+      const bool noToolkit = toolkitFingerprint() == "nvJitLink none; ptxas none";
+      auto keep = [&](const std::string& f) {
+        return a.has("--keep-all-fingerprints") || f == common || f == sm90a ||
+               (noToolkit && f.rfind(common + "; nvJitLink ", 0) == 0);
+      };
+      int n = cache.prune(keep, &leftAlone);
       std::printf("pruned %d entries from %s\n", n, cache.root().c_str());
       for (const auto& why : leftAlone) std::printf("  %s\n", why.c_str());
       return 0;

@@ -12,6 +12,7 @@
 #include <optional>
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <mutex>
 #include <regex>
 #include <sstream>
@@ -181,6 +182,29 @@ std::string findPtxas() {
   return onPath ? *onPath : std::string();
 }
 
+// The version ptxas at `path` reports ("V13.0.88" from "Cuda compilation tools, release 13.0, V13.0.88"), asked once
+// per path and process; "unknown" when it says none, "none" without a path.
+std::string ptxasVersion(const std::string& path) {
+  if (path.empty()) return "none";
+  static std::mutex mutex;
+  static std::map<std::string, std::string> known;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (auto it = known.find(path); it != known.end()) return it->second;
+  std::string version = "unknown", error;
+  TempFiles files;
+  if (files.create({"txt"}, "ptxas --version", &error)) {
+    llvm::StringRef args[] = {path, "--version"};
+    std::optional<llvm::StringRef> redirects[] = {std::nullopt, llvm::StringRef(files[0]), llvm::StringRef(files[0])};
+    if (llvm::sys::ExecuteAndWait(path, args, std::nullopt, redirects, /*SecondsToWait=*/60) == 0) {
+      std::ifstream in(files[0]);
+      const std::string text((std::istreambuf_iterator<char>(in)), {});
+      std::smatch m;
+      if (std::regex_search(text, m, std::regex(R"(, (V[0-9][0-9.]*))"))) version = m[1];
+    }
+  }
+  return known.emplace(path, version).first->second;
+}
+
 // PTX -> cubin with the ptxas executable, compiling the whole program: only then does ptxas give each
 // warp-specialised role the registers its setmaxnreg names (nvJitLink compiles relocatably, like ptxas -c, and
 // holds every role to the launch budget: 72 bytes of spills on the grouped GEMM's MMA warpgroups, measured).
@@ -235,6 +259,7 @@ using Fn = Signature*;
 
 struct NvJitLink {
   std::string path;
+  std::string version = "unknown";  // nvJitLinkVersion's "major.minor"
 #define MEGAMOE_DECLARE_ENTRY(name, signature) Fn<signature> name = nullptr;
   MEGAMOE_NVJITLINK_ENTRY_POINTS(MEGAMOE_DECLARE_ENTRY)
 #undef MEGAMOE_DECLARE_ENTRY
@@ -276,6 +301,12 @@ const NvJitLink* nvJitLink(std::string* error) {
       MEGAMOE_NVJITLINK_ENTRY_POINTS(MEGAMOE_RESOLVE_ENTRY)
 #undef MEGAMOE_RESOLVE_ENTRY
       if (missing.empty()) {
+        // nvJitLinkVersion is an unversioned export (it has to answer whichever major version the library is).
+        using VersionFn = NvJitLinkResult(unsigned*, unsigned*);
+        unsigned major = 0, minor = 0;
+        if (auto version = reinterpret_cast<Fn<VersionFn>>(::dlsym(handle, "nvJitLinkVersion"));
+            version && version(&major, &minor) == kNvJitLinkSuccess)
+          lib.version = std::to_string(major) + "." + std::to_string(minor);
         out.lib = lib;
         return out;
       }
@@ -432,9 +463,17 @@ std::string CompiledKernel::metadataJson() const {
   return o.str();
 }
 
-std::string compilerFingerprint() {
-  return std::string("megamoe ") + MEGAMOE_VERSION + "; LLVM " + MEGAMOE_LLVM_VERSION + "; generator " +
-         MEGAMOE_GENERATOR_HASH;
+std::string toolkitFingerprint() {
+  std::string ignored;
+  const NvJitLink* nv = nvJitLink(&ignored);
+  return std::string("nvJitLink ") + (nv ? nv->version : "none") + "; ptxas " + ptxasVersion(findPtxas());
+}
+
+std::string compilerFingerprint(const std::string& target) {
+  std::string out = std::string("megamoe ") + MEGAMOE_VERSION + "; LLVM " + MEGAMOE_LLVM_VERSION + "; generator " +
+                    MEGAMOE_GENERATOR_HASH;
+  if (target == "sm_90a") out += "; " + toolkitFingerprint();
+  return out;
 }
 
 std::optional<CompiledKernel> compileKernel(mlir::ModuleOp source, const TargetOptions& options, std::string* error) {

@@ -55,7 +55,13 @@ std::optional<CompiledKernel> compileKernel(mlir::ModuleOp module, const TargetO
 // info log) into f; false with *error when the log has no register count.
 bool readPtxasLog(const std::string& log, StaticFacts& f, std::string* error);
 
-// project version + LLVM version + hash of the generator sources (compiler/, dsl/, kernels/).
-std::string compilerFingerprint();
+// What built a target's code, in its cache key: project version + LLVM version + hash of the generator sources
+// (compiler/, dsl/, kernels/); for sm_90a also the toolkit that turned PTX into a cubin (toolkitFingerprint()).
+// Without a target: the part common to every target.
+std::string compilerFingerprint(const std::string& target = "");
+
+// "nvJitLink <major.minor>; ptxas <version>" of the nvJitLink and ptxas sm_90a code would use now ("none" for one
+// not found, "unknown" for one that does not say).
+std::string toolkitFingerprint();
 
 }  // namespace megamoe
