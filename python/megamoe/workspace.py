@@ -112,6 +112,7 @@ class Workspace:
         self._state = threading.Condition(threading.Lock())
         self._serial = threading.RLock()
         self._in_flight = 0
+        self._callers = {}  # thread id -> calls of that thread in flight (close() from inside one would wait forever)
         self._closed = False
         self.handle = self._create()
         # The layers of the workspace's own shape, made now: a compiled graph then only looks them up.
@@ -216,11 +217,16 @@ class Workspace:
             if self._closed or self.handle is None:
                 raise RuntimeError("megamoe: the workspace is closed")
             self._in_flight += 1
+            me = threading.get_ident()
+            self._callers[me] = self._callers.get(me, 0) + 1
         try:
             with self._serial:
                 yield
         finally:
             with self._state:
+                self._callers[me] -= 1
+                if not self._callers[me]:
+                    del self._callers[me]
                 self._in_flight -= 1
                 if self._in_flight == 0:
                     self._state.notify_all()
@@ -291,6 +297,10 @@ class Workspace:
         if state is None:  # __init__ failed before the lock was made
             return
         with state:
+            if threading.get_ident() in self._callers:
+                raise RuntimeError("megamoe: close() was called from inside a call on this workspace (a hook or "
+                                   "callback of that call): it would wait for that call to end, forever; close it "
+                                   "after the call returns")
             while self._in_flight:
                 state.wait()
             if self._closed or self.handle is None:

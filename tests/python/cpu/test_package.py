@@ -497,6 +497,31 @@ def test_a_pending_backward_keeps_its_workspace(fake_env):
     assert w1.grad is not None
 
 
+def test_close_from_inside_a_call_is_refused_not_a_hang(ws, monkeypatch):
+    import threading
+    orig = _lib.LayerHandle.forward
+    seen = {}
+
+    def closing_forward(self, *a, **k):  # a hook inside the call that closes the workspace
+        try:
+            ws.close()
+        except RuntimeError as e:
+            seen["error"] = str(e)
+        return orig(self, *a, **k)
+
+    monkeypatch.setattr(_lib.LayerHandle, "forward", closing_forward)
+    x, idx, wts, w1, w2 = inputs(grad=False)
+    caller = threading.Thread(target=lambda: megamoe.fused_moe(x, idx, wts, w1, w2, ws), daemon=True)
+    caller.start()
+    caller.join(30)
+    assert not caller.is_alive(), "close() from inside a forward waited for itself"
+    assert "close() was called from inside a call on this workspace" in seen.get("error", ""), seen
+    assert ws.handle is not None
+    monkeypatch.setattr(_lib.LayerHandle, "forward", orig)
+    ws.close()
+    assert ws.handle is None
+
+
 def test_close_waits_for_a_call_in_flight_and_later_calls_are_refused(ws, monkeypatch):
     import threading
     entered, release = threading.Event(), threading.Event()
