@@ -729,6 +729,11 @@ void MoeLayer::forward(const ForwardArgs& a, StreamHandle stream) {
   const int32_t dispatchLegs = legBits(m.dispatchLeg), combineLegs = legBits(m.combineLeg);
 
   const DevicePtr saved = c.training ? m.savedFor(a.saved, "forward") : 0;
+  // The maps of w1 [E/R * 2I, H] and w2 [E/R * H, I], encoded per call (a CUDA graph captures them by value) and
+  // before anything is enqueued: a driver error then leaves no prologue waiting for a dispatch that never comes.
+  const int64_t local = c.experts / ranks();
+  const TensorMapBytes w1Map = m.map(Role::kDispatchNT, "map_b", a.w1, local * 2 * c.intermediate, c.hidden);
+  const TensorMapBytes w2Map = m.map(Role::kCombineNT, "map_b", a.w2, local * c.hidden, c.intermediate);
 
   ProfileRange range("megamoe.forward");
   MEGAMOE_LOG(kDebug, "layer forward: rank " + std::to_string(rank()) + ", " + std::to_string(a.tokens) + " tokens");
@@ -736,15 +741,13 @@ void MoeLayer::forward(const ForwardArgs& a, StreamHandle stream) {
   const DevicePtr idx = m.topkIdx32(c, a.topkIdx, a.tokens, stream, heap());
   m.prologue(idx, a.tokens, poolRows(c, ranks()), c.dropOverflow ? 1 : 0, stream, heap());
   // The dispatch and the combine (kernels/Kernels.h DispatchGemmSpec, GemmCombineSpec) run as cluster pairs on
-  // sm_90a (m.pairGrid, m.pairPush); the maps of w1 [E/R * 2I, H] and w2 [E/R * H, I] are encoded per call (a CUDA
-  // graph captures them by value).
-  const int64_t local = c.experts / ranks();
+  // sm_90a (m.pairGrid, m.pairPush).
   m.mark(m.events, size_t(Stage::kDispatchGemm), stream);
   KernelArgs dispatch = m.dispatchArgs(Role::kDispatchNT, dispatchLegs, idx, a.topkWeights, c.maxTokens, poolRows(c, ranks()));
   dispatch.ptr("src", a.x).ptr("weights", a.w1).ptr("extra", saved).ptr("out", m.b.act);
   dispatch.ptr("tickets", m.b.tickets).i32("push_blocks", m.pairPush).i32("grid", m.pairGrid);
   dispatch.tensorMap("map_a", m.dispatchPoolMap).tensorMap("map_c", m.dispatchOutMap);
-  dispatch.tensorMap("map_b", m.map(Role::kDispatchNT, "map_b", a.w1, local * 2 * c.intermediate, c.hidden));
+  dispatch.tensorMap("map_b", w1Map);
   m.launch(Role::kDispatchNT, uint32_t(m.pairGrid), stream, dispatch, heap());
   // Profiling: the combine's stage time is its own, not how much later the peer finished its dispatch (the rank
   // barrier of stage_begin; its counter zeroing repeats the prologue's: the other parity is idle in this call).
@@ -753,7 +756,7 @@ void MoeLayer::forward(const ForwardArgs& a, StreamHandle stream) {
   KernelArgs combine = m.combineArgs(Role::kCombineNT, combineLegs, idx, a.topkWeights, a.tokens);
   combine.ptr("a", m.b.act).ptr("b", a.w2).ptr("y", a.y).ptr("d_topk_weights", 0).ptr("tickets", m.b.tickets + 8);
   combine.i32("grid", m.pairGrid).tensorMap("map_a", m.combineActMap);
-  combine.tensorMap("map_b", m.map(Role::kCombineNT, "map_b", a.w2, local * c.hidden, c.intermediate));
+  combine.tensorMap("map_b", w2Map);
   m.launch(Role::kCombineNT, uint32_t(m.pairGrid), stream, combine, heap());
   m.mark(m.events, size_t(Stage::kCount), stream);
   m.epochAdvance(stream, heap());
@@ -785,6 +788,12 @@ void MoeLayer::backward(const BackwardArgs& a, StreamHandle stream) {
   const int64_t local = c.experts / ranks();
   const int32_t grid = int32_t(m.grid), rowGrid = int32_t(m.grid) * 8;
   const int32_t dispatchLegs = legBits(m.dispatchLeg), combineLegs = legBits(m.combineLeg);
+  // The per-call maps (a CUDA graph captures them by value), encoded before anything is enqueued, as in forward():
+  // w2 and w1 as K x N slabs of the dgrad dispatch and the dx combine, dW2 and dW1 as the TN stores' boxes.
+  const TensorMapBytes w2Map = m.map(Role::kDispatchNN, "map_b", a.w2, local * c.hidden, c.intermediate);
+  const TensorMapBytes dW2Map = m.map(Role::kWgradTN, "map_c", a.dW2, local * c.hidden, c.intermediate);
+  const TensorMapBytes dW1Map = m.map(Role::kDispatchTN, "map_c", a.dW1, local * 2 * c.intermediate, c.hidden);
+  const TensorMapBytes w1Map = m.map(Role::kCombineNN, "map_b", a.w1, local * 2 * c.intermediate, c.hidden);
   auto begin = [&] { m.stageBegin(stream, heap()); };
   auto advance = [&] { m.epochAdvance(stream, heap()); };
   // Stage times cover the stage's own kernels: not stage_begin's barrier, i.e. not how late a peer finished the
@@ -799,12 +808,11 @@ void MoeLayer::backward(const BackwardArgs& a, StreamHandle stream) {
   start(BackwardStage::kDgradDispatch);
   const DevicePtr idx = m.topkIdx32(c, a.topkIdx, a.tokens, stream, heap());
   m.prologue(idx, a.tokens, poolRows(c, ranks()), c.dropOverflow ? 2 : 0, stream, heap());
-  // dy re-dispatched; B is w2 [E/R * H, I] as K x N slabs, encoded per call (a CUDA graph captures it by value). It
-  // runs as cluster pairs on sm_90a (DispatchGemmSpec).
+  // dy re-dispatched; B is w2 [E/R * H, I] as K x N slabs. It runs as cluster pairs on sm_90a (DispatchGemmSpec).
   KernelArgs dgrad = m.dispatchArgs(Role::kDispatchNN, dispatchLegs, idx, a.topkWeights, c.maxTokens, poolRows(c, ranks()));
   dgrad.ptr("src", a.dy).ptr("weights", a.w2).ptr("extra", 0).ptr("out", m.b.act).ptr("tickets", m.b.tickets);
   dgrad.i32("push_blocks", m.pairPush).i32("grid", m.pairGrid).tensorMap("map_a", m.dgradPoolMap);
-  dgrad.tensorMap("map_b", m.map(Role::kDispatchNN, "map_b", a.w2, local * c.hidden, c.intermediate));
+  dgrad.tensorMap("map_b", w2Map);
   dgrad.tensorMap("map_c", m.dispatchOutMap);
   m.launch(Role::kDispatchNN, uint32_t(m.pairGrid), stream, dgrad, heap());
   end(BackwardStage::kDgradDispatch);
@@ -819,7 +827,7 @@ void MoeLayer::backward(const BackwardArgs& a, StreamHandle stream) {
   KernelArgs wgrad(m.kernelSpecName(Role::kWgradTN));  // TN takes no split-K tail (kernels/Kernels.h): no scratch
   wgrad.ptr("a", r.pool).ptr("b", m.b.act).ptr("c", a.dW2).ptr("offsets", m.b.poolOffsets).ptr("tickets", m.b.tickets + 16);
   wgrad.ptr("split", 0).i32("max_split", 0).i32("grid", grid).tensorMap("map_a", m.wgradPoolMap).tensorMap("map_b", m.wgradActMap);
-  wgrad.tensorMap("map_c", m.map(Role::kWgradTN, "map_c", a.dW2, local * c.hidden, c.intermediate));
+  wgrad.tensorMap("map_c", dW2Map);
   m.launch(Role::kWgradTN, m.grid, stream, wgrad, heap());
   end(BackwardStage::kWgradW2);
   begin();
@@ -827,17 +835,17 @@ void MoeLayer::backward(const BackwardArgs& a, StreamHandle stream) {
   KernelArgs wgradW1 = m.dispatchArgs(Role::kDispatchTN, dispatchLegs, idx, a.topkWeights, c.maxTokens, poolRows(c, ranks()));
   wgradW1.ptr("src", a.x).ptr("weights", a.w1).ptr("extra", m.b.dh).ptr("out", a.dW1).ptr("tickets", m.b.tickets);
   wgradW1.i32("push_blocks", m.pushBlocks).i32("grid", grid).tensorMap("map_a", m.wgradW1DhMap).tensorMap("map_b", m.wgradW1PoolMap);
-  wgradW1.tensorMap("map_c", m.map(Role::kDispatchTN, "map_c", a.dW1, local * 2 * c.intermediate, c.hidden));
+  wgradW1.tensorMap("map_c", dW1Map);
   m.launch(Role::kDispatchTN, m.grid, stream, wgradW1, heap());
   end(BackwardStage::kWgradW1Dispatch);
   advance();
   begin();
   start(BackwardStage::kDgradCombine);
-  // dx rows; B is w1 [E/R * 2I, H] as K x N slabs (kernels/Kernels.h GemmCombineSpec), encoded per call.
+  // dx rows; B is w1 [E/R * 2I, H] as K x N slabs (kernels/Kernels.h GemmCombineSpec).
   KernelArgs dgradCombine = m.combineArgs(Role::kCombineNN, combineLegs, idx, a.topkWeights, a.tokens);
   dgradCombine.ptr("a", m.b.dh).ptr("b", a.w1).ptr("y", a.dx).ptr("d_topk_weights", a.dTopkWeights);
   dgradCombine.ptr("tickets", m.b.tickets + 8).i32("grid", grid).tensorMap("map_a", m.dgradDhMap);
-  dgradCombine.tensorMap("map_b", m.map(Role::kCombineNN, "map_b", a.w1, local * 2 * c.intermediate, c.hidden));
+  dgradCombine.tensorMap("map_b", w1Map);
   m.launch(Role::kCombineNN, m.grid, stream, dgradCombine, heap());
   end(BackwardStage::kDgradCombine);
   advance();
