@@ -146,7 +146,14 @@ LogicalResult MmaTileOp::verify() {
     return emitOpError("an MN-major operand spans whole 64-element atoms: m and n must be multiples of 64");
   if (!isShared(getA().getType()) || !isShared(getB().getType()))
     return emitOpError("operands A and B must be in shared memory (address space 3)");
-  if (getK() != 64) return emitOpError("k must be 64 (one 128-byte swizzled bf16 row per stage), got ") << getK();
+  if (getE4m3()) {
+    if (getK() != 128) return emitOpError("e4m3: k must be 128 (one 128-byte swizzled e4m3 row per stage), got ") << getK();
+    if (getAMnMajor() || getBMnMajor() || getMnAtomsOuter())
+      return emitOpError("e4m3 operands must both be K-major (the FP8 MMAs do not transpose)");
+    if (getK16()) return emitOpError("e4m3 takes no k16 slice");
+  } else if (getK() != 64) {
+    return emitOpError("k must be 64 (one 128-byte swizzled bf16 row per stage), got ") << getK();
+  }
   if (getAFirstRows() && (getM() != 64 || getThreads() != 128))
     return emitOpError("a_first_rows is one warpgroup's tile: m = 64 and threads = 128, got m = ")
            << getM() << ", threads = " << getThreads();

@@ -178,7 +178,10 @@ struct MmaTileToWgmma : OpRewritePattern<MmaTileOp> {
       };
     };
     // k16: only that 16-wide K slice, at a run-time step of both descriptors (within the stage: no carry either).
-    int64_t kSteps = op.getK() / Atom::kK;
+    // e4m3: k32 steps over the same 32 bytes (WgmmaM64NK32E4m3), K-major only (the verifier says so).
+    const bool fp8 = op.getE4m3();
+    static_assert(atoms::WgmmaM64NK32E4m3::kDescriptorStepPerK32 == Atom::kDescriptorStepPerK16);
+    int64_t kSteps = op.getK() / (fp8 ? atoms::WgmmaM64NK32E4m3::kK : Atom::kK);
     if (Value k16 = op.getK16()) {
       Value at = arith::ExtUIOp::create(b, loc, b.getI64Type(), k16);
       descA = arith::AddIOp::create(b, loc, descA, arith::MulIOp::create(b, loc, at, i64(b, loc, int64_t(stepA))));
@@ -191,12 +194,13 @@ struct MmaTileToWgmma : OpRewritePattern<MmaTileOp> {
     // wgmma (LLVM sank a tile's zero fill there) makes ptxas serialize every wgmma of the kernel (C7520).
     Value acc = vectorToStruct(b, loc, pinEach(b, loc, op.getAcc()), structTy, accN);
     NVVM::WgmmaFenceAlignedOp::create(b, loc);
-    auto shape = NVVM::MMAShapeAttr::get(ctx, Atom::kM, n, Atom::kK);
+    auto shape = NVVM::MMAShapeAttr::get(ctx, Atom::kM, n, fp8 ? atoms::WgmmaM64NK32E4m3::kK : Atom::kK);
+    const NVVM::WGMMATypes operandType = fp8 ? NVVM::WGMMATypes::e4m3 : NVVM::WGMMATypes::bf16;
     for (int64_t kk = 0; kk < kSteps; ++kk) {
       Value a = atA(kk), bd = atB(kk);
       // A is M x K: "row" = K-major, "col" = MN-major. B is K x N: "col" = K-major, "row" = MN-major.
       acc = NVVM::WgmmaMmaAsyncOp::create(
-          b, loc, structTy, acc, a, bd, shape, NVVM::WGMMATypes::bf16, NVVM::WGMMATypes::bf16, NVVM::WGMMATypes::f32,
+          b, loc, structTy, acc, a, bd, shape, operandType, operandType, NVVM::WGMMATypes::f32,
           NVVM::WGMMAScaleOut::one, NVVM::WGMMAScaleIn::one, NVVM::WGMMAScaleIn::one,
           aMN ? NVVM::MMALayout::col : NVVM::MMALayout::row, bMN ? NVVM::MMALayout::row : NVVM::MMALayout::col, nullptr);
     }

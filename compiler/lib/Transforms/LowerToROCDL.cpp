@@ -70,6 +70,16 @@ Value fragmentPtr(OpBuilder& b, Location loc, Value base, Value row, int64_t kk,
   return byteGep(b, loc, base, bytes);
 }
 
+// Address of the 8-byte fragment a lane reads for FP8 MFMA k-step kk (16 e4m3 = one 16-byte chunk of the row) from a
+// swizzled [rows][128] e4m3 tile: the chunk's half lane / 32.
+Value fp8FragmentPtr(OpBuilder& b, Location loc, Value base, Value row, int64_t kk, Value lane) {
+  Value phys = arith::XOrIOp::create(b, loc, i32(b, loc, kk), arith::RemUIOp::create(b, loc, row, i32(b, loc, 8)));
+  Value half = arith::MulIOp::create(b, loc, arith::DivUIOp::create(b, loc, lane, i32(b, loc, 32)), i32(b, loc, 8));
+  Value bytes = arith::AddIOp::create(b, loc, arith::MulIOp::create(b, loc, row, i32(b, loc, 128)),
+                                      arith::AddIOp::create(b, loc, arith::MulIOp::create(b, loc, phys, i32(b, loc, 16)), half));
+  return byteGep(b, loc, base, bytes);
+}
+
 // One wave per 32 rows of A; each wave covers all n columns as n / 32 MFMA tiles, k / 16 steps each.
 struct MmaTileToMfma : OpRewritePattern<MmaTileOp> {
   using OpRewritePattern::OpRewritePattern;
@@ -79,7 +89,15 @@ struct MmaTileToMfma : OpRewritePattern<MmaTileOp> {
     if (op.getK16()) return b.notifyMatchFailure(op, "k16 (one K slice at run time) is an sm_90a form");
     Location loc = op.getLoc();
     int64_t tilesN = op.getN() / Atom::kN;
-    auto fragTy = VectorType::get({Atom::kOperandPerLane}, b.getBF16Type());
+    // e4m3: v_mfma_f32_32x32x16_fp8_fp8 on 8 bytes (one i64) per lane and step, the same placement (Mfma32x32x16Fp8).
+    const bool fp8 = op.getE4m3();
+    static_assert(atoms::Mfma32x32x16Fp8::kK == Atom::kK && atoms::Mfma32x32x16Fp8::kAccPerLane == Atom::kAccPerLane);
+    Type fragTy = fp8 ? Type(b.getI64Type()) : Type(VectorType::get({Atom::kOperandPerLane}, b.getBF16Type()));
+    auto load = [&](Value tile, Value row, int64_t kk, Value lane) -> Value {
+      if (fp8)
+        return LLVM::LoadOp::create(b, loc, fragTy, fp8FragmentPtr(b, loc, tile, row, kk, lane), 8);
+      return LLVM::LoadOp::create(b, loc, fragTy, fragmentPtr(b, loc, tile, row, kk, lane), 16);
+    };
     auto accTy = VectorType::get({Atom::kAccPerLane}, b.getF32Type());
     auto [wave, lane] = waveLane(b, loc);
     // a_first_rows: the waves of every warpgroup read A's rows [0, 64), those of warpgroup 0.
@@ -97,11 +115,13 @@ struct MmaTileToMfma : OpRewritePattern<MmaTileOp> {
     Value zero = i32(b, loc, 0);
     for (int64_t kk = 0; kk < op.getK() / Atom::kK; ++kk) {
       // Operands are K-major here whatever their mn_major flags say (see mnMajorTilesAsKMajor).
-      Value a = LLVM::LoadOp::create(b, loc, fragTy, fragmentPtr(b, loc, op.getA(), rowA, kk, lane), 16);
+      Value a = load(op.getA(), rowA, kk, lane);
       for (int64_t s = 0; s < tilesN; ++s) {
         Value rowB = arith::AddIOp::create(b, loc, i32(b, loc, s * Atom::kN), arith::RemUIOp::create(b, loc, lane, i32(b, loc, 32)));
-        Value bf = LLVM::LoadOp::create(b, loc, fragTy, fragmentPtr(b, loc, op.getB(), rowB, kk, lane), 16);
-        acc[s] = ROCDL::mfma_f32_32x32x16_bf16::create(b, loc, accTy, ValueRange{a, bf, acc[s], zero, zero, zero});
+        Value bf = load(op.getB(), rowB, kk, lane);
+        SmallVector<Value, 6> operands{a, bf, acc[s], zero, zero, zero};
+        acc[s] = fp8 ? ROCDL::mfma_f32_32x32x16_fp8_fp8::create(b, loc, accTy, operands).getResult()
+                     : ROCDL::mfma_f32_32x32x16_bf16::create(b, loc, accTy, operands).getResult();
       }
     }
     SmallVector<Value> all;

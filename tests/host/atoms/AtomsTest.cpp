@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <set>
+#include <string>
 #include <vector>
 
 namespace {
@@ -207,6 +208,55 @@ TEST(MfmaAtom, LaneOffsetIsIndependentOfElement) {
       ASSERT_EQ(c.row - c0.row, 4 * (l / 32)) << "lane " << l << ", i " << i;
       ASSERT_EQ(c.col - c0.col, l % 32) << "lane " << l << ", i " << i;
     }
+}
+
+//===----------------------------------------------------------------------===//
+// FP8 e4m3: sm_90a wgmma m64nNk32, gfx950 v_mfma_f32_32x32x16_fp8_fp8
+//===----------------------------------------------------------------------===//
+
+using megamoe::atoms::Mfma32x32x16Fp8;
+using megamoe::atoms::WgmmaM64NK32E4m3;
+
+// The FP8 lowering steps the bf16 descriptors: k32 of 1-byte e4m3 is the 32 bytes of bf16's k16, and the k steps of
+// a stage tile exactly one 128-byte swizzled row. Catches: a K of 16 or 64 per step (the stage would read half a
+// row, or past it), or a step that is not 32 bytes.
+TEST(WgmmaE4m3Atom, KStepsTileOne128ByteRowAtBf16sDescriptorStep) {
+  using A = WgmmaM64NK32E4m3;
+  EXPECT_EQ(A::kK * 1, 32);                                                   // bytes per step
+  EXPECT_EQ(A::kDescriptorStepPerK32, WgmmaM64NK16Bf16::kDescriptorStepPerK16);
+  EXPECT_EQ((A::kRowElements / A::kK) * (A::kDescriptorStepPerK32 << 4), 128u);
+  EXPECT_EQ(std::string(A::kPtx).find("k32.f32.e4m3.e4m3") != std::string::npos, true) << A::kPtx;
+}
+
+// Catches: an e4m3 accumulator fragment that differs from the one AccStoreFromWgmma walks (the f32 D fragment is
+// the same for every wgmma input type), or one that is not a bijection onto the 64 x N tile.
+TEST(WgmmaE4m3Atom, AccumulatorIsBf16sAndABijection) {
+  using A = WgmmaM64NK32E4m3;
+  for (int64_t n : wgmmaNs()) {
+    EXPECT_EQ(A::validN(n), Wgmma::validN(n));
+    EXPECT_TRUE(isBijection([&](int64_t t, int64_t i) { return A::acc(t, i); }, A::kThreads, A::accPerThread(n),
+                            A::kM, n))
+        << "N = " << n;
+    for (int64_t t = 0; t < A::kThreads; t += 37)
+      for (int64_t i = 0; i < A::accPerThread(n); ++i) {
+        EXPECT_EQ(A::acc(t, i).row, Wgmma::acc(t, i).row);
+        EXPECT_EQ(A::acc(t, i).col, Wgmma::acc(t, i).col);
+      }
+  }
+}
+
+// The gfx950 lowering loads a lane's 8 e4m3 (one i64) at byte row * 128 + chunk * 16 + (lane / 32) * 8 of a k-step's
+// 16-byte chunk. Catches: an operand layout that is not a bijection onto 32 x 16, or whose 8 values of a lane are not
+// 8 consecutive k of one row starting at 8 (lane / 32): the i64 load would gather the wrong bytes.
+TEST(MfmaFp8Atom, OperandIsOneAlignedEightByteRunOfOneRow) {
+  using A = Mfma32x32x16Fp8;
+  EXPECT_TRUE(isBijection(A::a, A::kLanes, A::kOperandPerLane, A::kM, A::kK));
+  EXPECT_EQ(A::kOperandPerLane * 1, A::kOperandBytes);
+  for (int64_t l = 0; l < A::kLanes; ++l) {
+    EXPECT_EQ(A::a(l, 0).col, 8 * (l / 32)) << "lane " << l;
+    for (int64_t j = 0; j < A::kOperandPerLane; ++j) EXPECT_EQ(A::a(l, j).col, A::a(l, 0).col + j);
+  }
+  EXPECT_TRUE(isBijection(A::acc, A::kLanes, A::kAccPerLane, A::kM, A::kN));
 }
 
 //===----------------------------------------------------------------------===//

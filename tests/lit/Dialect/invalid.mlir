@@ -294,6 +294,22 @@ llvm.func @bulk_wait_pending_too_large() {
 
 // -----
 
+llvm.func @mma_tile_e4m3_k64(%a: !llvm.ptr<3>, %b: !llvm.ptr<3>, %acc: vector<64xf32>) {
+  // expected-error @+1 {{e4m3: k must be 128 (one 128-byte swizzled e4m3 row per stage), got 64}}
+  %r = megamoe.mma_tile %a, %b, %acc {m = 64, n = 128, k = 64, threads = 128, e4m3} : !llvm.ptr<3>, !llvm.ptr<3>, vector<64xf32> -> vector<64xf32>
+  llvm.return
+}
+
+// -----
+
+llvm.func @mma_tile_e4m3_mn_major(%a: !llvm.ptr<3>, %b: !llvm.ptr<3>, %acc: vector<64xf32>) {
+  // expected-error @+1 {{e4m3 operands must both be K-major (the FP8 MMAs do not transpose)}}
+  %r = megamoe.mma_tile %a, %b, %acc {m = 64, n = 128, k = 128, threads = 128, e4m3, b_mn_major} : !llvm.ptr<3>, !llvm.ptr<3>, vector<64xf32> -> vector<64xf32>
+  llvm.return
+}
+
+// -----
+
 llvm.func @mma_tile_a_in_global(%a: !llvm.ptr<1>, %b: !llvm.ptr<3>, %acc: vector<64xf32>) {
   // expected-error @+1 {{operands A and B must be in shared memory (address space 3)}}
   %r = megamoe.mma_tile %a, %b, %acc {m = 64, n = 128, k = 64, threads = 128} : !llvm.ptr<1>, !llvm.ptr<3>, vector<64xf32> -> vector<64xf32>

@@ -461,6 +461,33 @@ gpu.module @k {
 
 // -----
 
+// e4m3: a stage of k = 128 e4m3 (one 128-byte row) is four m64n128k32 e4m3 steps over the same descriptors as bf16's
+// k16 steps (+2, +4, +6: 32 bytes each), both operands K-major ("row" A, "col" B).
+// CHECK-LABEL: llvm.func @mma_tile_e4m3
+// CHECK-DAG: %[[C2:.*]] = arith.constant 2 : i64
+// CHECK-DAG: %[[C4:.*]] = arith.constant 4 : i64
+// CHECK-DAG: %[[C6:.*]] = arith.constant 6 : i64
+// CHECK-DAG: %[[DESC_BITS:.*]] = arith.constant 4611686293305360384 : i64
+// CHECK: nvvm.wgmma.fence.aligned
+// CHECK-NEXT: nvvm.wgmma.mma_async %[[A0:.*]], %[[B0:.*]], %{{.*}}, <m = 64, n = 128, k = 32>, D[<f32>, <one>], A[<e4m3>, <one>, <row>], B[<e4m3>, <one>, <col>]
+// CHECK: arith.addi %[[A0]], %[[C2]] : i64
+// CHECK: arith.addi %[[B0]], %[[C2]] : i64
+// CHECK-NEXT: nvvm.wgmma.mma_async {{.*}} <m = 64, n = 128, k = 32>, D[<f32>, <one>], A[<e4m3>, <one>, <row>], B[<e4m3>, <one>, <col>]
+// CHECK: arith.addi %[[A0]], %[[C4]] : i64
+// CHECK: nvvm.wgmma.mma_async {{.*}} k = 32>
+// CHECK: arith.addi %[[A0]], %[[C6]] : i64
+// CHECK: nvvm.wgmma.mma_async {{.*}} k = 32>
+// CHECK-NOT: nvvm.wgmma.mma_async
+// CHECK: nvvm.wgmma.commit.group.sync.aligned
+gpu.module @k {
+  llvm.func @mma_tile_e4m3(%a: !llvm.ptr<3>, %b: !llvm.ptr<3>, %acc: vector<64xf32>) -> vector<64xf32> {
+    %r = megamoe.mma_tile %a, %b, %acc {m = 64, n = 128, k = 128, threads = 128, e4m3} : !llvm.ptr<3>, !llvm.ptr<3>, vector<64xf32> -> vector<64xf32>
+    llvm.return %r : vector<64xf32>
+  }
+}
+
+// -----
+
 // Ring stages (SharedTile::stage: a byte offset from the ring's base, as a GEP): the descriptors come from the
 // bases, outside any loop the stage index varies in; each stage adds only offset >> 4 to their low words (i32), and
 // k16 step kk adds 2 kk there; the high word is the bases' constant (1024 B stride, 128B swizzle).

@@ -454,6 +454,41 @@ gpu.module @k {
 
 // -----
 
+// e4m3: two waves of 32 rows each (m = 64), n = 32 (one N tile), k = 128 e4m3 as eight v_mfma_f32_32x32x16_fp8_fp8 steps; lane l
+// reads 8 bytes (one i64) of row l % 32: k-step kk is the row's 16-byte chunk kk, swizzled to kk ^ (row % 8), half
+// l / 32, at byte row * 128 + (kk ^ (row % 8)) * 16 + (l / 32) * 8.
+// CHECK-LABEL: llvm.func @mma_tile_e4m3
+// CHECK-SAME: (%[[A:[^:]+]]: !llvm.ptr<3>, %[[B:[^:]+]]: !llvm.ptr<3>, %[[ACC:[^:]+]]: vector<16xf32>)
+// CHECK-DAG: %[[C1:.*]] = arith.constant 1 : i32
+// CHECK-DAG: %[[C8:.*]] = arith.constant 8 : i32
+// CHECK-DAG: %[[C16:.*]] = arith.constant 16 : i32
+// CHECK-DAG: %[[C32:.*]] = arith.constant 32 : i32
+// CHECK-DAG: %[[C128:.*]] = arith.constant 128 : i32
+// CHECK: %[[LANE:.*]] = arith.remui %{{.*}}, %{{.*}} : i32
+// Step 0 (chunk 0 ^ (row % 8), folded), then step 1 with the chunk index xor'ed in:
+// CHECK: %[[HALF0:.*]] = arith.divui %[[LANE]], %[[C32]] : i32
+// CHECK: arith.muli %[[HALF0]], %[[C8]] : i32
+// CHECK: llvm.load %{{.*}} {alignment = 8 : i64} : !llvm.ptr<3> -> i64
+// CHECK: rocdl.mfma.f32.32x32x16.fp8.fp8 %{{.*}}, %{{.*}}, %{{.*}} : (i64, i64, vector<16xf32>, i32, i32, i32) -> vector<16xf32>
+// CHECK: %[[ROW8:.*]] = arith.remui %{{.*}}, %[[C8]] : i32
+// CHECK-NEXT: %[[PHYS:.*]] = arith.xori %[[ROW8]], %[[C1]] : i32
+// CHECK: %[[CHUNKB:.*]] = arith.muli %[[PHYS]], %[[C16]] : i32
+// CHECK: %[[INROW:.*]] = arith.addi %[[CHUNKB]], %{{.*}} : i32
+// CHECK: %[[ROWB:.*]] = arith.muli %{{.*}}, %[[C128]] : i32
+// CHECK-NEXT: %[[AT:.*]] = arith.addi %[[ROWB]], %[[INROW]] : i32
+// CHECK-NEXT: %[[P:.*]] = llvm.getelementptr %[[A]][%[[AT]]]
+// CHECK-NEXT: llvm.load %[[P]] {alignment = 8 : i64} : !llvm.ptr<3> -> i64
+// CHECK-COUNT-7: rocdl.mfma.f32.32x32x16.fp8.fp8
+// CHECK-NOT: rocdl.mfma
+gpu.module @k {
+  llvm.func @mma_tile_e4m3(%a: !llvm.ptr<3>, %b: !llvm.ptr<3>, %acc: vector<16xf32>) -> vector<16xf32> {
+    %r = megamoe.mma_tile %a, %b, %acc {m = 64, n = 32, k = 128, threads = 128, e4m3} : !llvm.ptr<3>, !llvm.ptr<3>, vector<16xf32> -> vector<16xf32>
+    llvm.return %r : vector<16xf32>
+  }
+}
+
+// -----
+
 // Four waves (m = 128, 256 threads), n = 32: one N tile, four k-steps.
 // CHECK-LABEL: llvm.func @mma_tile_four_waves
 // CHECK-COUNT-4: rocdl.mfma.f32.32x32x16.bf16

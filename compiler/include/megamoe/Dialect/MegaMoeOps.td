@@ -321,11 +321,14 @@ def MegaMoe_MmaTileOp : MegaMoe_Op<"mma_tile", [MemoryEffects<[MemRead]>]> {
     [0, 64) (a 64-row tile whose columns the warpgroups split, each with its own B).
     With `k16` (sm_90a only) the op multiplies only the stage's 16-wide K slice number k16 (0 <= k16 < k / 16, a
     run-time value): one wgmma step instead of k / 16, e.g. for the part of a partial last K step that holds rows.
+    With `e4m3` both operands are FP8 e4m3 (OCP E4M3FN), K-major only, k = 128 (still one 128-byte row per
+    stage): sm_90a wgmma m64nNk32 e4m3, gfx950 v_mfma_f32_32x32x16_fp8_fp8; block scales are the kernel's (the
+    partial sum of a stage is scaled into its accumulator), not the op's.
   }];
   let arguments = (ins VectorOfRankAndType<[1], [F32]>:$acc, AnyLLVMPtr:$a, AnyLLVMPtr:$b, Optional<I32>:$k16,
                    I64Attr:$m, I64Attr:$n, I64Attr:$k, I64Attr:$threads,
                    DefaultValuedAttr<I64Attr, "0">:$pending, UnitAttr:$a_mn_major, UnitAttr:$b_mn_major,
-                   UnitAttr:$mn_atoms_outer, UnitAttr:$a_first_rows);
+                   UnitAttr:$mn_atoms_outer, UnitAttr:$a_first_rows, UnitAttr:$e4m3);
   let results = (outs VectorOfRankAndType<[1], [F32]>:$result);
   let assemblyFormat = [{
     $a `,` $b `,` $acc (`k16` $k16^)? attr-dict `:` type($a) `,` type($b) `,` type($acc) `->` type($result)

@@ -42,6 +42,19 @@ struct WgmmaM64NK16Bf16 {
   static constexpr uint64_t descriptorStepPerK16MN(uint64_t sbo) { return 2 * sbo >> 4; }
 };
 
+// sm_90a: wgmma.mma_async.sync.aligned.m64nNk32.f32.e4m3.e4m3, one warpgroup. FP8 operands must both be K-major
+// (wgmma transposes only 16-bit types); a 128-byte swizzled shared row holds 128 e4m3, so K advances by 32 in the
+// same 32 bytes as bf16's k16 and the descriptors are WgmmaM64NK16Bf16's. The accumulator fragment is the same.
+struct WgmmaM64NK32E4m3 {
+  static constexpr const char* kPtx = "wgmma.mma_async.sync.aligned.m64nNk32.f32.e4m3.e4m3";
+  static constexpr const char* kSass = "QGMMA";
+  static constexpr int64_t kM = 64, kK = 32, kThreads = 128, kRowElements = 128;
+  static constexpr bool validN(int64_t n) { return WgmmaM64NK16Bf16::validN(n); }
+  static constexpr int64_t accPerThread(int64_t n) { return WgmmaM64NK16Bf16::accPerThread(n); }
+  static constexpr Coord acc(int64_t t, int64_t i) { return WgmmaM64NK16Bf16::acc(t, i); }
+  static constexpr uint64_t kDescriptorStepPerK32 = 32 >> 4;
+};
+
 // gfx950: v_mfma_f32_32x32x16_bf16, one wave (64 lanes). Never executed here: no AMD GPU exists in this project's
 // machines; layouts follow the CDNA3/CDNA4 ISA guides and are checked only statically.
 struct Mfma32x32x16Bf16 {
@@ -52,6 +65,17 @@ struct Mfma32x32x16Bf16 {
   static constexpr Coord a(int64_t l, int64_t j) { return {l % 32, (l / 32) * 8 + j}; }
   // Accumulator element i (0..15) of lane l.
   static constexpr Coord acc(int64_t l, int64_t i) { return {8 * (i / 4) + 4 * (l / 32) + i % 4, l % 32}; }
+};
+
+// gfx950 (also gfx940+): v_mfma_f32_32x32x16_fp8_fp8, one wave: the bf16 atom's placement with 8 e4m3 (8 bytes, one
+// i64) per lane and step. Never executed here (no AMD GPU); checked statically only. gfx950's faster
+// v_mfma_scale_f32_32x32x64_f8f6f4 (hardware block scales) is not used yet.
+struct Mfma32x32x16Fp8 {
+  static constexpr const char* kIsa = "v_mfma_f32_32x32x16_fp8_fp8";
+  static constexpr int64_t kM = 32, kN = 32, kK = 16, kLanes = 64;
+  static constexpr int64_t kAccPerLane = 16, kOperandPerLane = 8, kOperandBytes = 8;
+  static constexpr Coord a(int64_t l, int64_t j) { return Mfma32x32x16Bf16::a(l, j); }
+  static constexpr Coord acc(int64_t l, int64_t i) { return Mfma32x32x16Bf16::acc(l, i); }
 };
 
 // The b128 swizzle shared by tile_copy and both MMA lowerings: 16-byte chunk c of row r sits at chunk c ^ (r % 8)
