@@ -22,6 +22,7 @@ namespace megamoe::dsl {
 namespace {
 int64_t elemBytes(Elem e) {
   switch (e) {
+    case Elem::e4m3: return 1;
     case Elem::bf16:
     case Elem::f16: return 2;
     case Elem::f32:
@@ -285,6 +286,7 @@ abi::Elem abiElem(Elem e) {
     case Elem::f32: return abi::Elem::kF32;
     case Elem::i32: return abi::Elem::kI32;
     case Elem::i64: return abi::Elem::kI64;
+    case Elem::e4m3: return abi::Elem::kE4m3;
     case Elem::f16: break;
   }
   return abi::Elem::kNone;
@@ -360,6 +362,7 @@ Type Kernel::type(Elem e) {
     case Elem::f32: return b_.getF32Type();
     case Elem::i32: return b_.getI32Type();
     case Elem::i64: return b_.getI64Type();
+    case Elem::e4m3: return b_.getType<Float8E4M3FNType>();
   }
   return {};
 }
@@ -851,6 +854,13 @@ Acc Threads::mma(const Acc& acc, const SharedTile& a, const SharedTile& b, int64
                            layoutName(a.layout()) + " and '" + b.name() + "' " + layoutName(b.layout()) +
                            ": one MMA reads its MN-major operands in one");
   const bool mnAtomsOuter = a.layout() == Layout::mn128BBoxes || b.layout() == Layout::mn128BBoxes;
+  const bool fp8 = a.elem() == Elem::e4m3;
+  if (fp8 != (b.elem() == Elem::e4m3) || (!fp8 && (a.elem() != Elem::bf16 || b.elem() != Elem::bf16)))
+    throw std::logic_error(kernel + ": mma operands '" + a.name() + "' and '" + b.name() +
+                           "' must both be bf16 or both be e4m3");
+  if (fp8 && (aMnMajor || bMnMajor || k16))
+    throw std::logic_error(kernel + ": e4m3 mma operands are K-major k128B tiles (the FP8 MMAs do not transpose) "
+                           "and take no k16 slice");
   int64_t k = aMnMajor ? a.rows() : a.cols();
   requireMmaGroup(first_);
   auto op = MmaTileOp::create(k_->builder(), k_->loc(), acc.value.getType(), acc.value, a.value(), b.value(),
@@ -860,6 +870,7 @@ Acc Threads::mma(const Acc& acc, const SharedTile& a, const SharedTile& b, int64
   if (bMnMajor) op.setBMnMajor(true);
   if (mnAtomsOuter) op.setMnAtomsOuter(true);
   if (aFirstRows) op.setAFirstRows(true);
+  if (fp8) op.setE4m3(true);
   return {op.getResult(), acc.m, acc.n};
 }
 Acc Kernel::drain(const Acc& acc) {

@@ -24,7 +24,7 @@ namespace megamoe::dsl {
 
 class Kernel;
 
-enum class Elem { bf16, f16, f32, i32, i64 };
+enum class Elem { bf16, f16, f32, i32, i64, e4m3 };  // e4m3: FP8 OCP E4M3FN (1 byte)
 enum class Scope { cta, gpu, system };
 // Whether a tile copy completes before the next op (sync) or is only issued (async: cp.async on sm_90a).
 enum class Copy { sync, async };

@@ -102,6 +102,7 @@ const char* elemName(Elem elem) {
     case Elem::kF32: return "f32";
     case Elem::kI32: return "i32";
     case Elem::kI64: return "i64";
+    case Elem::kE4m3: return "e4m3";
   }
   return "?";
 }
@@ -109,6 +110,7 @@ const char* elemName(Elem elem) {
 int64_t elemBytes(Elem elem) {
   switch (elem) {
     case Elem::kNone: return 0;
+    case Elem::kE4m3: return 1;
     case Elem::kBf16: return 2;
     case Elem::kF32:
     case Elem::kI32: return 4;

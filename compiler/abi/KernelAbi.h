@@ -25,7 +25,7 @@ enum class ArgKind : uint8_t {
   kTensorMap,  // a CUtensorMap passed by value (128 bytes) where the target has TMA (sm_90a); elsewhere an unused
                // 8-byte pointer, so the list is the same on every target
 };
-enum class Elem : uint8_t { kNone, kBf16, kF32, kI32, kI64 };
+enum class Elem : uint8_t { kNone, kBf16, kF32, kI32, kI64, kE4m3 };  // kE4m3: FP8 OCP E4M3FN
 
 // A kernel's specialisation constants, in its declaration's order (KernelDecl::constants).
 using SpecConstants = std::vector<std::pair<std::string, int64_t>>;

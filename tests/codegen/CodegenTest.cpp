@@ -480,6 +480,47 @@ TEST(Codegen, MmaRefusesATileInALayoutItDoesNotRead) {
   EXPECT_EQ(layouts::refusal([&] { k.block().mma(k.block().zeroAcc(64, 64), swizzled, swizzled); }), "");
 }
 
+// An FP8 e4m3 GEMM tile (A [64, 128] and B [128, 128] e4m3 in K-major swizzled rows, one 128-byte row per stage):
+// on sm_90a ptxas assembles four wgmma m64n128k32 e4m3, on gfx950 each wave issues 4 N
+// tiles x 8 k-steps of v_mfma_f32_32x32x16_fp8_fp8 (never run: no AMD GPU here). bf16 and e4m3 operands do not mix.
+TEST(Codegen, E4m3MmaTileAssemblesOnBothTargets) {
+  for (const std::string t : {"sm_90a", "gfx950"}) {
+    mlir::DialectRegistry registry;
+    registerAllDialects(registry);
+    mlir::MLIRContext ctx(registry, mlir::MLIRContext::Threading::DISABLED);
+    namespace abi = megamoe::abi;
+    static const abi::KernelDecl decl{"e4m3_tile",
+                                      {},
+                                      {{"a", abi::ArgKind::kPtr, abi::Elem::kE4m3},
+                                       {"b", abi::ArgKind::kPtr, abi::Elem::kE4m3},
+                                       {"c", abi::ArgKind::kPtr, abi::Elem::kBf16}},
+                                      abi::GridRule::kCovering};
+    dsl::Kernel k(ctx, decl, 128);
+    dsl::GlobalPtr a = k.ptr("a", dsl::Elem::e4m3), b = k.ptr("b", dsl::Elem::e4m3), c = k.ptr("c", dsl::Elem::bf16);
+    dsl::SharedTile sa = k.sharedTile("a", dsl::Elem::e4m3, 64, 128, dsl::Layout::k128B);
+    dsl::SharedTile sb = k.sharedTile("b", dsl::Elem::e4m3, 128, 128, dsl::Layout::k128B);
+    dsl::Threads all = k.block();
+    all.copyTile(a, k.i32(128), sa, k.i32(64));
+    all.copyTile(b, k.i32(128), sb, k.i32(128));
+    all.sync();
+    all.storeAcc(all.mma(all.zeroAcc(64, 128), sa, sb), c, k.i32(128), k.i32(64));
+    dsl::SharedTile bf = k.sharedTile("bf", dsl::Elem::bf16, 128, 64, dsl::Layout::k128B);
+    std::string why = layouts::refusal([&] { all.mma(all.zeroAcc(64, 128), sa, bf); });
+    EXPECT_NE(why.find("must both be bf16 or both be e4m3"), std::string::npos) << why;
+    auto module = k.finish();
+    std::string error;
+    auto compiled = compileKernel(*module, target(t), &error);
+    ASSERT_TRUE(compiled) << t << ": " << error;
+    if (t == "sm_90a") {
+      EXPECT_EQ(compiled->facts.mmaInstructions, 4) << compiled->assembly;
+      EXPECT_NE(compiled->assembly.find("wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3"), std::string::npos);
+    } else {
+      EXPECT_EQ(compiled->facts.mmaMnemonic, "v_mfma_f32_32x32x16_fp8_fp8");
+      EXPECT_EQ(compiled->facts.mmaInstructions, 4 * 8) << compiled->assembly;
+    }
+  }
+}
+
 // Two MN-major operands in different placements (cp.async's K-group-major atoms, TMA's MN atoms outermost): one
 // mma_tile has one placement for both. Catches: mn_atoms_outer taken from either operand alone.
 TEST(Codegen, MmaRefusesMnMajorOperandsInTwoPlacements) {

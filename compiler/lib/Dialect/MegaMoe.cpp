@@ -49,6 +49,15 @@ static LogicalResult verifyElemType(Operation* op, Type elem) {
     return op->emitOpError("element type must be bf16, f16 or f32, got ") << elem;
   return success();
 }
+// Tile copies move 16-byte chunks: FP8 e4m3 rows too, where nothing is transposed element by element.
+static LogicalResult verifyCopyElemType(TileCopyOp op, Type elem) {
+  if (isa<Float8E4M3FNType>(elem)) {
+    if (op.getTranspose() || op.getSwizzle() == Swizzle::b128_mn)
+      return op.emitOpError("e4m3 tiles are copied as whole rows (K-major): not transposed, not b128_mn");
+    return success();
+  }
+  return verifyElemType(op, elem);
+}
 
 //===----------------------------------------------------------------------===//
 // TileCopyOp
@@ -63,7 +72,7 @@ LogicalResult TileCopyOp::verify() {
   if (!load && !store)
     return emitOpError("copies between memory levels: one side must be global (address space 0 or 1) and the "
                        "other shared (address space 3)");
-  if (failed(verifyElemType(*this, getElem()))) return failure();
+  if (failed(verifyCopyElemType(*this, getElem()))) return failure();
   int64_t rows = getRows(), cols = getCols(), threads = getThreads();
   if (rows <= 0 || cols <= 0 || threads <= 0) return emitOpError("rows, cols and threads must be positive");
   int64_t rowBytes = cols * elemBytes();

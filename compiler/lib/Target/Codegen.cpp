@@ -394,8 +394,12 @@ void readGfx950Facts(const std::string& asmText, StaticFacts& f) {
   f.sgprs = firstInt(asmText, R"(\.sgpr_count:\s+(\d+))", 0);
   f.scratchBytes = firstInt(asmText, R"(\.private_segment_fixed_size:\s+(\d+))", 0);
   f.sharedBytes = firstInt(asmText, R"(\.group_segment_fixed_size:\s+(\d+))", 0);
-  f.mmaMnemonic = "v_mfma_f32_32x32x16_bf16";
-  f.mmaInstructions = countOccurrences(asmText, f.mmaMnemonic);
+  // bf16 kernels' MFMA, else the FP8 one (a kernel multiplies one or the other).
+  for (const char* mnemonic : {"v_mfma_f32_32x32x16_bf16", "v_mfma_f32_32x32x16_fp8_fp8"}) {
+    f.mmaMnemonic = mnemonic;
+    f.mmaInstructions = countOccurrences(asmText, f.mmaMnemonic);
+    if (f.mmaInstructions) break;
+  }
 }
 
 // Budgets: no scratch / spills, registers within what one block needs, shared memory within the chip,
