@@ -205,11 +205,11 @@ Vec Vec::max(float c) const { return {k_, selectBound(k_, v_, splat(c).v_, arith
 // ---- pointers --------------------------------------------------------------------------------------------------
 
 GlobalPtr GlobalPtr::operator+(const I64& elements) const {
-  return {k_, LLVM::GEPOp::create(k_->builder(), k_->loc(), v_.getType(), k_->type(elem_), v_, ValueRange{elements.value()}),
+  return {k_, LLVM::GEPOp::create(k_->builder(), k_->loc(), v_.getType(), k_->storageType(elem_), v_, ValueRange{elements.value()}),
           elem_};
 }
 Vec GlobalPtr::load(int n) const {
-  auto vt = VectorType::get({n}, k_->type(elem_));
+  auto vt = VectorType::get({n}, k_->storageType(elem_));
   unsigned align = unsigned(std::min<int64_t>(16, n * elemBytes(elem_)));
   return {k_, LLVM::LoadOp::create(k_->builder(), k_->loc(), vt, v_, align)};
 }
@@ -224,8 +224,8 @@ I32 GlobalPtr::loadI32() const {
   return {k_, LLVM::LoadOp::create(k_->builder(), k_->loc(), k_->builder().getI32Type(), v_, 4)};
 }
 Vec GlobalPtr::loadSplat(int n) const {
-  Value one = LLVM::LoadOp::create(k_->builder(), k_->loc(), k_->type(elem_), v_, unsigned(elemBytes(elem_)));
-  auto vt = VectorType::get({n}, k_->type(elem_));
+  Value one = LLVM::LoadOp::create(k_->builder(), k_->loc(), k_->storageType(elem_), v_, unsigned(elemBytes(elem_)));
+  auto vt = VectorType::get({n}, k_->storageType(elem_));
   return {k_, vector::BroadcastOp::create(k_->builder(), k_->loc(), vt, one)};
 }
 I32 GlobalPtr::atomicAddI32(const I32& v, bool acqRel) const {
@@ -366,6 +366,8 @@ Type Kernel::type(Elem e) {
   }
   return {};
 }
+
+Type Kernel::storageType(Elem e) { return e == Elem::e4m3 ? Type(b_.getI8Type()) : type(e); }
 
 Value Kernel::addArg(Type t, DictionaryAttr attrs) {
   auto fn = cast<LLVM::LLVMFuncOp>(func_);
@@ -619,15 +621,15 @@ SharedTile SharedTile::colSlice(int64_t first, int64_t count) const {
 }
 Vec SharedTile::load(const I32& row, const I32& col, int n) const {
   I32 index = row * pitch_ + col;
-  Value p = LLVM::GEPOp::create(k_->builder(), k_->loc(), base_.getType(), k_->type(elem_), base_,
+  Value p = LLVM::GEPOp::create(k_->builder(), k_->loc(), base_.getType(), k_->storageType(elem_), base_,
                                 ValueRange{index.value()});
-  auto vt = VectorType::get({n}, k_->type(elem_));
+  auto vt = VectorType::get({n}, k_->storageType(elem_));
   return {k_, LLVM::LoadOp::create(k_->builder(), k_->loc(), vt, p, unsigned(std::min<int64_t>(16, n * elemBytes(elem_))))};
 }
 
 void SharedTile::store(const I32& row, const I32& col, const Vec& v) const {
   I32 index = row * pitch_ + col;
-  Value p = LLVM::GEPOp::create(k_->builder(), k_->loc(), base_.getType(), k_->type(elem_), base_,
+  Value p = LLVM::GEPOp::create(k_->builder(), k_->loc(), base_.getType(), k_->storageType(elem_), base_,
                                 ValueRange{index.value()});
   auto n = cast<VectorType>(v.value().getType()).getNumElements();
   LLVM::StoreOp::create(k_->builder(), k_->loc(), v.value(), p, unsigned(std::min<int64_t>(16, n * elemBytes(elem_))));
@@ -881,6 +883,21 @@ void Threads::storeAcc(const Acc& acc, const GlobalPtr& dst, const I32& ld, cons
   requireMmaGroup(first_);
   AccStoreOp::create(k_->builder(), k_->loc(), acc.value, dst.value(), ld.value(), rowsValid.value(), acc.m, acc.n,
                      count_, k_->type(dst.elem()));
+}
+
+Acc Threads::scaleAdd(const Acc& acc, const Acc& partial, const GlobalPtr& rowScales, const I32& ld,
+                      const I32& rowsValid, const Vec& factor) const {
+  k_->checkView(*this, "scaleAdd");
+  requireMmaGroup(first_);
+  if (acc.m != partial.m || acc.n != partial.n)
+    throw std::logic_error(k_->name() + ": scaleAdd of a " + std::to_string(partial.m) + " x " +
+                           std::to_string(partial.n) + " partial into a " + std::to_string(acc.m) + " x " +
+                           std::to_string(acc.n) + " accumulator");
+  if (rowScales.elem() != Elem::f32) throw std::logic_error(k_->name() + ": scaleAdd's row scales are f32");
+  mlir::Value f = mlir::vector::ExtractOp::create(k_->builder(), k_->loc(), factor.value(), llvm::ArrayRef<int64_t>{0});
+  auto op = AccScaleAddOp::create(k_->builder(), k_->loc(), acc.value.getType(), acc.value, partial.value,
+                                  rowScales.value(), ld.value(), rowsValid.value(), f, acc.m, acc.n, count_);
+  return {op.getResult(), acc.m, acc.n};
 }
 
 void Threads::storeAcc(const Acc& acc, const SharedTile& dst) const {

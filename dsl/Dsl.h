@@ -238,6 +238,11 @@ class Threads {
   Acc mma(const Acc& acc, const SharedTile& a, const SharedTile& b, int64_t pending = 0, bool aFirstRows = false,
           const std::optional<I32>& k16 = std::nullopt) const;
   void storeAcc(const Acc& acc, const GlobalPtr& dst, const I32& ld, const I32& rowsValid) const;
+  // FP8 block-scale promotion: acc + partial * rowScales[row * ld] * factor[0] in f32 (partial: one K block's mma
+  // chain from zeroAcc; rowScales: A's f32 scales of the block's rows; factor: a 1-element f32 vector, B's scale of
+  // the block). Rows at or past rowsValid keep acc.
+  Acc scaleAdd(const Acc& acc, const Acc& partial, const GlobalPtr& rowScales, const I32& ld, const I32& rowsValid,
+               const Vec& factor) const;
   // Stages the accumulator in shared memory (all rows; a rowMajor tile), e.g. for coalesced 16-byte stores with
   // copyTile afterwards; or in TMA's boxes (an mn128BBoxes bf16 tile of the accumulator's columns and 64 rows per
   // warpgroup, each warpgroup's rows at the tile's rows r % rows()) for tmaStores of its 64-column atoms.
@@ -434,6 +439,8 @@ class Kernel {
   mlir::OpBuilder& builder() { return b_; }
   mlir::Location loc() const { return loc_; }
   mlir::Type type(Elem e);
+  // The type an element has in memory (GEPs, loads, stores): type(e), but i8 for e4m3 (bytes to LLVM).
+  mlir::Type storageType(Elem e);
 
  private:
   mlir::Value addArg(mlir::Type t, mlir::DictionaryAttr attrs = {});

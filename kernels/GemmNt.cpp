@@ -38,4 +38,44 @@ mlir::OwningOpRef<mlir::ModuleOp> buildGemmNt(mlir::MLIRContext& ctx, const Gemm
   return k.finish();
 }
 
+mlir::OwningOpRef<mlir::ModuleOp> buildGemmNtFp8(mlir::MLIRContext& ctx, const GemmNtFp8Spec& s) {
+  using S = GemmNtFp8Spec;
+  static_assert(S::kBlockK == S::kScaleBlock && S::kBlockN == S::kScaleBlock, "one scale block per tile and stage");
+  Kernel k(ctx, S::kName, S::kBlockThreads);
+  GlobalPtr a = k.ptr("a", Elem::e4m3);            // [M, K]
+  GlobalPtr aScales = k.ptr("a_scales", Elem::f32);  // [M, K / 128]
+  GlobalPtr b = k.ptr("b", Elem::e4m3);            // [N, K]
+  GlobalPtr bScales = k.ptr("b_scales", Elem::f32);  // [N / 128, K / 128]
+  GlobalPtr c = k.ptr("c", Elem::bf16);            // [M, N]
+  I32 m = k.i32Arg("m");
+
+  I32 m0 = k.blockIdx(1) * S::kBlockM;
+  k.returnIf(m0 >= m);
+  I32 n0 = k.blockIdx(0) * S::kBlockN;
+  I32 rowsValid = m - m0;
+  SharedTile tileA = k.sharedTile("tile_a", Elem::e4m3, S::kBlockM, S::kBlockK, Layout::k128B);
+  SharedTile tileB = k.sharedTile("tile_b", Elem::e4m3, S::kBlockN, S::kBlockK, Layout::k128B);
+  const int64_t kBlocks = s.k / S::kScaleBlock;
+  I32 ldk = k.i32(s.k);
+  GlobalPtr aRows = a + k.widen(m0) * s.k;
+  GlobalPtr bRows = b + k.widen(n0) * s.k;
+  GlobalPtr aRowScales = aScales + k.widen(m0) * kBlocks;
+  GlobalPtr bTileScales = bScales + k.widen(k.blockIdx(0)) * kBlocks;
+
+  const Threads block = k.block();
+  Acc acc = k.forRange(k.i32(0), k.i32(kBlocks), k.i32(1), block.zeroAcc(S::kBlockM, S::kBlockN), [&](I32 kb, Acc acc) {
+    I64 k0 = k.widen(kb) * S::kBlockK;
+    block.copyTile(aRows + k0, ldk, tileA, rowsValid);
+    block.copyTile(bRows + k0, ldk, tileB, k.i32(S::kBlockN));
+    block.sync();
+    Acc partial = block.mma(block.zeroAcc(S::kBlockM, S::kBlockN), tileA, tileB);
+    Acc next = block.scaleAdd(acc, partial, aRowScales + k.widen(kb), k.i32(kBlocks), rowsValid,
+                              (bTileScales + k.widen(kb)).load(1));
+    block.sync();  // the next stage overwrites the tiles
+    return next;
+  });
+  block.storeAcc(acc, c + (k.widen(m0) * s.n + k.widen(n0)), k.i32(s.n), rowsValid);
+  return k.finish();
+}
+
 }  // namespace megamoe::kernels

@@ -58,6 +58,18 @@ struct GemmNtSpec {
   KernelSpec spec() const { return {kName, {{"N", n}, {"K", k}}}; }
 };
 
+// One-expert FP8 GEMM, NT, with 128 x 128 block scales (DeepSeek-V3's recipe): C [M, N] (bf16) = sum over K blocks
+// kb of (A_kb B_kb^T) * a_scales[row, kb] * b_scales[n / 128, kb], with A [M, K] and B [N, K] e4m3, a_scales
+// [M, K / 128] and b_scales [N / 128, K / 128] f32 (dequantised = e4m3 value x scale). Each 128-wide K block is
+// one stage: its product starts from zero and is promoted into the f32 accumulator with its scales (acc_scale_add).
+// A 64 x 128 tile per block, M a run-time argument.
+struct GemmNtFp8Spec {
+  static constexpr const char* kName = "gemm_nt_fp8";
+  static constexpr int64_t kBlockThreads = 128, kBlockM = 64, kBlockN = 128, kBlockK = 128, kScaleBlock = 128;
+  int64_t n, k;
+  KernelSpec spec() const { return {kName, {{"N", n}, {"K", k}}}; }
+};
+
 // Grouped bf16 GEMMs over experts, one persistent kernel each, driven by device-side group offsets: offsets is an
 // i32 [E + 1] array of row starts (offsets[e + 1] - offsets[e] = group e's size, 0 included; no host sync and no
 // padding needed). The kernels trust them: 0 <= offsets[0] <= ... <= offsets[E] <= the rows of A and C (a caller

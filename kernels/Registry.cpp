@@ -14,6 +14,7 @@ static_assert(GroupedGemmSpec::kNT == abi::kLayoutNT && GroupedGemmSpec::kNN == 
 
 mlir::OwningOpRef<mlir::ModuleOp> buildSwiglu(mlir::MLIRContext& ctx, const SwigluSpec& s);
 mlir::OwningOpRef<mlir::ModuleOp> buildGemmNt(mlir::MLIRContext& ctx, const GemmNtSpec& s);
+mlir::OwningOpRef<mlir::ModuleOp> buildGemmNtFp8(mlir::MLIRContext& ctx, const GemmNtFp8Spec& s);
 mlir::OwningOpRef<mlir::ModuleOp> buildDispatchPrologue(mlir::MLIRContext& ctx, const DispatchPrologueSpec& s);
 mlir::OwningOpRef<mlir::ModuleOp> buildTopkIdxNarrow(mlir::MLIRContext& ctx, const TopkIdxNarrowSpec& s);
 mlir::OwningOpRef<mlir::ModuleOp> buildDispatchGemm(mlir::MLIRContext& ctx, const DispatchGemmSpec& s, Arch arch);
@@ -117,6 +118,16 @@ const std::vector<KernelInfo>& registry() {
          return e;
        },
        [](mlir::MLIRContext& ctx, const KernelSpec& s, Arch) { return buildGemmNt(ctx, GemmNtSpec{s.get("N"), s.get("K")}); }},
+      {GemmNtFp8Spec::kName,
+       "one-expert FP8 e4m3 GEMM C = A B^T with 128 x 128 block scales promoted per K block (64x128 tiles)",
+       [](const KernelSpec& s) {
+         std::string e = positiveMultiple("N", s.get("N"), GemmNtFp8Spec::kBlockN, "BLOCK_N, one scale block");
+         if (e.empty()) e = positiveMultiple("K", s.get("K"), GemmNtFp8Spec::kBlockK, "one 128-wide scale block per stage");
+         return e;
+       },
+       [](mlir::MLIRContext& ctx, const KernelSpec& s, Arch) {
+         return buildGemmNtFp8(ctx, GemmNtFp8Spec{s.get("N"), s.get("K")});
+       }},
       groupedGemmInfo(GroupedGemmSpec::kNT),
       groupedGemmInfo(GroupedGemmSpec::kNN),
       groupedGemmInfo(GroupedGemmSpec::kTN),

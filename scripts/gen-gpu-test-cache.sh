@@ -22,6 +22,8 @@ kernels=(
   "gemm_nt N=256,K=128"
   "gemm_nt N=4096,K=7168"   # L1: [M, H] x [2I, H]^T
   "gemm_nt N=7168,K=2048"   # L2: [M, I] x [H, I]^T
+  "gemm_nt_fp8 N=256,K=128"    # FP8 e4m3 with 128 x 128 block scales
+  "gemm_nt_fp8 N=4096,K=7168"  # L1 in FP8
   "grouped_gemm_nt_tma E=8,N=512,K=256,pairs=0"   # the TMA variants on ragged groups
   "grouped_gemm_nn_tma E=8,N=512,K=256,pairs=0"
   "grouped_gemm_nt_tma E=8,N=512,K=1024,pairs=0"  # a split-K tail after whole rounds

@@ -10,6 +10,7 @@ namespace {
 // Shorthands for the table below.
 ArgDecl bf16(std::string_view n) { return {n, ArgKind::kPtr, Elem::kBf16}; }
 ArgDecl f32(std::string_view n) { return {n, ArgKind::kPtr, Elem::kF32}; }
+ArgDecl e4m3(std::string_view n) { return {n, ArgKind::kPtr, Elem::kE4m3}; }
 ArgDecl i32p(std::string_view n) { return {n, ArgKind::kPtr, Elem::kI32}; }
 ArgDecl i64p(std::string_view n) { return {n, ArgKind::kPtr, Elem::kI64}; }
 ArgDecl i32(std::string_view n) { return {n, ArgKind::kI32}; }
@@ -35,6 +36,8 @@ std::vector<KernelDecl> declarations() {
   return {
       {"swiglu_fwd", {"I", "clamp_milli"}, {bf16("h"), bf16("out"), i32("rows")}, GridRule::kCovering},
       {"gemm_nt", {"N", "K"}, {bf16("a"), bf16("b"), bf16("c"), i32("m")}, GridRule::kCovering},
+      {"gemm_nt_fp8", {"N", "K"}, {e4m3("a"), f32("a_scales"), e4m3("b"), f32("b_scales"), bf16("c"), i32("m")},
+       GridRule::kCovering},
       {"grouped_gemm_nt", {"E", "N", "K"}, grouped, GridRule::kResident},
       {"grouped_gemm_nn", {"E", "N", "K"}, grouped, GridRule::kResident},
       {"grouped_gemm_tn", {"E", "N", "M"}, grouped, GridRule::kResident},

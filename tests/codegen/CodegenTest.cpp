@@ -66,6 +66,8 @@ std::vector<Case> cases() {
       {kernels::SwigluSpec{2048, 7000}.spec(), false},
       {kernels::GemmNtSpec{128, 64}.spec(), true},
       {kernels::TopkIdxNarrowSpec{}.spec(), false},
+      {kernels::GemmNtFp8Spec{128, 128}.spec(), true},
+      {kernels::GemmNtFp8Spec{256, 7168}.spec(), true},
   };
   for (const auto& p : kernels::presets())
     for (const auto& s : kernels::layerKernels(p, 8)) out.push_back({s, s.kernel.find("grouped_gemm") != std::string::npos});
@@ -105,6 +107,9 @@ TEST_P(EveryKernel, StaticFactsPass) {
     if (c.mma) EXPECT_NE(k.assembly.find("wgmma.mma_async.sync.aligned.m64n"), std::string::npos);
     if (c.spec.kernel == kernels::GemmNtSpec::kName)
       EXPECT_NE(k.assembly.find("wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16"), std::string::npos);
+    // gemm_nt_fp8: m64n128k32 e4m3 over a 128-wide K stage, four per stage.
+    if (c.spec.kernel == kernels::GemmNtFp8Spec::kName)
+      EXPECT_NE(k.assembly.find("wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3"), std::string::npos);
   } else {
     EXPECT_EQ(elfMachine(k.binary), 224);
     EXPECT_NE(k.assembly.find(".amdhsa_kernel " + k.name), std::string::npos);

@@ -304,6 +304,130 @@ TEST(GpuKernels, GemmNtDeepSeekV3L2) {
   runGemm(gpu, {7168, 2048, 1000, 48, true});
 }
 
+// ------------------------------------------------------------------------------------------------ gemm_nt_fp8
+
+// OCP E4M3FN: 1 sign, 4 exponent bits (bias 7), 3 mantissa bits; exponent 15 with mantissa 7 is NaN.
+double fromE4m3(uint8_t code) {
+  const int exp = (code >> 3) & 15, man = code & 7;
+  const double magnitude = exp == 0 ? man / 8.0 * std::ldexp(1.0, -6) : (1 + man / 8.0) * std::ldexp(1.0, exp - 7);
+  return code & 0x80 ? -magnitude : magnitude;
+}
+
+// C = sum over K blocks of (A_kb B_kb^T) a_scales[row, kb] b_scales[n / 128, kb] against an fp64 reference over the
+// dequantised operands: random finite e4m3 codes (no NaN) and random positive scales.
+void runGemmFp8(Gpu& gpu, const GemmCase& c) {
+  std::mt19937 rng = testRng();
+  const int64_t n = c.n, k = c.k, m = c.m, kBlocks = k / 128;
+  auto kernel = loadKernel(*gpu.runtime, "gemm_nt_fp8", {{"N", n}, {"K", k}});
+  ASSERT_EQ(kernel->metadata().blockThreads, kGemmBlockThreads);
+  ASSERT_EQ(n % 128, 0);
+  ASSERT_EQ(k % 128, 0);
+  auto codes = [&](size_t count) {
+    std::uniform_int_distribution<int> byte(0, 255);
+    std::vector<uint8_t> out(count);
+    for (auto& v : out) {
+      do v = uint8_t(byte(rng));
+      while ((v & 0x7F) == 0x7F);
+    }
+    return out;
+  };
+  auto scales = [&](size_t count) {
+    std::uniform_real_distribution<float> u(0.5f, 2.0f);
+    std::vector<float> out(count);
+    for (auto& v : out) v = u(rng) / 64;  // |e4m3| <= 448: products stay well inside f32
+    return out;
+  };
+  const std::vector<uint8_t> a = codes(size_t(m * k)), b = codes(size_t(n * k));
+  const std::vector<float> sa = scales(size_t(m * kBlocks)), sb = scales(size_t(n / 128 * kBlocks));
+  Buffer aDev(gpu.device(), a.size()), bDev(gpu.device(), b.size());
+  Buffer saDev(gpu.device(), sa.size() * 4), sbDev(gpu.device(), sb.size() * 4);
+  aDev.upload(a);
+  bDev.upload(b);
+  saDev.upload(sa);
+  sbDev.upload(sb);
+  const int64_t tilesM = (m + kGemmBlockM - 1) / kGemmBlockM;
+  const int64_t rowsAllocated = (tilesM + 1) * kGemmBlockM;
+  Buffer cDev(gpu.device(), size_t(rowsAllocated * n) * 2);
+
+  KernelArgs args("gemm_nt_fp8");
+  args.ptr("a", aDev.ptr()).ptr("a_scales", saDev.ptr()).ptr("b", bDev.ptr()).ptr("b_scales", sbDev.ptr());
+  args.ptr("c", cDev.ptr()).i32("m", m);
+  LaunchDims dims;
+  dims.grid = {static_cast<uint32_t>(n / kGemmBlockN), static_cast<uint32_t>(tilesM), 1};
+  dims.block.x = static_cast<uint32_t>(kGemmBlockThreads);
+  auto launchOnce = [&] {
+    cDev.poison();
+    gpu.runtime->launch(*kernel, dims, gpu.stream, args);
+    gpu.device().synchronize(gpu.stream);
+    return cDev.download<uint16_t>();
+  };
+  const std::vector<uint16_t> first = launchOnce();
+  size_t unwritten = 0, pastM = 0;
+  for (int64_t i = 0; i < m * n; ++i) unwritten += first[size_t(i)] == kSentinel;
+  for (int64_t i = m * n; i < rowsAllocated * n; ++i) pastM += first[size_t(i)] != kSentinel;
+  EXPECT_EQ(unwritten, 0u) << "outputs of rows < M left at the sentinel";
+  EXPECT_EQ(pastM, 0u) << "elements written in rows >= M";
+
+  std::vector<int64_t> rows;
+  for (int64_t r = 0; r < m; ++r) rows.push_back(r);
+  if (c.checkRows) {
+    std::shuffle(rows.begin(), rows.end(), rng);
+    rows.resize(size_t(std::min<int64_t>(c.checkRows, m)));
+  }
+  std::vector<double> bd(b.size());
+  for (int64_t col = 0; col < n; ++col)
+    for (int64_t x = 0; x < k; ++x)
+      bd[size_t(col * k + x)] = fromE4m3(b[size_t(col * k + x)]) * sb[size_t(col / 128 * kBlocks + x / 128)];
+  ErrorNorm err;
+  std::vector<double> arow(static_cast<size_t>(k));
+  for (int64_t r : rows) {
+    for (int64_t x = 0; x < k; ++x) arow[size_t(x)] = fromE4m3(a[size_t(r * k + x)]) * sa[size_t(r * kBlocks + x / 128)];
+    for (int64_t col = 0; col < n; ++col) {
+      double acc = 0;
+      for (int64_t x = 0; x < k; ++x) acc += arow[size_t(x)] * bd[size_t(col * k + x)];
+      err.add(fromBf16(first[size_t(r * n + col)]), acc);
+    }
+  }
+  EXPECT_LE(err.relative(), 1e-2);
+  const bool identical = first == launchOnce();
+  EXPECT_TRUE(identical) << "the second launch differs bitwise from the first";
+
+  std::string timing;
+  if (c.time) {
+    EventHandle start = gpu.device().createEvent(), end = gpu.device().createEvent();
+    for (int i = 0; i < 3; ++i) gpu.runtime->launch(*kernel, dims, gpu.stream, args);
+    std::vector<float> ms;
+    for (int i = 0; i < 10; ++i) {
+      gpu.device().recordEvent(start, gpu.stream);
+      gpu.runtime->launch(*kernel, dims, gpu.stream, args);
+      gpu.device().recordEvent(end, gpu.stream);
+      gpu.device().synchronizeEvent(end);
+      ms.push_back(gpu.device().elapsedMilliseconds(start, end));
+    }
+    gpu.device().destroyEvent(start);
+    gpu.device().destroyEvent(end);
+    const float median = medianMs(ms);
+    char text[128];
+    std::snprintf(text, sizeof text, " median_ms=%.4f tflops=%.1f", median,
+                  2.0 * double(m) * double(n) * double(k) / (median * 1e-3) / 1e12);
+    timing = text;
+  }
+  std::printf("SUMMARY gemm_nt_fp8 N=%lld K=%lld M=%lld: rel_err=%.3e over %zu rows unwritten=%zu "
+              "written_past_M=%zu rerun=%s%s\n",
+              (long long)n, (long long)k, (long long)m, err.relative(), rows.size(), unwritten, pastM,
+              identical ? "identical" : "DIFFERENT", timing.c_str());
+}
+
+TEST(GpuKernels, GemmNtFp8SmallM130) {
+  MEGAMOE_REQUIRE_SM90A(gpu);
+  runGemmFp8(gpu, {256, 128, 130, 0, false});  // one K block; a last tile with two valid rows
+}
+
+TEST(GpuKernels, GemmNtFp8DeepSeekV3L1) {
+  MEGAMOE_REQUIRE_SM90A(gpu);
+  runGemmFp8(gpu, {4096, 7168, 1000, 24, true});  // 56 K blocks, each promoted with its scales
+}
+
 // ------------------------------------------------------------------------------------ grouped_gemm_{nt,nn,tn}_tma
 
 enum class Layout { kNT, kNN, kTN };

@@ -182,6 +182,11 @@ LogicalResult AccStoreOp::verify() {
   return verifyAccShape(*this, getAcc().getType(), getM(), getN(), getThreads());
 }
 
+LogicalResult AccScaleAddOp::verify() {
+  if (!isGlobalLike(getRowScales().getType())) return emitOpError("row_scales must be in global memory");
+  return verifyAccShape(*this, getAcc().getType(), getM(), getN(), getThreads());
+}
+
 //===----------------------------------------------------------------------===//
 // Heap and signalling
 //===----------------------------------------------------------------------===//

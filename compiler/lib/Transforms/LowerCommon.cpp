@@ -4,7 +4,12 @@
 #include "compiler/abi/DeviceAbi.h"
 #include "megamoe/Target/MmaAtoms.h"
 #include "megamoe/Transforms/Passes.h"
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+#include "mlir/Dialect/Vector/IR/VectorOps.h"
 #include "mlir/Transforms/GreedyPatternRewriteDriver.h"
+
+#include <map>
 
 using namespace mlir;
 
@@ -21,6 +26,36 @@ Value byteGep(OpBuilder& b, Location loc, Value ptr, Value byteOffset) {
 Value convertF32(OpBuilder& b, Location loc, Value v, Type elem) {
   if (elem.isF32()) return v;
   return arith::TruncFOp::create(b, loc, elem, v);
+}
+
+Value accScaleAdd(OpBuilder& b, AccScaleAddOp op, Value rowBase, ArrayRef<int64_t> rowOffset) {
+  Location loc = op.getLoc();
+  Type f32 = b.getF32Type();
+  Value zero = arith::ConstantOp::create(b, loc, f32, b.getF32FloatAttr(0));
+  // One scale load per distinct row of the fragment (2 per wgmma thread, 16 per MFMA lane), bounds by a select:
+  // a row past rows_valid reads row 0's scale and uses 0 instead.
+  std::map<int64_t, Value> scaleOfRow;
+  auto scale = [&](int64_t offset) {
+    auto [it, fresh] = scaleOfRow.try_emplace(offset);
+    if (!fresh) return it->second;
+    Value row = arith::AddIOp::create(b, loc, rowBase, i32(b, loc, offset));
+    Value inside = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, row, op.getRowsValid());
+    Value at = arith::SelectOp::create(b, loc, inside, row, i32(b, loc, 0));
+    Value index = arith::MulIOp::create(b, loc, arith::ExtUIOp::create(b, loc, b.getI64Type(), at),
+                                        arith::ExtUIOp::create(b, loc, b.getI64Type(), op.getLd()));
+    Value ptr = byteGep(b, loc, op.getRowScales(), arith::MulIOp::create(b, loc, index, i64(b, loc, 4)));
+    Value s = LLVM::LoadOp::create(b, loc, f32, ptr, 4);
+    s = arith::MulFOp::create(b, loc, s, op.getFactor());
+    return it->second = arith::SelectOp::create(b, loc, inside, s, zero);
+  };
+  Value out = op.getAcc();
+  for (int64_t i = 0; i < int64_t(rowOffset.size()); ++i) {
+    Value a = vector::ExtractOp::create(b, loc, op.getAcc(), ArrayRef<int64_t>{i});
+    Value p = vector::ExtractOp::create(b, loc, op.getPartial(), ArrayRef<int64_t>{i});
+    Value v = arith::AddFOp::create(b, loc, a, arith::MulFOp::create(b, loc, p, scale(rowOffset[i])));
+    out = vector::InsertOp::create(b, loc, v, out, ArrayRef<int64_t>{i});
+  }
+  return out;
 }
 
 LogicalResult markKernels(Operation* root, const TargetHooks& hooks) {

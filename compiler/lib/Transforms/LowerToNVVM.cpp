@@ -223,6 +223,26 @@ struct MmaDrainToWgmmaWait : OpRewritePattern<MmaDrainOp> {
   }
 };
 
+// acc_scale_add over the wgmma fragment: element i of thread t of warpgroup g lies in row 64 g + 16 warp + lane / 4
+// + Atom::acc(0, i).row.
+struct AccScaleAddOnWgmma : OpRewritePattern<AccScaleAddOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(AccScaleAddOp op, PatternRewriter& b) const override {
+    Location loc = op.getLoc();
+    Value tid = NVVM::ThreadIdXOp::create(b, loc, b.getI32Type());
+    Value group = arith::DivUIOp::create(b, loc, tid, i32(b, loc, Atom::kThreads));
+    Value t = arith::RemUIOp::create(b, loc, tid, i32(b, loc, Atom::kThreads));
+    Value rowBase = arith::AddIOp::create(
+        b, loc, arith::MulIOp::create(b, loc, group, i32(b, loc, Atom::kM)),
+        arith::AddIOp::create(b, loc, arith::MulIOp::create(b, loc, arith::DivUIOp::create(b, loc, t, i32(b, loc, 32)), i32(b, loc, 16)),
+                              arith::DivUIOp::create(b, loc, arith::RemUIOp::create(b, loc, t, i32(b, loc, 32)), i32(b, loc, 4))));
+    SmallVector<int64_t> rows;
+    for (int64_t i = 0; i < Atom::accPerThread(op.getN()); ++i) rows.push_back(Atom::acc(0, i).row);
+    b.replaceOp(op, accScaleAdd(b, op, rowBase, rows));
+    return success();
+  }
+};
+
 // Walks the wgmma accumulator fragment: element pairs (i, i + 1) are adjacent columns of one row.
 struct AccStoreFromWgmma : OpRewritePattern<AccStoreOp> {
   using OpRewritePattern::OpRewritePattern;
@@ -445,7 +465,7 @@ struct LowerToNVVMPass : impl::MegaMoeLowerToNVVMBase<LowerToNVVMPass> {
     RewritePatternSet patterns(&getContext());
     populateExpandBarriersPatterns(patterns);
     populateCommonLoweringPatterns(patterns, hooks);
-    patterns.add<MmaTileToWgmma, MmaDrainToWgmmaWait, AccStoreFromWgmma, BulkStoreToCpAsyncBulk, BulkCommitToNvvm,
+    patterns.add<MmaTileToWgmma, MmaDrainToWgmmaWait, AccStoreFromWgmma, AccScaleAddOnWgmma, BulkStoreToCpAsyncBulk, BulkCommitToNvvm,
                  BulkWaitToNvvm>(&getContext());
     addWarpSpecialisationPatterns(patterns);
     if (failed(applyLowering(getOperation(), std::move(patterns)))) signalPassFailure();

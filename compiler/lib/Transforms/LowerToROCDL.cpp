@@ -134,6 +134,23 @@ struct MmaTileToMfma : OpRewritePattern<MmaTileOp> {
   }
 };
 
+// acc_scale_add over the MFMA fragment: element i of tile s of lane l of wave w lies in row 32 w + 4 (l / 32) +
+// Atom::acc(0, i).row (the same rows in every N tile).
+struct AccScaleAddOnMfma : OpRewritePattern<AccScaleAddOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(AccScaleAddOp op, PatternRewriter& b) const override {
+    Location loc = op.getLoc();
+    auto [wave, lane] = waveLane(b, loc);
+    Value rowBase = arith::AddIOp::create(b, loc, arith::MulIOp::create(b, loc, wave, i32(b, loc, Atom::kM)),
+                                          arith::MulIOp::create(b, loc, arith::DivUIOp::create(b, loc, lane, i32(b, loc, 32)), i32(b, loc, 4)));
+    SmallVector<int64_t> rows;
+    for (int64_t s = 0; s < op.getN() / Atom::kN; ++s)
+      for (int64_t i = 0; i < Atom::kAccPerLane; ++i) rows.push_back(Atom::acc(0, i).row);
+    b.replaceOp(op, accScaleAdd(b, op, rowBase, rows));
+    return success();
+  }
+};
+
 // Walks the MFMA accumulator fragment: element i of tile s is (8 (i / 4) + 4 (lane / 32) + i % 4, 32 s + lane % 32).
 struct AccStoreFromMfma : OpRewritePattern<AccStoreOp> {
   using OpRewritePattern::OpRewritePattern;
@@ -213,7 +230,7 @@ struct LowerToROCDLPass : impl::MegaMoeLowerToROCDLBase<LowerToROCDLPass> {
     RewritePatternSet patterns(&getContext());
     populateExpandBarriersPatterns(patterns);
     populateCommonLoweringPatterns(patterns, hooks);
-    patterns.add<MmaTileToMfma, MmaDrainToValue, AccStoreFromMfma, BulkStoreToCopies, EraseOp<BulkCommitOp>,
+    patterns.add<MmaTileToMfma, MmaDrainToValue, AccStoreFromMfma, AccScaleAddOnMfma, BulkStoreToCopies, EraseOp<BulkCommitOp>,
                  EraseOp<BulkWaitOp>>(&getContext());
     if (failed(applyLowering(getOperation(), std::move(patterns)))) signalPassFailure();
   }

@@ -367,6 +367,26 @@ def MegaMoe_AccStoreOp : MegaMoe_Op<"acc_store"> {
   let hasVerifier = 1;
 }
 
+def MegaMoe_AccScaleAddOp : MegaMoe_Op<"acc_scale_add", [Pure, AllTypesMatch<["acc", "partial", "result"]>]> {
+  let summary = "acc + partial * row_scales[row] * factor over one accumulator fragment (FP8 block-scale promotion)";
+  let description = [{
+    The promotion of block-scaled FP8 GEMMs: `partial` is one K block's product (an mma_tile chain started from
+    zeros, in the same m x n fragment as `acc`), scaled per row by `row_scales[row * ld]` (f32 in global memory:
+    A's scale of that row and K block) and by `factor` (B's scale of the block: one per 128 x 128 block, so one per
+    tile when n <= 128), and added to `acc` in f32. Rows at or past `rows_valid` read no scale and keep `acc`.
+    The row of each fragment element is the target's MMA atom's, as in `acc_store`.
+  }];
+  let arguments = (ins VectorOfRankAndType<[1], [F32]>:$acc, VectorOfRankAndType<[1], [F32]>:$partial,
+                   AnyLLVMPtr:$row_scales, I32:$ld, I32:$rows_valid, F32:$factor,
+                   I64Attr:$m, I64Attr:$n, I64Attr:$threads);
+  let results = (outs VectorOfRankAndType<[1], [F32]>:$result);
+  let assemblyFormat = [{
+    $acc `,` $partial `,` $row_scales `[` $ld `]` `rows_valid` $rows_valid `factor` $factor attr-dict `:`
+    type($acc) `,` type($row_scales)
+  }];
+  let hasVerifier = 1;
+}
+
 //===----------------------------------------------------------------------===//
 // Symmetric heap and signalling
 //===----------------------------------------------------------------------===//
