@@ -241,7 +241,9 @@ def quantize_tokens(x, group=BLOCK, scale_format="fp32", dtype=torch.uint8):
     the scale as quantize_blocks' (fp32: amax / 448; ue8m0: a power of two, nothing saturates; an all-zero group
     gets 1). H must be a multiple of group."""
     op = "quantize_tokens"
-    _floating(op, "x", x, (2,))
+    _floating(op, "x", x)
+    if x.dim() != 2:
+        _fail(op, "x must be [T, H] (got shape %s)" % list(x.shape))
     group = _positive(op, "group", group)
     T, H = x.shape
     _check_groups(op, H, group)

@@ -1,0 +1,503 @@
+"""megamoe.fp8 on the CPU tier: the e4m3 conversions against the format's bit definition and a brute-force nearest
+value encoder written here, the block / token quantisers' reproduced rounding and error bounds, UE8M0 scales, the FP8
+grouped GEMM reference against float64 numpy, and the safetensors reader and DeepSeek-style checkpoint loader on a
+synthetic sharded checkpoint. Random inputs are fresh each run; a failure prints its seed."""
+import json
+import math
+import os
+import struct
+
+import numpy as np
+import pytest
+
+import conftest  # noqa: F401  (puts this tree's python/ first on sys.path)
+
+torch = pytest.importorskip("torch")
+from megamoe import fp8  # noqa: E402
+from megamoe.ops import ArgumentError  # noqa: E402
+
+FLOAT8 = getattr(torch, "float8_e4m3fn", None)
+
+
+@pytest.fixture
+def rng():
+    seed = int.from_bytes(os.urandom(4), "little")
+    print("seed", seed)  # shown with a failure
+    return np.random.default_rng(seed)
+
+
+def bit_value(code):
+    """The value of an e4m3 code from the OCP definition: 1 sign, 4 exponent bits (bias 7), 3 mantissa bits;
+    exponent 0 subnormal; S.1111.111 NaN."""
+    s, e, m = code >> 7, (code >> 3) & 15, code & 7
+    if e == 15 and m == 7:
+        return math.copysign(math.nan, -1.0 if s else 1.0)
+    v = math.ldexp(m, -9) if e == 0 else math.ldexp(8 + m, e - 10)
+    return -v if s else v
+
+
+POSITIVE = np.array([bit_value(c) for c in range(127)])  # codes 0x00..0x7E, increasing
+
+
+def ref_encode(x):
+    """Nearest e4m3 code of float64 values by search over the 127 finite magnitudes; a tie goes to the even code
+    (the even mantissa); magnitudes at or past 448 saturate to 0x7E; NaN is 0x7F; the sign bit is x's."""
+    x = np.asarray(x, dtype=np.float64)
+    a = np.abs(x)
+    clipped = np.minimum(np.nan_to_num(a, nan=0.0), 448.0)
+    hi = np.clip(np.searchsorted(POSITIVE, clipped, side="left"), 0, 126)
+    lo = np.clip(hi - 1, 0, 126)
+    d_lo, d_hi = clipped - POSITIVE[lo], POSITIVE[hi] - clipped
+    code = np.where((d_hi < d_lo) | ((d_hi == d_lo) & (hi % 2 == 0)), hi, lo)
+    code = np.where(np.isnan(a), 0x7F, code)
+    return (code | (np.signbit(x).astype(np.int64) << 7)).astype(np.uint8)
+
+
+def ref_decode(codes):
+    return np.array([bit_value(int(c)) for c in range(256)])[np.asarray(codes, dtype=np.int64)]
+
+
+def block_scales_full(s, rows, cols, block=128):
+    return np.kron(s, np.ones((block, block)))[..., :rows, :cols] if s.ndim == 2 else \
+        np.stack([block_scales_full(t, rows, cols, block) for t in s])
+
+
+# --- the format ---------------------------------------------------------------------------------------------------
+
+def test_decode_matches_the_bit_definition_on_all_256_codes():
+    codes = torch.arange(256, dtype=torch.uint8)
+    got = fp8.e4m3_to_float(codes).numpy()
+    want = ref_decode(np.arange(256))
+    assert got.dtype == np.float32
+    same = (got == want) | (np.isnan(got) & np.isnan(want))
+    assert same.all(), np.nonzero(~same)
+    assert (np.signbit(got) == np.signbit(want)).all()  # -0.0 and the negative NaN keep their sign
+    assert np.nonzero(np.isnan(got))[0].tolist() == [0x7F, 0xFF]
+    assert got[0x7E] == 448.0 and got[0xFE] == -448.0 and got[1] == 2.0 ** -9 and got[8] == 2.0 ** -6
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16])
+def test_every_code_round_trips(dtype):
+    codes = torch.arange(256, dtype=torch.uint8)
+    back = fp8.float_to_e4m3(fp8.e4m3_to_float(codes).to(dtype))
+    assert back.dtype == torch.uint8
+    if dtype == torch.bfloat16:  # torch's float32 -> bfloat16 cast makes every NaN 0xFFFF, losing its sign
+        nan = (codes & 0x7F) == 0x7F
+        assert torch.equal(back[~nan], codes[~nan]) and ((back[nan] & 0x7F) == 0x7F).all()
+    else:
+        assert torch.equal(back, codes)
+
+
+def test_encoding_is_the_nearest_value_ties_to_even(rng):
+    mids = (POSITIVE[1:] + POSITIVE[:-1]) / 2  # exact ties, all representable in float32
+    mids = np.concatenate([mids, mids[-1:] + 8.0])  # 456 = the tie between 448 and the missing 464... saturates
+    just = np.concatenate([np.nextafter(mids, 0), np.nextafter(mids, np.inf)])
+    spread = np.exp2(rng.uniform(-14, 10, 20000)) * rng.choice([-1.0, 1.0], 20000)
+    special = np.array([0.0, -0.0, 448.0, 449.0, 463.9, 464.0, 480.0, 1e30, np.inf, -np.inf, np.nan, -np.nan,
+                        2.0 ** -10, 2.0 ** -10 * 3, 1e-45, -1e-30])
+    x = np.concatenate([mids, -mids, just, -just, spread, special])
+    got64 = fp8.float_to_e4m3(torch.from_numpy(x)).numpy()
+    bad = got64 != ref_encode(x)
+    assert not bad.any(), list(zip(x[bad][:8], got64[bad][:8], ref_encode(x)[bad][:8]))
+    x32 = x.astype(np.float32)
+    got32 = fp8.float_to_e4m3(torch.from_numpy(x32)).numpy()
+    assert (got32 == ref_encode(x32.astype(np.float64))).all()
+    # Round half to even, not away: 1 + 1/16 lies between 1 (0x38) and 1.125 (0x39), 1 + 3/16 between 0x39, 0x3A.
+    assert fp8.float_to_e4m3(torch.tensor([1.0625, 1.1875, -1.0625])).tolist() == [0x38, 0x3A, 0xB8]
+
+
+def test_out_of_range_saturates_and_nan_stays_nan():
+    x = torch.tensor([448.0, 449.0, 464.0, 1e30, math.inf, -500.0, -math.inf, math.nan])
+    assert fp8.float_to_e4m3(x).tolist() == [0x7E, 0x7E, 0x7E, 0x7E, 0x7E, 0xFE, 0xFE, 0x7F]
+
+
+@pytest.mark.skipif(FLOAT8 is None, reason="this torch has no float8_e4m3fn")
+def test_float8_dtype_is_accepted_and_matches_torchs_cast(rng):
+    x = torch.from_numpy(rng.uniform(-448, 448, 4096).astype(np.float32))
+    codes = fp8.float_to_e4m3(x, dtype=FLOAT8)
+    assert codes.dtype == FLOAT8
+    assert torch.equal(codes.view(torch.uint8), x.to(FLOAT8).view(torch.uint8))  # in range: no saturation at play
+    assert torch.equal(fp8.e4m3_to_float(codes), x.to(FLOAT8).float())
+    q, s = fp8.quantize_blocks(x.view(32, 128), dtype=FLOAT8)
+    assert q.dtype == FLOAT8 and torch.equal(fp8.dequantize_blocks(q, s), fp8.dequantize_blocks(q.view(torch.uint8), s))
+
+
+# --- weights ------------------------------------------------------------------------------------------------------
+
+def random_weights(rng, shape, block=128):
+    """Normal values whose magnitude changes from block to block by up to 2^+-8, so that the scales differ."""
+    w = rng.standard_normal(shape)
+    nb, kb = -(-shape[-2] // block), -(-shape[-1] // block)
+    mag = np.exp2(rng.uniform(-8, 8, shape[:-2] + (nb, kb)))
+    return w * block_scales_full(mag, shape[-2], shape[-1], block)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_block_quantisation_reproduces_the_rounding_and_meets_the_bound(rng, dtype):
+    shape = (3, 256 + 77, 384 + 5)  # partial edge blocks in both dimensions
+    w = torch.from_numpy(random_weights(rng, shape)).to(dtype)
+    q, s = fp8.quantize_blocks(w)
+    assert q.dtype == torch.uint8 and list(q.shape) == list(shape)
+    assert s.dtype == torch.float32 and list(s.shape) == [3, 3, 4]
+    w64 = w.double().numpy()
+    amax = np.zeros((3, 3, 4))
+    for b in range(3):
+        for i in range(3):
+            for j in range(4):
+                amax[b, i, j] = np.abs(w64[b, i * 128:(i + 1) * 128, j * 128:(j + 1) * 128]).max()
+    assert (s.numpy() == (amax.astype(np.float32) / np.float32(448.0))).all()
+    s_full = block_scales_full(s.double().numpy(), shape[1], shape[2])
+    # The quantisation reproduced: w / s rounded to float32, then to the nearest e4m3 (ties to even).
+    quotient = (w.float() / torch.from_numpy(s_full).float()).double().numpy()
+    assert (q.numpy() == ref_encode(quotient)).all()
+    # Each non-zero block's largest magnitude lands on (or, rounded up by the float32 quotient, saturates to) 448.
+    for b in range(3):
+        for i in range(3):
+            for j in range(4):
+                assert (q[b, i * 128:(i + 1) * 128, j * 128:(j + 1) * 128] & 0x7F).max() == 0x7E
+    # e4m3 keeps 3 mantissa bits: round to nearest is within 2^-4 relative for a normal w / s (>= 2^-6), within
+    # half the subnormal step, 2^-10 s, below; 2^-20 covers the float32 quotient and product.
+    d = fp8.dequantize_blocks(q, s)
+    assert d.dtype == torch.float32
+    err = np.abs(d.double().numpy() - w64)
+    bound = np.maximum(2.0 ** -4 * np.abs(w64), 2.0 ** -10 * s_full) * (1 + 2.0 ** -20)
+    assert (err <= bound).all(), (err / bound).max()
+    normal = np.abs(w64) >= 2.0 ** -6 * s_full
+    assert (err[normal] <= 2.0 ** -4 * (1 + 2.0 ** -20) * np.abs(w64[normal])).all()
+    # And the bound is near tight: some elements do lose almost 2^-4 (a quantiser with more bits would not).
+    assert (err[normal] / np.abs(w64[normal])).max() > 2.0 ** -5
+
+
+def test_ue8m0_scales_are_the_smallest_powers_of_two_that_do_not_saturate(rng):
+    w = random_weights(rng, (2, 256, 384))
+    # Blocks whose amax / 448 is a power of two exactly, and just above one.
+    w[0, :128, :128] *= 448.0 * 2.0 ** -3 / np.abs(w[0, :128, :128]).max()
+    w[0, :128, 128:256] *= 448.0 * 2.0 ** 5 * (1 + 2.0 ** -20) / np.abs(w[0, :128, 128:256]).max()
+    # One whose float32 amax / 448 rounds down to 2^-127 (a subnormal quotient) though amax is above 448 * 2^-127.
+    tiny = np.nextafter(np.float32(448.0 * 2.0 ** -127), np.float32(1))
+    assert np.float32(tiny) / np.float32(448) == np.float32(2.0 ** -127)
+    w[1, :128, :128] = rng.uniform(-1, 1, (128, 128)) * 2.0 ** -120
+    w[1, 5, 7] = -float(tiny)
+    w = torch.from_numpy(w).float()
+    q, s = fp8.quantize_blocks(w, scale_format="ue8m0")
+    mantissa, _ = np.frexp(s.numpy())
+    assert (mantissa == 0.5).all()  # powers of two
+    s_full = block_scales_full(s.double().numpy(), 256, 384)
+    ratio = np.abs(w.double().numpy()) / s_full
+    assert ratio.max() <= 448.0  # nothing saturates
+    amax = np.abs(w.double().numpy()).reshape(2, 2, 128, 3, 128).max(axis=(2, 4))
+    assert (amax / (s.double().numpy() / 2) > 448.0).all()  # half the scale would saturate: the smallest
+    assert s[0, 0, 0] == 2.0 ** -3 and s[0, 0, 1] == 2.0 ** 6 and s[1, 0, 0] == 2.0 ** -126
+    assert (q.numpy() == ref_encode(w.double().numpy() / s_full)).all()  # division by 2^k is exact
+    exps = fp8.float_to_ue8m0(s)
+    assert exps.dtype == torch.uint8 and torch.equal(fp8.ue8m0_to_float(exps), s)
+    assert torch.equal(fp8.dequantize_blocks(q, exps), fp8.dequantize_blocks(q, s))  # uint8 scales: UE8M0
+    assert fp8.ue8m0_to_float(torch.tensor([0, 127, 254, 255], dtype=torch.uint8)).tolist()[:3] == [
+        2.0 ** -127, 1.0, 2.0 ** 127]
+    assert math.isnan(fp8.ue8m0_to_float(torch.tensor([255], dtype=torch.uint8)).item())
+    with pytest.raises(ArgumentError, match="powers of two"):
+        fp8.float_to_ue8m0(torch.tensor([0.75]))
+
+
+def test_partial_edge_blocks_take_their_scale_from_their_own_elements(rng):
+    w = rng.standard_normal((130, 129)) * 100.0
+    w[128:, :128] = rng.standard_normal((2, 128)) * 1e-3   # the bottom edge: 2 rows
+    w[:128, 128:] = rng.standard_normal((128, 1)) * 1e-2   # the right edge: 1 column
+    w[128:, 128:] = 0.0                                    # the corner: all zero
+    wt = torch.from_numpy(w).float()
+    for fmt in ("fp32", "ue8m0"):
+        q, s = fp8.quantize_blocks(wt, scale_format=fmt)
+        assert list(q.shape) == [130, 129] and list(s.shape) == [2, 2]
+        if fmt == "fp32":
+            w32 = wt.numpy()
+            assert s[1, 0] == np.float32(np.abs(w32[128:, :128]).max()) / np.float32(448)
+            assert s[0, 1] == np.float32(np.abs(w32[:128, 128:]).max()) / np.float32(448)
+        assert s[1, 1] == 1.0 and (q[128:, 128:] == 0).all()  # an all-zero block: scale 1, codes 0
+        d = fp8.dequantize_blocks(q, s).double().numpy()
+        edge = np.abs(w[128:, :128])
+        assert (np.abs(d[128:, :128] - w32[128:, :128] if fmt == "fp32" else d[128:, :128] - w[128:, :128])
+                <= 2.0 ** -4 * (1 + 2.0 ** -20) * np.maximum(edge, 2.0 ** -6 * edge.max())).all()
+    q2, s2 = fp8.quantize_blocks(wt[:128, :5])
+    assert list(s2.shape) == [1, 1]
+
+
+# --- activations --------------------------------------------------------------------------------------------------
+
+def test_token_quantisation(rng):
+    T, H = 9, 384
+    x = rng.standard_normal((T, H)) * np.exp2(rng.uniform(-6, 6, (T, 1)))
+    x[4] = 0.0  # an all-zero token
+    xt = torch.from_numpy(x).to(torch.bfloat16)
+    q, s = fp8.quantize_tokens(xt)
+    assert q.dtype == torch.uint8 and list(q.shape) == [T, H]
+    assert s.dtype == torch.float32 and list(s.shape) == [T, 3]
+    x32 = xt.float().numpy()
+    amax = np.abs(x32).reshape(T, 3, 128).max(axis=2)
+    want = np.where(amax == 0, np.float32(1), amax / np.float32(448))
+    assert (s.numpy() == want).all()
+    quotient = (xt.float() / s.repeat_interleave(128, 1)).double().numpy()
+    assert (q.numpy() == ref_encode(quotient)).all()
+    assert (q[4] == 0).all() and (s[4] == 1).all()
+    d = fp8.dequantize_tokens(q, s).double().numpy()
+    s_full = np.repeat(s.double().numpy(), 128, axis=1)
+    bound = np.maximum(2.0 ** -4 * np.abs(x32), 2.0 ** -10 * s_full) * (1 + 2.0 ** -20)
+    assert (np.abs(d - x32) <= bound).all()
+    qe, se = fp8.quantize_tokens(xt, scale_format="ue8m0")
+    assert (np.frexp(se.numpy())[0] == 0.5).all() and (np.abs(x32) <= 448 * np.repeat(se.numpy(), 128, 1)).all()
+
+
+def test_tokens_need_whole_groups_of_128():
+    with pytest.raises(ArgumentError, match=r"H=200 must be a multiple of the group size 128"):
+        fp8.quantize_tokens(torch.zeros(4, 200))
+    with pytest.raises(ArgumentError, match=r"H=200 must be a multiple"):
+        fp8.dequantize_tokens(torch.zeros(4, 200, dtype=torch.uint8), torch.ones(4, 1))
+    with pytest.raises(ArgumentError, match=r"\[T, H\]"):
+        fp8.quantize_tokens(torch.zeros(2, 4, 128))
+
+
+# --- the grouped GEMM's reference ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("ue8m0", [False, True])
+def test_reference_grouped_mm_is_the_float64_product_to_fp32_rounding(rng, ue8m0):
+    M, N, K, G = 50, 200, 256, 4
+    fmt = "ue8m0" if ue8m0 else "fp32"
+    x = torch.from_numpy(rng.standard_normal((M, K)) * np.exp2(rng.uniform(-4, 4, (M, 1)))).float()
+    w = torch.from_numpy(random_weights(rng, (G, N, K))).float()
+    xq, xs = fp8.quantize_tokens(x, scale_format=fmt)
+    wq, ws = fp8.quantize_blocks(w, scale_format=fmt)
+    if ue8m0:
+        xs, ws = fp8.float_to_ue8m0(xs), fp8.float_to_ue8m0(ws)  # the uint8 form
+    offsets = torch.tensor([10, 5, 31, 45], dtype=torch.int32)  # group 1 ends before group 0: empty
+    y = fp8.reference_grouped_mm_fp8(xq, xs, wq, ws, offsets)
+    assert y.dtype == torch.float32 and list(y.shape) == [M, N]
+    # Independently: decode by the bit definition, scale in float64, numpy's float64 matmul per group.
+    xs64 = np.exp2(xs.numpy().astype(np.float64) - 127) if ue8m0 else xs.double().numpy()
+    ws64 = np.exp2(ws.numpy().astype(np.float64) - 127) if ue8m0 else ws.double().numpy()
+    xd = ref_decode(xq.numpy()) * np.repeat(xs64, 128, axis=1)
+    wd = ref_decode(wq.numpy()) * block_scales_full(ws64, N, K)
+    want = np.zeros((M, N))
+    magnitude = np.zeros((M, N))
+    for g, (lo, hi) in enumerate([(0, 10), (10, 10), (10, 31), (31, 45)]):
+        want[lo:hi] = xd[lo:hi] @ wd[g].T
+        magnitude[lo:hi] = np.abs(xd[lo:hi]) @ np.abs(wd[g]).T
+    got = y.double().numpy()
+    assert (got[45:] == 0).all()  # past the last end
+    assert (np.abs(got - want) <= 2.0 ** -24 * np.abs(want) + 2.0 ** -45 * magnitude).all()
+    # And near the float64 product of the unquantised operands, to e4m3's precision: each factor within 2^-4
+    # relative (or half a subnormal step of its scale), so each term within about 2^-3 of |x| |w|.
+    x64, w64 = x.double().numpy(), w.double().numpy()
+    for g, (lo, hi) in enumerate([(0, 10), (10, 10), (10, 31), (31, 45)]):
+        exact = x64[lo:hi] @ w64[g].T
+        assert (np.abs(got[lo:hi] - exact) <= 0.13 * np.abs(x64[lo:hi]) @ np.abs(w64[g]).T + 1e-30).all()
+
+
+def test_reference_grouped_mm_checks_its_operands(rng):
+    xq = torch.zeros(8, 256, dtype=torch.uint8)
+    xs = torch.ones(8, 2)
+    wq = torch.zeros(2, 128, 256, dtype=torch.uint8)
+    ws = torch.ones(2, 1, 2)
+    with pytest.raises(ArgumentError, match="K"):
+        fp8.reference_grouped_mm_fp8(xq, xs, wq[:, :, :128], ws[:, :, :1], torch.tensor([4, 8], dtype=torch.int32))
+    with pytest.raises(ArgumentError, match=r"group_offsets must be .* \[G\] = \[2\]"):
+        fp8.reference_grouped_mm_fp8(xq, xs, wq, ws, torch.tensor([8], dtype=torch.int32))
+    with pytest.raises(ArgumentError, match=r"scale_inv must be"):
+        fp8.reference_grouped_mm_fp8(xq, xs, wq, torch.ones(2, 2, 2), torch.tensor([4, 8], dtype=torch.int32))
+    with pytest.raises(ArgumentError, match="xq must be e4m3 codes"):
+        fp8.reference_grouped_mm_fp8(xq.float(), xs, wq, ws, torch.tensor([4, 8], dtype=torch.int32))
+
+
+# --- safetensors and the checkpoint loader ------------------------------------------------------------------------
+
+def test_safetensors_writer_follows_the_format_and_the_reader_reads_it(tmp_path, rng):
+    tensors = {"a": torch.from_numpy(rng.standard_normal((3, 5)).astype(np.float32)),
+               "b": torch.from_numpy(rng.standard_normal(7)).to(torch.bfloat16),
+               "c": torch.from_numpy(rng.integers(0, 256, (4, 4), dtype=np.uint8)),
+               "d": torch.from_numpy(rng.integers(0, 256, (2, 3), dtype=np.uint8))}
+    path = str(tmp_path / "t.safetensors")
+    fp8.write_safetensors(path, tensors, dtypes={"d": "F8_E4M3"}, metadata={"format": "pt"})
+    raw = open(path, "rb").read()
+    n = struct.unpack("<Q", raw[:8])[0]
+    assert (8 + n) % 8 == 0
+    header = json.loads(raw[8:8 + n])
+    assert header.pop("__metadata__") == {"format": "pt"}
+    assert {k: v["dtype"] for k, v in header.items()} == {"a": "F32", "b": "BF16", "c": "U8", "d": "F8_E4M3"}
+    b0, b1 = header["a"]["data_offsets"]
+    assert np.array_equal(np.frombuffer(raw[8 + n + b0:8 + n + b1], "<f4").reshape(3, 5), tensors["a"].numpy())
+    with fp8.SafetensorsFile(path) as f:
+        assert sorted(f.keys()) == ["a", "b", "c", "d"]
+        for name, t in tensors.items():
+            got = f.read(name)
+            assert got.dtype == t.dtype and torch.equal(got, t)
+        with pytest.raises(fp8.CheckpointError, match="tensor e is not in .*t.safetensors"):
+            f.read("e")
+    open(str(tmp_path / "cut.safetensors"), "wb").write(raw[:-3])
+    with fp8.SafetensorsFile(str(tmp_path / "cut.safetensors")) as f:
+        with pytest.raises(fp8.CheckpointError, match="tensor d in .*cut.safetensors: data_offsets"):
+            f.read("d")
+    open(str(tmp_path / "junk.safetensors"), "wb").write(b"\xff" * 16)
+    with pytest.raises(fp8.CheckpointError, match="not a safetensors file"):
+        fp8.SafetensorsFile(str(tmp_path / "junk.safetensors"))
+
+
+E, I, H = 4, 256, 384  # I / 128 = 2, H / 128 = 3
+
+
+def expert_name(layer, e, proj, what="weight"):
+    return "model.layers.%d.mlp.experts.%d.%s.%s" % (layer, e, proj, what)
+
+
+def synthetic_layers(rng, layers=2, u8_scales=False):
+    """Random e4m3 codes and scales of every expert of `layers` layers, plus a few tensors that are not experts."""
+    out, dtypes = {}, {}
+    for layer in range(layers):
+        for e in range(E):
+            for proj, (rows, cols) in (("gate_proj", (I, H)), ("up_proj", (I, H)), ("down_proj", (H, I))):
+                name = expert_name(layer, e, proj)
+                out[name] = torch.from_numpy(rng.integers(0, 256, (rows, cols), dtype=np.uint8))
+                dtypes[name] = "F8_E4M3"
+                scale_shape = (-(-rows // 128), -(-cols // 128))
+                out[name + "_scale_inv"] = torch.from_numpy(
+                    rng.integers(100, 150, scale_shape, dtype=np.uint8)) if u8_scales else \
+                    torch.from_numpy(rng.uniform(1e-4, 1e-2, scale_shape).astype(np.float32))
+        out["model.layers.%d.self_attn.o_proj.weight" % layer] = torch.zeros(8, 8, dtype=torch.bfloat16)
+    return out, dtypes
+
+
+def write_sharded(directory, tensors, dtypes):
+    """Two shards: every other tensor in each, and the index json naming them."""
+    names = sorted(tensors)
+    shards = {"model-00001-of-00002.safetensors": names[0::2], "model-00002-of-00002.safetensors": names[1::2]}
+    weight_map = {}
+    for file, part in shards.items():
+        fp8.write_safetensors(os.path.join(directory, file), {n: tensors[n] for n in part},
+                              dtypes={n: dtypes[n] for n in part if n in dtypes})
+        weight_map.update({n: file for n in part})
+    with open(os.path.join(directory, fp8.INDEX), "w") as f:
+        json.dump({"metadata": {"total_size": 0}, "weight_map": weight_map}, f)
+    return weight_map
+
+
+def check_loaded(got, tensors, layer, experts, decode_u8=False):
+    scale = (lambda t: torch.from_numpy(np.exp2(t.numpy().astype(np.float64) - 127).astype(np.float32))) \
+        if decode_u8 else (lambda t: t)
+    assert list(got["w1"].shape) == [len(experts), 2 * I, H] and got["w1"].dtype == torch.uint8
+    assert list(got["w1_scale"].shape) == [len(experts), 2 * I // 128, H // 128]
+    assert list(got["w2"].shape) == [len(experts), H, I] and got["w2"].dtype == torch.uint8
+    assert list(got["w2_scale"].shape) == [len(experts), H // 128, I // 128]
+    assert got["w1_scale"].dtype == torch.float32 and got["w2_scale"].dtype == torch.float32
+    for j, e in enumerate(experts):
+        gate, up, down = (tensors[expert_name(layer, e, p)] for p in ("gate_proj", "up_proj", "down_proj"))
+        assert torch.equal(got["w1"][j, :I], gate) and torch.equal(got["w1"][j, I:], up)  # [gate; up]
+        assert torch.equal(got["w2"][j], down)
+        assert torch.equal(got["w1_scale"][j, :2], scale(tensors[expert_name(layer, e, "gate_proj", "weight_scale_inv")]))
+        assert torch.equal(got["w1_scale"][j, 2:], scale(tensors[expert_name(layer, e, "up_proj", "weight_scale_inv")]))
+        assert torch.equal(got["w2_scale"][j], scale(tensors[expert_name(layer, e, "down_proj", "weight_scale_inv")]))
+
+
+def test_load_deepseek_experts_from_two_shards_at_rank_1_of_2(tmp_path, rng):
+    tensors, dtypes = synthetic_layers(rng)
+    write_sharded(str(tmp_path), tensors, dtypes)
+    got = fp8.load_deepseek_experts(str(tmp_path), layer=1, experts=E, rank=1, ranks=2)
+    check_loaded(got, tensors, 1, [2, 3])
+    check_loaded(fp8.load_deepseek_experts(str(tmp_path), 0, E), tensors, 0, range(E))
+    # The loaded layer is the fused layer's w1 / w2: convert_experts of the same experts gives the same tensors.
+    from megamoe import convert_experts
+    gate = [tensors[expert_name(1, e, "gate_proj")] for e in range(E)]
+    up = [tensors[expert_name(1, e, "up_proj")] for e in range(E)]
+    down = [tensors[expert_name(1, e, "down_proj")] for e in range(E)]
+    w1, w2 = convert_experts(down, gate=gate, up=up, rank=1, ranks=2)
+    assert torch.equal(w1, got["w1"]) and torch.equal(w2, got["w2"])
+
+
+def test_load_deepseek_experts_from_one_file_and_a_directory_without_index_with_ue8m0_scales(tmp_path, rng):
+    tensors, dtypes = synthetic_layers(rng, layers=1, u8_scales=True)
+    path = str(tmp_path / "model.safetensors")
+    fp8.write_safetensors(path, tensors, dtypes)
+    check_loaded(fp8.load_deepseek_experts(path, 0, E, rank=0, ranks=4), tensors, 0, [0], decode_u8=True)
+    check_loaded(fp8.load_deepseek_experts(str(tmp_path), 0, E, rank=1, ranks=2), tensors, 0, [2, 3],
+                 decode_u8=True)
+
+
+def test_load_deepseek_experts_errors_name_the_tensor_and_the_file(tmp_path, rng):
+    tensors, dtypes = synthetic_layers(rng, layers=1)
+    missing = expert_name(0, 3, "up_proj", "weight_scale_inv")
+    kept = {n: t for n, t in tensors.items() if n != missing}
+    weight_map = write_sharded(str(tmp_path), kept, dtypes)
+    with pytest.raises(fp8.CheckpointError, match=r"tensor %s is not in .*%s" % (
+            missing.replace(".", r"\."), fp8.INDEX.replace(".", r"\."))):
+        fp8.load_deepseek_experts(str(tmp_path), 0, E, rank=1, ranks=2)
+    fp8.load_deepseek_experts(str(tmp_path), 0, E, rank=0, ranks=2)  # rank 0's experts are all there
+
+    # The index names the tensor, the shard does not hold it.
+    weight_map[missing] = "model-00001-of-00002.safetensors"
+    with open(str(tmp_path / fp8.INDEX), "w") as f:
+        json.dump({"weight_map": weight_map}, f)
+    with pytest.raises(fp8.CheckpointError, match=r"tensor %s is not in .*model-00001-of-00002" % (
+            missing.replace(".", r"\."))):
+        fp8.load_deepseek_experts(str(tmp_path), 0, E, rank=1, ranks=2)
+
+    # A shard the index names is gone.
+    os.remove(str(tmp_path / "model-00002-of-00002.safetensors"))
+    with pytest.raises(FileNotFoundError, match="model-00002-of-00002.safetensors"):
+        fp8.load_deepseek_experts(str(tmp_path), 0, E)
+
+    # A weight that is not F8_E4M3, a scale of the wrong shape.
+    bad = dict(tensors)
+    bad[expert_name(0, 1, "down_proj")] = bad[expert_name(0, 1, "down_proj")].to(torch.bfloat16)
+    path = str(tmp_path / "bad.safetensors")
+    fp8.write_safetensors(path, bad, {n: d for n, d in dtypes.items() if n != expert_name(0, 1, "down_proj")})
+    with pytest.raises(fp8.CheckpointError, match=r"experts\.1\.down_proj\.weight in .*bad\.safetensors is BF16, "
+                                                  r"not F8_E4M3"):
+        fp8.load_deepseek_experts(path, 0, E)
+    bad = dict(tensors)
+    bad[expert_name(0, 2, "gate_proj", "weight_scale_inv")] = torch.ones(3, 3)
+    fp8.write_safetensors(path, bad, dtypes)
+    with pytest.raises(fp8.CheckpointError, match=r"experts\.2\.gate_proj\.weight_scale_inv in .*bad\.safetensors "
+                                                  r"has shape \[3, 3\], expected \[2, 3\]"):
+        fp8.load_deepseek_experts(path, 0, E)
+    with pytest.raises(FileNotFoundError, match="no checkpoint at"):
+        fp8.load_deepseek_experts(str(tmp_path / "nowhere"), 0, E)
+
+
+def test_load_deepseek_experts_checks_its_arguments(tmp_path, rng):
+    tensors, dtypes = synthetic_layers(rng, layers=1)
+    path = str(tmp_path / "m.safetensors")
+    fp8.write_safetensors(path, tensors, dtypes)
+    with pytest.raises(ArgumentError, match="4 experts do not split over 3 ranks"):
+        fp8.load_deepseek_experts(path, 0, E, rank=0, ranks=3)
+    with pytest.raises(ArgumentError, match="rank 2 must be below ranks 2"):
+        fp8.load_deepseek_experts(path, 0, E, rank=2, ranks=2)
+    with pytest.raises(ArgumentError, match="layer must be an integer >= 0"):
+        fp8.load_deepseek_experts(path, -1, E)
+    with pytest.raises(fp8.CheckpointError, match=r"model\.layers\.5\.mlp\.experts\.0\.gate_proj\.weight is not in"):
+        fp8.load_deepseek_experts(path, 5, E)
+    odd = {expert_name(0, 0, p): torch.zeros(r, c, dtype=torch.uint8)
+           for p, (r, c) in (("gate_proj", (192, H)), ("up_proj", (192, H)), ("down_proj", (H, 192)))}
+    fp8.write_safetensors(path, odd, {n: "F8_E4M3" for n in odd})
+    with pytest.raises(fp8.CheckpointError, match="I=192 must be a multiple of 128"):
+        fp8.load_deepseek_experts(path, 0, 1)
+
+
+# --- bad inputs ---------------------------------------------------------------------------------------------------
+
+def test_bad_inputs_name_the_rule():
+    with pytest.raises(ArgumentError, match="w must have 2 or 3 dimensions"):
+        fp8.quantize_blocks(torch.zeros(128))
+    with pytest.raises(ArgumentError, match="w must be a float32, bfloat16, float16 or float64 tensor"):
+        fp8.quantize_blocks(torch.zeros(128, 128, dtype=torch.int32))
+    with pytest.raises(ArgumentError, match="scale_format must be one of fp32, ue8m0"):
+        fp8.quantize_blocks(torch.zeros(128, 128), scale_format="e8m0")
+    with pytest.raises(ArgumentError, match="finite"):
+        fp8.quantize_blocks(torch.tensor([[1.0, math.nan]]))
+    with pytest.raises(ArgumentError, match="finite"):
+        fp8.quantize_tokens(torch.full((1, 128), math.inf))
+    with pytest.raises(ArgumentError, match="block must be a positive integer"):
+        fp8.quantize_blocks(torch.zeros(4, 4), block=0)
+    with pytest.raises(ArgumentError, match=r"scale_inv must be \[\.\.\., ceil\(N / 128\), ceil\(K / 128\)\] = \[2, 1\]"):
+        fp8.dequantize_blocks(torch.zeros(200, 100, dtype=torch.uint8), torch.ones(1, 1))
+    with pytest.raises(ArgumentError, match="dtype must be torch.uint8"):
+        fp8.float_to_e4m3(torch.zeros(3), dtype=torch.float16)
+    with pytest.raises(ArgumentError, match="codes must be e4m3 codes"):
+        fp8.e4m3_to_float(torch.zeros(3, dtype=torch.int8))
+    with pytest.raises(ArgumentError, match="scales must be float32 scales or UE8M0"):
+        fp8.dequantize_tokens(torch.zeros(1, 128, dtype=torch.uint8), torch.ones(1, 1, dtype=torch.int32))
