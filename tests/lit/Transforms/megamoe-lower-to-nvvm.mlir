@@ -1143,3 +1143,27 @@ gpu.module @k {
     llvm.return
   }
 }
+
+// -----
+
+// acc_scale_add over the wgmma fragment: a thread's 64 elements lie in two rows (lane / 4 and 8 more), so two scale
+// loads, each multiplied by the factor and zeroed past rows_valid (a select, the load clamped to row 0); every
+// element becomes acc + partial * scale.
+// CHECK-LABEL: llvm.func @acc_scale_add
+// CHECK-SAME: (%[[ACC:[^:]+]]: vector<64xf32>, %[[P:[^:]+]]: vector<64xf32>, %[[S:[^:]+]]: !llvm.ptr<1>, %[[LD:[^:]+]]: i32, %[[RV:[^:]+]]: i32, %[[F:[^:]+]]: f32)
+// CHECK: %[[IN0:.*]] = arith.cmpi ult, %[[ROW0:.*]], %[[RV]] : i32
+// CHECK-NEXT: arith.select %[[IN0]], %[[ROW0]], %{{.*}} : i32
+// CHECK: %[[S0:.*]] = llvm.load %{{.*}} {alignment = 4 : i64} : !llvm.ptr<1> -> f32
+// CHECK-NEXT: %[[SF0:.*]] = arith.mulf %[[S0]], %[[F]] : f32
+// CHECK-NEXT: %[[Z0:.*]] = arith.select %[[IN0]], %[[SF0]], %{{.*}} : f32
+// CHECK-NEXT: %[[PS:.*]] = arith.mulf %{{.*}}, %[[Z0]] : f32
+// CHECK-NEXT: arith.addf %{{.*}}, %[[PS]] : f32
+// CHECK-COUNT-1: llvm.load
+// CHECK-NOT: llvm.load
+// CHECK: llvm.return
+gpu.module @k {
+  llvm.func @acc_scale_add(%acc: vector<64xf32>, %p: vector<64xf32>, %s: !llvm.ptr<1>, %ld: i32, %rv: i32, %f: f32) -> vector<64xf32> {
+    %r = megamoe.acc_scale_add %acc, %p, %s[%ld] rows_valid %rv factor %f {m = 64, n = 128, threads = 128} : vector<64xf32>, !llvm.ptr<1>
+    llvm.return %r : vector<64xf32>
+  }
+}

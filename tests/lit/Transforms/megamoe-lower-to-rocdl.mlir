@@ -1000,3 +1000,18 @@ gpu.module @k {
     llvm.return %r : vector<64xf32>
   }
 }
+
+// -----
+
+// acc_scale_add over the MFMA fragment: a lane's 16 elements of an N tile lie in 16 rows (8 (i / 4) + i % 4 +
+// 4 (lane / 32)), the same in every tile: 16 scale loads for n = 32.
+// CHECK-LABEL: llvm.func @acc_scale_add
+// CHECK-COUNT-16: llvm.load %{{.*}} {alignment = 4 : i64} : !llvm.ptr<1> -> f32
+// CHECK-NOT: llvm.load
+// CHECK: llvm.return
+gpu.module @k {
+  llvm.func @acc_scale_add(%acc: vector<16xf32>, %p: vector<16xf32>, %s: !llvm.ptr<1>, %ld: i32, %rv: i32, %f: f32) -> vector<16xf32> {
+    %r = megamoe.acc_scale_add %acc, %p, %s[%ld] rows_valid %rv factor %f {m = 64, n = 32, threads = 128} : vector<16xf32>, !llvm.ptr<1>
+    llvm.return %r : vector<16xf32>
+  }
+}
