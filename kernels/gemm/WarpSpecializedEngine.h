@@ -12,6 +12,7 @@
 #include "kernels/Kernels.h"
 #include "kernels/gemm/Operands.h"
 #include "kernels/gemm/PairMailbox.h"
+#include "megamoe/Target/TargetLimits.h"
 #include "kernels/gemm/SplitTail.h"
 #include "kernels/gemm/TileScheduler.h"
 
@@ -89,7 +90,7 @@ struct WarpSpecializedEngine {
     int64_t bytes = 1024 + 16 * 8 + kHandover * kFields * 4 + 64 * (c.n + 8) * 2;
     if (pairs) bytes += PairMailbox::kSharedBytes;
     for (int64_t n : tables) bytes += (n + 3) / 4 * 16;
-    return bytes + 4 * (c.m + c.n) * c.k * 2 <= 227 * 1024 ? 4 : 3;
+    return bytes + 4 * (c.m + c.n) * c.k * 2 <= kSm90aLimits.sharedBytesPerBlock ? 4 : 3;
   }
 
   // The staging tile holds one warpgroup's 64 rows (allocateRings(..., 64)): the MMA warpgroups run their own K

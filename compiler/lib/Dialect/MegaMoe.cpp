@@ -1,5 +1,6 @@
 // megamoe dialect registration and op verifiers: one diagnostic per violated rule (tests/lit/Dialect/invalid.mlir).
 #include "megamoe/Dialect/MegaMoe.h"
+#include "megamoe/Target/TargetLimits.h"
 
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/DialectImplementation.h"
@@ -41,8 +42,8 @@ static LogicalResult verifyBlockThreads(Operation* op, int64_t threads, int64_t 
   return success();
 }
 
-// The largest shared-memory tile either target can hold (sm_90a: 227 KB per block; gfx950: 160 KB).
-static constexpr int64_t kMaxSharedTileBytes = 227 * 1024;
+// The largest shared-memory tile either target can hold (megamoe/Target/TargetLimits.h).
+static constexpr int64_t kMaxSharedTileBytes = kMaxSharedBytesAnyTarget;
 
 static LogicalResult verifyElemType(Operation* op, Type elem) {
   if (!elem.isBF16() && !elem.isF16() && !elem.isF32())

@@ -34,6 +34,7 @@
 #include "megamoe/Dialect/Registration.h"
 #include "megamoe/GeneratorHash.h"
 #include "megamoe/Target/Pipeline.h"
+#include "megamoe/Target/TargetLimits.h"
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/Diagnostics.h"
@@ -410,17 +411,25 @@ void checkBudgets(const TargetOptions& options, CompiledKernel& k) {
   if (options.arch() == Arch::sm_90a) {
     if (f.spillBytes) fail("register spills: " + std::to_string(f.spillBytes) + " bytes (budget 0)");
     if (f.scratchBytes) fail("stack frame: " + std::to_string(f.scratchBytes) + " bytes (budget 0)");
-    if (f.registers > 255) fail("registers per thread: " + std::to_string(f.registers) + " (limit 255)");
-    if (f.registers * k.blockThreads > 65536) fail("registers per block exceed the 64K register file");
-    if (f.sharedBytes + k.dynamicSharedBytes > 227 * 1024) fail("shared memory over 227 KB per block");
+    const TargetLimits& limits = kSm90aLimits;
+    if (f.registers > limits.registersPerThread)
+      fail("registers per thread: " + std::to_string(f.registers) + " (limit " +
+           std::to_string(limits.registersPerThread) + ")");
+    if (f.registers * k.blockThreads > limits.registersPerBlock) fail("registers per block exceed the 64K register file");
+    if (f.sharedBytes + k.dynamicSharedBytes > limits.sharedBytesPerBlock)
+      fail("shared memory over " + std::to_string(limits.sharedBytesPerBlock / 1024) + " KB per block");
     // Serialized, each wgmma waits for the one before it, in every loop of the kernel: measured 7% slower on whole
     // tiles (bench/results/2026-12-01-h200-half-tiles).
     if (!f.wgmmaSerialized.empty()) fail("ptxas serialized the wgmma pipeline: " + f.wgmmaSerialized);
   } else {
     if (f.scratchBytes) fail("scratch: " + std::to_string(f.scratchBytes) + " bytes (budget 0)");
     if (f.registers < 0) fail("no .vgpr_count in the code-object metadata");
-    if (f.registers + f.agprs > 512) fail("VGPR + AGPR = " + std::to_string(f.registers + f.agprs) + " (limit 512)");
-    if (f.sharedBytes + k.dynamicSharedBytes > 160 * 1024) fail("LDS over 160 KB per work-group");
+    const TargetLimits& limits = kGfx950Limits;
+    if (f.registers + f.agprs > limits.registersPerThread)
+      fail("VGPR + AGPR = " + std::to_string(f.registers + f.agprs) + " (limit " +
+           std::to_string(limits.registersPerThread) + ")");
+    if (f.sharedBytes + k.dynamicSharedBytes > limits.sharedBytesPerBlock)
+      fail("LDS over " + std::to_string(limits.sharedBytesPerBlock / 1024) + " KB per work-group");
   }
   if (f.expectsMma && f.mmaInstructions == 0) fail("the kernel uses an MMA tile but no " + f.mmaMnemonic + " was emitted");
   if (!f.expectsMma && f.mmaInstructions) fail("unexpected " + f.mmaMnemonic + " in a kernel without an MMA tile");
