@@ -33,6 +33,7 @@
 #include "megamoe/Dialect/MegaMoe.h"
 #include "megamoe/Dialect/Registration.h"
 #include "megamoe/GeneratorHash.h"
+#include "megamoe/Target/MmaAtoms.h"
 #include "megamoe/Target/Pipeline.h"
 #include "megamoe/Target/TargetLimits.h"
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
@@ -396,7 +397,7 @@ void readGfx950Facts(const std::string& asmText, StaticFacts& f) {
   f.scratchBytes = firstInt(asmText, R"(\.private_segment_fixed_size:\s+(\d+))", 0);
   f.sharedBytes = firstInt(asmText, R"(\.group_segment_fixed_size:\s+(\d+))", 0);
   // bf16 kernels' MFMA, else the FP8 one (a kernel multiplies one or the other).
-  for (const char* mnemonic : {"v_mfma_f32_32x32x16_bf16", "v_mfma_f32_32x32x16_fp8_fp8"}) {
+  for (const char* mnemonic : {atoms::Mfma32x32x16Bf16::kIsa, atoms::Mfma32x32x16Fp8::kIsa}) {
     f.mmaMnemonic = mnemonic;
     f.mmaInstructions = countOccurrences(asmText, f.mmaMnemonic);
     if (f.mmaInstructions) break;
