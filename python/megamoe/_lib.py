@@ -33,7 +33,6 @@ MAX_RANKS = 8             # MEGAMOE_MAX_RANKS
 # The options text megamoe-cache generates each target's kernels with (runtime/src/KernelLoader.cpp
 # defaultTargetOptions); a backend's kernels are of one target.
 TARGET_OF_BACKEND = {"cuda": "sm_90a", "hip": "gfx950"}
-TARGET_OPTIONS = {"sm_90a": "target=sm_90a;O=3;ptx=80", "gfx950": "target=gfx950;O=3;abi=500"}
 
 
 class MegamoeError(RuntimeError):
@@ -354,8 +353,7 @@ class Runtime:
         key_id = (name, tuple(spec))
         if key_id not in self.kernels:
             entries = (Spec * max(len(spec), 1))(*[Spec(k.encode(), v) for k, v in spec])
-            key = Key(name.encode(), entries, len(spec), self.target.encode(),
-                      TARGET_OPTIONS.get(self.target, "").encode(), None)
+            key = Key(name.encode(), entries, len(spec), self.target.encode(), None, None)  # options: the target's
             hint = hint or generate_command(name, spec, self.target)
             k = ctypes.c_void_p()
             self.lib.call("megamoe_kernel_load", self.handle, ctypes.byref(key), hint.encode(), ctypes.byref(k))

@@ -265,7 +265,10 @@ int megamoe_kernel_load(megamoe_runtime* runtime, const megamoe_kernel_key* key,
       k.spec.emplace_back(key->spec[i].name, key->spec[i].value);
     }
     k.target = orEmpty(key->target);
-    k.options = orEmpty(key->options);
+    // NULL: the options megamoe-cache generates the target with, so that no caller keeps a copy of them.
+    k.options = key->options ? std::string(key->options)
+                             : megamoe::defaultTargetOptions(k.target.empty() ? runtime->runtime->device()->target()
+                                                                              : k.target);
     k.fingerprint = orEmpty(key->fingerprint);
     auto kernel = std::make_unique<megamoe_kernel>();
     kernel->kernel = runtime->runtime->loadKernel(k, orEmpty(generate_hint));

@@ -69,7 +69,7 @@ typedef struct megamoe_kernel_key {
   const megamoe_spec_entry* spec; /* compile-time constants in the kernel's declared order; may be NULL if count 0 */
   size_t spec_count;
   const char* target;      /* "sm_90a" | "gfx950"; NULL or "" = the device's */
-  const char* options;     /* canonical options text; NULL = "" */
+  const char* options;     /* canonical options text; NULL = the target's defaults (megamoe-cache's) */
   const char* fingerprint; /* NULL or "" = newest entry of any compiler fingerprint */
 } megamoe_kernel_key;
 

@@ -148,10 +148,13 @@ TEST_F(CApiOnFakeHip, GroupDigestTellsRanksHandedAnotherGroupsHandle) {
 TEST_F(CApiOnFakeHip, LaunchRefusesNullParams) {
   megamoe_kernel_key key{};
   key.kernel = "epoch_advance";
-  const std::string options = defaultTargetOptions("gfx950");
-  key.options = options.c_str();
   megamoe_kernel* kernel = nullptr;
+  // options NULL: the target's defaults, those megamoe-cache stores the entry with (no copy in the caller).
   ASSERT_EQ(megamoe_kernel_load(runtime, &key, nullptr, &kernel), MEGAMOE_OK) << megamoe_last_error();
+  const std::string wrong = "target=gfx950;O=2";
+  key.options = wrong.c_str();
+  megamoe_kernel* other = nullptr;
+  EXPECT_EQ(megamoe_kernel_load(runtime, &key, nullptr, &other), MEGAMOE_ERROR_KERNEL_NOT_FOUND);
   megamoe_launch_dims dims{};
   dims.grid[0] = dims.grid[1] = dims.grid[2] = 1;
   dims.block[0] = 256;
