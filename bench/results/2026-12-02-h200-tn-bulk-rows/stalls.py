@@ -3,7 +3,8 @@
 --csv): each MMA warpgroup's samples split into its ring-slot waits (the K loop's mbarrier spin), its waits for its
 own wgmma groups (WARPGROUP.DEPBAR), staging stores, global stores and the rest, as shares of its own samples.
 Usage: stalls.py SASS.csv [...] (e.g. sass-diag.csv from stalls3.tgz here, sass-smc.csv from
-../2026-12-02-h200-stmatrix-staging/sm2.tgz, sass-k32.csv from ../2026-12-02-h200-tn-k32/k32s.tgz)."""
+../2026-12-02-h200-stmatrix-staging/sm2.tgz, sass-k32.csv from ../2026-12-02-h200-tn-k32/k32s.tgz; the archives are
+on branch lab-notebook: git show lab-notebook:bench/results/2026-12-02-h200-tn-bulk-rows/stalls3.tgz > stalls3.tgz)."""
 import csv
 import sys
 

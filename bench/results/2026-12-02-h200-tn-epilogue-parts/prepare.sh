@@ -8,8 +8,10 @@ cd "$(git rev-parse --show-toplevel)"
 d=bench/results/2026-12-02-h200-tn-epilogue-parts
 [ -z "$(git status --porcelain --untracked-files=no)" ] || { echo "prepare.sh: commit or stash first" >&2; exit 2; }
 bash bench/results/2026-12-02-h200-tn-steps/prepare.sh
-git apply $d/change.diff
-trap 'git apply -R '$d'/change.diff; cmake --build build --target megamoe-cache >/dev/null' EXIT
+p=$(mktemp)  # change.diff is on branch lab-notebook (main at 4f6a656; bench/results/INDEX.md)
+git show lab-notebook:$d/change.diff > $p 2>/dev/null || git show 4f6a656:$d/change.diff > $p
+git apply $p
+trap 'git apply -R '$p'; rm -f '$p'; cmake --build build --target megamoe-cache >/dev/null' EXIT
 cmake --build build --target megamoe-cache >/dev/null
 for v in ${PROBES:-1 2 3 4 8 16 32}; do
   rm -rf .carry/p$v && cp -r .carry/diag .carry/p$v
