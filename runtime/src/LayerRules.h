@@ -20,7 +20,6 @@ inline constexpr int64_t kBf16 = 2;
 inline constexpr int32_t kPrologueBlocks = 16;
 inline int64_t prologueScratchBytes(int64_t experts) { return abi::prologueScratchBytes(kPrologueBlocks, experts); }
 
-// Rows of the receive pool: every rank may send every pick to one owner.
 // Rows of the receive pool: every rank may send every pick to one owner, unless the receive capacity is smaller.
 inline int64_t poolRows(const MoeLayerConfig& c, int ranks) {
   const int64_t worst = int64_t(ranks) * c.maxTokens * c.topk;
