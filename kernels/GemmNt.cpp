@@ -6,6 +6,25 @@
 namespace megamoe::kernels {
 using namespace dsl;
 
+namespace {
+// The block's tile of the one-expert GEMMs: rows [m0, m0 + BLOCK_M) of A and C (the block returns when m0 >= m),
+// columns [n0, n0 + BLOCK_N) of C, and the two K-major shared tiles of one stage.
+struct OneTile {
+  I32 m0, n0, rowsValid;
+  SharedTile a, b;
+};
+template <typename S>
+OneTile oneTile(Kernel& k, const I32& m, Elem e) {
+  I32 m0 = k.blockIdx(1) * S::kBlockM;
+  k.returnIf(m0 >= m);
+  I32 n0 = k.blockIdx(0) * S::kBlockN;
+  I32 rowsValid = m - m0;
+  SharedTile a = k.sharedTile("tile_a", e, S::kBlockM, S::kBlockK, Layout::k128B);
+  SharedTile b = k.sharedTile("tile_b", e, S::kBlockN, S::kBlockK, Layout::k128B);
+  return {m0, n0, rowsValid, a, b};
+}
+}  // namespace
+
 mlir::OwningOpRef<mlir::ModuleOp> buildGemmNt(mlir::MLIRContext& ctx, const GemmNtSpec& s) {
   using S = GemmNtSpec;
   Kernel k(ctx, S::kName, S::kBlockThreads);
@@ -14,12 +33,9 @@ mlir::OwningOpRef<mlir::ModuleOp> buildGemmNt(mlir::MLIRContext& ctx, const Gemm
   GlobalPtr c = k.ptr("c", Elem::bf16);  // [M, N]
   I32 m = k.i32Arg("m");
 
-  I32 m0 = k.blockIdx(1) * S::kBlockM;
-  k.returnIf(m0 >= m);
-  I32 n0 = k.blockIdx(0) * S::kBlockN;
-  I32 rowsValid = m - m0;
-  SharedTile tileA = k.sharedTile("tile_a", Elem::bf16, S::kBlockM, S::kBlockK, Layout::k128B);
-  SharedTile tileB = k.sharedTile("tile_b", Elem::bf16, S::kBlockN, S::kBlockK, Layout::k128B);
+  const OneTile t = oneTile<S>(k, m, Elem::bf16);
+  const I32 &m0 = t.m0, &n0 = t.n0, &rowsValid = t.rowsValid;
+  const SharedTile &tileA = t.a, &tileB = t.b;
   I32 ldk = k.i32(s.k);
   GlobalPtr aRows = a + k.widen(m0) * s.k;
   GlobalPtr bRows = b + k.widen(n0) * s.k;
@@ -49,12 +65,9 @@ mlir::OwningOpRef<mlir::ModuleOp> buildGemmNtFp8(mlir::MLIRContext& ctx, const G
   GlobalPtr c = k.ptr("c", Elem::bf16);            // [M, N]
   I32 m = k.i32Arg("m");
 
-  I32 m0 = k.blockIdx(1) * S::kBlockM;
-  k.returnIf(m0 >= m);
-  I32 n0 = k.blockIdx(0) * S::kBlockN;
-  I32 rowsValid = m - m0;
-  SharedTile tileA = k.sharedTile("tile_a", Elem::e4m3, S::kBlockM, S::kBlockK, Layout::k128B);
-  SharedTile tileB = k.sharedTile("tile_b", Elem::e4m3, S::kBlockN, S::kBlockK, Layout::k128B);
+  const OneTile t = oneTile<S>(k, m, Elem::e4m3);
+  const I32 &m0 = t.m0, &n0 = t.n0, &rowsValid = t.rowsValid;
+  const SharedTile &tileA = t.a, &tileB = t.b;
   const int64_t kBlocks = s.k / S::kScaleBlock;
   I32 ldk = k.i32(s.k);
   GlobalPtr aRows = a + k.widen(m0) * s.k;
