@@ -10,6 +10,7 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "GpuTestSupport.h"
@@ -195,6 +196,56 @@ struct GemmCase {
   bool time;
 };
 
+// The one-expert GEMMs' launch: a block per 64 x 128 tile of C [M, N].
+LaunchDims gemmDims(int64_t n, int64_t m) {
+  LaunchDims dims;
+  dims.grid = {static_cast<uint32_t>(n / kGemmBlockN), static_cast<uint32_t>((m + kGemmBlockM - 1) / kGemmBlockM), 1};
+  dims.block.x = static_cast<uint32_t>(kGemmBlockThreads);
+  return dims;
+}
+// Rows of C allocated for M rows: a whole spare tile of rows past M, which the kernel must leave at the sentinel.
+int64_t gemmRowsAllocated(int64_t m) { return ((m + kGemmBlockM - 1) / kGemmBlockM + 1) * kGemmBlockM; }
+
+// Counts (and expects none of) C's elements of rows < M left at the sentinel and of rows >= M written.
+std::pair<size_t, size_t> expectOnlyRowsBelowMWritten(const std::vector<uint16_t>& c, int64_t m, int64_t n) {
+  size_t unwritten = 0, pastM = 0;
+  for (int64_t i = 0; i < m * n; ++i) unwritten += c[size_t(i)] == kSentinel;
+  for (int64_t i = m * n; i < gemmRowsAllocated(m) * n; ++i) pastM += c[size_t(i)] != kSentinel;
+  EXPECT_EQ(unwritten, 0u) << "outputs of rows < M left at the sentinel";
+  EXPECT_EQ(pastM, 0u) << "elements written in rows >= M";
+  return {unwritten, pastM};
+}
+
+// Every row (checkRows 0) or that many random ones.
+std::vector<int64_t> rowsToCheck(int64_t m, int checkRows, std::mt19937& rng) {
+  std::vector<int64_t> all(static_cast<size_t>(m));
+  for (int64_t r = 0; r < m; ++r) all[size_t(r)] = r;
+  if (checkRows == 0) return all;
+  std::shuffle(all.begin(), all.end(), rng);
+  all.resize(size_t(std::min<int64_t>(checkRows, m)));
+  return all;
+}
+
+// " median_ms=... tflops=..." of 10 timed launches after 3 warm-up ones, for a GEMM of `flops`.
+std::string timeGemm(Gpu& gpu, const Kernel& kernel, const LaunchDims& dims, KernelArgs& args, double flops) {
+  EventHandle start = gpu.device().createEvent(), end = gpu.device().createEvent();
+  for (int i = 0; i < 3; ++i) gpu.runtime->launch(kernel, dims, gpu.stream, args);
+  std::vector<float> ms;
+  for (int i = 0; i < 10; ++i) {
+    gpu.device().recordEvent(start, gpu.stream);
+    gpu.runtime->launch(kernel, dims, gpu.stream, args);
+    gpu.device().recordEvent(end, gpu.stream);
+    gpu.device().synchronizeEvent(end);
+    ms.push_back(gpu.device().elapsedMilliseconds(start, end));
+  }
+  gpu.device().destroyEvent(start);
+  gpu.device().destroyEvent(end);
+  const float median = medianMs(ms);
+  char text[128];
+  std::snprintf(text, sizeof text, " median_ms=%.4f tflops=%.1f", median, flops / (median * 1e-3) / 1e12);
+  return text;
+}
+
 void runGemm(Gpu& gpu, const GemmCase& c) {
   std::mt19937 rng = testRng();
   const int64_t n = c.n, k = c.k, m = c.m;
@@ -206,15 +257,11 @@ void runGemm(Gpu& gpu, const GemmCase& c) {
   Buffer aDev(gpu.device(), a.size() * 2), bDev(gpu.device(), b.size() * 2);
   aDev.upload(a);
   bDev.upload(b);
-  const int64_t tilesM = (m + kGemmBlockM - 1) / kGemmBlockM;
-  const int64_t rowsAllocated = (tilesM + 1) * kGemmBlockM;  // a whole spare tile of rows past M
-  Buffer cDev(gpu.device(), size_t(rowsAllocated * n) * 2);
+  Buffer cDev(gpu.device(), size_t(gemmRowsAllocated(m) * n) * 2);
 
   KernelArgs args("gemm_nt");
   args.ptr("a", aDev.ptr()).ptr("b", bDev.ptr()).ptr("c", cDev.ptr()).i32("m", m);
-  LaunchDims dims;
-  dims.grid = {static_cast<uint32_t>(n / kGemmBlockN), static_cast<uint32_t>(tilesM), 1};
-  dims.block.x = static_cast<uint32_t>(kGemmBlockThreads);
+  const LaunchDims dims = gemmDims(n, m);
   auto launchOnce = [&] {
     cDev.poison();
     gpu.runtime->launch(*kernel, dims, gpu.stream, args);
@@ -222,22 +269,8 @@ void runGemm(Gpu& gpu, const GemmCase& c) {
     return cDev.download<uint16_t>();
   };
   const std::vector<uint16_t> first = launchOnce();
-
-  size_t unwritten = 0, pastM = 0;
-  for (int64_t i = 0; i < m * n; ++i) unwritten += first[size_t(i)] == kSentinel;
-  for (int64_t i = m * n; i < rowsAllocated * n; ++i) pastM += first[size_t(i)] != kSentinel;
-  EXPECT_EQ(unwritten, 0u) << "outputs of rows < M left at the sentinel";
-  EXPECT_EQ(pastM, 0u) << "elements written in rows >= M";
-
-  std::vector<int64_t> rows;
-  if (c.checkRows == 0) {
-    for (int64_t r = 0; r < m; ++r) rows.push_back(r);
-  } else {
-    std::vector<int64_t> all(static_cast<size_t>(m));
-    for (int64_t r = 0; r < m; ++r) all[size_t(r)] = r;
-    std::shuffle(all.begin(), all.end(), rng);
-    rows.assign(all.begin(), all.begin() + std::min<int64_t>(c.checkRows, m));
-  }
+  const auto [unwritten, pastM] = expectOnlyRowsBelowMWritten(first, m, n);
+  const std::vector<int64_t> rows = rowsToCheck(m, c.checkRows, rng);
   std::vector<float> bf(b.size());
   for (size_t i = 0; i < b.size(); ++i) bf[i] = fromBf16(b[i]);
   std::vector<float> arow(static_cast<size_t>(k));
@@ -258,26 +291,8 @@ void runGemm(Gpu& gpu, const GemmCase& c) {
   const bool identical = first == second;
   EXPECT_TRUE(identical) << "the second launch differs bitwise from the first";
 
-  std::string timing;
-  if (c.time) {
-    EventHandle start = gpu.device().createEvent(), end = gpu.device().createEvent();
-    for (int i = 0; i < 3; ++i) gpu.runtime->launch(*kernel, dims, gpu.stream, args);
-    std::vector<float> ms;
-    for (int i = 0; i < 10; ++i) {
-      gpu.device().recordEvent(start, gpu.stream);
-      gpu.runtime->launch(*kernel, dims, gpu.stream, args);
-      gpu.device().recordEvent(end, gpu.stream);
-      gpu.device().synchronizeEvent(end);
-      ms.push_back(gpu.device().elapsedMilliseconds(start, end));
-    }
-    gpu.device().destroyEvent(start);
-    gpu.device().destroyEvent(end);
-    const float median = medianMs(ms);
-    const double tflops = 2.0 * double(m) * double(n) * double(k) / (median * 1e-3) / 1e12;
-    char text[128];
-    std::snprintf(text, sizeof text, " median_ms=%.4f tflops=%.1f", median, tflops);
-    timing = text;
-  }
+  const double flops = 2.0 * double(m) * double(n) * double(k);
+  const std::string timing = c.time ? timeGemm(gpu, *kernel, dims, args, flops) : "";
   std::printf("SUMMARY gemm_nt N=%lld K=%lld M=%lld: rel_err=%.3e over %zu rows unwritten=%zu "
               "written_past_M=%zu rerun=%s%s\n",
               (long long)n, (long long)k, (long long)m, err.relative(), rows.size(), unwritten, pastM,
@@ -345,16 +360,12 @@ void runGemmFp8(Gpu& gpu, const GemmCase& c) {
   bDev.upload(b);
   saDev.upload(sa);
   sbDev.upload(sb);
-  const int64_t tilesM = (m + kGemmBlockM - 1) / kGemmBlockM;
-  const int64_t rowsAllocated = (tilesM + 1) * kGemmBlockM;
-  Buffer cDev(gpu.device(), size_t(rowsAllocated * n) * 2);
+  Buffer cDev(gpu.device(), size_t(gemmRowsAllocated(m) * n) * 2);
 
   KernelArgs args("gemm_nt_fp8");
   args.ptr("a", aDev.ptr()).ptr("a_scales", saDev.ptr()).ptr("b", bDev.ptr()).ptr("b_scales", sbDev.ptr());
   args.ptr("c", cDev.ptr()).i32("m", m);
-  LaunchDims dims;
-  dims.grid = {static_cast<uint32_t>(n / kGemmBlockN), static_cast<uint32_t>(tilesM), 1};
-  dims.block.x = static_cast<uint32_t>(kGemmBlockThreads);
+  const LaunchDims dims = gemmDims(n, m);
   auto launchOnce = [&] {
     cDev.poison();
     gpu.runtime->launch(*kernel, dims, gpu.stream, args);
@@ -362,18 +373,8 @@ void runGemmFp8(Gpu& gpu, const GemmCase& c) {
     return cDev.download<uint16_t>();
   };
   const std::vector<uint16_t> first = launchOnce();
-  size_t unwritten = 0, pastM = 0;
-  for (int64_t i = 0; i < m * n; ++i) unwritten += first[size_t(i)] == kSentinel;
-  for (int64_t i = m * n; i < rowsAllocated * n; ++i) pastM += first[size_t(i)] != kSentinel;
-  EXPECT_EQ(unwritten, 0u) << "outputs of rows < M left at the sentinel";
-  EXPECT_EQ(pastM, 0u) << "elements written in rows >= M";
-
-  std::vector<int64_t> rows;
-  for (int64_t r = 0; r < m; ++r) rows.push_back(r);
-  if (c.checkRows) {
-    std::shuffle(rows.begin(), rows.end(), rng);
-    rows.resize(size_t(std::min<int64_t>(c.checkRows, m)));
-  }
+  const auto [unwritten, pastM] = expectOnlyRowsBelowMWritten(first, m, n);
+  const std::vector<int64_t> rows = rowsToCheck(m, c.checkRows, rng);
   std::vector<double> bd(b.size());
   for (int64_t col = 0; col < n; ++col)
     for (int64_t x = 0; x < k; ++x)
@@ -381,7 +382,8 @@ void runGemmFp8(Gpu& gpu, const GemmCase& c) {
   ErrorNorm err;
   std::vector<double> arow(static_cast<size_t>(k));
   for (int64_t r : rows) {
-    for (int64_t x = 0; x < k; ++x) arow[size_t(x)] = fromE4m3(a[size_t(r * k + x)]) * sa[size_t(r * kBlocks + x / 128)];
+    for (int64_t x = 0; x < k; ++x)
+      arow[size_t(x)] = fromE4m3(a[size_t(r * k + x)]) * sa[size_t(r * kBlocks + x / 128)];
     for (int64_t col = 0; col < n; ++col) {
       double acc = 0;
       for (int64_t x = 0; x < k; ++x) acc += arow[size_t(x)] * bd[size_t(col * k + x)];
@@ -392,26 +394,8 @@ void runGemmFp8(Gpu& gpu, const GemmCase& c) {
   const bool identical = first == launchOnce();
   EXPECT_TRUE(identical) << "the second launch differs bitwise from the first";
 
-  std::string timing;
-  if (c.time) {
-    EventHandle start = gpu.device().createEvent(), end = gpu.device().createEvent();
-    for (int i = 0; i < 3; ++i) gpu.runtime->launch(*kernel, dims, gpu.stream, args);
-    std::vector<float> ms;
-    for (int i = 0; i < 10; ++i) {
-      gpu.device().recordEvent(start, gpu.stream);
-      gpu.runtime->launch(*kernel, dims, gpu.stream, args);
-      gpu.device().recordEvent(end, gpu.stream);
-      gpu.device().synchronizeEvent(end);
-      ms.push_back(gpu.device().elapsedMilliseconds(start, end));
-    }
-    gpu.device().destroyEvent(start);
-    gpu.device().destroyEvent(end);
-    const float median = medianMs(ms);
-    char text[128];
-    std::snprintf(text, sizeof text, " median_ms=%.4f tflops=%.1f", median,
-                  2.0 * double(m) * double(n) * double(k) / (median * 1e-3) / 1e12);
-    timing = text;
-  }
+  const double flops = 2.0 * double(m) * double(n) * double(k);
+  const std::string timing = c.time ? timeGemm(gpu, *kernel, dims, args, flops) : "";
   std::printf("SUMMARY gemm_nt_fp8 N=%lld K=%lld M=%lld: rel_err=%.3e over %zu rows unwritten=%zu "
               "written_past_M=%zu rerun=%s%s\n",
               (long long)n, (long long)k, (long long)m, err.relative(), rows.size(), unwritten, pastM,
