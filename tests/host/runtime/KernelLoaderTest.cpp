@@ -106,8 +106,23 @@ TEST_F(KernelLoaderTest, MissNamesKeyDigestRootAndHint) {
   }
 }
 
-// Cache-only lookups take entries of this library's kernel generator only, never one another generator built (other kernel sources at the same ABI: e.g. a kernel from before a fix), however new;
-// with only such an entry the miss says so, unless MEGAMOE_CACHE_ANY_GENERATOR asks for it.
+// The message of the kStaleKernel that a cache-only find of swigluKey() in `root` throws; a failure naming `loaded`
+// (and "") when it loads something or throws another error.
+std::string staleMiss(const std::string& root, const std::string& loaded) {
+  try {
+    KernelLoader(root).find(swigluKey(), "the generate command");
+    ADD_FAILURE() << loaded << " was loaded";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kStaleKernel) << e.what();
+    EXPECT_NE(std::string(e.what()).find("the generate command"), std::string::npos) << e.what();
+    return e.what();
+  }
+  return "";
+}
+
+// Cache-only lookups take entries of this library's kernel generator only, never one another generator built (other
+// kernel sources at the same ABI: e.g. a kernel from before a fix), however new; with only such an entry the miss
+// says so, unless MEGAMOE_CACHE_ANY_GENERATOR asks for it.
 TEST_F(KernelLoaderTest, CacheOnlyLookupsTakeThisLibrarysGeneratorOnly) {
   const std::string other = std::string(MEGAMOE_GENERATOR_HASH) == "0123456789abcdef" ? "fedcba9876543210"
                                                                                       : "0123456789abcdef";
@@ -116,17 +131,10 @@ TEST_F(KernelLoaderTest, CacheOnlyLookupsTakeThisLibrarysGeneratorOnly) {
   ours.fingerprint = std::string("megamoe 0.1.0; LLVM 22.1.8; generator ") + MEGAMOE_GENERATOR_HASH;
   cache::KernelCache cache(dir.path());
   cache.store(foreign, test::fakeImage("FAKEHIP\nswiglu_fwd_kernel 2\n"), kMetadata);
-  try {
-    KernelLoader(dir.path()).find(swigluKey(), "the generate command");
-    FAIL() << "a kernel of another generator was loaded";
-  } catch (const Error& e) {
-    const std::string what = e.what();
-    EXPECT_EQ(e.code(), ErrorCode::kStaleKernel) << what;
-    EXPECT_NE(what.find("built by kernel generator " + other), std::string::npos) << what;
-    EXPECT_NE(what.find(std::string("this library by generator ") + MEGAMOE_GENERATOR_HASH), std::string::npos) << what;
-    EXPECT_NE(what.find("the generate command"), std::string::npos) << what;
-    EXPECT_NE(what.find("MEGAMOE_CACHE_ANY_GENERATOR=1"), std::string::npos) << what;
-  }
+  const std::string what = staleMiss(dir.path(), "a kernel of another generator");
+  EXPECT_NE(what.find("built by kernel generator " + other), std::string::npos) << what;
+  EXPECT_NE(what.find(std::string("this library by generator ") + MEGAMOE_GENERATOR_HASH), std::string::npos) << what;
+  EXPECT_NE(what.find("MEGAMOE_CACHE_ANY_GENERATOR=1"), std::string::npos) << what;
   EXPECT_EQ(KernelLoader(dir.path(), /*anyGenerator=*/true).find(swigluKey(), "").key.fingerprint, foreign.fingerprint);
   cache.store(ours, test::fakeImage("FAKEHIP\nswiglu_fwd_kernel 2\n"), kMetadata);
   cache.store(foreign, test::fakeImage("FAKEHIP\nswiglu_fwd_kernel 2\n"), kMetadata, cache::KernelCache::StoreMode::kReplace);
@@ -144,15 +152,8 @@ TEST_F(KernelLoaderTest, AnEntryNamingNoGeneratorIsForeign) {
   unnamed.fingerprint = "megamoe 0.1.0; LLVM 22.1.8";
   ASSERT_EQ(cache::generatorOf(unnamed.fingerprint), "");
   cache::KernelCache(dir.path()).store(unnamed, test::fakeImage("FAKEHIP\nswiglu_fwd_kernel 2\n"), kMetadata);
-  try {
-    KernelLoader(dir.path()).find(swigluKey(), "the generate command");
-    FAIL() << "an entry naming no generator was loaded";
-  } catch (const Error& e) {
-    const std::string what = e.what();
-    EXPECT_EQ(e.code(), ErrorCode::kStaleKernel) << what;
-    EXPECT_NE(what.find("built by a kernel generator its fingerprint does not name"), std::string::npos) << what;
-    EXPECT_NE(what.find("the generate command"), std::string::npos) << what;
-  }
+  const std::string what = staleMiss(dir.path(), "an entry naming no generator");
+  EXPECT_NE(what.find("built by a kernel generator its fingerprint does not name"), std::string::npos) << what;
   EXPECT_EQ(KernelLoader(dir.path(), /*anyGenerator=*/true).find(swigluKey(), "").key.fingerprint, unnamed.fingerprint);
 }
 
