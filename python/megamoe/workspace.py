@@ -108,11 +108,10 @@ class Workspace:
         self.runtime = _lib.Runtime(self.backend, ordinal, self.lib)
         self.layers = {}
         self.handle = None
-        # _call(): _state guards _in_flight and _closed (close() waits on it); _serial serialises the calls.
+        # _call(): _state guards _callers and _closed (close() waits on it); _serial serialises the calls.
         self._state = threading.Condition(threading.Lock())
         self._serial = threading.RLock()
-        self._in_flight = 0
-        self._callers = {}  # thread id -> calls of that thread in flight (close() from inside one would wait forever)
+        self._callers = {}  # thread id -> its calls in flight; close() waits for none, and refuses from inside one
         self._closed = False
         self.handle = self._create()
         # The layers of the workspace's own shape, made now: a compiled graph then only looks them up.
@@ -216,7 +215,6 @@ class Workspace:
         with self._state:
             if self._closed or self.handle is None:
                 raise RuntimeError("megamoe: the workspace is closed")
-            self._in_flight += 1
             me = threading.get_ident()
             self._callers[me] = self._callers.get(me, 0) + 1
         try:
@@ -227,8 +225,7 @@ class Workspace:
                 self._callers[me] -= 1
                 if not self._callers[me]:
                     del self._callers[me]
-                self._in_flight -= 1
-                if self._in_flight == 0:
+                if not self._callers:
                     self._state.notify_all()
 
     def layer(self, hidden, intermediate, experts, topk, training, topk_idx_bits=32):
@@ -301,7 +298,7 @@ class Workspace:
                 raise RuntimeError("megamoe: close() was called from inside a call on this workspace (a hook or "
                                    "callback of that call): it would wait for that call to end, forever; close it "
                                    "after the call returns")
-            while self._in_flight:
+            while self._callers:
                 state.wait()
             if self._closed or self.handle is None:
                 return
