@@ -762,7 +762,7 @@ void Kernel::mbarrierArriveExpectTx(const SharedTile& bars, const I32& i, int64_
 // atom of a tile whose atoms lie outermost (mn128BBoxes).
 static void requireBoxTile(const std::string& kernel, const char* op, const TensorMap& map, const SharedTile& tile) {
   const abi::TensorMapBox& box = map.box();
-  const abi::Elem elem = tile.elem() == Elem::bf16 ? abi::Elem::kBf16 : abi::Elem::kNone;
+  const abi::Elem elem = abiElem(tile.elem());
   const std::string declared = std::string("a ") + op + " of a declared " + std::to_string(box.cols) + " x " +
                                std::to_string(box.rows) + " " + abi::elemName(box.elem) + " " +
                                abi::swizzleName(box.swizzle) + " box with shared tile '" + tile.name() + "'";

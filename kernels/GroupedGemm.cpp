@@ -3,7 +3,8 @@
 // variants: tiles in the order of tickets drawn by the blocks); a tile's expert comes from a per-block table built
 // from the device-side group offsets, so group sizes never reach the host. The kernels run the single-role engine
 // (kernels/gemm/SingleRoleEngine.h), the `_tma` ones on sm_90a the warp-specialised engine with TMA loads
-// (kernels/gemm/WarpSpecializedEngine.h).
+// (kernels/gemm/WarpSpecializedEngine.h). grouped_gemm_nt_fp8 runs the same engines over e4m3 rings, each stage
+// promoted with its block scales (GemmOperands::multiply).
 #include "dsl/Dsl.h"
 #include "kernels/Kernels.h"
 #include "kernels/gemm/SingleRoleEngine.h"
@@ -64,6 +65,35 @@ mlir::OwningOpRef<mlir::ModuleOp> buildGroupedGemm(mlir::MLIRContext& ctx, const
   } else {
     SingleRoleEngine{gemm}.runStatic(sched, first, grid);
   }
+  return k.finish();
+}
+
+mlir::OwningOpRef<mlir::ModuleOp> buildGroupedGemmFp8(mlir::MLIRContext& ctx, const GroupedGemmSpec& s, Arch arch) {
+  using S = GroupedGemmSpec;
+  if (!s.fp8 || s.layout != S::kNT) throw std::logic_error("grouped_gemm_nt_fp8: an NT spec with fp8 set");
+  const bool tma = arch == Arch::sm_90a;
+  S::Tiles c = s.tiles(arch, tma);
+  if (c.warpSpecialized) c.stages = WarpSpecializedEngine::stagesFor(c, {s.experts + 1});
+  Kernel k(ctx, S::kFp8Name, c.threads, tma);
+  GlobalPtr a = k.ptr("a", Elem::e4m3);             // [M_total, K]
+  GlobalPtr aScales = k.ptr("a_scales", Elem::f32);  // [M_total, K / 128]
+  GlobalPtr b = k.ptr("b", Elem::e4m3);             // [E, N, K]
+  GlobalPtr bScales = k.ptr("b_scales", Elem::f32);  // [E, N / 128, K / 128]
+  GlobalPtr out = k.ptr("c", Elem::bf16);
+  GlobalPtr offsets = k.ptr("offsets", Elem::i32);
+  GlobalPtr tickets = k.ptr("tickets", Elem::i32);
+  I32 grid = k.i32Arg("grid");
+  TensorMapArgs maps = tensorMapArgs(k, s.spec());  // gfx950: the same arguments, maps unused
+  TileScheduler sched{k, s, offsets, c.m, c.n, std::nullopt, /*ticketed=*/true};
+  Rings rings = allocateRings(k, s, c, mnRingLayout(maps), c.warpSpecialized ? 64 : 0);
+  GemmOperands gemm{k, s, c, a, b, out, rings};
+  gemm.scales = GemmOperands::BlockScales{aScales, bScales};
+  SharedTile first = sharedTable(k, "tile_first", s.experts + 1);
+  I32 total = sched.buildTable(first);
+  if (c.warpSpecialized)
+    WarpSpecializedEngine::allocate(gemm, maps).runDynamic(sched, first, tickets, total, grid);
+  else
+    SingleRoleEngine{gemm}.runDynamic(sched, first, tickets, sharedTable(k, "ticket_slot", 1), total, grid);
   return k.finish();
 }
 

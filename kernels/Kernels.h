@@ -96,21 +96,30 @@ struct GroupedGemmSpec {
     // Warp-specialised (sm_90a): threads [0, mmaThreads) are the MMA warpgroups (one per 64 rows), the last
     // warpgroup only copies (the producer); ring slots pass between them on mbarriers.
     bool warpSpecialized = false;
+    // FP8 (grouped_gemm_nt_fp8): A and B are e4m3, k counts elements (one 128-byte swizzled row a stage, as bf16's
+    // 64), and each stage's MMA is promoted into the fp32 accumulator with its block scales.
+    bool e4m3 = false;
     int64_t mmaThreads() const { return m / 64 * 128; }
+    int64_t elemBytes() const { return e4m3 ? 1 : 2; }
   };
   // gfx950 keeps BN = 128: its copies into shared memory are synchronous (transposing for K x MN operands), and a
   // 128 x 256 fragment plus that copy code does not fit the 512 VGPR + AGPR budget. It has no bulk-copy engine in
   // use here either: its rows leave through the block's stores. `warpSpecialized` is an sm_90a choice (gfx950 has
   // neither mbarriers nor register hand-over between waves).
+  // FP8 tiles are 128 x 128 x 128 e4m3: each MMA warpgroup holds two 64 x 128 fp32 fragments (the running sum and
+  // the stage's partial product), which 128 x 256 would double past the register file.
   Tiles tiles(Arch arch, bool warpSpecialized = false) const {
-    bool wide = n % 256 == 0 && arch == Arch::sm_90a;
+    bool wide = n % 256 == 0 && arch == Arch::sm_90a && !fp8;
     bool ws = warpSpecialized && arch == Arch::sm_90a;
-    return {ws ? 384 : 256, 128, wide ? 256 : 128, 64, 3, arch == Arch::sm_90a, ws};
+    return {ws ? 384 : 256, 128, wide ? 256 : 128, fp8 ? kScaleBlock : 64, 3, arch == Arch::sm_90a, ws, fp8};
   }
   Layout layout;
   int64_t experts;
   int64_t n;
   int64_t kOrM;  // K for NT/NN, M for TN
+  bool fp8 = false;  // grouped_gemm_nt_fp8 (NT only)
+  static constexpr int64_t kScaleBlock = 128;  // FP8: the block scales' 128 x 128 (B) and 1 x 128 (A)
+  static constexpr const char* kFp8Name = "grouped_gemm_nt_fp8";
   static const char* name(Layout l) {
     return l == kNT ? "grouped_gemm_nt" : l == kNN ? "grouped_gemm_nn" : "grouped_gemm_tn";
   }
@@ -119,7 +128,7 @@ struct GroupedGemmSpec {
     return l == kNT ? "grouped_gemm_nt_tma" : l == kNN ? "grouped_gemm_nn_tma" : "grouped_gemm_tn_tma";
   }
   KernelSpec spec() const {
-    return {name(layout), {{"E", experts}, {"N", n}, {layout == kTN ? "M" : "K", kOrM}}};
+    return {fp8 ? kFp8Name : name(layout), {{"E", experts}, {"N", n}, {layout == kTN ? "M" : "K", kOrM}}};
   }
   KernelSpec tmaSpec(int64_t pairs = 0) const {
     KernelSpec s = spec();
@@ -139,7 +148,7 @@ struct GroupedGemmSpec {
 // mapA, mapB. On sm_90a NT / NN the last round's tiles, which would leave most blocks idle, run split over K in up
 // to max_split parts (at most 255; 0 or 1: never; kernels/gemm/SplitTail.h); TN and gfx950
 // ignore both (split may then be 0). On sm_90a the maps are CUtensorMaps (bf16, 128-byte swizzle, zero fill;
-// Device::encodeTensorMapBf16) and the kernel is warp-specialised with TMA loads. gfx950 builds the single-role
+// Device::encodeTensorMap) and the kernel is warp-specialised with TMA loads. gfx950 builds the single-role
 // kernel and ignores the maps (any pointer):
 //   mapA, NT / NN: A [rows, K]: dims {K, rows}, row stride K * 2 bytes, box {64, 128};
 //   mapB, NT: B [E * N, K]: dims {K, E * N}, row stride K * 2, box {64, 128};
@@ -154,6 +163,19 @@ struct GroupedGemmSpec {
 mlir::OwningOpRef<mlir::ModuleOp> buildGroupedGemm(mlir::MLIRContext& ctx, const GroupedGemmSpec& s, Arch arch,
                                                    bool warpSpecialized = false, bool tensorMaps = false,
                                                    bool pairs = false);
+
+// grouped_gemm_nt_fp8: C [M_total, N] (bf16) = dequant(A) * dequant(B[e])^T over the group offsets of the grouped
+// GEMMs above (i32 [E + 1] row starts), with fp32 accumulation promoted every 128 K:
+//   A [M_total, K] e4m3 with per-token scales a_scales f32 [M_total, K / 128] (1 x 128 blocks),
+//   B [E, N, K] e4m3 with block scales b_scales f32 [E, N / 128, K / 128] (128 x 128 blocks),
+// C[r, n] = sum over K blocks kb of a_scales[r, kb] * b_scales[e, n / 128, kb] * (A[r, kb] . B[e][n, kb]) (each
+// block's 128-K dot product exact in fp32 before its scales multiply it). N and K multiples of 128.
+// Args: a, a_scales, b, b_scales, c, offsets, tickets (i32 [2], zero before the first launch, left zero), grid,
+// map_a (A [M_total, K] as bytes: dims {K, rows}, row stride K, box {128, 128}), map_b (B [E * N, K] likewise).
+// sm_90a: 128 x 128 tiles on the warp-specialised engine with TMA loads, each stage's wgmma (m64n128k32 e4m3)
+// completed before its promotion; gfx950: the single-role engine over the same arguments (maps unused).
+// Rows of C outside the groups are never written.
+mlir::OwningOpRef<mlir::ModuleOp> buildGroupedGemmFp8(mlir::MLIRContext& ctx, const GroupedGemmSpec& s, Arch arch);
 
 // dispatch_prologue: the routing tables of one layer call, on the device, from topk_idx (first step of the fused
 // dispatch). Several blocks per rank (they meet once on a grid barrier). Counts the picks per expert (entries of -1
@@ -364,5 +386,9 @@ std::string validateShape(const ModelShape& shape, int64_t ranks);
 // compiler/abi/LayerKernels.h's lists (what the runtime loads) over training, dedup and int64 topk_idx, without a
 // clamp (deduplicated, stable order).
 std::vector<KernelSpec> layerKernels(const ModelShape& shape, int64_t ranks);
+// The FP8 grouped GEMMs (grouped_gemm_nt_fp8) at this shape's L1 ([E/R, 2I, H]) and L2 ([E/R, H, I]) at `ranks`
+// ranks: what `megamoe-cache generate --dtype fp8` builds (there is no FP8 layer yet). Throws std::invalid_argument
+// naming the rule a shape breaks (validateShape's, or H and I below 256).
+std::vector<KernelSpec> fp8GemmKernels(const ModelShape& shape, int64_t ranks);
 
 }  // namespace megamoe::kernels

@@ -134,6 +134,25 @@ const std::vector<KernelInfo>& registry() {
       groupedGemmInfo(GroupedGemmSpec::kNT, /*tensorMaps=*/true),
       groupedGemmInfo(GroupedGemmSpec::kNN, /*tensorMaps=*/true),
       groupedGemmInfo(GroupedGemmSpec::kTN, /*tensorMaps=*/true),
+      {GroupedGemmSpec::kFp8Name,
+       "grouped FP8 e4m3 GEMM C = A B[e]^T with per-token (A) and 128 x 128 (B) block scales promoted per 128 K "
+       "(warp-specialised with TMA loads on sm_90a)",
+       [](const KernelSpec& s) {
+         using S = GroupedGemmSpec;
+         std::string e = s.get("E") > 0 && s.get("E") <= 1024
+                             ? ""
+                             : "E=" + std::to_string(s.get("E")) + " must be 1..1024 (the shared tile table)";
+         if (e.empty()) e = positiveMultiple("N", s.get("N"), S::kScaleBlock, "BLOCK_N, one scale block");
+         if (e.empty()) e = positiveMultiple("K", s.get("K"), S::kScaleBlock, "one 128-wide scale block per stage");
+         if (e.empty() && s.get("K") < 2 * S::kScaleBlock)
+           e = "K=" + std::to_string(s.get("K")) + " must be >= 256 (the ring's prologue: two stages)";
+         return e;
+       },
+       [](mlir::MLIRContext& ctx, const KernelSpec& s, Arch arch) {
+         GroupedGemmSpec g{GroupedGemmSpec::kNT, s.get("E"), s.get("N"), s.get("K")};
+         g.fp8 = true;
+         return buildGroupedGemmFp8(ctx, g, arch);
+       }},
       {DispatchPrologueSpec::kName,
        "routing tables on the device: per-expert counts all-gathered, pool offsets, each pick's pool row",
        [](const KernelSpec& s) {
@@ -280,6 +299,18 @@ std::vector<KernelSpec> layerKernels(const ModelShape& s, int64_t ranks) {
           }))
         out.push_back(std::move(spec));
     }
+  }
+  return out;
+}
+
+std::vector<KernelSpec> fp8GemmKernels(const ModelShape& s, int64_t ranks) {
+  if (std::string e = validateShape(s, ranks); !e.empty()) throw std::invalid_argument(s.name + ": " + e);
+  std::vector<KernelSpec> out;
+  for (auto [n, k] : {std::pair{2 * s.intermediate, s.hidden}, std::pair{s.hidden, s.intermediate}}) {
+    KernelSpec spec{GroupedGemmSpec::kFp8Name, {{"E", s.experts / ranks}, {"N", n}, {"K", k}}};
+    if (std::string e = find(spec.kernel)->validate(spec); !e.empty())
+      throw std::invalid_argument(s.name + " in FP8: " + e);
+    out.push_back(std::move(spec));
   }
   return out;
 }

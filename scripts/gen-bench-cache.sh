@@ -27,6 +27,11 @@ gen grouped_gemm_nn E=16,N=512,K=1024
 gen grouped_gemm_tn E=16,N=512,M=1024
 gen grouped_gemm_nt E=128,N=3072,K=4096
 gen grouped_gemm_nt E=8,N=28672,K=4096
+# megamoe-bench gemm --dtype fp8 (FP8_CASES): the FP8 grouped GEMM at the NT cases' shapes; their bf16 anchors above.
+for s in E=128,N=4096,K=7168 E=128,N=7168,K=2048 E=32,N=4096,K=7168 E=128,N=3072,K=4096 E=8,N=28672,K=4096 \
+         E=8,N=256,K=512 E=16,N=512,K=1024; do
+  gen grouped_gemm_nt_fp8 "$s"
+done
 # megamoe-bench layer [--backward]: the DeepSeek-V3 EP2 layer's forward and backward kernels.
 gen dispatch_prologue E=256,topk=8,ranks=2
 # layout,save_h,dedup (megamoe-bench layer --dedup runs the forward both ways)

@@ -24,6 +24,10 @@ kernels=(
   "gemm_nt N=7168,K=2048"   # L2: [M, I] x [H, I]^T
   "gemm_nt_fp8 N=256,K=128"    # FP8 e4m3 with 128 x 128 block scales
   "gemm_nt_fp8 N=4096,K=7168"  # L1 in FP8
+  "grouped_gemm_nt_fp8 E=8,N=256,K=512"      # FP8 grouped GEMM on ragged groups
+  "grouped_gemm_nt_fp8 E=8,N=384,K=256"      # an odd n-tile count, K of two blocks
+  "grouped_gemm_nt_fp8 E=32,N=4096,K=7168"   # DeepSeek-V3 L1 at EP8 in FP8
+  "grouped_gemm_nt_fp8 E=32,N=7168,K=2048"   # L2
   "grouped_gemm_nt_tma E=8,N=512,K=256,pairs=0"   # the TMA variants on ragged groups
   "grouped_gemm_nn_tma E=8,N=512,K=256,pairs=0"
   "grouped_gemm_nt_tma E=8,N=512,K=1024,pairs=0"  # a split-K tail after whole rounds

@@ -21,6 +21,10 @@ ArgDecl i32(std::string_view n) { return {n, ArgKind::kI32}; }
 ArgDecl map(std::string_view n, int64_t rows, std::vector<BoxWhen> when = {}) {
   return {n, ArgKind::kTensorMap, Elem::kNone, {Elem::kBf16, 64, rows, Swizzle::k128B}, std::move(when)};
 }
+// A tensor map over an e4m3 matrix loaded in boxes of 128 columns (one 128-byte swizzled row) x `rows`.
+ArgDecl mapE4m3(std::string_view n, int64_t rows) {
+  return {n, ArgKind::kTensorMap, Elem::kNone, {Elem::kE4m3, 128, rows, Swizzle::k128B}, {}};
+}
 
 std::vector<KernelDecl> declarations() {
   const ArgDecl ctx{"ctx", ArgKind::kContext};
@@ -44,6 +48,11 @@ std::vector<KernelDecl> declarations() {
       {"grouped_gemm_nt_tma", {"E", "N", "K", "pairs"}, groupedTma(128, 128), GridRule::kResidentPairs},
       {"grouped_gemm_nn_tma", {"E", "N", "K", "pairs"}, groupedTma(128, 64), GridRule::kResidentPairs},
       {"grouped_gemm_tn_tma", {"E", "N", "M", "pairs"}, groupedTma(64, 64, true), GridRule::kResident},
+      {"grouped_gemm_nt_fp8",
+       {"E", "N", "K"},
+       {e4m3("a"), f32("a_scales"), e4m3("b"), f32("b_scales"), bf16("c"), i32p("offsets"), i32p("tickets"),
+        i32("grid"), mapE4m3("map_a", 128), mapE4m3("map_b", 128)},
+       GridRule::kResident},
       {"dispatch_prologue",
        {"E", "topk", "ranks"},
        {ctx, i32p("topk_idx"), i32("tokens"), i32p("counts"), i64p("flags"), i32p("send_slot"),

@@ -11,7 +11,7 @@
 namespace megamoe::kernels {
 
 // The shared-memory buffers of the main loop and the epilogue, in every kernel that runs a GEMM engine. The rings'
-// layouts are what their copies write and the MMA reads: K-major [MN][64] rings in k128B; MN-major [64][MN] ones in
+// layouts are what their copies write and the MMA reads: K-major [MN][64] rings (FP8: [MN][128]) in k128B; MN-major [64][MN] ones in
 // mn128B (tile copies), or mn128BBoxes where TMA boxes fill them. The staging tile is rowMajor.
 struct Rings {
   dsl::SharedTile a, b, staging;
@@ -23,10 +23,11 @@ inline Rings allocateRings(dsl::Kernel& k, const GroupedGemmSpec& s, const Group
                            int64_t stagingRows = 0, bool stagingBoxes = false) {
   using namespace dsl;
   bool tn = s.layout == GroupedGemmSpec::kTN, nt = s.layout == GroupedGemmSpec::kNT;
-  SharedTile a = tn ? k.dynamicSharedTile("ring_a", Elem::bf16, c.k, c.m, c.stages, mn)
-                    : k.dynamicSharedTile("ring_a", Elem::bf16, c.m, c.k, c.stages, Layout::k128B);
-  SharedTile b = nt ? k.dynamicSharedTile("ring_b", Elem::bf16, c.n, c.k, c.stages, Layout::k128B)
-                    : k.dynamicSharedTile("ring_b", Elem::bf16, c.k, c.n, c.stages, mn);
+  const Elem e = c.e4m3 ? Elem::e4m3 : Elem::bf16;  // (FP8 is NT only: its rings are K-major)
+  SharedTile a = tn ? k.dynamicSharedTile("ring_a", e, c.k, c.m, c.stages, mn)
+                    : k.dynamicSharedTile("ring_a", e, c.m, c.k, c.stages, Layout::k128B);
+  SharedTile b = nt ? k.dynamicSharedTile("ring_b", e, c.n, c.k, c.stages, Layout::k128B)
+                    : k.dynamicSharedTile("ring_b", e, c.k, c.n, c.stages, mn);
   // Staging rows padded by 8 elements (16 bytes): the 8 rows a warp's fragment store touches fall in distinct banks
   // (in TMA's boxes the swizzle spreads them).
   const int64_t rows = stagingRows ? stagingRows : c.m;

@@ -57,8 +57,8 @@ struct SingleRoleEngine {
     Acc acc = k.forRange(k.i32(0), steps, k.i32(1), k.block().zeroAcc(c.m, c.n), [&](I32 kt, Acc acc) {
       k.asyncWait(c.stages - 2);  // stage kt has landed (for this thread) ...
       k.block().sync();           // ... and for every thread
-      Acc nextAcc = k.block().mma(acc, gemm.rings.a.stage(slotOf(base, kt)), gemm.rings.b.stage(slotOf(base, kt)),
-                                  /*pending=*/1);
+      Acc nextAcc = gemm.multiply(k.block(), acc, gemm.rings.a.stage(slotOf(base, kt)),
+                                  gemm.rings.b.stage(slotOf(base, kt)), p, kt, /*pending=*/1);
       // The MMA of stage kt - 1 has finished in every warpgroup: its slot can be refilled.
       k.block().sync();
       I32 fill = kt + (c.stages - 1);

@@ -90,7 +90,7 @@ struct WarpSpecializedEngine {
     int64_t bytes = 1024 + 16 * 8 + kHandover * kFields * 4 + 64 * (c.n + 8) * 2;
     if (pairs) bytes += PairMailbox::kSharedBytes;
     for (int64_t n : tables) bytes += (n + 3) / 4 * 16;
-    return bytes + 4 * (c.m + c.n) * c.k * 2 <= kSm90aLimits.sharedBytesPerBlock ? 4 : 3;
+    return bytes + 4 * (c.m + c.n) * c.k * c.elemBytes() <= kSm90aLimits.sharedBytesPerBlock ? 4 : 3;
   }
 
   // The staging tile holds one warpgroup's 64 rows (allocateRings(..., 64)): the MMA warpgroups run their own K
@@ -251,7 +251,7 @@ struct WarpSpecializedEngine {
     k.forRange(k.i32(0), steps, k.i32(1), [&](I32 kt) {
       I32 gi = g + kt, slot = ring.entry(gi), kk = (slice ? slice->k0 + kt : kt) * c.k;
       ring.acquire(gi, slot);
-      ring.commitExpecting(slot, (c.m + c.n) * c.k * 2);
+      ring.commitExpecting(slot, (c.m + c.n) * c.k * c.elemBytes());
       if (gemm.tn()) {  // K x MN slabs of the group's rows: A's M atoms and B's N atoms, one box each
         SharedTile a = gemm.rings.a.stage(slot), b = gemm.rings.b.stage(slot);
         const int64_t aMN = maps.a->box().cols, bMN = maps.b->box().cols, aRows = boxRows(a, *maps.a),
@@ -301,7 +301,8 @@ struct WarpSpecializedEngine {
   // Tiles whose rows inside the group fit one warpgroup's 64 ("half tiles": an expert's last m-tile holding at most 64
   // rows, or a pair's m-tile past the group) run as 64 x BN tiles whose columns the two MMA warpgroups split
   // (halfTile): half the MMAs of a whole tile. NT / NN with tensor maps; not a split of the K tail.
-  bool halfTiles() const { return tma() && !gemm.tn() && warpgroups() == 2; }
+  // (Not FP8: its promotion reads the scales of warpgroup w's own rows 64w ..)
+  bool halfTiles() const { return tma() && !gemm.tn() && warpgroups() == 2 && !gemm.c.e4m3; }
 
   // MMA warpgroup w (`wg`, its own thread group): tile number j, at p, its K loop from stage counter g on, then its
   // rows' epilogue; returns the counter after it.
@@ -350,8 +351,9 @@ struct WarpSpecializedEngine {
       k.ifThen(k.i32(0) < kt && wgLeader, [&] { ring.release(next.previous, blockInPair); });
       return std::pair<Acc, std::vector<I32>>{out, {next.next.entry, next.next.phase}};
     };
-    auto whole = [&](const Acc& acc, const I32& slot, const std::optional<I32>& k16 = std::nullopt) {
-      return wg.mma(acc, gemm.rings.a.stage(slot), bOf(gemm.rings.b.stage(slot)), /*pending=*/1, aFirstRows, k16);
+    auto whole = [&](const I32& kt, const Acc& acc, const I32& slot, const std::optional<I32>& k16 = std::nullopt) {
+      return gemm.multiply(wg, acc, gemm.rings.a.stage(slot), bOf(gemm.rings.b.stage(slot)), p, kt, /*pending=*/1,
+                           aFirstRows, k16);
     };
     // TN with TMA: every step but a group's last is whole; the last (tnTail) multiplies only its 16-wide K slices
     // that hold the group's rows.
@@ -360,7 +362,7 @@ struct WarpSpecializedEngine {
     auto looped = k.forRange(
         k.i32(0), wholeSteps, k.i32(1), wg.zeroAcc(64, n), {first.entry, first.phase},
         [&](I32 kt, Acc acc, const std::vector<I32>& carried) {
-          return step(kt, acc, carried, [&](const I32&, const Acc& a, const I32& slot) { return whole(a, slot); });
+          return step(kt, acc, carried, [&](const I32& t, const Acc& a, const I32& slot) { return whole(t, a, slot); });
         });
     if (tnTail)
       looped = k.forRange(wholeSteps, steps, k.i32(1), looped.first, looped.second,
@@ -369,7 +371,7 @@ struct WarpSpecializedEngine {
                               const TailStep tail = tailStep(p, t);
                               zeroTail(wg, tail, slot, w);
                               return tailSlices(tail, a, [&](const Acc& x, const std::optional<I32>& k16) {
-                                return whole(x, slot, k16);
+                                return whole(t, x, slot, k16);
                               });
                             });
                           });

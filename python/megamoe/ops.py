@@ -499,3 +499,93 @@ def grouped_mm(a, b, offs, fallback=True):
             log.info("megamoe: grouped_mm falls back to torch._grouped_mm: %s", e)
             grouped_mm._said = True
         return torch._grouped_mm(a, b, offs=offs)
+
+
+# ---- the FP8 grouped GEMM ----
+
+FP8_BLOCK = 128  # the block scales' rows x columns of b, and a's channels per scale (kernels/Kernels.h kScaleBlock)
+
+
+def _fp8_codes(op, name, t, dims, layout):
+    from .fp8 import _CODE_DTYPES  # fp8 imports this module
+    _tensor(op, name, t, _CODE_DTYPES, dims, layout)
+    return t.view(torch.uint8) if t.dtype != torch.uint8 else t
+
+
+def _fp8_scales(op, name, s, shape, layout):
+    """float32 scales of `shape`; UE8M0 exponents (uint8) are decoded to float32 here (one small kernel)."""
+    _tensor(op, name, s, (torch.float32, torch.uint8), len(shape), layout)
+    if list(s.shape) != list(shape):
+        _fail(op, "%s must be %s = %s (got %s)" % (name, layout, list(shape), list(s.shape)))
+    if s.dtype == torch.uint8:
+        from .fp8 import ue8m0_to_float
+        s = ue8m0_to_float(s)
+    return s.contiguous()
+
+
+def check_grouped_fp8_args(a, a_scales, b, b_scales, offs):
+    """Boundary checks of grouped_mm_fp8; returns (a codes, a's float32 scales, b codes, b's float32 scales, E, N,
+    K)."""
+    op = "grouped_mm_fp8"
+    a = _fp8_codes(op, "a", a, 2, "[rows, K] (e4m3)")
+    b = _fp8_codes(op, "b", b, 3, "[groups, N, K] (e4m3)")
+    (rows, K), (E, N) = a.shape, b.shape[:2]
+    if b.shape[2] != K:
+        _fail(op, "b's K dimension must be a's K=%d (got b %s)" % (K, list(b.shape)))
+    if N < FP8_BLOCK or N % FP8_BLOCK:
+        _fail(op, "N=%d must be a positive multiple of 128 (the weights' scale block and BLOCK_N)" % N)
+    if K < 2 * FP8_BLOCK or K % FP8_BLOCK:
+        _fail(op, "K=%d must be a multiple of 128 and at least 256 (the scale block, two ring stages)" % K)
+    a_scales = _fp8_scales(op, "a_scales", a_scales, (rows, K // FP8_BLOCK), "[rows, K / 128]")
+    b_scales = _fp8_scales(op, "b_scales", b_scales, (E, N // FP8_BLOCK, K // FP8_BLOCK),
+                           "[groups, N / 128, K / 128]")
+    _check_offs(op, offs, E, a.device)
+    _contiguous(op, a=a, b=b, offs=offs)
+    _on_device(op, a.device, a_scales=a_scales, b=b, b_scales=b_scales)
+    if a.device.type != "cuda":
+        _fail(op, "a must be on a CUDA device (got %s)" % a.device)
+    return a, a_scales, b, b_scales, E, N, K
+
+
+def _grouped_mm_fp8(a, a_scales, b, b_scales, offs):
+    op = "grouped_mm_fp8"
+    a, a_scales, b, b_scales, E, N, K = check_grouped_fp8_args(a, a_scales, b, b_scales, offs)
+    _aligned(op, a=(a, 16), b=(b, 16), a_scales=(a_scales, 4), b_scales=(b_scales, 4))
+    rows = a.shape[0]
+    out = torch.empty(rows, N, dtype=torch.bfloat16, device=a.device)
+    if rows == 0:
+        return out
+    rt = _runtime(a.device)
+    name, spec = "grouped_gemm_nt_fp8", [("E", E), ("N", N), ("K", K)]
+    kernel = with_kernels(lambda: rt.kernel(name, spec), _lib.generate_command(name, spec, rt.target), op)
+    tickets = torch.zeros(2, dtype=torch.int32, device=a.device)  # each launch leaves them zero; a fresh pair here
+    starts = group_starts(offs, rows)
+    rt.launch(kernel, (rt.sms, 1, 1), torch.cuda.current_stream(a.device).cuda_stream, a=a.data_ptr(),
+              a_scales=a_scales.data_ptr(), b=b.data_ptr(), b_scales=b_scales.data_ptr(), c=out.data_ptr(),
+              offsets=starts.data_ptr(), tickets=tickets.data_ptr(), grid=rt.sms,
+              map_a=rt.tensor_map(kernel, "map_a", a.data_ptr(), rows, K),
+              map_b=rt.tensor_map(kernel, "map_b", b.data_ptr(), E * N, K))
+    return out
+
+
+if HAS_CUSTOM_OP:
+    @torch.library.custom_op("megamoe::grouped_mm_fp8", mutates_args=())
+    def _grouped_fp8(a: torch.Tensor, a_scales: torch.Tensor, b: torch.Tensor, b_scales: torch.Tensor,
+                     offs: torch.Tensor) -> torch.Tensor:
+        return _grouped_mm_fp8(a, a_scales, b, b_scales, offs)
+
+    _grouped_fp8.register_fake(lambda a, a_scales, b, b_scales, offs: a.new_empty((a.shape[0], b.shape[1]),
+                                                                                  dtype=torch.bfloat16))
+else:
+    _grouped_fp8 = _grouped_mm_fp8
+
+
+def grouped_mm_fp8(a, a_scales, b, b_scales, offs):
+    """c [rows, N] bfloat16 = dequant(a) dequant(b[e])^T for the rows of group e, in FP8 e4m3 with block scales (the
+    way DeepGEMM's m-grouped FP8 GEMM is used): a [rows, K] codes (torch.uint8 or float8_e4m3fn) with a_scales
+    [rows, K / 128] per token and 128 channels (megamoe.fp8.quantize_tokens), b [groups, N, K] codes with b_scales
+    [groups, N / 128, K / 128] per 128 x 128 block (a checkpoint's weight_scale_inv; megamoe.fp8.quantize_blocks).
+    Scales float32, or UE8M0 exponents (torch.uint8; decoded to float32 each call). The MMA sums each 128-deep K
+    block in the tensor cores and adds it, scaled, into a float32 accumulator. offs as grouped_mm_nt's. N a
+    multiple of 128; K a multiple of 128, at least 256. Inference only (no gradient)."""
+    return _grouped_fp8(a, a_scales, b, b_scales, offs)

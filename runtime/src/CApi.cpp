@@ -359,7 +359,8 @@ int megamoe_tensor_map_bf16(megamoe_runtime* runtime, uint64_t base, int rank, c
     requireArg(box, "box");
     requireArg(out128, "out128");
     if (rank > 1) requireArg(strides, "strides");
-    auto map = runtime->runtime->device()->encodeTensorMapBf16(base, rank, dims, strides, box);
+    auto map = runtime->runtime->device()->encodeTensorMap(megamoe::Device::MapElem::kBf16, base, rank, dims,
+                                                           strides, box);
     std::memcpy(out128, map.data(), map.size());
   });
 }

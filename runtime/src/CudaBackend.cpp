@@ -192,8 +192,8 @@ class CudaDevice final : public Device {
     return function;
   }
 
-  std::array<uint8_t, 128> encodeTensorMapBf16(DevicePtr base, int rank, const uint64_t* dims, const uint64_t* strides,
-                                               const uint32_t* box) override {
+  std::array<uint8_t, 128> encodeTensorMap(MapElem elem, DevicePtr base, int rank, const uint64_t* dims,
+                                           const uint64_t* strides, const uint32_t* box) override {
     if (rank < 1 || rank > 5) throw Error(ErrorCode::kInvalidArgument, "a tensor map has 1..5 dimensions");
     // The driver encodes against the current context (CUDA_ERROR_INVALID_CONTEXT on a thread without one).
     const CurrentContext current = makeCurrent();
@@ -205,7 +205,9 @@ class CudaDevice final : public Device {
       b[i] = box[i];
       if (i + 1 < rank) st[i] = strides[i];
     }
-    check(d_->cuTensorMapEncodeTiled(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, cuuint32_t(rank), reinterpret_cast<void*>(base),
+    const CUtensorMapDataType type =
+        elem == MapElem::kU8 ? CU_TENSOR_MAP_DATA_TYPE_UINT8 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+    check(d_->cuTensorMapEncodeTiled(&map, type, cuuint32_t(rank), reinterpret_cast<void*>(base),
                                      d, st, b, one, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                                      CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
           "cuTensorMapEncodeTiled");

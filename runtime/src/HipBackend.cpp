@@ -229,7 +229,8 @@ class HipDevice final : public Device {
   }
 
   // gfx950 has 160 KB of LDS per workgroup and HIP needs no opt-in attribute for dynamic LDS of module kernels.
-  std::array<uint8_t, 128> encodeTensorMapBf16(DevicePtr, int, const uint64_t*, const uint64_t*, const uint32_t*) override {
+  std::array<uint8_t, 128> encodeTensorMap(MapElem, DevicePtr, int, const uint64_t*, const uint64_t*,
+                                           const uint32_t*) override {
     throw Error(ErrorCode::kUnsupported, "tensor maps are a CUDA (sm_90a TMA) feature; gfx950 kernels take none");
   }
 

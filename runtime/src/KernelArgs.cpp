@@ -99,13 +99,14 @@ TensorMapBytes encodeTensorMap(const Kernel& kernel, std::string_view arg, Devic
                                                  std::to_string(rows) + ", " + std::to_string(cols) +
                                                  "] matrix (rows and cols must be positive)");
   if (kernel.device().kind() != BackendKind::kCuda) return TensorMapBytes{};
-  if (box.elem != abi::Elem::kBf16 || box.swizzle != abi::Swizzle::k128B)
+  if ((box.elem != abi::Elem::kBf16 && box.elem != abi::Elem::kE4m3) || box.swizzle != abi::Swizzle::k128B)
     throw Error(ErrorCode::kUnsupported, std::string(decl.name) + "." + std::string(arg) +
-                                             ": the device encodes bf16 maps with the 128-byte swizzle only");
+                                             ": the device encodes bf16 and e4m3 maps with the 128-byte swizzle only");
   const uint64_t dims[2] = {uint64_t(cols), uint64_t(rows)};
   const uint64_t strides[1] = {uint64_t(cols) * uint64_t(abi::elemBytes(box.elem))};
   const uint32_t boxDims[2] = {uint32_t(box.cols), uint32_t(box.rows)};
-  return kernel.device().encodeTensorMapBf16(base, 2, dims, strides, boxDims);
+  const Device::MapElem elem = box.elem == abi::Elem::kE4m3 ? Device::MapElem::kU8 : Device::MapElem::kBf16;
+  return kernel.device().encodeTensorMap(elem, base, 2, dims, strides, boxDims);
 }
 
 }  // namespace megamoe

@@ -77,6 +77,13 @@ std::vector<Case> cases() {
                      G{G::kNN, 128, 7168, 4096}, G{G::kTN, 128, 4096, 7168}, G{G::kTN, 128, 7168, 2048},
                      G{G::kNT, 8, 384, 512}})
     out.push_back({g.spec(), true});
+  // The FP8 grouped GEMM at DeepSeek-V3 EP8's L1 and L2 and at a small shape (the GPU tests' ragged groups).
+  for (G g : {G{G::kNT, 32, 4096, 7168}, G{G::kNT, 32, 7168, 2048}, G{G::kNT, 8, 384, 256}}) {
+    g.fp8 = true;
+    out.push_back({g.spec(), true});
+  }
+  for (const auto& p : kernels::presets())
+    for (const auto& s : kernels::fp8GemmKernels(p, 8)) out.push_back({s, true});
   return out;
 }
 
@@ -107,8 +114,8 @@ TEST_P(EveryKernel, StaticFactsPass) {
     if (c.mma) EXPECT_NE(k.assembly.find("wgmma.mma_async.sync.aligned.m64n"), std::string::npos);
     if (c.spec.kernel == kernels::GemmNtSpec::kName)
       EXPECT_NE(k.assembly.find("wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16"), std::string::npos);
-    // gemm_nt_fp8: m64n128k32 e4m3 over a 128-wide K stage, four per stage.
-    if (c.spec.kernel == kernels::GemmNtFp8Spec::kName)
+    // gemm_nt_fp8, grouped_gemm_nt_fp8: m64n128k32 e4m3 over a 128-wide K stage, four per stage.
+    if (c.spec.kernel == kernels::GemmNtFp8Spec::kName || c.spec.kernel == kernels::GroupedGemmSpec::kFp8Name)
       EXPECT_NE(k.assembly.find("wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3"), std::string::npos);
   } else {
     EXPECT_EQ(elfMachine(k.binary), 224);

@@ -155,3 +155,28 @@ TEST_F(NvJitLinkLookup, EmitAsmIntoAFileFailsNamingIt) {
   EXPECT_EQ(r.status, 1) << r.output;
   EXPECT_NE(r.output.find("--emit-asm " + file + "/asm: cannot create the directory"), std::string::npos) << r.output;
 }
+
+// --dtype fp8 with a shape builds the FP8 grouped GEMMs at its L1 ([E/R, 2I, H]) and L2 ([E/R, H, I]) shapes;
+// deepseek-v2-lite at EP8: 8 experts a rank, H = 2048, I = 1408.
+TEST_F(NvJitLinkLookup, DtypeFp8BuildsTheFp8GroupedGemmsOfTheShape) {
+  const ChildResult r = run("'" MEGAMOE_CACHE_TOOL "' generate --preset deepseek-v2-lite --ep 8 --dtype fp8 "
+                            "--targets gfx950 --quiet --cache-dir '" + dir + "/cache'");
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("grouped_gemm_nt_fp8[E=8,N=2816,K=2048]"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("grouped_gemm_nt_fp8[E=8,N=2048,K=1408]"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("2 entries, 0 failed"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("dispatch_grouped_gemm"), std::string::npos) << r.output;
+}
+
+TEST_F(NvJitLinkLookup, DtypeRulesAreNamed) {
+  const std::string tool = "'" MEGAMOE_CACHE_TOOL "' generate --targets gfx950 --quiet --cache-dir '" + dir + "/c' ";
+  for (auto [args, message] :
+       {std::pair<std::string, std::string>{"--preset deepseek-v3 --dtype fp4",
+                                            "--dtype must be bf16 or fp8 (got 'fp4')"},
+        {"--kernel epoch_advance --dtype fp8", "--dtype goes with a shape"},
+        {"--hidden 128 --intermediate 256 --experts 8 --topk 2 --ep 1 --dtype fp8", "K=128 must be >= 256"}}) {
+    const ChildResult r = run(tool + args);
+    EXPECT_EQ(r.status, 2) << args << "\n" << r.output;
+    EXPECT_NE(r.output.find(message), std::string::npos) << args << "\n" << r.output;
+  }
+}

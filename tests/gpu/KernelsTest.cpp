@@ -1,6 +1,7 @@
-// GPU tier for the compute kernels (swiglu_fwd, gemm_nt, grouped_gemm_{nt,nn}_tma) and topk_idx_narrow loaded from
-// the kernel cache: fresh random inputs, a host reference (higher precision for the compute kernels), sentinel-filled
-// outputs checked fully written, and a second launch that must be bitwise identical. Skips without a CUDA device; the cache comes from scripts/gen-gpu-test-cache.sh.
+// GPU tier for the compute kernels (swiglu_fwd, gemm_nt[_fp8], grouped_gemm_nt_fp8, grouped_gemm_{nt,nn,tn}_tma) and
+// topk_idx_narrow loaded from the kernel cache: fresh random inputs, a host reference (higher precision for the compute
+// kernels), sentinel-filled outputs checked fully written, and a second launch that must be bitwise identical. Skips
+// without a CUDA device; the cache comes from scripts/gen-gpu-test-cache.sh.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -328,6 +329,37 @@ double fromE4m3(uint8_t code) {
   return code & 0x80 ? -magnitude : magnitude;
 }
 
+// Random finite e4m3 codes (every byte but the NaNs 0x7F / 0xFF), eight from each 64-bit draw (the large shapes'
+// weights are a billion codes).
+std::vector<uint8_t> randomE4m3(std::mt19937& rng, size_t count) {
+  std::mt19937_64 wide(rng());
+  std::vector<uint8_t> out(count);
+  for (size_t i = 0; i < count; i += 8) {
+    uint64_t bits = wide();
+    for (size_t j = i; j < std::min(count, i + 8); ++j, bits >>= 8) {
+      const uint8_t v = uint8_t(bits);
+      out[j] = (v & 0x7F) == 0x7F ? uint8_t(v ^ 1) : v;
+    }
+  }
+  return out;
+}
+// Random positive block scales: |e4m3| <= 448, so products stay well inside f32.
+std::vector<float> randomScales(std::mt19937& rng, size_t count) {
+  std::uniform_real_distribution<float> u(0.5f, 2.0f);
+  std::vector<float> out(count);
+  for (auto& v : out) v = u(rng) / 64;
+  return out;
+}
+// The value of every e4m3 code.
+const std::vector<double>& e4m3Values() {
+  static const std::vector<double> table = [] {
+    std::vector<double> t(256);
+    for (int c = 0; c < 256; ++c) t[size_t(c)] = fromE4m3(uint8_t(c));
+    return t;
+  }();
+  return table;
+}
+
 // C = sum over K blocks of (A_kb B_kb^T) a_scales[row, kb] b_scales[n / 128, kb] against an fp64 reference over the
 // dequantised operands: random finite e4m3 codes (no NaN) and random positive scales.
 void runGemmFp8(Gpu& gpu, const GemmCase& c) {
@@ -337,23 +369,9 @@ void runGemmFp8(Gpu& gpu, const GemmCase& c) {
   ASSERT_EQ(kernel->metadata().blockThreads, kGemmBlockThreads);
   ASSERT_EQ(n % 128, 0);
   ASSERT_EQ(k % 128, 0);
-  auto codes = [&](size_t count) {
-    std::uniform_int_distribution<int> byte(0, 255);
-    std::vector<uint8_t> out(count);
-    for (auto& v : out) {
-      do v = uint8_t(byte(rng));
-      while ((v & 0x7F) == 0x7F);
-    }
-    return out;
-  };
-  auto scales = [&](size_t count) {
-    std::uniform_real_distribution<float> u(0.5f, 2.0f);
-    std::vector<float> out(count);
-    for (auto& v : out) v = u(rng) / 64;  // |e4m3| <= 448: products stay well inside f32
-    return out;
-  };
-  const std::vector<uint8_t> a = codes(size_t(m * k)), b = codes(size_t(n * k));
-  const std::vector<float> sa = scales(size_t(m * kBlocks)), sb = scales(size_t(n / 128 * kBlocks));
+  const std::vector<uint8_t> a = randomE4m3(rng, size_t(m * k)), b = randomE4m3(rng, size_t(n * k));
+  const std::vector<float> sa = randomScales(rng, size_t(m * kBlocks)),
+                           sb = randomScales(rng, size_t(n / 128 * kBlocks));
   Buffer aDev(gpu.device(), a.size()), bDev(gpu.device(), b.size());
   Buffer saDev(gpu.device(), sa.size() * 4), sbDev(gpu.device(), sb.size() * 4);
   aDev.upload(a);
@@ -410,6 +428,92 @@ TEST(GpuKernels, GemmNtFp8SmallM130) {
 TEST(GpuKernels, GemmNtFp8DeepSeekV3L1) {
   MEGAMOE_REQUIRE_SM90A(gpu);
   runGemmFp8(gpu, {4096, 7168, 1000, 24, true});  // 56 K blocks, each promoted with its scales
+}
+
+// ------------------------------------------------------------------------------------------ grouped_gemm_nt_fp8
+
+// grouped_gemm_nt_fp8 (kernels/Kernels.h) over E groups of random sizes (1..maxRows rows; groups 2 and 5 empty, or
+// `sizes`): C [rows, N] against an fp64 reference over the dequantised operands (every row, or checkRows random
+// ones), a guard row past the last group left at the sentinel, a bitwise identical rerun, the tickets left zero;
+// timed where `time` (TF/s over the rows' 2 M N K).
+void runGroupedGemmFp8(Gpu& gpu, int64_t E, int64_t N, int64_t K, int32_t maxRows, int32_t grid = 0,
+                       int checkRows = 0, bool time = false, const std::vector<int32_t>& sizes = {}) {
+  std::mt19937 rng = testRng();
+  std::vector<int32_t> offsets{0};
+  std::uniform_int_distribution<int32_t> size(1, std::max(maxRows, 1));
+  for (int64_t e = 0; e < E; ++e)
+    offsets.push_back(offsets.back() + (!sizes.empty() ? sizes.at(size_t(e)) : e == 2 || e == 5 ? 0 : size(rng)));
+  const int64_t rows = offsets.back(), kBlocks = K / 128;
+  const char* name = "grouped_gemm_nt_fp8";
+  auto kernel = loadKernel(*gpu.runtime, name, {{"E", E}, {"N", N}, {"K", K}});
+  const std::vector<uint8_t> a = randomE4m3(rng, size_t(rows * K)), b = randomE4m3(rng, size_t(E * N * K));
+  const std::vector<float> sa = randomScales(rng, size_t(rows * kBlocks)),
+                           sb = randomScales(rng, size_t(E * (N / 128) * kBlocks));
+  Buffer aDev(gpu.device(), a.size()), bDev(gpu.device(), b.size()), offDev(gpu.device(), offsets.size() * 4);
+  Buffer saDev(gpu.device(), sa.size() * 4), sbDev(gpu.device(), sb.size() * 4);
+  aDev.upload(a);
+  bDev.upload(b);
+  saDev.upload(sa);
+  sbDev.upload(sb);
+  offDev.upload(offsets);
+  Buffer out(gpu.device(), size_t((rows + 1) * N) * 2);
+  Buffer tickets(gpu.device(), 8);
+  tickets.upload(std::vector<int32_t>{0, 0});
+  if (grid == 0) grid = gpu.device().multiprocessors();
+  KernelArgs args(name);
+  args.ptr("a", aDev.ptr()).ptr("a_scales", saDev.ptr()).ptr("b", bDev.ptr()).ptr("b_scales", sbDev.ptr());
+  args.ptr("c", out.ptr()).ptr("offsets", offDev.ptr()).ptr("tickets", tickets.ptr()).i32("grid", grid);
+  args.tensorMap("map_a", encodeTensorMap(*kernel, "map_a", aDev.ptr(), rows, K));
+  args.tensorMap("map_b", encodeTensorMap(*kernel, "map_b", bDev.ptr(), E * N, K));
+  LaunchDims dims;
+  dims.grid.x = uint32_t(grid);
+  dims.block.x = uint32_t(kernel->metadata().blockThreads);
+  auto launchOnce = [&] { return launchPoisoned(gpu, *kernel, dims, args, out); };
+  const std::vector<uint16_t> first = launchOnce();
+  const Written written = checkWritten(first, rows * N, (rows + 1) * N, "the last group");
+  const std::vector<double>& value = e4m3Values();
+  ErrorNorm err;
+  std::vector<double> arow(size_t(K), 0.0);
+  for (int64_t r : rowsToCheck(rows, checkRows, rng)) {
+    const int64_t e = std::upper_bound(offsets.begin(), offsets.end(), int32_t(r)) - offsets.begin() - 1;
+    for (int64_t x = 0; x < K; ++x) arow[size_t(x)] = value[a[size_t(r * K + x)]] * sa[size_t(r * kBlocks + x / 128)];
+    for (int64_t n = 0; n < N; ++n) {
+      const uint8_t* brow = &b[size_t((e * N + n) * K)];
+      const float* bs = &sb[size_t((e * (N / 128) + n / 128) * kBlocks)];
+      double ref = 0;
+      for (int64_t kb = 0; kb < kBlocks; ++kb) {
+        double block = 0;
+        for (int64_t x = kb * 128; x < kb * 128 + 128; ++x) block += arow[size_t(x)] * value[brow[x]];
+        ref += block * bs[kb];
+      }
+      err.add(fromBf16(first[size_t(r * N + n)]), ref);
+    }
+  }
+  EXPECT_LE(err.relative(), 1e-2);
+  const bool identical = first == launchOnce();
+  EXPECT_TRUE(identical) << "the second launch differs bitwise from the first";
+  EXPECT_EQ(tickets.download<int32_t>(), (std::vector<int32_t>{0, 0})) << "the launch left its tile tickets set";
+  const std::string timing = time ? timeGemm(gpu, *kernel, dims, args, 2.0 * double(rows) * double(N) * double(K)) : "";
+  std::printf("SUMMARY %s E=%lld N=%lld K=%lld rows=%lld grid=%d: rel_err=%.3e over %s rows unwritten=%zu "
+              "guard_touched=%zu rerun=%s%s\n",
+              name, (long long)E, (long long)N, (long long)K, (long long)rows, grid, err.relative(),
+              checkRows ? std::to_string(checkRows).c_str() : "all", written.unwritten, written.guardTouched,
+              identical ? "identical" : "DIFFERENT", timing.c_str());
+}
+
+// Ragged groups (two empty; last m-tiles of 1..128 rows), every row checked; at the SM count and on 3 blocks (each
+// running many tiles from tickets across groups).
+TEST(GpuKernels, GroupedGemmNtFp8RaggedGroups) {
+  MEGAMOE_REQUIRE_SM90A(gpu);
+  runGroupedGemmFp8(gpu, 8, 256, 512, 300);
+  runGroupedGemmFp8(gpu, 8, 384, 256, 200, /*grid=*/3, 0, false, {64, 1, 384, 129, 0, 320, 63, 193});
+}
+// DeepSeek-V3's per-GPU L1 (gate | up: N = 2I = 4096, K = H = 7168) and L2 (N = H, K = I = 2048) at EP8: 32 local
+// experts, 256 rows each on average; 24 random rows checked; timed.
+TEST(GpuKernels, GroupedGemmNtFp8DeepSeekV3) {
+  MEGAMOE_REQUIRE_SM90A(gpu);
+  runGroupedGemmFp8(gpu, 32, 4096, 7168, 512, 0, /*checkRows=*/24, /*time=*/true);
+  runGroupedGemmFp8(gpu, 32, 7168, 2048, 512, 0, /*checkRows=*/24, /*time=*/true);
 }
 
 // ------------------------------------------------------------------------------------ grouped_gemm_{nt,nn,tn}_tma

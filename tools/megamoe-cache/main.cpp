@@ -46,6 +46,8 @@ Shape (one of):
 
 Options:
   --ep LIST          expert-parallel rank counts (default 8)
+  --dtype bf16|fp8   with a shape: bf16 (default) builds the layer's kernels; fp8 the FP8 grouped GEMMs
+                     (grouped_gemm_nt_fp8, e4m3 with 128 x 128 block scales) at its L1 and L2 shapes (no FP8 layer yet)
   --targets LIST     sm_90a, gfx950 (default both)
   --cache-dir DIR    cache root (default: $MEGAMOE_CACHE_DIR, else $XDG_CACHE_HOME/megamoe, else ~/.cache/megamoe)
   --json FILE        also write the results as JSON
@@ -55,6 +57,7 @@ Options:
 
 Examples:
   megamoe-cache generate --preset deepseek-v3 --ep 2,8
+  megamoe-cache generate --preset deepseek-v3 --ep 8 --dtype fp8 --targets sm_90a
   megamoe-cache generate --hidden 4096 --intermediate 1536 --experts 128 --topk 8 --ep 8 --targets sm_90a
   megamoe-cache generate --kernel gemm_nt --spec N=4096,K=7168 --targets gfx950
   MEGAMOE_CACHE_DIR=/tmp/cache megamoe-cache verify
@@ -98,7 +101,7 @@ struct Args {
 Args parseArgs(int argc, char** argv) {
   static const std::set<std::string> valued = {"--preset", "--hidden", "--intermediate", "--experts", "--topk", "--ep",
                                                "--targets", "--cache-dir", "--json", "--kernel", "--spec",
-                                               "--emit-asm"};
+                                               "--emit-asm", "--dtype"};
   static const std::set<std::string> switches = {"--force", "--quiet", "--keep-all-fingerprints", "--help", "-h",
                                                  "--version"};
   Args a;
@@ -151,6 +154,10 @@ int generate(const Args& a) {
   std::vector<int64_t> eps;
   for (const auto& e : splitList(a.get("--ep", "8"))) eps.push_back(parseInt("--ep", e));
   std::string shapeName;
+  const std::string dtype = a.get("--dtype", "bf16");
+  if (dtype != "bf16" && dtype != "fp8") throw Usage("--dtype must be bf16 or fp8 (got '" + dtype + "')");
+  if (a.has("--kernel") && a.has("--dtype"))
+    throw Usage("--dtype goes with a shape (--preset or --hidden ...); a --kernel names its own types");
   if (a.has("--kernel")) {
     const kernels::KernelInfo* info = kernels::find(a.get("--kernel"));
     if (!info) throw Usage("unknown kernel '" + a.get("--kernel") + "' (see `megamoe-cache kernels`)");
@@ -183,13 +190,19 @@ int generate(const Args& a) {
     } else {
       throw Usage("generate needs --preset, an explicit shape, or --kernel (see --help)");
     }
-    shapeName = shape.name;
+    shapeName = shape.name + (dtype == "fp8" ? " (FP8 grouped GEMMs)" : "");
     std::map<std::string, std::string> seen;  // describe() -> EP list it serves
     std::vector<kernels::KernelSpec> order;
     for (int64_t ep : eps) {
       std::string err = kernels::validateShape(shape, ep);
       if (!err.empty()) throw Usage(shape.name + " at EP" + std::to_string(ep) + ": " + err);
-      for (auto& s : kernels::layerKernels(shape, ep)) {
+      std::vector<kernels::KernelSpec> specs;
+      try {
+        specs = dtype == "fp8" ? kernels::fp8GemmKernels(shape, ep) : kernels::layerKernels(shape, ep);
+      } catch (const std::invalid_argument& e) {
+        throw Usage(std::string(e.what()) + " at EP" + std::to_string(ep));
+      }
+      for (auto& s : specs) {
         std::string d = s.describe();
         if (!seen.count(d)) order.push_back(s);
         seen[d] += (seen[d].empty() ? "" : ",") + std::to_string(ep);

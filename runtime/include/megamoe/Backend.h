@@ -84,11 +84,13 @@ class Device {
   virtual void synchronizeEvent(EventHandle event) = 0;
   virtual float elapsedMilliseconds(EventHandle start, EventHandle end) = 0;
 
-  // A CUtensorMap (128 bytes, passed to a kernel by value) over a bf16 tensor of `rank` (1..5) dimensions,
-  // innermost first: dims in elements, strides in bytes for dimensions 1..rank-1, boxes of `box` elements, the
-  // 128-byte swizzle (the b128 layout of the MMA tiles), zero fill outside the tensor. CUDA only (sm_90a TMA).
-  virtual std::array<uint8_t, 128> encodeTensorMapBf16(DevicePtr base, int rank, const uint64_t* dims,
-                                                       const uint64_t* strides, const uint32_t* box) = 0;
+  // A CUtensorMap (128 bytes, passed to a kernel by value) over a tensor of `rank` (1..5) dimensions of bf16, or of
+  // bytes (u8: FP8 e4m3 codes), innermost first: dims in elements, strides in bytes for dimensions 1..rank-1, boxes
+  // of `box` elements, the 128-byte swizzle (the b128 layout of the MMA tiles), zero fill outside the tensor. CUDA
+  // only (sm_90a TMA).
+  enum class MapElem { kBf16, kU8 };
+  virtual std::array<uint8_t, 128> encodeTensorMap(MapElem elem, DevicePtr base, int rank, const uint64_t* dims,
+                                                   const uint64_t* strides, const uint32_t* box) = 0;
 
   virtual ModuleHandle loadModule(const void* image, size_t bytes) = 0;
   virtual void unloadModule(ModuleHandle module) = 0;

@@ -13,7 +13,7 @@
 
 namespace megamoe {
 
-using TensorMapBytes = std::array<uint8_t, 128>;  // a CUtensorMap (Device::encodeTensorMapBf16); zeros off CUDA
+using TensorMapBytes = std::array<uint8_t, 128>;  // a CUtensorMap (Device::encodeTensorMap); zeros off CUDA
 
 class Kernel;  // megamoe/KernelLoader.h
 

@@ -308,6 +308,34 @@ def test_reference_grouped_mm_checks_its_operands(rng):
         fp8.reference_grouped_mm_fp8(xq.float(), xs, wq, ws, torch.tensor([4, 8], dtype=torch.int32))
 
 
+def test_grouped_mm_fp8_rules():
+    import megamoe
+    a, b = torch.zeros(300, 512, dtype=torch.uint8), torch.zeros(4, 256, 512, dtype=torch.uint8)
+    sa, sb = torch.ones(300, 4), torch.ones(4, 2, 4)
+    offs = torch.tensor([50, 100, 200, 300], dtype=torch.int32)
+    with pytest.raises(ArgumentError, match=r"grouped_mm_fp8: a must be uint8"):
+        megamoe.grouped_mm_fp8(a.float(), sa, b, sb, offs)
+    with pytest.raises(ArgumentError, match=r"N=200 must be a positive multiple of 128"):
+        megamoe.grouped_mm_fp8(a, sa, b[:, :200], sb, offs)
+    with pytest.raises(ArgumentError, match=r"K=128 must be a multiple of 128 and at least 256"):
+        megamoe.grouped_mm_fp8(a[:, :128], sa[:, :1], b[:, :, :128], sb[:, :, :1], offs)
+    with pytest.raises(ArgumentError, match=r"b's K dimension must be a's K=512"):
+        megamoe.grouped_mm_fp8(a, sa, b[:, :, :384], sb, offs)
+    with pytest.raises(ArgumentError, match=r"a_scales must be \[rows, K / 128\] = \[300, 4\] \(got \[300, 2\]\)"):
+        megamoe.grouped_mm_fp8(a, sa[:, :2], b, sb, offs)
+    with pytest.raises(ArgumentError, match=r"b_scales must be \[groups, N / 128, K / 128\] = \[4, 2, 4\]"):
+        megamoe.grouped_mm_fp8(a, sa, b, sb[:, :1], offs)
+    with pytest.raises(ArgumentError, match=r"b_scales must be float32 or uint8"):
+        megamoe.grouped_mm_fp8(a, sa, b, sb.double(), offs)
+    with pytest.raises(ArgumentError, match="offs must have one end per group, 4"):
+        megamoe.grouped_mm_fp8(a, sa, b, sb, offs[:3])
+    with pytest.raises(ArgumentError, match="a must be on a CUDA device"):
+        megamoe.grouped_mm_fp8(a, sa, b, sb, offs)
+    # UE8M0 scales are accepted (decoded to float32) and pass the shape checks up to the device rule
+    with pytest.raises(ArgumentError, match="a must be on a CUDA device"):
+        megamoe.grouped_mm_fp8(a, sa, b, torch.full((4, 2, 4), 127, dtype=torch.uint8), offs)
+
+
 # --- safetensors and the checkpoint loader ------------------------------------------------------------------------
 
 def test_safetensors_writer_follows_the_format_and_the_reader_reads_it(tmp_path, rng):

@@ -437,6 +437,46 @@ def test_grouped_mm_clamps_offsets_past_the_rows():
     assert bitwise(megamoe.grouped_mm_tn(a, bt, bad), megamoe.grouped_mm_tn(a, bt, good))
 
 
+def test_grouped_mm_fp8_against_the_reference():
+    """The FP8 grouped GEMM on ragged groups (two empty) against the float64 product of the dequantised operands,
+    with fp32 and UE8M0 weight scales, float8 and uint8 codes alike, a bitwise rerun, torch.compile and a CUDA graph;
+    rows past the last end stay unwritten."""
+    g = gen(141)
+    G, N, Kd = 8, 256, 512  # gen-gpu-test-cache.sh's grouped_gemm_nt_fp8 E=8,N=256,K=512
+    sizes = torch.tensor([40, 0, 300, 1, 129, 0, 64, 200])
+    rows = int(sizes.sum())
+    offs = torch.cumsum(sizes, 0).to(torch.int32).cuda()
+    x = torch.randn(rows + 16, Kd, device="cuda", generator=g)
+    xq, xs = megamoe.fp8.quantize_tokens(x)
+    w = torch.randn(G, N, Kd, device="cuda", generator=g) * 0.05
+    for fmt in ("fp32", "ue8m0"):
+        wq, ws = megamoe.fp8.quantize_blocks(w, scale_format=fmt)
+        ref = megamoe.fp8.reference_grouped_mm_fp8(xq, xs, wq, ws, offs)
+        got = megamoe.grouped_mm_fp8(xq, xs, wq, ws, offs)
+        assert got.dtype == torch.bfloat16 and got.shape == (rows + 16, N)
+        err = rel(got[:rows], ref[:rows])
+        print("grouped_mm_fp8 %s scales: rel err %.3e" % (fmt, err))
+        assert err <= TOL, "%s rel err %.3e" % (fmt, err)
+        assert bitwise(megamoe.grouped_mm_fp8(xq, xs, wq, ws, offs), got)
+    sentinel = torch.full((rows + 16, N), float("nan"), dtype=torch.bfloat16, device="cuda")
+    out = megamoe.grouped_mm_fp8(xq, xs, wq, ws, offs)
+    if megamoe.fp8.FLOAT8 is not None:
+        assert bitwise(megamoe.grouped_mm_fp8(xq.view(megamoe.fp8.FLOAT8), xs, wq.view(megamoe.fp8.FLOAT8), ws, offs),
+                       out)
+    if megamoe.HAS_CUSTOM_OP:
+        compiled = torch.compile(megamoe.grouped_mm_fp8, fullgraph=True)
+        assert bitwise(compiled(xq, xs, wq, ws, offs), out)
+    graph = torch.cuda.CUDAGraph()
+    megamoe.grouped_mm_fp8(xq, xs, wq, ws, offs)  # loads the kernel outside the capture
+    with torch.cuda.graph(graph):
+        captured = megamoe.grouped_mm_fp8(xq, xs, wq, ws, offs)
+    captured.copy_(sentinel)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert bitwise(captured[:rows], out[:rows])
+    assert bool(torch.isnan(captured[rows:].float()).all()), "rows past the last group were written"
+
+
 def test_workspace_on_cuda_without_an_index_serves_calls():
     w = megamoe.Workspace(max_tokens=64, training=False, device="cuda", **SHAPE)
     try:
