@@ -31,6 +31,10 @@ mlir::OwningOpRef<mlir::ModuleOp> buildDispatchPrologue(mlir::MLIRContext& mctx,
   // layer's own copy) and counted into `dropped`; 2 = dropped, not counted (the backward's rerun of a forward's).
   I32 drop = k.i32Arg("drop");
   GlobalPtr dropped = k.ptr("dropped", Elem::i64);
+  // This call's layer and role (abi::callWord), published to every peer in calls (heap i64 [2][R]: each source's
+  // word, by epoch parity, as the counts) and compared with every peer's.
+  GlobalPtr calls = k.ptr("calls", Elem::i64);
+  I64 call = k.widen(k.i32Arg("layer")) * (int64_t(1) << 32) + k.widen(k.i32Arg("role"));
   GlobalPtr arrived = scratch.as(Elem::i64);  // the blocks' meeting counter (i64 [0])
   GlobalPtr left = scratch + k.i64(2);        // blocks past the meeting (i32 [2]); the last resets both
   GlobalPtr partial = scratch + k.i64(S::kScratchHeader);  // [block][expert]: the block's picks of the expert
@@ -52,12 +56,14 @@ mlir::OwningOpRef<mlir::ModuleOp> buildDispatchPrologue(mlir::MLIRContext& mctx,
   SharedTile chunk = k.sharedTile("chunk", Elem::i32, 1, T);  // the experts of the picks being counted
   SharedTile perGroup = k.sharedTile("per_group", Elem::i32, W, padE);  // [group][expert]: its picks of the expert
   SharedTile overflow = k.sharedTile("overflow", Elem::i32, 1, 4);  // [0]: some owner's rows exceed the capacity
+  SharedTile differs = k.sharedTile("call_differs", Elem::i32, 1, 4);  // [0]: 1 + the first peer whose call differs
   I32 tid = k.threadIdx(), me = ctx.rank(), block = k.blockIdx();
   I64 epoch = ctx.epoch();
   I64 parity = epoch % 2;
   auto countAt = [&](const I64& slab, const I32& src, const I32& e) {
     return counts + ((slab * R + k.widen(src)) * E + k.widen(e));
   };
+  auto callAt = [&](const I64& slab, const I32& src) { return calls + (slab * R + k.widen(src)); };
 
   // The kernel was specialised for R ranks: a heap of another size is a launch bug, reported, not run.
   Bool wrongRanks = !(ctx.nranks() == k.i32(R));
@@ -145,8 +151,8 @@ mlir::OwningOpRef<mlir::ModuleOp> buildDispatchPrologue(mlir::MLIRContext& mctx,
       left.storeI32(k.i32(0));
     });
   });
-  // 3. All-gather the count matrix (block 0): my row into every rank's slab [parity], then one flag per source rank;
-  // every block waits for the flags.
+  // 3. All-gather the count matrix (block 0): my row into every rank's slab [parity], then my call's word, then one
+  // flag per source rank; every block waits for the flags.
   I64 expected = epoch + 1;
   k.ifThen(block == 0, [&] {
     k.forRange(tid, k.i32(E), k.i32(T), [&](I32 e) {
@@ -155,19 +161,40 @@ mlir::OwningOpRef<mlir::ModuleOp> buildDispatchPrologue(mlir::MLIRContext& mctx,
     });
     k.block().sync();
     k.ifThen(tid == 0, [&] {
-      k.forRange(k.i32(0), ctx.nranks(), k.i32(1),
-                 [&](I32 p) { k.signal(k.peer(ctx, flags + k.widen(me), p), expected, Scope::system); });
+      k.forRange(k.i32(0), ctx.nranks(), k.i32(1), [&](I32 p) {
+        k.peer(ctx, callAt(parity, me), p).storeI64(call);  // ordered before the flag by the signal's release
+        k.signal(k.peer(ctx, flags + k.widen(me), p), expected, Scope::system);
+      });
     });
   });
+  // Every peer's call word came before its flag: when every wait ended in time, each must equal mine, or this call
+  // is another layer or role than a peer's (its rows would be another layer's). Each block decides from its own
+  // reads, which are the same in every block (so that all its threads, and all blocks, leave together); block 0
+  // claims the record, naming the first such peer. Every rank compares, so every rank's call stops here.
   k.ifThen(tid == 0, [&] {
+    differs.storeI32(k.i32(0), k.i32(0));
     k.forRange(k.i32(0), ctx.nranks(), k.i32(1), [&](I32 p) {
       k.ifThen(k.errorClear(ctx), [&] {
         k.waitAtLeast(ctx, flags + k.widen(p), expected, peerFlagId(k, p), Scope::system);
       });
     });
+    k.ifThen(k.errorClear(ctx), [&] {
+      auto first = k.forRange(k.i32(0), ctx.nranks(), k.i32(1), {k.i32(0)}, [&](I32 p, const std::vector<I32>& f) {
+        Bool other = !(callAt(parity, p).loadI64() == call);
+        return std::vector<I32>{k.select(other && f[0] == 0, p + 1, f[0])};
+      });
+      differs.storeI32(k.i32(0), first[0]);
+    });
   });
   k.block().sync();
-  k.returnIf(!k.errorClear(ctx));
+  I32 firstDiffering = differs.loadI32(k.i32(0));
+  Bool mismatch = !(firstDiffering == 0);
+  k.ifThen(mismatch && block == 0 && tid == 0, [&] {
+    I32 peer = firstDiffering - 1;
+    k.reportError(ctx, uint64_t(abi::ErrorCode::kCallMismatch), peerFlagId(k, peer), callAt(parity, peer).loadI64(),
+                  call);
+  });
+  k.returnIf(mismatch || !k.errorClear(ctx));
   // 4. Pool layout of every owner (expert e's rows start after the owner's earlier experts; within e, source ranks
   // in order), so base[e] = first row of (me, e) at e's owner: the per-expert sums over source ranks in parallel
   // (one thread per expert, into two rows of the group counts, free now), then one thread walks the experts in

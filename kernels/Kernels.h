@@ -198,7 +198,9 @@ mlir::OwningOpRef<mlir::ModuleOp> buildGroupedGemmFp8(mlir::MLIRContext& ctx, co
 // owner, seen = its rows, expected = the capacity) before a row moves, and the later kernels of the call write
 // nothing), drop (i32: 1 or 2 instead drops the picks whose rows would lie past the capacity: they become -1 in
 // topk_idx, which must then be the layer's own copy, and are left out of every table; 1 also adds their number to
-// dropped), dropped (i64 [1]: picks dropped so far).
+// dropped), dropped (i64 [1]: picks dropped so far), calls (heap i64 [2][R]: each source's call word by epoch
+// parity), layer, role (i32: this call's, abi::callWord; a peer's word that differs claims every rank's record with
+// kCallMismatch (flag = the first such peer, seen = its word, expected = mine) before a row moves).
 struct DispatchPrologueSpec {
   static constexpr const char* kName = "dispatch_prologue";
   static constexpr int64_t kBlockThreads = 1024;

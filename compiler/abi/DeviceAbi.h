@@ -14,7 +14,23 @@ enum class ErrorCode : uint64_t {
   kWaitTimeout = 1,     // a bounded wait saw `seen` < `expected` on flag `flag` past its timeout
   kBadIndex = 2,        // an index read on the device was out of range (`seen` = value, `expected` = bound)
   kCapacity = 3,        // a pool or buffer would overflow (`seen` = needed, `expected` = capacity)
+  kCallMismatch = 4,    // a peer's layer call differs from this rank's (`flag` = the peer (kPeer), `seen` = its
+                        // call word, `expected` = this rank's: callWord)
 };
+
+// A layer call as dispatch_prologue publishes it to every peer beside its counts (its `layer` and `role`
+// arguments): each rank compares every peer's call word with its own where it waits for their counts, and one that
+// differs claims the record with kCallMismatch on every rank, before a row moves. `layer` is the layer's number on
+// its workspace (creation order, below 2^31); `role` says what the call launches between the ranks' meetings:
+// kind | kCallProfiled (a forward that meets before its combine) | dispatch legs << 16 | combine legs << 24 (the
+// fused kernels' leg bits: 1 comm, 2 GEMM).
+enum class CallKind : uint32_t { kForward = 1, kBackward = 2 };
+inline constexpr uint32_t kCallProfiled = 1u << 8;
+inline constexpr uint32_t callRole(CallKind kind, bool profiled, uint32_t dispatchLegs, uint32_t combineLegs) {
+  return uint32_t(kind) | (profiled ? kCallProfiled : 0u) | ((dispatchLegs & 0xffu) << 16) |
+         ((combineLegs & 0xffu) << 24);
+}
+inline constexpr uint64_t callWord(uint32_t layer, uint32_t role) { return (uint64_t(layer) << 32) | role; }
 
 // Device error record: one per rank, in device memory, zeroed once by the runtime.
 // Word order is fixed: lowering writes words by index (see kErrorWord*).

@@ -58,7 +58,7 @@ std::vector<KernelDecl> declarations() {
        {ctx, i32p("topk_idx"), i32("tokens"), i32p("counts"), i64p("flags"), i32p("send_slot"),
         i32p("pool_offsets"), i32p("send_list"), i32p("send_off"), i32p("send_base"), i64p("arrivals"),
         i64p("done"), i64p("route_epoch"), i32p("scratch"), i32("blocks"), i32("capacity"), i32("drop"),
-        i64p("dropped")},
+        i64p("dropped"), i64p("calls"), i32("layer"), i32("role")},
        GridRule::kResident},
       {"topk_idx_narrow", {}, {ctx, i64p("src"), i32p("dst"), i32("count"), i32("grid")}, GridRule::kCovering},
       {"dispatch_grouped_gemm",

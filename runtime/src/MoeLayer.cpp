@@ -190,6 +190,7 @@ std::vector<RegionSpec> MoeLayer::heapRegions(const MoeLayerConfig& c, int ranks
   return {
       {"moe.counts", 2 * R * E * 4, 16},                      // [2][R][E] i32: the all-gathered pick counts
       {"moe.flags", R * 8, 16},                               // [R] u64: the prologue's exchange flags
+      {"moe.calls", 2 * R * 8, 16},                           // [2][R] u64: each source's call (abi::callWord)
       {"moe.arrivals", 2 * R * local * 8, 16},                // [2][R][E/R] i64: rows arrived per (source, expert)
       {"moe.done", 2 * uint64_t(abi::doneSlots(ranks)) * 8, 16},  // [2][R + chunks] i64: the combine's counters
       {"moe.pool", uint64_t(poolRows(c, ranks)) * uint64_t(c.hidden) * kBf16, 256},  // received x rows
@@ -227,6 +228,7 @@ struct MoeLayer::Impl {
   // A layer with a workspace of its own keeps the last forward's saved state itself (ForwardArgs::saved = 0).
   DevicePtr ownSaved = 0;
   int64_t lastForwardTokens = -1;  // what backward() must match then; -1 before the first forward
+  uint32_t number = 0;  // the layer's number on its workspace (creation order): its calls' layer id
   // The tensor maps over the workspace's buffers at this layer's sizes, each for the kernel argument it is passed
   // as (in the box that argument declares); zeros (read as unused pointers) where the backend has no TMA. Forward:
   // the dispatch's A (the pool's rows) and the combine's A (act). Backward: the dgrad dispatch's A (the pool: dy
@@ -307,10 +309,17 @@ struct MoeLayer::Impl {
     launch(Role::kTopkIdxNarrow, uint32_t(blocks), stream, a, heap);
     return b.topkIdx32;
   }
-  // dispatch_prologue: the routing tables of topk_idx, its counts exchanged with the peers.
+  // What a call of `kind` launches between the ranks' meetings (abi::callRole): a profiled forward meets once more
+  // (stage_begin before the combine); the legs change who pushes and who waits.
+  uint32_t roleOf(abi::CallKind kind) const {
+    const bool profiledForward = kind == abi::CallKind::kForward && profiling;
+    return abi::callRole(kind, profiledForward, uint32_t(legBits(dispatchLeg)), uint32_t(legBits(combineLeg)));
+  }
+  // dispatch_prologue: the routing tables of topk_idx, its counts exchanged with the peers, and this call (the
+  // layer's number and the call's role) compared with the peers' (kCallMismatch on every rank when one differs).
   // drop: 0 = an overflow is an error, 1 = dropped and counted (forward), 2 = dropped again (the backward's rerun).
-  void prologue(DevicePtr topkIdx, int64_t tokens, int64_t capacity, int32_t drop, StreamHandle stream,
-                const SymmetricHeap& heap) {
+  void prologue(DevicePtr topkIdx, int64_t tokens, int64_t capacity, int32_t drop, abi::CallKind kind,
+                StreamHandle stream, const SymmetricHeap& heap) {
     KernelArgs a = args(Role::kPrologue);
     a.ptr("topk_idx", topkIdx).i32("tokens", tokens).ptr("counts", b.counts).ptr("flags", b.flags);
     a.ptr("send_slot", b.sendSlot).ptr("pool_offsets", b.poolOffsets).ptr("send_list", b.sendList);
@@ -319,6 +328,7 @@ struct MoeLayer::Impl {
     const int32_t blocks = std::min<int32_t>(kPrologueBlocks, int32_t(grid));
     a.ptr("route_epoch", b.routeEpoch).ptr("scratch", b.prologueScratch).i32("blocks", blocks);
     a.i32("capacity", capacity).i32("drop", drop).ptr("dropped", b.dropped);
+    a.ptr("calls", b.calls).i32("layer", int64_t(number)).i32("role", int64_t(roleOf(kind)));
     launch(Role::kPrologue, uint32_t(blocks), stream, a, heap);
   }
   // The saved state a training call uses: the caller's, else the layer's own (a layer with its own workspace).
@@ -383,7 +393,9 @@ MoeLayer::MoeLayer(std::shared_ptr<Workspace> workspace, const MoeLayerConfig& c
   }
   for (EventHandle& e : m.events) e = m.device.createEvent();
   for (EventHandle& e : m.backwardEvents) e = m.device.createEvent();
-  MEGAMOE_LOG(kInfo, "layer: rank " + std::to_string(workspace_->rank()) + " of " +
+  // Last, once nothing can throw: a layer that failed to build takes no number.
+  m.number = workspace_->takeLayerNumber();
+  MEGAMOE_LOG(kInfo, "layer " + std::to_string(m.number) + ": rank " + std::to_string(workspace_->rank()) + " of " +
                          std::to_string(ranks) + ": hidden " + std::to_string(config.hidden) + ", intermediate " +
                          std::to_string(config.intermediate) + ", experts " + std::to_string(config.experts) + " (" +
                          std::to_string(config.experts / ranks) + " local), topk " + std::to_string(config.topk) +
@@ -394,6 +406,8 @@ MoeLayer::MoeLayer(std::shared_ptr<Workspace> workspace, const MoeLayerConfig& c
 }
 
 MoeLayer::~MoeLayer() = default;
+
+uint32_t MoeLayer::number() const { return impl_->number; }
 
 uint64_t MoeLayer::savedBytes(const MoeLayerConfig& config, int ranks) {
   if (auto e = validate(config, ranks); !e.empty()) invalid("MoE layer: " + e);
@@ -462,7 +476,7 @@ void MoeLayer::forward(const ForwardArgs& a, StreamHandle stream) {
   MEGAMOE_LOG(kDebug, "layer forward: rank " + std::to_string(rank()) + ", " + std::to_string(a.tokens) + " tokens");
   m.mark(m.events, size_t(Stage::kPrologue), stream);
   const DevicePtr idx = m.topkIdx32(c, a.topkIdx, a.tokens, stream, heap());
-  m.prologue(idx, a.tokens, poolRows(c, ranks()), c.dropOverflow ? 1 : 0, stream, heap());
+  m.prologue(idx, a.tokens, poolRows(c, ranks()), c.dropOverflow ? 1 : 0, abi::CallKind::kForward, stream, heap());
   // The dispatch and the combine (kernels/Kernels.h DispatchGemmSpec, GemmCombineSpec) run as cluster pairs on
   // sm_90a (m.pairGrid, m.pairPush).
   m.mark(m.events, size_t(Stage::kDispatchGemm), stream);
@@ -530,7 +544,7 @@ void MoeLayer::backward(const BackwardArgs& a, StreamHandle stream) {
   // backward needs nothing of the forward but its saved h, whatever ran on the workspace in between.
   start(BackwardStage::kDgradDispatch);
   const DevicePtr idx = m.topkIdx32(c, a.topkIdx, a.tokens, stream, heap());
-  m.prologue(idx, a.tokens, poolRows(c, ranks()), c.dropOverflow ? 2 : 0, stream, heap());
+  m.prologue(idx, a.tokens, poolRows(c, ranks()), c.dropOverflow ? 2 : 0, abi::CallKind::kBackward, stream, heap());
   // dy re-dispatched; B is w2 [E/R * H, I] as K x N slabs. It runs as cluster pairs on sm_90a (DispatchGemmSpec).
   KernelArgs dgrad = m.dispatchArgs(Role::kDispatchNN, dispatchLegs, idx, a.topkWeights, c.maxTokens, poolRows(c, ranks()));
   dgrad.ptr("src", a.dy).ptr("weights", a.w2).ptr("extra", 0).ptr("out", m.b.act).ptr("tickets", m.b.tickets);

@@ -77,6 +77,35 @@ struct SymmetricHeap::SharedAllocations {
   }
 };
 
+namespace {
+
+// A layer call's word (abi::callWord) as the mismatch message names it: "layer 1 forward", "layer 0 backward",
+// "layer 2 forward profiled, legs dispatch comm-only / combine fused".
+std::string describeCall(uint64_t word) {
+  const uint32_t role = uint32_t(word);
+  const uint32_t kind = role & 0xffu, dispatchLegs = (role >> 16) & 0xffu, combineLegs = (role >> 24) & 0xffu;
+  std::string s = "layer " + std::to_string(word >> 32) + " ";
+  if (kind == uint32_t(abi::CallKind::kForward))
+    s += "forward";
+  else if (kind == uint32_t(abi::CallKind::kBackward))
+    s += "backward";
+  else
+    s += "role " + std::to_string(kind);
+  if (role & abi::kCallProfiled) s += " profiled";
+  // The fused kernels' leg bits (kernels/Kernels.h LegBits): 1 comm, 2 GEMM, both: the layer itself.
+  auto leg = [](uint32_t bits) -> std::string {
+    if (bits == 3) return "fused";
+    if (bits == 1) return "comm-only";
+    if (bits == 2) return "gemm-only";
+    return std::to_string(bits);
+  };
+  if (dispatchLegs != 3 || combineLegs != 3)
+    s += ", legs dispatch " + leg(dispatchLegs) + " / combine " + leg(combineLegs);
+  return s;
+}
+
+}  // namespace
+
 std::string describeDeviceError(const abi::DeviceError& e) {
   const std::string rank = "rank " + std::to_string(e.rank) + ": ";
   const std::string block = " in block " + std::to_string(e.block);
@@ -105,6 +134,12 @@ std::string describeDeviceError(const abi::DeviceError& e) {
     case abi::ErrorCode::kCapacity:
       return rank + "capacity exceeded at site " + std::to_string(e.flag) + " (needed " + std::to_string(e.seen) +
              ", capacity " + std::to_string(e.expected) + ")" + block;
+    case abi::ErrorCode::kCallMismatch: {
+      const std::string peer = "rank " + std::to_string(e.flag & 0xffffffffu);
+      return rank + "layer call differs from " + peer + "'s (this rank: " + describeCall(e.expected) + "; " + peer +
+             ": " + describeCall(e.seen) + "): every rank must call the same layers, forward and backward, in the "
+             "same order (a workspace's layers are numbered in creation order on each rank)" + block;
+    }
   }
   return rank + "unknown device error code " + std::to_string(e.code) + " (flag " + std::to_string(e.flag) +
          ", seen " + std::to_string(e.seen) + ", expected " + std::to_string(e.expected) + ")" + block;

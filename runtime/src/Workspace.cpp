@@ -118,6 +118,7 @@ Workspace::Workspace(Runtime& runtime, const MoeLayerConfig& config, std::unique
   b.ctx = h.contextAddress();
   b.counts = h.regionAddress("moe.counts");
   b.flags = h.regionAddress("moe.flags");
+  b.calls = h.regionAddress("moe.calls");
   b.arrivals = h.regionAddress("moe.arrivals");
   b.done = h.regionAddress("moe.done");
   b.pool = h.regionAddress("moe.pool");
@@ -134,6 +135,9 @@ Workspace::Workspace(Runtime& runtime, const MoeLayerConfig& config, std::unique
     b.sendOff = alloc(sizes.sendOff);
     b.sendBase = alloc(sizes.sendBase);
     b.poolOffsets = alloc(sizes.poolOffsets);
+    // Zero until a prologue writes it: the backward's dW2 GEMM (no device context) reads it even when the first
+    // call's prologue stopped on an error, and then runs over empty groups instead of whatever the memory held.
+    d.memsetZero(b.poolOffsets, size_t(sizes.poolOffsets), nullptr);
     b.routeEpoch = alloc(sizes.routeEpoch);
     b.act = alloc(sizes.act);
     b.dh = alloc(sizes.dh);

@@ -95,6 +95,9 @@ struct Rank {
     a.ptr("route_epoch", routeEpoch).ptr("scratch", scratch).i32("blocks", kPrologueBlocks);
     // The worst case (every rank's every pick here): these tests check the tables, not a receive capacity.
     a.i32("capacity", int64_t(heap->nranks()) * int64_t(maxPicks)).i32("drop", 0).ptr("dropped", 0);
+    // Every rank the same call (layer 0, a fused forward): the call check passes.
+    const uint32_t role = abi::callRole(abi::CallKind::kForward, false, 3, 3);
+    a.ptr("calls", heap->regionAddress("calls")).i32("layer", 0).i32("role", int64_t(role));
     launch(*prologue, uint32_t(kPrologueBlocks), a);
   }
   void launchEpochAdvance() {
@@ -115,6 +118,7 @@ std::vector<RegionSpec> prologueRegions(const Shape& s) {
   const uint64_t R = uint64_t(s.ranks);
   return {{"counts", 2 * R * uint64_t(s.experts) * 4, 256},
           {"flags", R * 8, 256},
+          {"calls", 2 * R * 8, 256},
           {"arrivals", 2 * R * uint64_t(s.local()) * 8, 256},
           {"done", 2 * R * 8, 256}};
 }

@@ -15,7 +15,8 @@
 // what a training forward keeps (recomputing the dispatched x saves exactly its bytes); bad backward arguments.
 // SM budgets: the default shares of the ranks on one device, and a training step at the smallest budget (2 SMs).
 // Failure paths: a rank whose forward is never launched makes every other rank's wait end in a timeout (bounded at
-// 300 ms) naming it; an out-of-range expert index on one rank is kBadIndex there and a bounded timeout on the others.
+// 300 ms) naming it; an out-of-range expert index on one rank is kBadIndex there and a bounded timeout on the others;
+// ranks calling another layer or role than their peers' get kCallMismatch on every rank, naming both calls.
 // Kernels come from the test cache (scripts/gen-gpu-test-cache.sh DIR, MEGAMOE_CACHE_DIR=DIR): a cache without them
 // fails the test with the loader's message; LayerTest.GpuTestCacheListsEveryLayerKernel checks, without a GPU, that
 // the script lists every kernel these tests' layers load. The GPU tests skip, saying why, without a CUDA device or
@@ -1242,6 +1243,119 @@ TEST_P(LayerTest, AbsentRankMakesEveryOtherRankTimeOut) {
   // The absent rank ran nothing: its error record is clear and its heap usable.
   EXPECT_NO_THROW(g[absent].layer->checkErrors(g[absent].stream));
   EXPECT_TRUE(g[absent].layer->heap().usable());
+}
+
+// Ranks calling another layer or role than their peers at the same point (issue 46 item 7). Each case makes a fresh
+// workspace per rank with two training layers of one shape (numbers 0 and 1, created in the same order on every
+// rank) and first runs the same calls on every rank (layer 0's forward, then layer 1's: no error); then rank 0 runs
+// layer 0's forward while every other rank runs layer 1's forward ("another layer"), or its backward ("another
+// role"). Every rank's record must say kCallMismatch, naming the first peer whose call differs (rank 0: rank 1;
+// every other rank: rank 0) and both calls; y, dx, d_topk_weights and dW1 stay sentinels (not dW2: its GEMM takes
+// no device context and runs on the routing tables the last prologue left); no rank waits out a timeout (300 ms
+// here); every heap refuses calls afterwards. Without the check the first case gave no error at all (rank 0's rows were
+// multiplied by layer 1's weights) and the second timed out.
+TEST_P(LayerTest, AnotherLayerOrRoleThanAPeersIsAnErrorOnEveryRank) {
+  const int R = ranks();
+  MEGAMOE_REQUIRE_SM90A_RANKS(backend_, R);
+  constexpr uint64_t kTimeoutMs = 300;
+  const RuntimeEnv env = envWithWaitTimeout(kTimeoutMs);
+  ASSERT_EQ(env.waitTimeoutMs, kTimeoutMs);
+  std::mt19937 rng = testRng();
+  Group g;  // the runtimes, streams, buffers and weights; its own layers are not used
+  const Shape s = smallShape(R);
+  const LayerOptions o{0, true, false, 0};
+  ASSERT_NO_FATAL_FAILURE(openGroup(g, s, o, env, rng));
+  const MoeLayerConfig config = layerConfig(s, o);
+  std::vector<Runtime*> runtimes;
+  std::vector<DevicePtr> saved;
+  for (int r = 0; r < R; ++r) {
+    runtimes.push_back(g[r].runtime.get());
+    saved.push_back(g[r].device().allocate(size_t(MoeLayer::savedBytes(config, R))));
+  }
+  const std::vector<int64_t> tokens = cycled(R, {256, 100});
+  struct Call {
+    int layer;
+    bool backward;
+  };
+  struct Case {
+    const char* name;
+    std::function<Call(int)> of;  // rank r's mismatched call
+  };
+  const Case cases[] = {{"another layer", [](int r) { return Call{r == 0 ? 0 : 1, false}; }},
+                        {"another role", [](int r) { return Call{0, r != 0}; }}};
+  auto describe = [](const Call& c) {
+    return "layer " + std::to_string(c.layer) + (c.backward ? " backward" : " forward");
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    auto workspaces = Workspace::createLocal(runtimes, config);
+    std::vector<std::vector<std::unique_ptr<MoeLayer>>> layers(static_cast<size_t>(R));  // [rank][layer]
+    for (int l = 0; l < 2; ++l)
+      for (int r = 0; r < R; ++r) layers[size_t(r)].push_back(MoeLayer::create(workspaces[size_t(r)], config));
+    auto run = [&](int r, const Call& call) {
+      MoeLayer& layer = *layers[size_t(r)][size_t(call.layer)];
+      if (call.backward) {
+        BackwardArgs b = g[r].backwardArgs(tokens[size_t(r)]);
+        b.saved = saved[size_t(r)];
+        layer.backward(b, g[r].stream);
+      } else {
+        ForwardArgs a = g[r].args(tokens[size_t(r)]);
+        a.saved = saved[size_t(r)];
+        layer.forward(a, g[r].stream);
+      }
+    };
+    for (int r = 0; r < R; ++r)
+      upload(g[r], makeInputs(rng, s, Routing::kUniform, r, tokens[size_t(r)], 0, 1.f, /*training=*/true));
+    // The same calls on every rank pass the check.
+    for (int l = 0; l < 2; ++l)
+      for (int r = 0; r < R; ++r) run(r, {l, false});
+    for (int r = 0; r < R; ++r) ASSERT_NO_THROW(layers[size_t(r)][0]->checkErrors(g[r].stream)) << "rank " << r;
+    for (int r = 0; r < R; ++r) g[r].fillSentinels();
+
+    const auto start = std::chrono::steady_clock::now();
+    for (int r = 0; r < R; ++r) run(r, c.of(r));
+    std::vector<std::string> message(static_cast<size_t>(R));
+    std::vector<ErrorCode> code(static_cast<size_t>(R), ErrorCode::kOk);
+    std::vector<double> after(static_cast<size_t>(R), 0.0);
+    for (int r = 0; r < R; ++r) {
+      try {
+        layers[size_t(r)][0]->checkErrors(g[r].stream);
+      } catch (const Error& e) {
+        code[size_t(r)] = e.code();
+        message[size_t(r)] = e.what();
+      }
+      after[size_t(r)] = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    }
+    std::printf("SUMMARY layer call mismatch, %s (%s, wait timeout %llu ms):", c.name, placement(*backend_, R).c_str(),
+                static_cast<unsigned long long>(kTimeoutMs));
+    for (int r = 0; r < R; ++r)
+      std::printf(" rank %d after %.3f s: \"%s\";", r, after[size_t(r)], message[size_t(r)].c_str());
+    std::printf("\n");
+    for (int r = 0; r < R; ++r) {
+      const int peer = r == 0 ? 1 : 0;  // the first rank whose call differs from rank r's
+      const std::string expected = "rank " + std::to_string(r) + ": layer call differs from rank " +
+                                   std::to_string(peer) + "'s (this rank: " + describe(c.of(r)) + "; rank " +
+                                   std::to_string(peer) + ": " + describe(c.of(peer)) + "): every rank must call";
+      const std::string& m = message[size_t(r)];
+      EXPECT_EQ(code[size_t(r)], ErrorCode::kDeviceError) << "rank " << r << ": " << m;
+      EXPECT_EQ(m.rfind(expected, 0), 0u) << "rank " << r << ": expected \"" << expected << " ...\", got: " << m;
+      EXPECT_LT(after[size_t(r)], 30.0) << "rank " << r << ": the error took too long (wait timeout 300 ms)";
+      EXPECT_FALSE(workspaces[size_t(r)]->heap().usable()) << "rank " << r;
+      const Rank& rank = g[r];
+      auto untouched = [&](const char* name, DevicePtr at, size_t elems) {
+        const std::vector<uint16_t> v = rank.read<uint16_t>(at, elems);
+        EXPECT_EQ(size_t(std::count(v.begin(), v.end(), kSentinel)), v.size())
+            << "rank " << r << " wrote into " << name << " after the mismatch";
+      };
+      untouched("y", rank.y, s.yElems());
+      untouched("dx", rank.dx, s.yElems());
+      untouched("dW1", rank.dW1, s.dW1Elems());
+      const std::vector<uint32_t> dtw = rank.read<uint32_t>(rank.dTopkWeights, s.dTopkElems());
+      EXPECT_EQ(size_t(std::count(dtw.begin(), dtw.end(), kSentinel32)), dtw.size())
+          << "rank " << r << " wrote into d_topk_weights after the mismatch";
+    }
+  }
+  for (int r = 0; r < R; ++r) g[r].device().free(saved[size_t(r)]);
 }
 
 // Small enough for compute-sanitizer (memcheck, racecheck): 64 tokens per rank, one call, checked.

@@ -145,6 +145,11 @@ class MoeLayer {
   MoeLayer& operator=(const MoeLayer&) = delete;
 
   const MoeLayerConfig& config() const { return config_; }
+  // The layer's number on its workspace: 0, 1, ... in the order the workspace's layers were created on this rank.
+  // Every call publishes it and its role (forward or backward, profiled, legs) to the peers, and a call whose layer
+  // or role differs from a peer's is a device error on every rank (kCallMismatch, naming both), so every rank must
+  // create a workspace's layers in the same order and call them in the same order.
+  uint32_t number() const;
   int rank() const { return workspace_->rank(); }
   int ranks() const { return workspace_->ranks(); }
   // The SMs this rank's kernels use (the workspace's resolved smBudget).
@@ -158,7 +163,9 @@ class MoeLayer {
   // 8-byte aligned when int64) throws
   // Error(kInvalidArgument) naming the argument before anything is enqueued; an expert index outside [-1, E) is
   // seen on the device: it sets the rank's error record (kBadIndex), the later kernels of the call write nothing,
-  // and the peers' waits end in a bounded timeout.
+  // and the peers' waits end in a bounded timeout. A call of another layer or role than a peer's call at the same
+  // point (number()) sets every rank's record (kCallMismatch) before a row moves, and the later kernels of the call
+  // write nothing (the backward's dW2 GEMM, which takes no device context, excepted).
   // Returning means enqueued, not done: a device error recorded by this call (or an earlier one) surfaces only at
   // checkErrors(); until then calls keep returning normally. Every call of one layer (forward, backward, the stage
   // times, checkErrors) must be ordered on one stream, or by the caller across streams: the next call reuses the

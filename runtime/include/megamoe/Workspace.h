@@ -4,6 +4,7 @@
 // 58 layers cost one workspace, not 58; what one training forward keeps for its backward lives in a buffer the
 // caller owns (MoeLayer::savedBytes), never here. Calls of all layers on one workspace are ordered on one stream.
 #pragma once
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -80,8 +81,8 @@ class Workspace {
 
   // The working buffers and heap regions, as the layer's launches pass them (device addresses).
   struct Buffers {
-    DevicePtr ctx = 0, counts = 0, flags = 0, arrivals = 0, done = 0, pool = 0, poolSrc = 0, poolW = 0, comb = 0,
-              dw = 0, barrier = 0;                                             // heap regions
+    DevicePtr ctx = 0, counts = 0, flags = 0, calls = 0, arrivals = 0, done = 0, pool = 0, poolSrc = 0, poolW = 0,
+              comb = 0, dw = 0, barrier = 0;                                   // heap regions
     DevicePtr sendSlot = 0, sendList = 0, sendOff = 0, sendBase = 0, poolOffsets = 0, routeEpoch = 0,
               prologueScratch = 0, tickets = 0, act = 0, dh = 0,               // local (dh: training only)
               topkIdx32 = 0,  // the int32 topk_idx (int64 narrowed; with dropping, a copy the prologue edits)
@@ -93,6 +94,8 @@ class Workspace {
   // The picks this rank's forwards dropped so far (MoeLayerConfig::dropOverflow), over every layer of the workspace;
   // synchronises `stream` (the stream of the layers' calls).
   uint64_t droppedPicks(StreamHandle stream) const;
+  // The next layer's number on this workspace (MoeLayer::number): 0, 1, ... in creation order, below 2^31.
+  uint32_t takeLayerNumber() { return layersMade_.fetch_add(1) & 0x7fffffffu; }
 
  private:
   Workspace(Runtime& runtime, const MoeLayerConfig& config, std::unique_ptr<SymmetricHeap> heap, int smBudget);
@@ -103,6 +106,7 @@ class Workspace {
   std::unique_ptr<SymmetricHeap> heap_;
   int smBudget_;
   Buffers buffers_;
+  std::atomic<uint32_t> layersMade_{0};
 };
 
 }  // namespace megamoe

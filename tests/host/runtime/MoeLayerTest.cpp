@@ -60,6 +60,7 @@ TEST(MoeLayer, HeapRegionsHoldTheWorstCaseRouting) {
   EXPECT_EQ(layout.region("moe.pool_src").size, uint64_t(2) * 8192 * 8 * 4);
   EXPECT_EQ(layout.region("moe.comb").size, uint64_t(8192) * 8 * 7168 * 2);
   EXPECT_EQ(layout.region("moe.counts").size, uint64_t(2) * 2 * 256 * 4);
+  EXPECT_EQ(layout.region("moe.calls").size, uint64_t(2) * 2 * 8);  // [parity][source] call words
   EXPECT_EQ(layout.region("moe.arrivals").size, uint64_t(2) * 2 * 128 * 8);
   EXPECT_EQ(layout.region("moe.done").size, uint64_t(2) * (2 + 8) * 8);  // [2][R + the combine's 8 chunk counters]
   EXPECT_EQ(layout.region("moe.pool_w").size, uint64_t(2) * 8192 * 8 * 4);

@@ -149,6 +149,31 @@ TEST(SymmetricHeap, DescribesEveryDeviceErrorCode) {
             "rank 3: unknown device error code 77 (flag 1, seen 2, expected 3) in block 4");
 }
 
+// A call mismatch names the rule, the peer, and both ranks' layer and role (abi::callWord: seen is the peer's call,
+// expected this rank's), profiling and legs only where they are not the plain layer's.
+TEST(SymmetricHeap, CallMismatchNamesBothRanksLayersAndRoles) {
+  using abi::CallKind;
+  const uint64_t mismatch = uint64_t(abi::ErrorCode::kCallMismatch);
+  const uint32_t forward = abi::callRole(CallKind::kForward, false, 3, 3);
+  const uint32_t backward = abi::callRole(CallKind::kBackward, false, 3, 3);
+  const uint64_t peer1 = abi::flagId(abi::FlagKind::kPeer, 1);
+  const std::string rule = "every rank must call the same layers, forward and backward, in the same order (a "
+                           "workspace's layers are numbered in creation order on each rank)";
+  EXPECT_EQ(describeDeviceError({mismatch, 0, peer1, abi::callWord(1, forward), abi::callWord(0, forward), 0}),
+            "rank 0: layer call differs from rank 1's (this rank: layer 0 forward; rank 1: layer 1 forward): " + rule +
+                " in block 0");
+  EXPECT_EQ(describeDeviceError({mismatch, 2, abi::flagId(abi::FlagKind::kPeer, 0), abi::callWord(3, backward),
+                                 abi::callWord(3, forward), 0}),
+            "rank 2: layer call differs from rank 0's (this rank: layer 3 forward; rank 0: layer 3 backward): " + rule +
+                " in block 0");
+  const uint32_t profiled = abi::callRole(CallKind::kForward, true, 3, 3);
+  const uint32_t commOnly = abi::callRole(CallKind::kForward, false, 1, 2);
+  EXPECT_EQ(describeDeviceError({mismatch, 1, abi::flagId(abi::FlagKind::kPeer, 0), abi::callWord(0, commOnly),
+                                 abi::callWord(0, profiled), 0}),
+            "rank 1: layer call differs from rank 0's (this rank: layer 0 forward profiled; rank 0: layer 0 forward, "
+            "legs dispatch comm-only / combine gemm-only): " + rule + " in block 0");
+}
+
 // A timed-out wait names whom it waited for, from the flag's kind (abi::FlagKind).
 TEST(SymmetricHeap, TimeoutsNameTheRankWaitedFor) {
   const uint64_t timeout = uint64_t(abi::ErrorCode::kWaitTimeout);

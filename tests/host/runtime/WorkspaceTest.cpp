@@ -11,6 +11,7 @@
 
 #include "FakeLayerKernels.h"
 #include "TestSupport.h"
+#include "compiler/abi/DeviceAbi.h"
 #include "compiler/abi/KernelAbi.h"
 #include "megamoe/Error.h"
 #include "megamoe/MoeLayer.h"
@@ -305,6 +306,62 @@ TEST_F(WorkspaceOnFakeHip, DroppingPastTheCapacityWorksOnACopyAndCountsOnce) {
   ASSERT_EQ(plain.size(), 1u);
   EXPECT_EQ(plain[0].params[argIndex("dispatch_prologue", "topk_idx")], idx);
   EXPECT_EQ(int32_t(plain[0].params[argIndex("dispatch_prologue", "drop")]), 0);
+  d.free(p);
+}
+
+// Each call tells the peers which layer and role it is (issue 46 item 7): the prologue of every call gets the
+// workspace's call words (heap moe.calls), the layer's number on its workspace (creation order, the same on every
+// rank that creates them in the same order) and the call's role: forward or backward, a profiled forward (which
+// meets the peers once more), and the legs. The comparison itself runs on the device (tests/gpu/LayerTest.cpp).
+TEST_F(WorkspaceOnFakeHip, EveryCallNamesItsLayerAndRoleToThePeers) {
+  auto workspaces = Workspace::createLocal(raw(), small(true));
+  std::vector<std::vector<std::unique_ptr<MoeLayer>>> layers(kRanks);  // [rank][layer]
+  for (int l = 0; l < 3; ++l)
+    for (int r = 0; r < kRanks; ++r) layers[size_t(r)].push_back(MoeLayer::create(workspaces[size_t(r)], small(true)));
+  for (int r = 0; r < kRanks; ++r)
+    for (int l = 0; l < 3; ++l) EXPECT_EQ(layers[size_t(r)][size_t(l)]->number(), uint32_t(l)) << "rank " << r;
+  auto own = MoeLayer::createLocal(raw(), small(true));  // a workspace of its own: its only layer
+  EXPECT_EQ(own[1]->number(), 0u);
+  Device& d = *runtimes[0]->device();
+  const DevicePtr p = d.allocate(1 << 20);
+  ForwardArgs a{p, 8, p, p, p, p, p};
+  a.saved = p;
+  BackwardArgs b{p, p, 8, p, p, p, p, p, p, p, p};
+  b.saved = p;
+  MoeLayer& second = *layers[0][2];
+  const int from = test::FakeHip::get().launchCount();
+  layers[0][1]->forward(a, nullptr);
+  second.forward(a, nullptr);
+  second.backward(b, nullptr);
+  second.setProfiling(true);
+  second.forward(a, nullptr);
+  second.backward(b, nullptr);  // profiling changes no backward launch: the same role as before
+  second.setProfiling(false);
+  second.setLegs(Leg::kCommOnly, Leg::kGemmOnly);
+  second.forward(a, nullptr);
+  const auto prologues = launchesOf("dispatch_prologue", from);
+  ASSERT_EQ(prologues.size(), 6u);
+  using abi::CallKind;
+  const struct {
+    uint32_t layer, role;
+  } expected[] = {{1, abi::callRole(CallKind::kForward, false, 3, 3)},
+                  {2, abi::callRole(CallKind::kForward, false, 3, 3)},
+                  {2, abi::callRole(CallKind::kBackward, false, 3, 3)},
+                  {2, abi::callRole(CallKind::kForward, true, 3, 3)},
+                  {2, abi::callRole(CallKind::kBackward, false, 3, 3)},
+                  {2, abi::callRole(CallKind::kForward, false, 1, 2)}};
+  const int calls = argIndex("dispatch_prologue", "calls"), layer = argIndex("dispatch_prologue", "layer"),
+            role = argIndex("dispatch_prologue", "role");
+  for (size_t i = 0; i < prologues.size(); ++i) {
+    EXPECT_EQ(prologues[i].params[calls], workspaces[0]->buffers().calls) << "call " << i;
+    EXPECT_EQ(uint32_t(prologues[i].params[layer]), expected[i].layer) << "call " << i;
+    EXPECT_EQ(uint32_t(prologues[i].params[role]), expected[i].role) << "call " << i;
+  }
+  // The four roles differ from each other, and a layer's call word from another layer's.
+  EXPECT_NE(expected[0].role, expected[2].role);
+  EXPECT_NE(expected[0].role, expected[3].role);
+  EXPECT_NE(expected[0].role, expected[5].role);
+  EXPECT_NE(abi::callWord(1, expected[0].role), abi::callWord(2, expected[0].role));
   d.free(p);
 }
 
