@@ -201,6 +201,30 @@ static Value selectBound(Kernel* k, Value v, Value bound, arith::CmpFPredicate k
 }
 Vec Vec::min(float c) const { return {k_, selectBound(k_, v_, splat(c).v_, arith::CmpFPredicate::ULE)}; }
 Vec Vec::max(float c) const { return {k_, selectBound(k_, v_, splat(c).v_, arith::CmpFPredicate::UGE)}; }
+Vec Vec::max(const Vec& o) const { return {k_, selectBound(k_, v_, o.v_, arith::CmpFPredicate::UGE)}; }
+Vec Vec::abs() const { return max(-*this); }
+Vec Vec::maxAll() const {
+  Vec m = *this;
+  for (int n = int(cast<VectorType>(v_.getType()).getNumElements()); n > 1; n /= 2) {
+    Vec folded = m.slice(0, n / 2).max(m.slice(n / 2, n / 2));
+    if (n % 2) folded = folded.with(0, folded.slice(0, 1).max(m.slice(n - 1, 1)));  // an odd count's last element
+    m = folded;
+  }
+  return m;
+}
+Vec Vec::repeat(int n) const {
+  auto vt = cast<VectorType>(v_.getType());
+  if (vt.getNumElements() != 1) throw std::invalid_argument("repeat needs a 1-element vector");
+  Value one = vector::ExtractOp::create(k_->builder(), k_->loc(), v_, ArrayRef<int64_t>{0});
+  return {k_, vector::BroadcastOp::create(k_->builder(), k_->loc(), VectorType::get({n}, vt.getElementType()), one)};
+}
+Vec Vec::quotient(const Vec& o) const { return {k_, arith::DivFOp::create(k_->builder(), k_->loc(), v_, o.v_)}; }
+Vec Vec::toE4m3() const {
+  auto vt = cast<VectorType>(v_.getType());
+  if (!vt.getElementType().isF32()) throw std::invalid_argument("toE4m3 needs an f32 vector");
+  auto codes = VectorType::get(vt.getShape(), k_->builder().getI8Type());
+  return {k_, PackE4m3Op::create(k_->builder(), k_->loc(), codes, v_)};
+}
 
 // ---- pointers --------------------------------------------------------------------------------------------------
 

@@ -88,6 +88,12 @@ class Vec {
   Vec splat(float c) const;  // a vector like this one filled with c
   Vec stepLE(float c) const;  // 1 where the element is <= c, else 0 (masks, e.g. the gradient of a clamp)
   Vec sum() const;            // the elements added in order, as a 1-element vector
+  Vec max(const Vec& o) const;  // elementwise; an unordered pair (a NaN) keeps this vector's element
+  Vec abs() const;              // |x| (as max(x, -x))
+  Vec maxAll() const;           // the largest element (a tree of max), as a 1-element vector
+  Vec repeat(int n) const;      // a 1-element vector's value n times
+  Vec quotient(const Vec& o) const;  // IEEE-rounded division (operator/ is the approximate one)
+  Vec toE4m3() const;  // f32 -> FP8 e4m3 codes (i8; nearest, ties to even, saturating at +-448; megamoe.pack_e4m3)
   Vec slice(int first, int n) const;             // elements [first, first + n)
   Vec with(int first, const Vec& part) const;    // this vector with elements [first, ...) replaced by part's
   I64 laneI64(int lane) const;                   // element `lane` of an i64 vector (std::invalid_argument otherwise)

@@ -70,6 +70,17 @@ struct GemmNtFp8Spec {
   KernelSpec spec() const { return {kName, {{"N", n}, {"K", k}}}; }
 };
 
+// Per-token FP8 quantisation of activations: x [rows, H] bf16 -> q [rows, H] e4m3 codes and scales [rows, H / 128]
+// f32, each 128-channel group g of a row with scale s = amax(|x_g|) / 448 (1 where that is 0) and q = e4m3(x / s)
+// (IEEE quotient, nearest even, saturating): bitwise python/megamoe/fp8.py quantize_tokens (scale_format fp32) for
+// finite inputs. One thread per (row, group); `rows` a run-time argument; ceil(rows * H / 128 / 256) blocks.
+struct QuantizeTokensSpec {
+  static constexpr const char* kName = "quantize_tokens_fp8";
+  static constexpr int64_t kBlockThreads = 256, kGroup = 128, kVector = 8;
+  int64_t hidden;
+  KernelSpec spec() const { return {kName, {{"H", hidden}}}; }
+};
+
 // Grouped bf16 GEMMs over experts, one persistent kernel each, driven by device-side group offsets: offsets is an
 // i32 [E + 1] array of row starts (offsets[e + 1] - offsets[e] = group e's size, 0 included; no host sync and no
 // padding needed). The kernels trust them: 0 <= offsets[0] <= ... <= offsets[E] <= the rows of A and C (a caller

@@ -15,6 +15,7 @@ static_assert(GroupedGemmSpec::kNT == abi::kLayoutNT && GroupedGemmSpec::kNN == 
 mlir::OwningOpRef<mlir::ModuleOp> buildSwiglu(mlir::MLIRContext& ctx, const SwigluSpec& s);
 mlir::OwningOpRef<mlir::ModuleOp> buildGemmNt(mlir::MLIRContext& ctx, const GemmNtSpec& s);
 mlir::OwningOpRef<mlir::ModuleOp> buildGemmNtFp8(mlir::MLIRContext& ctx, const GemmNtFp8Spec& s);
+mlir::OwningOpRef<mlir::ModuleOp> buildQuantizeTokens(mlir::MLIRContext& ctx, const QuantizeTokensSpec& s);
 mlir::OwningOpRef<mlir::ModuleOp> buildDispatchPrologue(mlir::MLIRContext& ctx, const DispatchPrologueSpec& s);
 mlir::OwningOpRef<mlir::ModuleOp> buildTopkIdxNarrow(mlir::MLIRContext& ctx, const TopkIdxNarrowSpec& s);
 mlir::OwningOpRef<mlir::ModuleOp> buildDispatchGemm(mlir::MLIRContext& ctx, const DispatchGemmSpec& s, Arch arch);
@@ -109,6 +110,16 @@ const std::vector<KernelInfo>& registry() {
        },
        [](mlir::MLIRContext& ctx, const KernelSpec& s, Arch) {
          return buildSwiglu(ctx, SwigluSpec{s.get("I"), s.get("clamp_milli")});
+       }},
+      {QuantizeTokensSpec::kName,
+       "per-token FP8 e4m3 quantisation of bf16 rows, one f32 scale per 128 channels (amax / 448)",
+       [](const KernelSpec& s) {
+         std::string e = positiveMultiple("H", s.get("H"), QuantizeTokensSpec::kGroup, "one scale per 128 channels");
+         if (e.empty() && s.get("H") > 65536) e = "H=" + std::to_string(s.get("H")) + " must be <= 65536";
+         return e;
+       },
+       [](mlir::MLIRContext& ctx, const KernelSpec& s, Arch) {
+         return buildQuantizeTokens(ctx, QuantizeTokensSpec{s.get("H")});
        }},
       {GemmNtSpec::kName,
        "one-expert bf16 GEMM C = A B^T through the MMA atom (64x128 tiles)",

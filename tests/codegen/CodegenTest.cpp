@@ -68,6 +68,8 @@ std::vector<Case> cases() {
       {kernels::TopkIdxNarrowSpec{}.spec(), false},
       {kernels::GemmNtFp8Spec{128, 128}.spec(), true},
       {kernels::GemmNtFp8Spec{256, 7168}.spec(), true},
+      {kernels::QuantizeTokensSpec{7168}.spec(), false},
+      {kernels::QuantizeTokensSpec{128}.spec(), false},
   };
   for (const auto& p : kernels::presets())
     for (const auto& s : kernels::layerKernels(p, 8)) out.push_back({s, s.kernel.find("grouped_gemm") != std::string::npos});
@@ -490,6 +492,26 @@ TEST(Codegen, MmaRefusesATileInALayoutItDoesNotRead) {
   EXPECT_NE(why.find("rowMajor"), std::string::npos) << why;
   EXPECT_NE(why.find("k128B"), std::string::npos) << why;
   EXPECT_EQ(layouts::refusal([&] { k.block().mma(k.block().zeroAcc(64, 64), swizzled, swizzled); }), "");
+}
+
+// quantize_tokens_fp8 converts on the targets' FP8 instructions, a pair at a time: sm_90a cvt.rn.satfinite.e4m3x2.f32
+// (64 for a 128-channel group), gfx950 v_cvt_pk_fp8_f32 (never run: no AMD GPU here); the quotients are IEEE-rounded
+// (no approximate reciprocal).
+TEST(Codegen, QuantizeTokensConvertsOnTheFp8Instructions) {
+  for (const std::string t : {"sm_90a", "gfx950"}) {
+    CompiledKernel k = compile(kernels::QuantizeTokensSpec{128}.spec(), t);
+    auto count = [&](const std::string& what) {
+      size_t n = 0;
+      for (size_t at = k.assembly.find(what); at != std::string::npos; at = k.assembly.find(what, at + 1)) ++n;
+      return n;
+    };
+    if (t == "sm_90a") {
+      EXPECT_EQ(count("cvt.rn.satfinite.e4m3x2.f32"), 64u) << k.assembly;
+      EXPECT_EQ(count("rcp.approx"), 0u);
+    } else {
+      EXPECT_EQ(count("v_cvt_pk_fp8_f32"), 64u) << k.assembly;
+    }
+  }
 }
 
 // An FP8 e4m3 GEMM tile (A [64, 128] and B [128, 128] e4m3 in K-major swizzled rows, one 128-byte row per stage):

@@ -516,6 +516,78 @@ TEST(GpuKernels, GroupedGemmNtFp8DeepSeekV3) {
   runGroupedGemmFp8(gpu, 32, 7168, 2048, 512, 0, /*checkRows=*/24, /*time=*/true);
 }
 
+// ------------------------------------------------------------------------------------------ quantize_tokens_fp8
+
+// The e4m3 code of a float: nearest value, ties to the even code, magnitudes past 448 saturated (the host half of
+// python/megamoe/fp8.py float_to_e4m3).
+uint8_t toE4m3(float v) {
+  const std::vector<double>& value = e4m3Values();
+  const double a = std::min(std::fabs(double(v)), 448.0);
+  int best = 0;
+  for (int c = 1; c <= 0x7E; ++c) {
+    const double d = std::fabs(value[size_t(c)] - a), bd = std::fabs(value[size_t(best)] - a);
+    if (d < bd || (d == bd && c % 2 == 0)) best = c;
+  }
+  return uint8_t(best | (std::signbit(v) ? 0x80 : 0));
+}
+
+// quantize_tokens_fp8 (kernels/Kernels.h QuantizeTokensSpec) on random bf16 rows (a wide range of magnitudes, one
+// all-zero group): the codes and scales bitwise the host quantiser's (IEEE quotient, nearest even), every element
+// written, a guard row untouched, a second launch identical.
+void runQuantizeTokens(Gpu& gpu, int64_t H, int32_t rows) {
+  std::mt19937 rng = testRng();
+  const int64_t groups = H / 128;
+  auto kernel = loadKernel(*gpu.runtime, "quantize_tokens_fp8", {{"H", H}});
+  std::vector<uint16_t> x = randomBf16(rng, size_t(rows * H));
+  std::uniform_int_distribution<int> exponent(-20, 12);
+  for (int64_t g = 0; g < rows * groups; ++g) {
+    const float range = std::ldexp(1.f, exponent(rng));  // each group its own magnitude
+    for (int64_t i = 0; i < 128; ++i) x[size_t(g * 128 + i)] = toBf16(fromBf16(x[size_t(g * 128 + i)]) * range);
+  }
+  for (int64_t i = 0; i < 128; ++i) x[size_t(i)] = toBf16(0.f);  // row 0's first group: scale 1, codes 0
+  Buffer xDev(gpu.device(), x.size() * 2), q(gpu.device(), size_t((rows + 1) * H)),
+      scales(gpu.device(), size_t((rows + 1) * groups) * 4);
+  xDev.upload(x);
+  KernelArgs args("quantize_tokens_fp8");
+  args.ptr("x", xDev.ptr()).ptr("q", q.ptr()).ptr("scales", scales.ptr()).i32("rows", rows);
+  LaunchDims dims;
+  dims.grid.x = uint32_t((rows * groups + 255) / 256);
+  dims.block.x = uint32_t(kernel->metadata().blockThreads);
+  auto launchOnce = [&] {
+    q.upload(std::vector<uint8_t>(size_t((rows + 1) * H), 0xFF));  // the NaN code: never the result of a finite x
+    scales.upload(std::vector<uint32_t>(size_t((rows + 1) * groups), 0xFFFFFFFFu));
+    gpu.runtime->launch(*kernel, dims, gpu.stream, args);
+    gpu.device().synchronize(gpu.stream);
+    return std::make_pair(q.download<uint8_t>(), scales.download<float>());
+  };
+  const auto [codes, gotScales] = launchOnce();
+  size_t codeDiffs = 0, scaleDiffs = 0, guard = 0;
+  for (int64_t g = 0; g < rows * groups; ++g) {
+    float amax = 0;
+    for (int64_t i = 0; i < 128; ++i) amax = std::max(amax, std::fabs(fromBf16(x[size_t(g * 128 + i)])));
+    const float ratio = amax / 448.f, scale = ratio == 0.f ? 1.f : ratio;
+    scaleDiffs += std::memcmp(&scale, &gotScales[size_t(g)], 4) != 0;
+    for (int64_t i = 0; i < 128; ++i)
+      codeDiffs += codes[size_t(g * 128 + i)] != toE4m3(fromBf16(x[size_t(g * 128 + i)]) / scale);
+  }
+  for (int64_t i = rows * H; i < (rows + 1) * H; ++i) guard += codes[size_t(i)] != 0xFF;
+  for (int64_t g = rows * groups; g < (rows + 1) * groups; ++g) guard += !std::isnan(gotScales[size_t(g)]);
+  EXPECT_EQ(codeDiffs, 0u);
+  EXPECT_EQ(scaleDiffs, 0u);
+  EXPECT_EQ(guard, 0u);
+  EXPECT_EQ(gotScales[0], 1.f) << "an all-zero group's scale";
+  const bool identical = launchOnce() == std::make_pair(codes, gotScales);
+  EXPECT_TRUE(identical);
+  std::printf("SUMMARY quantize_tokens_fp8 H=%lld rows=%d: code_diffs=%zu scale_diffs=%zu guard_touched=%zu rerun=%s\n",
+              (long long)H, rows, codeDiffs, scaleDiffs, guard, identical ? "identical" : "DIFFERENT");
+}
+
+TEST(GpuKernels, QuantizeTokensFp8MatchesTheHostQuantiser) {
+  MEGAMOE_REQUIRE_SM90A(gpu);
+  runQuantizeTokens(gpu, 128, 33);
+  runQuantizeTokens(gpu, 7168, 300);  // DeepSeek-V3's hidden size
+}
+
 // ------------------------------------------------------------------------------------ grouped_gemm_{nt,nn,tn}_tma
 
 enum class Layout { kNT, kNN, kTN };

@@ -188,6 +188,13 @@ LogicalResult AccScaleAddOp::verify() {
   return verifyAccShape(*this, getAcc().getType(), getM(), getN(), getThreads());
 }
 
+LogicalResult PackE4m3Op::verify() {
+  const int64_t n = getValues().getType().getNumElements();
+  if (getCodes().getType().getNumElements() != n) return emitOpError("codes must have one byte per value");
+  if (n % 2) return emitOpError("the value count must be even (the targets convert pairs), got ") << n;
+  return success();
+}
+
 //===----------------------------------------------------------------------===//
 // Heap and signalling
 //===----------------------------------------------------------------------===//

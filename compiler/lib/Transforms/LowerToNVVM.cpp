@@ -458,6 +458,31 @@ void addWarpSpecialisationPatterns(RewritePatternSet& patterns) {
   });
 }
 
+// pack_e4m3 one pair at a time on cvt.rn.satfinite.e4m3x2.f32, which puts its first operand's code in the high
+// byte: each pair passes (odd, even), so that the vector<2xi8> result reads (even's code, odd's) in memory order.
+struct PackE4m3ToCvt : OpRewritePattern<PackE4m3Op> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(PackE4m3Op op, PatternRewriter& b) const override {
+    Location loc = op.getLoc();
+    auto codesTy = op.getCodes().getType();
+    Value codes = arith::ConstantOp::create(b, loc, codesTy, DenseElementsAttr::get(codesTy, b.getI8IntegerAttr(0)));
+    auto pairTy = VectorType::get({2}, b.getI8Type());
+    auto rn = NVVM::FPRoundingModeAttr::get(b.getContext(), NVVM::FPRoundingMode::RN);
+    auto sat = NVVM::SaturationModeAttr::get(b.getContext(), NVVM::SaturationMode::SATFINITE);
+    auto e4m3 = TypeAttr::get(b.getType<Float8E4M3FNType>());
+    for (int64_t i = 0; i < codesTy.getNumElements(); i += 2) {
+      Value even = vector::ExtractOp::create(b, loc, op.getValues(), ArrayRef<int64_t>{i});
+      Value odd = vector::ExtractOp::create(b, loc, op.getValues(), ArrayRef<int64_t>{i + 1});
+      Value pair = NVVM::ConvertF32x2ToF8x2Op::create(b, loc, pairTy, odd, even, rn, sat, b.getBoolAttr(false), e4m3);
+      for (int64_t j = 0; j < 2; ++j)
+        codes = vector::InsertOp::create(b, loc, vector::ExtractOp::create(b, loc, pair, ArrayRef<int64_t>{j}), codes,
+                                         ArrayRef<int64_t>{i + j});
+    }
+    b.replaceOp(op, codes);
+    return success();
+  }
+};
+
 struct LowerToNVVMPass : impl::MegaMoeLowerToNVVMBase<LowerToNVVMPass> {
   void runOnOperation() override {
     NvvmHooks hooks;
@@ -466,7 +491,7 @@ struct LowerToNVVMPass : impl::MegaMoeLowerToNVVMBase<LowerToNVVMPass> {
     populateExpandBarriersPatterns(patterns);
     populateCommonLoweringPatterns(patterns, hooks);
     patterns.add<MmaTileToWgmma, MmaDrainToWgmmaWait, AccStoreFromWgmma, AccScaleAddOnWgmma, BulkStoreToCpAsyncBulk, BulkCommitToNvvm,
-                 BulkWaitToNvvm>(&getContext());
+                 BulkWaitToNvvm, PackE4m3ToCvt>(&getContext());
     addWarpSpecialisationPatterns(patterns);
     if (failed(applyLowering(getOperation(), std::move(patterns)))) signalPassFailure();
   }

@@ -223,6 +223,40 @@ struct EraseOp : OpRewritePattern<Op> {
   }
 };
 
+// pack_e4m3 on v_cvt_pk_fp8_f32 (gfx950: the OCP e4m3 format), two values into each half of a 32-bit word, the
+// first of a pair in the half's low byte. The values are clamped to +-448 first (compare + select: NaN stays NaN),
+// so that saturation does not depend on the instruction's clamp mode.
+struct PackE4m3ToCvtPk : OpRewritePattern<PackE4m3Op> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(PackE4m3Op op, PatternRewriter& b) const override {
+    Location loc = op.getLoc();
+    auto codesTy = op.getCodes().getType();
+    const int64_t n = codesTy.getNumElements();
+    Value codes = arith::ConstantOp::create(b, loc, codesTy, DenseElementsAttr::get(codesTy, b.getI8IntegerAttr(0)));
+    Value top = arith::ConstantOp::create(b, loc, b.getF32FloatAttr(448.f));
+    Value bottom = arith::ConstantOp::create(b, loc, b.getF32FloatAttr(-448.f));
+    auto value = [&](int64_t i) {
+      Value v = vector::ExtractOp::create(b, loc, op.getValues(), ArrayRef<int64_t>{i});
+      v = arith::SelectOp::create(b, loc, arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OGT, v, top), top, v);
+      return Value(
+          arith::SelectOp::create(b, loc, arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OLT, v, bottom), bottom, v));
+    };
+    auto bytesTy = VectorType::get({4}, b.getI8Type());
+    for (int64_t i = 0; i < n; i += 4) {
+      Value word = lowering::i32(b, loc, 0);
+      for (int64_t half = 0; half < 2 && i + 2 * half < n; ++half)
+        word = ROCDL::CvtPkFp8F32Op::create(b, loc, b.getI32Type(), value(i + 2 * half), value(i + 2 * half + 1), word,
+                                            b.getIntegerAttr(b.getI1Type(), half));
+      Value bytes = LLVM::BitcastOp::create(b, loc, bytesTy, word);
+      for (int64_t j = 0; j < 4 && i + j < n; ++j)
+        codes = vector::InsertOp::create(b, loc, vector::ExtractOp::create(b, loc, bytes, ArrayRef<int64_t>{j}), codes,
+                                         ArrayRef<int64_t>{i + j});
+    }
+    b.replaceOp(op, codes);
+    return success();
+  }
+};
+
 struct LowerToROCDLPass : impl::MegaMoeLowerToROCDLBase<LowerToROCDLPass> {
   void runOnOperation() override {
     RocdlHooks hooks;
@@ -231,7 +265,7 @@ struct LowerToROCDLPass : impl::MegaMoeLowerToROCDLBase<LowerToROCDLPass> {
     populateExpandBarriersPatterns(patterns);
     populateCommonLoweringPatterns(patterns, hooks);
     patterns.add<MmaTileToMfma, MmaDrainToValue, AccStoreFromMfma, AccScaleAddOnMfma, BulkStoreToCopies, EraseOp<BulkCommitOp>,
-                 EraseOp<BulkWaitOp>>(&getContext());
+                 EraseOp<BulkWaitOp>, PackE4m3ToCvtPk>(&getContext());
     if (failed(applyLowering(getOperation(), std::move(patterns)))) signalPassFailure();
   }
 };

@@ -650,3 +650,19 @@ llvm.func @shared_copy_peer_from_global(%src: !llvm.ptr<1>, %bar: !llvm.ptr<3>, 
   megamoe.shared_copy_peer %src, %bar, %cta {bytes = 16 : i64} : !llvm.ptr<1>, !llvm.ptr<3>
   llvm.return
 }
+
+// -----
+
+llvm.func @pack_e4m3_odd(%v: vector<3xf32>) -> vector<3xi8> {
+  // expected-error @+1 {{the value count must be even (the targets convert pairs), got 3}}
+  %q = megamoe.pack_e4m3 %v : vector<3xf32> -> vector<3xi8>
+  llvm.return %q : vector<3xi8>
+}
+
+// -----
+
+llvm.func @pack_e4m3_short(%v: vector<4xf32>) -> vector<2xi8> {
+  // expected-error @+1 {{codes must have one byte per value}}
+  %q = megamoe.pack_e4m3 %v : vector<4xf32> -> vector<2xi8>
+  llvm.return %q : vector<2xi8>
+}

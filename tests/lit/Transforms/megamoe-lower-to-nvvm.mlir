@@ -1167,3 +1167,21 @@ gpu.module @k {
     llvm.return %r : vector<64xf32>
   }
 }
+
+// -----
+
+// pack_e4m3: one cvt.rn.satfinite.e4m3x2.f32 per pair, the odd element first (the instruction's high byte), so the
+// pair's bytes read (even, odd) in memory order.
+// CHECK-LABEL: llvm.func @pack_e4m3
+// CHECK: %[[X0:.*]] = vector.extract %{{.*}}[0] : f32 from vector<4xf32>
+// CHECK-NEXT: %[[X1:.*]] = vector.extract %{{.*}}[1] : f32 from vector<4xf32>
+// CHECK-NEXT: nvvm.convert.f32x2.to.f8x2 %[[X1]], %[[X0]] {rnd = #nvvm.fp_rnd_mode<rn>, sat = #nvvm.sat_mode<satfinite>} : vector<2xi8>(f8E4M3FN)
+// CHECK-COUNT-1: nvvm.convert.f32x2.to.f8x2
+// CHECK-NOT: nvvm.convert.f32x2.to.f8x2
+// CHECK: llvm.return
+gpu.module @k {
+  llvm.func @pack_e4m3(%v: vector<4xf32>) -> vector<4xi8> {
+    %q = megamoe.pack_e4m3 %v : vector<4xf32> -> vector<4xi8>
+    llvm.return %q : vector<4xi8>
+  }
+}

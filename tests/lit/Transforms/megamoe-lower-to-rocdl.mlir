@@ -1015,3 +1015,22 @@ gpu.module @k {
     llvm.return %r : vector<16xf32>
   }
 }
+
+// -----
+
+// pack_e4m3: values clamped to +-448 by compare + select (NaN kept), then two v_cvt_pk_fp8_f32 into the halves of
+// one word (word_sel false, then true), its four bytes the codes in order.
+// CHECK-LABEL: llvm.func @pack_e4m3
+// CHECK: arith.cmpf ogt
+// CHECK: arith.cmpf olt
+// CHECK: %[[LO:.*]] = rocdl.cvt.pk.fp8.f32 %{{.*}}, %{{.*}} -> %{{.*}}[false] : i32
+// CHECK: %[[HI:.*]] = rocdl.cvt.pk.fp8.f32 %{{.*}}, %{{.*}} -> %[[LO]][true] : i32
+// CHECK: llvm.bitcast %[[HI]] : i32 to vector<4xi8>
+// CHECK-NOT: rocdl.cvt.pk.fp8.f32
+// CHECK: llvm.return
+gpu.module @k {
+  llvm.func @pack_e4m3(%v: vector<4xf32>) -> vector<4xi8> {
+    %q = megamoe.pack_e4m3 %v : vector<4xf32> -> vector<4xi8>
+    llvm.return %q : vector<4xi8>
+  }
+}

@@ -387,6 +387,20 @@ def MegaMoe_AccScaleAddOp : MegaMoe_Op<"acc_scale_add", [Pure, AllTypesMatch<["a
   let hasVerifier = 1;
 }
 
+def MegaMoe_PackE4m3Op : MegaMoe_Op<"pack_e4m3", [Pure]> {
+  let summary = "f32 values rounded to FP8 e4m3 codes (nearest, ties to even; finite values saturate at +-448)";
+  let description = [{
+    Each f32 element of `values` becomes the byte of its OCP E4M3FN code, in the same order: rounded to nearest,
+    ties to even, magnitudes beyond 448 (the largest finite e4m3) to +-448, NaN to NaN. An even element count:
+    sm_90a converts pairs (cvt.rn.satfinite.e4m3x2.f32), gfx950 pairs into words (v_cvt_pk_fp8_f32, after an
+    explicit clamp to +-448 that keeps NaN).
+  }];
+  let arguments = (ins VectorOfRankAndType<[1], [F32]>:$values);
+  let results = (outs VectorOfRankAndType<[1], [I8]>:$codes);
+  let assemblyFormat = "$values attr-dict `:` type($values) `->` type($codes)";
+  let hasVerifier = 1;
+}
+
 //===----------------------------------------------------------------------===//
 // Symmetric heap and signalling
 //===----------------------------------------------------------------------===//
