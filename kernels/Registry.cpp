@@ -66,6 +66,13 @@ std::string validateFused(const KernelSpec& s) {
   return positiveMultiple("I", s.get("I"), GroupedGemmSpec::kBlockN, "the gate|up halves of an L1 tile, K of L2");
 }
 
+// The grouped GEMMs' group count E: 1..1024, the rows of the tile table each block builds in shared memory.
+std::string groupCountRule(const KernelSpec& s) {
+  return s.get("E") > 0 && s.get("E") <= 1024
+             ? ""
+             : "E=" + std::to_string(s.get("E")) + " must be 1..1024 (the shared tile table)";
+}
+
 KernelInfo groupedGemmInfo(GroupedGemmSpec::Layout layout, bool tensorMaps = false) {
   using S = GroupedGemmSpec;
   const char* third = layout == S::kTN ? "M" : "K";
@@ -75,9 +82,7 @@ KernelInfo groupedGemmInfo(GroupedGemmSpec::Layout layout, bool tensorMaps = fal
           : layout == S::kNN ? "grouped bf16 GEMM C = A B[e] over device-side group offsets (persistent)"
                              : "grouped bf16 GEMM C[e] = A_e^T B_e, K = group size (weight gradients)",
           [layout, third, tensorMaps](const KernelSpec& s) {
-            std::string e = s.get("E") > 0 && s.get("E") <= 1024
-                                ? ""
-                                : "E=" + std::to_string(s.get("E")) + " must be 1..1024 (the shared tile table)";
+            std::string e = groupCountRule(s);
             if (e.empty()) e = positiveMultiple("N", s.get("N"), S::kBlockN, "BLOCK_N");
             if (e.empty())
               e = layout == S::kTN ? positiveMultiple(third, s.get(third), S::kBlockM, "BLOCK_M")
@@ -150,9 +155,7 @@ const std::vector<KernelInfo>& registry() {
        "(warp-specialised with TMA loads on sm_90a)",
        [](const KernelSpec& s) {
          using S = GroupedGemmSpec;
-         std::string e = s.get("E") > 0 && s.get("E") <= 1024
-                             ? ""
-                             : "E=" + std::to_string(s.get("E")) + " must be 1..1024 (the shared tile table)";
+         std::string e = groupCountRule(s);
          if (e.empty()) e = positiveMultiple("N", s.get("N"), S::kScaleBlock, "BLOCK_N, one scale block");
          if (e.empty()) e = positiveMultiple("K", s.get("K"), S::kScaleBlock, "one 128-wide scale block per stage");
          if (e.empty() && s.get("K") < 2 * S::kScaleBlock)
