@@ -670,6 +670,12 @@ void SharedTile::storeI32(const I32& index, const I32& v) const {
   LLVM::StoreOp::create(k_->builder(), k_->loc(), v.value(), p, 4);
 }
 
+void SharedTile::storePeerI32(const I32& index, const I32& v, const I32& cta) const {
+  Value p = LLVM::GEPOp::create(k_->builder(), k_->loc(), base_.getType(), k_->builder().getI32Type(), base_,
+                                ValueRange{index.value()});
+  SharedStorePeerOp::create(k_->builder(), k_->loc(), p, v.value(), cta.value());
+}
+
 I32 SharedTile::atomicAddI32(const I32& index, const I32& v) const {
   Value p = LLVM::GEPOp::create(k_->builder(), k_->loc(), base_.getType(), k_->builder().getI32Type(), base_,
                                 ValueRange{index.value()});

@@ -173,6 +173,9 @@ class SharedTile {
   // Element access for small shared tables (row-major index into the first stage).
   I32 loadI32(const I32& index) const;
   void storeI32(const I32& index, const I32& v) const;
+  // The same entry in CTA `cta` of this block's cluster (sm_90a): seen there after a Kernel::clusterSync that both
+  // CTAs pass after the store.
+  void storePeerI32(const I32& index, const I32& v, const I32& cta) const;
   // Atomic add (relaxed; the shared table is block-local); returns the previous value.
   I32 atomicAddI32(const I32& index, const I32& v) const;
   mlir::Value value() const { return base_; }

@@ -2,6 +2,7 @@
 // end of the counters a kernel's blocks share within a launch.
 #pragma once
 #include <functional>
+#include <optional>
 
 #include "compiler/abi/DeviceAbi.h"
 #include "dsl/Dsl.h"
@@ -24,6 +25,32 @@ inline void resetIfLastBlock(dsl::Kernel& k, const dsl::GlobalPtr& done, const d
                              const std::function<void()>& reset) {
   dsl::I32 past = done.atomicAddI32(k.i32(1));
   k.ifThen(past == blocks - 1, reset);
+}
+
+// The start of a kernel after an earlier kernel of the call may have claimed the error record (a bad index, a
+// timeout): return at once where it has. Thread 0 reads the record once and the block (with blockInPair, both blocks
+// of the cluster pair: each stores what it read into its own and its partner's shared slot, then the pair meets)
+// decides on what was read, so all threads of a block and both blocks of a pair return together or go on together.
+// A load per thread could see a claim landing between two loads, and a block, or a warp, that went on would wait for
+// its partner's cluster barriers or mailbox forever.
+// `seen`: a shared i32 table of 2 entries (static or dynamic, as the kernel's other tiles), the same offset in both
+// blocks of a pair; entry b holds what block b of the pair read (0 clear, 1 claimed), entry 0 without pairs.
+inline void returnIfErrorAtStart(dsl::Kernel& k, const dsl::Context& ctx, const dsl::SharedTile& seen,
+                                 const std::optional<dsl::I32>& blockInPair) {
+  using namespace dsl;
+  I32 mine = blockInPair ? *blockInPair : k.i32(0);
+  k.ifThen(k.threadIdx() == 0, [&] {
+    I32 claimed = k.select(k.errorClear(ctx), k.i32(0), k.i32(1));
+    seen.storeI32(mine, claimed);
+    if (blockInPair) seen.storePeerI32(mine, claimed, k.i32(1) - mine);
+  });
+  if (blockInPair) {
+    k.clusterSync();
+    k.returnIf(!(seen.loadI32(k.i32(0)) + seen.loadI32(k.i32(1)) == 0));
+  } else {
+    k.block().sync();
+    k.returnIf(!(seen.loadI32(k.i32(0)) == 0));
+  }
 }
 
 // Of `count` rows starting at row `start` of a receive pool, how many lie below its `capacity` (the rows it holds;

@@ -68,8 +68,8 @@ mlir::OwningOpRef<mlir::ModuleOp> buildDispatchGemm(mlir::MLIRContext& mctx, con
   const bool ws = (s.layout == G::kTN && arch == Arch::sm_90a) || pairs;
   G::Tiles c = g.tiles(arch, ws);
   const int64_t E = s.experts, R = s.ranks, local = E / R, H = s.hidden, I = s.intermediate;
-  // Tables: the tile table, slots, confirmed (the unit table lives in the staging tile).
-  if (ws) c.stages = WarpSpecializedEngine::stagesFor(c, {local + 1, 1, 1}, pairs);
+  // Tables: the start check's, the tile table, slots, confirmed (the unit table lives in the staging tile).
+  if (ws) c.stages = WarpSpecializedEngine::stagesFor(c, {4, local + 1, 1, 1}, pairs);
   Kernel k(mctx, S::kName, c.threads, /*tensorMaps=*/ws);
   Context ctx = k.context();
   GlobalPtr src = k.ptr("src", Elem::bf16);
@@ -100,9 +100,16 @@ mlir::OwningOpRef<mlir::ModuleOp> buildDispatchGemm(mlir::MLIRContext& mctx, con
   if (s.layout == G::kTN) maps.c = mapC;
   const bool dedup = s.dedup != 0;
 
-  // A failed prologue (an expert index out of range) leaves nothing to do here; the peers' waits time out.
-  k.returnIf(!k.errorClear(ctx));
+  // Pairs: blocks 2c and 2c + 1 form cluster c (MoeLayer launches whole pairs, pushing blocks included).
+  std::optional<I32> blockInPair;
+  if (pairs) {
+    k.setClusterX(2);
+    blockInPair = k.blockIdx() % 2;
+  }
   Rings rings = allocateRings(k, g, c, mnRingLayout(maps), ws ? 64 : 0, maps.c.has_value());
+  // A failed prologue (an expert index out of range) leaves nothing to do here; the peers' waits time out. (Its
+  // table after the rings, which are 1024-byte aligned.)
+  returnIfErrorAtStart(k, ctx, sharedTable(k, "start_error", 2), blockInPair);
   SharedTile tileFirst = sharedTable(k, "tile_first", local + 1);
   // The push's unit table is dead once the block's GEMM starts: with the warp-specialised engine it lives in the
   // staging tile (first written by an epilogue, after the engine's block-wide start), which leaves room for a
@@ -194,14 +201,8 @@ mlir::OwningOpRef<mlir::ModuleOp> buildDispatchGemm(mlir::MLIRContext& mctx, con
     });
   });
 
-  // 2. GEMM tiles (see DispatchGemmSpec for what each layout computes). Pairs: blocks 2c and 2c + 1 form cluster c
-  // (MoeLayer launches whole pairs, pushing blocks included), their tiles in bands of m-tiles as the standalone
-  // `_tma` kernels' (TileScheduler::ticketed; faster than unbanded pairs: docs/decisions/fused-dispatch.md).
-  std::optional<I32> blockInPair;
-  if (pairs) {
-    k.setClusterX(2);
-    blockInPair = k.blockIdx() % 2;
-  }
+  // 2. GEMM tiles (see DispatchGemmSpec for what each layout computes). Pairs: their tiles in bands of m-tiles as the
+  // standalone `_tma` kernels' (TileScheduler::ticketed; faster than unbanded pairs: docs/decisions/fused-dispatch.md).
   TileScheduler sched{k, g, poolOffsets, c.m, c.n, blockInPair, /*ticketed=*/pairs};
   I32 tiles = sched.buildTable(tileFirst);
   I32 total = k.select(legs.gemm, tiles, k.i32(0));
@@ -308,7 +309,8 @@ mlir::OwningOpRef<mlir::ModuleOp> buildGemmCombine(mlir::MLIRContext& mctx, cons
   const bool ws = (!forward && arch == Arch::sm_90a) || pairs;
   G::Tiles c = g.tiles(arch, ws);
   const int64_t E = s.experts, R = s.ranks, local = E / R, H = s.hidden;
-  if (ws) c.stages = WarpSpecializedEngine::stagesFor(c, {local + 1, 1}, pairs);
+  // Tables: the start check's, the tile table, slots.
+  if (ws) c.stages = WarpSpecializedEngine::stagesFor(c, {4, local + 1, 1}, pairs);
   Kernel k(mctx, S::kName, c.threads, /*tensorMaps=*/ws);
   Context ctx = k.context();
   GlobalPtr a = k.ptr("a", Elem::bf16);
@@ -328,20 +330,21 @@ mlir::OwningOpRef<mlir::ModuleOp> buildGemmCombine(mlir::MLIRContext& mctx, cons
   Legs legs = decodeLegs(k.i32Arg("legs"));
   const TensorMapArgs maps = tensorMapArgs(k, s.spec());  // sm_90a NN: dh's rows and w1; NT: act's rows and w2
 
-  k.returnIf(!k.errorClear(ctx));
-  Rings rings = allocateRings(k, g, c, mnRingLayout(maps), ws ? 64 : 0);
-  SharedTile tileFirst = sharedTable(k, "tile_first", local + 1);
-  SharedTile slots = sharedTable(k, "ticket_slot", 1);
-  I32 tid = k.threadIdx(), me = ctx.rank();
-  I64 parity = ctx.epoch() % 2;
-
-  // 1. GEMM tiles; the epilogue stores each row at its home rank (gemm-only: in my own buffer). Pairs: clusters of
-  // two blocks (an even grid), tiles in bands as the dispatch's.
+  // Pairs: clusters of two blocks (an even grid).
   std::optional<I32> blockInPair;
   if (pairs) {
     k.setClusterX(2);
     blockInPair = k.blockIdx() % 2;
   }
+  Rings rings = allocateRings(k, g, c, mnRingLayout(maps), ws ? 64 : 0);
+  returnIfErrorAtStart(k, ctx, sharedTable(k, "start_error", 2), blockInPair);
+  SharedTile tileFirst = sharedTable(k, "tile_first", local + 1);
+  SharedTile slots = sharedTable(k, "ticket_slot", 1);
+  I32 tid = k.threadIdx(), me = ctx.rank();
+  I64 parity = ctx.epoch() % 2;
+
+  // 1. GEMM tiles; the epilogue stores each row at its home rank (gemm-only: in my own buffer). Pairs: tiles in
+  // bands as the dispatch's.
   // The early reduce (the warp-specialised combines): the tiles come chunk by chunk over H's columns, and the
   // producer warpgroup's side warps sum a chunk's picks while the next chunk multiplies; only the last chunk's sum
   // waits for the done barrier below (docs/decisions/combine-early-reduce.md).
@@ -508,7 +511,7 @@ mlir::OwningOpRef<mlir::ModuleOp> buildSwigluBwd(mlir::MLIRContext& mctx, const 
   GlobalPtr rowsAt = k.ptr("rows_at", Elem::i32);
   GlobalPtr dw = k.ptr("dw", Elem::f32);
   I32 grid = k.i32Arg("grid");
-  k.returnIf(!k.errorClear(ctx));
+  returnIfErrorAtStart(k, ctx, k.sharedTile("start_error", Elem::i32, 1, 4), std::nullopt);
   SharedTile partial = k.sharedTile("partial", Elem::f32, 1, T);
   I32 tid = k.threadIdx();
   const float limit = float(s.clampMilli) / 1000.f;
@@ -564,7 +567,7 @@ mlir::OwningOpRef<mlir::ModuleOp> buildStageBegin(mlir::MLIRContext& mctx, const
   GlobalPtr arrivals = k.ptr("arrivals", Elem::i64);
   GlobalPtr done = k.ptr("done", Elem::i64);
   GlobalPtr barrier = k.ptr("barrier", Elem::i64);
-  k.returnIf(!k.errorClear(ctx));
+  returnIfErrorAtStart(k, ctx, k.sharedTile("start_error", Elem::i32, 1, 4), std::nullopt);
   I32 tid = k.threadIdx();
   I64 epoch = ctx.epoch();
   I64 stale = k.i64(1) - epoch % 2;

@@ -366,6 +366,26 @@ TEST(Codegen, DispatchRunsAsClusterPairs) {
   }
 }
 
+// The fused kernels' start check (kernels/Flags.h returnIfErrorAtStart): thread 0 reads the error record once; in
+// a cluster pair it stores what it read into its partner's shared slot as well (one st.shared::cluster) before
+// the pair meets, so both blocks decide alike. Without pairs (dedup) nothing is stored across the cluster.
+TEST(Codegen, FusedKernelsStartCheckIsSharedByThePair) {
+  using G = kernels::GroupedGemmSpec;
+  for (int64_t dedup : {0, 1}) {
+    kernels::DispatchGemmSpec d{256, 2, 8, 7168, 2048};
+    d.dedup = dedup;
+    kernels::GemmCombineSpec c{256, 2, 8, 7168, 2048};
+    c.layout = G::kNT;
+    for (const kernels::KernelSpec& spec : {d.spec(), c.spec()}) {
+      if (dedup && spec.kernel != d.spec().kernel) continue;
+      SCOPED_TRACE(spec.describe());
+      CompiledKernel k = compile(spec, "sm_90a");
+      EXPECT_TRUE(k.facts.ok()) << k.facts.json();
+      EXPECT_EQ(occurrences(k.assembly, "st.shared::cluster.u32"), dedup ? 0 : 1);
+    }
+  }
+}
+
 // Pairs whose experts have an even number of n-tiles (N 512: 2) run an odd expert's last m-tile as lone tiles, one
 // n-tile per block, loading their own B without multicast; with an odd number (N 768: 3) every B box is multicast
 // and only A's loads are not.

@@ -251,6 +251,10 @@ LogicalResult MbarrierWaitOp::verify() { return verifyBarrierPtr(*this, getBar()
 LogicalResult AsyncArriveOp::verify() { return verifyBarrierPtr(*this, getBar().getType()); }
 LogicalResult MbarrierExpectTxOp::verify() { return verifyBarrierPtr(*this, getBar().getType()); }
 LogicalResult MbarrierArrivePeerOp::verify() { return verifyBarrierPtr(*this, getBar().getType()); }
+LogicalResult SharedStorePeerOp::verify() {
+  if (!isShared(getPtr().getType())) return emitOpError("the slot is shared memory (address space 3)");
+  return success();
+}
 LogicalResult SharedCopyPeerOp::verify() {
   if (failed(verifyBarrierPtr(*this, getBar().getType()))) return failure();
   if (!isShared(getSrc().getType())) return emitOpError("the source is shared memory (address space 3)");

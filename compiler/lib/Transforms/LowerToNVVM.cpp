@@ -445,6 +445,12 @@ void addWarpSpecialisationPatterns(RewritePatternSet& patterns) {
                   std::to_string(op.getBytes()) + ", [bar];\n}",
               "r,r,r,~{memory}");
   });
+  addEmitter<SharedStorePeerOp>(patterns, [](PatternRewriter& b, SharedStorePeerOp op) {
+    Value addr = LLVM::PtrToIntOp::create(b, op.getLoc(), b.getI32Type(), op.getPtr());
+    inlinePtx(b, op.getLoc(), ValueRange{addr, op.getValue(), op.getCta()},
+              "{\n.reg .b32 dst;\nmapa.shared::cluster.u32 dst, $0, $2;\nst.shared::cluster.u32 [dst], $1;\n}",
+              "r,r,r,~{memory}");
+  });
   addEmitter<ClusterSyncOp>(patterns, [](PatternRewriter& b, ClusterSyncOp op) {
     inlinePtx(b, op.getLoc(), ValueRange{},
               "fence.mbarrier_init.release.cluster;\nbarrier.cluster.arrive.release.aligned;\n"

@@ -632,6 +632,20 @@ llvm.func @set_max_registers_not_multiple_of_8() {
 }
 
 //===----------------------------------------------------------------------===//
+// shared_store_peer
+//===----------------------------------------------------------------------===//
+
+// -----
+
+llvm.func @shared_store_peer_into_global(%slot: !llvm.ptr<1>, %v: i32, %cta: i32) {
+  // expected-error @+1 {{the slot is shared memory (address space 3)}}
+  megamoe.shared_store_peer %slot, %v, %cta : !llvm.ptr<1>
+  llvm.return
+}
+
+// -----
+
+//===----------------------------------------------------------------------===//
 // shared_copy_peer
 //===----------------------------------------------------------------------===//
 

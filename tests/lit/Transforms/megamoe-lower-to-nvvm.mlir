@@ -1146,6 +1146,23 @@ gpu.module @k {
 
 // -----
 
+// A pair's start check: the value stored at the same shared offset in the peer CTA (mapa, st.shared::cluster), then
+// the cluster barrier both pass before either reads it.
+// CHECK-LABEL: llvm.func @shared_store_peer
+// CHECK: llvm.inline_asm
+// CHECK-SAME: mapa.shared::cluster.u32 dst, $0, $2;
+// CHECK-SAME: st.shared::cluster.u32 [dst], $1;
+// CHECK: barrier.cluster.arrive.release.aligned;
+gpu.module @k {
+  llvm.func @shared_store_peer(%slot: !llvm.ptr<3>, %v: i32, %cta: i32) attributes {megamoe.kernel, megamoe.block_threads = 256 : i64} {
+    megamoe.shared_store_peer %slot, %v, %cta : !llvm.ptr<3>
+    megamoe.cluster_sync
+    llvm.return
+  }
+}
+
+// -----
+
 // acc_scale_add over the wgmma fragment: a thread's 64 elements lie in two rows (lane / 4 and 8 more), so two scale
 // loads, each multiplied by the factor and zeroed past rows_valid (a select, the load clamped to row 0); every
 // element becomes acc + partial * scale.

@@ -273,6 +273,21 @@ def MegaMoe_SharedCopyPeerOp : MegaMoe_Op<"shared_copy_peer", [MemoryEffects<[Me
   let hasVerifier = 1;
 }
 
+def MegaMoe_SharedStorePeerOp : MegaMoe_Op<"shared_store_peer", [MemoryEffects<[MemWrite]>]> {
+  let summary = "store an i32 at this shared offset in CTA `cta` of the cluster";
+  let description = [{
+    The calling thread alone (sm_90a: mapa, then st.shared::cluster.u32). Seen by that CTA's threads after a
+    cluster_sync both CTAs pass after the store: how a pair agrees on one value (each CTA stores its own into both,
+    then both meet) without a read of the other CTA's memory that could outlive it.
+    ```mlir
+    megamoe.shared_store_peer %slot, %value, %cta : !llvm.ptr<3>
+    ```
+  }];
+  let arguments = (ins AnyLLVMPtr:$ptr, I32:$value, I32:$cta);
+  let assemblyFormat = "$ptr `,` $value `,` $cta attr-dict `:` type($ptr)";
+  let hasVerifier = 1;
+}
+
 def MegaMoe_ClusterSyncOp : MegaMoe_Op<"cluster_sync", [MemoryEffects<[MemRead, MemWrite]>]> {
   let summary = "every thread of every CTA of the cluster meets (barriers initialised before are visible to all)";
   let description = [{
