@@ -488,16 +488,39 @@ Acc Kernel::forRange(const I32& lo, const I32& hi, const I32& step, const Acc& i
 std::pair<Acc, std::vector<I32>> Kernel::forRange(
     const I32& lo, const I32& hi, const I32& step, const Acc& init, const std::vector<I32>& scalars,
     const std::function<std::pair<Acc, std::vector<I32>>(I32, Acc, const std::vector<I32>&)>& body) {
-  std::vector<Value> inits{init.value};
-  for (const I32& v : scalars) inits.push_back(v.value());
-  auto wrap = [&](const std::vector<Value>& vs) { return Kernel::scalars(ValueRange(vs).drop_front()); };
+  Carried out = forRange(lo, hi, step, Carried{{init}, {}, scalars}, [&](I32 i, const Carried& c) {
+    auto [acc, next] = body(i, c.accs[0], c.scalars);
+    return Carried{{acc}, {}, next};
+  });
+  return {out.accs[0], out.scalars};
+}
+
+Kernel::Carried Kernel::forRange(const I32& lo, const I32& hi, const I32& step, const Carried& init,
+                                 const std::function<Carried(I32, const Carried&)>& body) {
+  std::vector<Value> inits;
+  for (const Acc& a : init.accs) inits.push_back(a.value);
+  for (const Vec& v : init.vecs) inits.push_back(v.value());
+  for (const I32& v : init.scalars) inits.push_back(v.value());
+  auto unpack = [&](const std::vector<Value>& vs) {
+    Carried c;
+    size_t at = 0;
+    for (const Acc& a : init.accs) c.accs.push_back(Acc{vs[at++], a.m, a.n});
+    for (size_t i = 0; i < init.vecs.size(); ++i) c.vecs.emplace_back(this, vs[at++]);
+    for (size_t i = 0; i < init.scalars.size(); ++i) c.scalars.emplace_back(this, vs[at++]);
+    return c;
+  };
   std::vector<Value> out = loop(lo, hi, step, inits, [&](I32 i, std::vector<Value> carried) {
-    auto [acc, next] = body(i, Acc{carried[0], init.m, init.n}, wrap(carried));
-    std::vector<Value> yields{acc.value};
-    for (const I32& v : next) yields.push_back(v.value());
+    Carried next = body(i, unpack(carried));
+    if (next.accs.size() != init.accs.size() || next.vecs.size() != init.vecs.size() ||
+        next.scalars.size() != init.scalars.size())
+      throw std::logic_error("forRange body must return what it carries: as many accumulators, vectors and scalars");
+    std::vector<Value> yields;
+    for (const Acc& a : next.accs) yields.push_back(a.value);
+    for (const Vec& v : next.vecs) yields.push_back(v.value());
+    for (const I32& v : next.scalars) yields.push_back(v.value());
     return yields;
   });
-  return {Acc{out[0], init.m, init.n}, wrap(out)};
+  return unpack(out);
 }
 
 Vec Kernel::forRange(const I32& lo, const I32& hi, const I32& step, const Vec& init,
@@ -905,8 +928,13 @@ Acc Threads::mma(const Acc& acc, const SharedTile& a, const SharedTile& b, int64
   if (fp8) op.setE4m3(true);
   return {op.getResult(), acc.m, acc.n};
 }
-Acc Kernel::drain(const Acc& acc) {
-  return {MmaDrainOp::create(b_, loc_, acc.value.getType(), acc.value).getResult(), acc.m, acc.n};
+Acc Kernel::drain(const Acc& acc, int64_t pending) {
+  return {MmaDrainOp::create(b_, loc_, acc.value.getType(), acc.value, pending).getResult(), acc.m, acc.n};
+}
+Acc Threads::mmaFresh(const Acc& registers, const SharedTile& a, const SharedTile& b, int64_t pending) const {
+  Acc out = mma(registers, a, b, pending);
+  out.value.getDefiningOp<MmaTileOp>().setFresh(true);
+  return out;
 }
 void Threads::storeAcc(const Acc& acc, const GlobalPtr& dst, const I32& ld, const I32& rowsValid) const {
   k_->checkView(*this, "storeAcc");
@@ -915,18 +943,28 @@ void Threads::storeAcc(const Acc& acc, const GlobalPtr& dst, const I32& ld, cons
                      count_, k_->type(dst.elem()));
 }
 
-Acc Threads::scaleAdd(const Acc& acc, const Acc& partial, const GlobalPtr& rowScales, const I32& ld,
-                      const I32& rowsValid, const Vec& factor) const {
+Vec Threads::rowScales(const Acc& like, int64_t rows, const GlobalPtr& rowScales, const I32& ld,
+                       const I32& rowsValid, const Vec& factor) const {
+  k_->checkView(*this, "rowScales");
+  requireMmaGroup(first_);
+  if (rowScales.elem() != Elem::f32) throw std::logic_error(k_->name() + ": the row scales are f32");
+  if (rows < 1 || rows > like.m * like.n / count_)
+    throw std::logic_error(k_->name() + ": rowScales of " + std::to_string(rows) + " rows per thread");
+  mlir::Value f = mlir::vector::ExtractOp::create(k_->builder(), k_->loc(), factor.value(), llvm::ArrayRef<int64_t>{0});
+  auto type = mlir::VectorType::get({rows}, k_->builder().getF32Type());
+  auto op = AccRowScalesOp::create(k_->builder(), k_->loc(), type, rowScales.value(), ld.value(), rowsValid.value(), f,
+                                   like.m, like.n, count_);
+  return {k_, op.getResult()};
+}
+Acc Threads::scaleAdd(const Acc& acc, const Acc& partial, const Vec& scales) const {
   k_->checkView(*this, "scaleAdd");
   requireMmaGroup(first_);
   if (acc.m != partial.m || acc.n != partial.n)
     throw std::logic_error(k_->name() + ": scaleAdd of a " + std::to_string(partial.m) + " x " +
                            std::to_string(partial.n) + " partial into a " + std::to_string(acc.m) + " x " +
                            std::to_string(acc.n) + " accumulator");
-  if (rowScales.elem() != Elem::f32) throw std::logic_error(k_->name() + ": scaleAdd's row scales are f32");
-  mlir::Value f = mlir::vector::ExtractOp::create(k_->builder(), k_->loc(), factor.value(), llvm::ArrayRef<int64_t>{0});
   auto op = AccScaleAddOp::create(k_->builder(), k_->loc(), acc.value.getType(), acc.value, partial.value,
-                                  rowScales.value(), ld.value(), rowsValid.value(), f, acc.m, acc.n, count_);
+                                  scales.value(), acc.m, acc.n, count_);
   return {op.getResult(), acc.m, acc.n};
 }
 

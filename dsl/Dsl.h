@@ -247,11 +247,17 @@ class Threads {
   Acc mma(const Acc& acc, const SharedTile& a, const SharedTile& b, int64_t pending = 0, bool aFirstRows = false,
           const std::optional<I32>& k16 = std::nullopt) const;
   void storeAcc(const Acc& acc, const GlobalPtr& dst, const I32& ld, const I32& rowsValid) const;
-  // FP8 block-scale promotion: acc + partial * rowScales[row * ld] * factor[0] in f32 (partial: one K block's mma
-  // chain from zeroAcc; rowScales: A's f32 scales of the block's rows; factor: a 1-element f32 vector, B's scale of
-  // the block). Rows at or past rowsValid keep acc.
-  Acc scaleAdd(const Acc& acc, const Acc& partial, const GlobalPtr& rowScales, const I32& ld, const I32& rowsValid,
-               const Vec& factor) const;
+  // mma into the registers of `registers`, whose values are not read: a * b alone, the first MMA of a chain from
+  // zero without zero-filling the registers first (FP8's per-stage partial products).
+  Acc mmaFresh(const Acc& registers, const SharedTile& a, const SharedTile& b, int64_t pending = 0) const;
+  // FP8 block-scale promotion, in two parts so that the scales' loads can be issued a K step ahead of the MMA they
+  // scale. rowScales: the scales of the `rows` distinct rows of this thread's part of an accumulator like `like`
+  // (the target atom's count: GroupedGemmSpec::Tiles::scaleRows), rowScales[row * ld] * factor[0] (rowScales: A's
+  // f32 scales of the K block's rows; factor: a 1-element f32 vector, B's scale of the block); rows at or past
+  // rowsValid get 0. scaleAdd: acc + partial * those scales in f32 (partial: one K block's product).
+  Vec rowScales(const Acc& like, int64_t rows, const GlobalPtr& rowScales, const I32& ld, const I32& rowsValid,
+                const Vec& factor) const;
+  Acc scaleAdd(const Acc& acc, const Acc& partial, const Vec& scales) const;
   // Stages the accumulator in shared memory (all rows; a rowMajor tile), e.g. for coalesced 16-byte stores with
   // copyTile afterwards; or in TMA's boxes (an mn128BBoxes bf16 tile of the accumulator's columns and 64 rows per
   // warpgroup, each warpgroup's rows at the tile's rows r % rows()) for tmaStores of its 64-column atoms.
@@ -337,6 +343,15 @@ class Kernel {
   std::pair<Acc, std::vector<I32>> forRange(
       const I32& lo, const I32& hi, const I32& step, const Acc& init, const std::vector<I32>& scalars,
       const std::function<std::pair<Acc, std::vector<I32>>(I32, Acc, const std::vector<I32>&)>& body);
+  // Accumulators, register vectors and 32-bit scalars together (e.g. an FP8 K loop's running sum, its two partial
+  // products in turn and their scales).
+  struct Carried {
+    std::vector<Acc> accs;
+    std::vector<Vec> vecs;
+    std::vector<I32> scalars;
+  };
+  Carried forRange(const I32& lo, const I32& hi, const I32& step, const Carried& init,
+                   const std::function<Carried(I32, const Carried&)>& body);
   // A loop that runs while cond(values) holds, carrying 32-bit scalars (e.g. a ticket drawn at run time).
   std::vector<I32> whileLoop(const std::vector<I32>& init, const std::function<Bool(const std::vector<I32>&)>& cond,
                              const std::function<std::vector<I32>(const std::vector<I32>&)>& body);
@@ -417,8 +432,9 @@ class Kernel {
   // groups are in flight.
   void asyncCommit();
   void asyncWait(int64_t pending);
-  // The accumulator once the MMA tiles that produce it have finished (the calling thread's fragment).
-  Acc drain(const Acc& acc);
+  // The accumulator once the MMA tiles that produce it have finished (the calling thread's fragment). pending = 1:
+  // once at most the latest MMA tile is in flight, for an accumulator of an earlier one.
+  Acc drain(const Acc& acc, int64_t pending = 0);
 
   // Block-wide ops: every thread of the block (they start with the block's barrier; std::logic_error inside a group).
   Bool gridBarrier(const Context& ctx, const GlobalPtr& counter, const I64& expected);

@@ -54,7 +54,7 @@ mlir::OwningOpRef<mlir::ModuleOp> buildGemmNt(mlir::MLIRContext& ctx, const Gemm
   return k.finish();
 }
 
-mlir::OwningOpRef<mlir::ModuleOp> buildGemmNtFp8(mlir::MLIRContext& ctx, const GemmNtFp8Spec& s) {
+mlir::OwningOpRef<mlir::ModuleOp> buildGemmNtFp8(mlir::MLIRContext& ctx, const GemmNtFp8Spec& s, Arch arch) {
   using S = GemmNtFp8Spec;
   static_assert(S::kBlockK == S::kScaleBlock && S::kBlockN == S::kScaleBlock, "one scale block per tile and stage");
   Kernel k(ctx, S::kName, S::kBlockThreads);
@@ -81,9 +81,9 @@ mlir::OwningOpRef<mlir::ModuleOp> buildGemmNtFp8(mlir::MLIRContext& ctx, const G
     block.copyTile(aRows + k0, ldk, tileA, rowsValid);
     block.copyTile(bRows + k0, ldk, tileB, k.i32(S::kBlockN));
     block.sync();
-    Acc partial = block.mma(block.zeroAcc(S::kBlockM, S::kBlockN), tileA, tileB);
-    Acc next = block.scaleAdd(acc, partial, aRowScales + k.widen(kb), k.i32(kBlocks), rowsValid,
-                              (bTileScales + k.widen(kb)).load(1));
+    Vec scales = block.rowScales(acc, fp8ScaleRows(arch), aRowScales + k.widen(kb), k.i32(kBlocks), rowsValid,
+                                 (bTileScales + k.widen(kb)).load(1));
+    Acc next = block.scaleAdd(acc, block.mmaFresh(block.zeroAcc(S::kBlockM, S::kBlockN), tileA, tileB), scales);
     block.sync();  // the next stage overwrites the tiles
     return next;
   });

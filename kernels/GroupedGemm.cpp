@@ -9,6 +9,7 @@
 #include "kernels/Kernels.h"
 #include "kernels/gemm/SingleRoleEngine.h"
 #include "kernels/gemm/WarpSpecializedEngine.h"
+#include "megamoe/Target/MmaAtoms.h"
 
 namespace megamoe::kernels {
 using namespace dsl;
@@ -68,6 +69,10 @@ mlir::OwningOpRef<mlir::ModuleOp> buildGroupedGemm(mlir::MLIRContext& ctx, const
   return k.finish();
 }
 
+int64_t fp8ScaleRows(Arch arch) {
+  return arch == Arch::sm_90a ? atoms::WgmmaM64NK32E4m3::kAccRowsPerThread : atoms::Mfma32x32x16Fp8::kAccRowsPerLane;
+}
+
 mlir::OwningOpRef<mlir::ModuleOp> buildGroupedGemmFp8(mlir::MLIRContext& ctx, const GroupedGemmSpec& s, Arch arch) {
   using S = GroupedGemmSpec;
   if (!s.fp8 || s.layout != S::kNT) throw std::logic_error("grouped_gemm_nt_fp8: an NT spec with fp8 set");
@@ -87,7 +92,7 @@ mlir::OwningOpRef<mlir::ModuleOp> buildGroupedGemmFp8(mlir::MLIRContext& ctx, co
   TileScheduler sched{k, s, offsets, c.m, c.n, std::nullopt, /*ticketed=*/true};
   Rings rings = allocateRings(k, s, c, mnRingLayout(maps), c.warpSpecialized ? 64 : 0);
   GemmOperands gemm{k, s, c, a, b, out, rings};
-  gemm.scales = GemmOperands::BlockScales{aScales, bScales};
+  gemm.scales = GemmOperands::BlockScales{aScales, bScales, fp8ScaleRows(arch)};
   SharedTile first = sharedTable(k, "tile_first", s.experts + 1);
   I32 total = sched.buildTable(first);
   if (c.warpSpecialized)

@@ -184,9 +184,11 @@ mlir::OwningOpRef<mlir::ModuleOp> buildGroupedGemm(mlir::MLIRContext& ctx, const
 // Args: a, a_scales, b, b_scales, c, offsets, tickets (i32 [2], zero before the first launch, left zero), grid,
 // map_a (A [M_total, K] as bytes: dims {K, rows}, row stride K, box {128, 128}), map_b (B [E * N, K] likewise).
 // sm_90a: 128 x 128 tiles on the warp-specialised engine with TMA loads, each stage's wgmma (m64n128k32 e4m3)
-// completed before its promotion; gfx950: the single-role engine over the same arguments (maps unused).
+// promoted while the next stage's runs; gfx950: the single-role engine over the same arguments (maps unused).
 // Rows of C outside the groups are never written.
 mlir::OwningOpRef<mlir::ModuleOp> buildGroupedGemmFp8(mlir::MLIRContext& ctx, const GroupedGemmSpec& s, Arch arch);
+// The FP8 promotion's scales per MMA thread on `arch`: its accumulator fragment's distinct rows (dsl rowScales).
+int64_t fp8ScaleRows(Arch arch);
 
 // dispatch_prologue: the routing tables of one layer call, on the device, from topk_idx (first step of the fused
 // dispatch). Several blocks per rank (they meet once on a grid barrier). Counts the picks per expert (entries of -1

@@ -14,7 +14,7 @@ static_assert(GroupedGemmSpec::kNT == abi::kLayoutNT && GroupedGemmSpec::kNN == 
 
 mlir::OwningOpRef<mlir::ModuleOp> buildSwiglu(mlir::MLIRContext& ctx, const SwigluSpec& s);
 mlir::OwningOpRef<mlir::ModuleOp> buildGemmNt(mlir::MLIRContext& ctx, const GemmNtSpec& s);
-mlir::OwningOpRef<mlir::ModuleOp> buildGemmNtFp8(mlir::MLIRContext& ctx, const GemmNtFp8Spec& s);
+mlir::OwningOpRef<mlir::ModuleOp> buildGemmNtFp8(mlir::MLIRContext& ctx, const GemmNtFp8Spec& s, Arch arch);
 mlir::OwningOpRef<mlir::ModuleOp> buildQuantizeTokens(mlir::MLIRContext& ctx, const QuantizeTokensSpec& s);
 mlir::OwningOpRef<mlir::ModuleOp> buildDispatchPrologue(mlir::MLIRContext& ctx, const DispatchPrologueSpec& s);
 mlir::OwningOpRef<mlir::ModuleOp> buildTopkIdxNarrow(mlir::MLIRContext& ctx, const TopkIdxNarrowSpec& s);
@@ -141,8 +141,8 @@ const std::vector<KernelInfo>& registry() {
          if (e.empty()) e = positiveMultiple("K", s.get("K"), GemmNtFp8Spec::kBlockK, "one 128-wide scale block per stage");
          return e;
        },
-       [](mlir::MLIRContext& ctx, const KernelSpec& s, Arch) {
-         return buildGemmNtFp8(ctx, GemmNtFp8Spec{s.get("N"), s.get("K")});
+       [](mlir::MLIRContext& ctx, const KernelSpec& s, Arch arch) {
+         return buildGemmNtFp8(ctx, GemmNtFp8Spec{s.get("N"), s.get("K")}, arch);
        }},
       groupedGemmInfo(GroupedGemmSpec::kNT),
       groupedGemmInfo(GroupedGemmSpec::kNN),

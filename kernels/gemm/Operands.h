@@ -51,9 +51,11 @@ struct GemmOperands {
   std::optional<dsl::SharedTile> gatherA;
   // 0 (run time) skips the K loop: the tile's accumulator stays zero (communication-only benchmark legs).
   std::function<dsl::I32()> mmaOn;
-  // FP8 (c.e4m3, NT): A's per-token scales f32 [rows, K / 128] and B's block scales f32 [E, N / 128, K / 128].
+  // FP8 (c.e4m3, NT): A's per-token scales f32 [rows, K / 128] and B's block scales f32 [E, N / 128, K / 128];
+  // rows: the distinct accumulator rows of an MMA thread, the target atom's (Threads::rowScales).
   struct BlockScales {
     dsl::GlobalPtr a, b;
+    int64_t rows;
   };
   std::optional<BlockScales> scales;
 
@@ -67,21 +69,26 @@ struct GemmOperands {
   }
   // K step kt of tile p through the MMA of `by` (the block, or an MMA warpgroup): acc + A's stage x B's stage. FP8:
   // the stage is one 128-K scale block, multiplied from zero to completion and promoted into acc with its scales
-  // (pending does not apply); bf16: an MMA left `pending` (Threads::mma).
+  // (pending does not apply; the warp-specialised engine overlaps the two instead: stageScales, promote); bf16: an
+  // MMA left `pending` (Threads::mma).
   dsl::Acc multiply(const dsl::Threads& by, const dsl::Acc& acc, const dsl::SharedTile& a, const dsl::SharedTile& b,
                     const TilePlace& p, const dsl::I32& kt, int64_t pending, bool aFirstRows = false,
                     const std::optional<dsl::I32>& k16 = std::nullopt) const {
-    using namespace dsl;
     if (!c.e4m3) return by.mma(acc, a, b, pending, aFirstRows, k16);
-    if (!scales || aFirstRows || k16 || s.layout != GroupedGemmSpec::kNT)
-      throw std::logic_error("FP8 stages: NT, whole tiles, with the block scales");
-    const int64_t kBlocks = s.kOrM / GroupedGemmSpec::kScaleBlock;
+    if (aFirstRows || k16) throw std::logic_error("FP8 stages: whole tiles");
+    dsl::Vec stage = stageScales(by, acc, p, kt);
+    return by.scaleAdd(acc, by.mmaFresh(by.zeroAcc(acc.m, acc.n), a, b), stage);
+  }
+  // FP8: the promotion scales of K step kt (one 128-K block) for this thread's rows of tile p's accumulator like
+  // `acc` (Threads::rowScales): A's per-token scales times B's block scale; rows past the group get 0.
+  dsl::Vec stageScales(const dsl::Threads& by, const dsl::Acc& acc, const TilePlace& p, const dsl::I32& kt) const {
+    using namespace dsl;
+    if (!scales || s.layout != GroupedGemmSpec::kNT) throw std::logic_error("FP8 stages: NT, with the block scales");
+    const int64_t kBlocks = s.kOrM / GroupedGemmSpec::kScaleBlock, block = GroupedGemmSpec::kScaleBlock;
     I32 first = m0(p);
-    Acc partial = by.mma(by.zeroAcc(acc.m, acc.n), a, b);
     GlobalPtr rowScales = scales->a + (k.widen(first) * kBlocks + k.widen(kt));
-    I64 bBlock = (k.widen(p.expert) * (s.n / GroupedGemmSpec::kScaleBlock) + k.widen(p.n0 / GroupedGemmSpec::kScaleBlock)) *
-                 kBlocks + k.widen(kt);
-    return by.scaleAdd(acc, partial, rowScales, k.i32(kBlocks), p.groupEnd - first, (scales->b + bBlock).load(1));
+    I64 bBlock = (k.widen(p.expert) * (s.n / block) + k.widen(p.n0 / block)) * kBlocks + k.widen(kt);
+    return by.rowScales(acc, scales->rows, rowScales, k.i32(kBlocks), p.groupEnd - first, (scales->b + bBlock).load(1));
   }
   // Issues the copies (cp.async on sm_90a, synchronous on gfx950) of K step kt of tile p into ring slot `slot`, each
   // in its ring's layout (Rings), by the threads `by` (the block, or a producer warpgroup).

@@ -82,6 +82,7 @@ struct WarpSpecializedEngine {
   static constexpr int kSideBarrier = 8;
   int64_t producerRegisters() const { return sideWork ? kSideWorkRegisters : kProducerRegisters; }
 
+
   // Ring stages: 4 when they fit the 227 KB beside the 64-row staging tile, the engine's barriers (1024-byte
   // aligned, as every mbarriers() tile) and hand-over table and the kernel's own shared i32 tables (entries each;
   // sharedTable rounds to 16 bytes), else 3.
@@ -355,6 +356,11 @@ struct WarpSpecializedEngine {
       return gemm.multiply(wg, acc, gemm.rings.a.stage(slot), bOf(gemm.rings.b.stage(slot)), p, kt, /*pending=*/1,
                            aFirstRows, k16);
     };
+    if (gemm.c.e4m3) {
+      Acc acc = fp8Steps(wg, p, first, step, bOf);
+      k.ifThen(wgLeader, [&] { ring.release(ring.entryBefore(g + steps), blockInPair); });
+      return acc;
+    }
     // TN with TMA: every step but a group's last is whole; the last (tnTail) multiplies only its 16-wide K slices
     // that hold the group's rows.
     const bool tnTail = tma() && gemm.tn();
@@ -378,6 +384,33 @@ struct WarpSpecializedEngine {
     Acc acc = k.drain(looped.first);
     k.ifThen(k.i32(0) < steps && wgLeader, [&] { ring.release(ring.entryBefore(g + steps), blockInPair); });
     return acc;
+  }
+
+  // FP8's K loop (NT: K / 128 steps, each one 128-K scale block): each step's product, complete, is promoted into
+  // the running sum with scales loaded one step earlier, so that their L2 latency hides behind a step's MMA instead
+  // of idling the tensor cores after it (the other MMA warpgroup's wgmma runs beside this one's promotion). The
+  // product reuses the previous one's registers (Threads::mmaFresh: no zero fill). Two products in turn, promoted
+  // while the next one multiplies, need a third fragment (3 x 64 f32 a thread): ptxas then spilled and serialised
+  // the wgmmas at 224 registers. Returns the sum; the caller gives the last step's slot back.
+  template <typename Step>
+  dsl::Acc fp8Steps(const dsl::Threads& wg, const TilePlace& p, const RingPosition& first, const Step& step,
+                    const std::function<dsl::SharedTile(const dsl::SharedTile&)>& bOf) const {
+    using namespace dsl;
+    dsl::Kernel& k = gemm.k;
+    if (gemm.mmaOn || gemm.tn()) throw std::logic_error("FP8 K loop: NT, every step multiplied");
+    const int64_t steps = gemm.s.kOrM / gemm.c.k;
+    Acc zero = wg.zeroAcc(64, gemm.c.n);
+    // Carried: the sum, the last product (its registers), the scales of the step about to run, the ring position.
+    Kernel::Carried init{{zero, zero}, {gemm.stageScales(wg, zero, p, k.i32(0))}, {first.entry, first.phase}};
+    Kernel::Carried c = k.forRange(k.i32(0), k.i32(steps), k.i32(1), init, [&](I32 kt, const Kernel::Carried& in) {
+      Vec next = gemm.stageScales(wg, zero, p, k.select(kt + 1 < k.i32(steps), kt + 1, kt));
+      auto [product, at] = step(kt, in.accs[1], in.scalars, [&](const I32&, const Acc& regs, const I32& slot) {
+        return wg.mmaFresh(regs, gemm.rings.a.stage(slot), bOf(gemm.rings.b.stage(slot)));
+      });
+      Acc done = k.drain(product);
+      return Kernel::Carried{{wg.scaleAdd(in.accs[0], done, in.vecs[0]), done}, {next}, at};
+    });
+    return c.accs[0];
   }
 
   // TN with TMA: a group's last K step, kt: how many of its token rows are the group's (valid, at least 1), and

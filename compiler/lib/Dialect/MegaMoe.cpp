@@ -171,6 +171,11 @@ LogicalResult MmaTileOp::verify() {
   return verifyAccShape(*this, getAcc().getType(), getM(), getN(), getThreads());
 }
 
+LogicalResult MmaDrainOp::verify() {
+  if (getPending() > 1) return emitOpError("pending must be 0 or 1, got ") << int64_t(getPending());
+  return success();
+}
+
 LogicalResult AccStoreOp::verify() {
   if (!isGlobalLike(getDst().getType()) && !isShared(getDst().getType()))
     return emitOpError("destination must be global or shared memory");
@@ -183,8 +188,13 @@ LogicalResult AccStoreOp::verify() {
   return verifyAccShape(*this, getAcc().getType(), getM(), getN(), getThreads());
 }
 
-LogicalResult AccScaleAddOp::verify() {
+LogicalResult AccRowScalesOp::verify() {
   if (!isGlobalLike(getRowScales().getType())) return emitOpError("row_scales must be in global memory");
+  return success();
+}
+LogicalResult AccScaleAddOp::verify() {
+  if (getScales().getType().getNumElements() > getAcc().getType().getNumElements())
+    return emitOpError("scales (one per distinct row of the fragment) must not outnumber the accumulator's elements");
   return verifyAccShape(*this, getAcc().getType(), getM(), getN(), getThreads());
 }
 

@@ -28,17 +28,30 @@ Value convertF32(OpBuilder& b, Location loc, Value v, Type elem) {
   return arith::TruncFOp::create(b, loc, elem, v);
 }
 
-Value accScaleAdd(OpBuilder& b, AccScaleAddOp op, Value rowBase, ArrayRef<int64_t> rowOffset) {
+// The distinct row offsets of a fragment in first-seen order, and each element's index among them.
+static std::pair<SmallVector<int64_t>, SmallVector<int64_t>> distinctRows(ArrayRef<int64_t> rowOffset) {
+  SmallVector<int64_t> rows, slot;
+  for (int64_t r : rowOffset) {
+    auto it = llvm::find(rows, r);
+    slot.push_back(it - rows.begin());
+    if (it == rows.end()) rows.push_back(r);
+  }
+  return {rows, slot};
+}
+
+FailureOr<Value> accRowScales(OpBuilder& b, AccRowScalesOp op, Value rowBase, ArrayRef<int64_t> rowOffset) {
   Location loc = op.getLoc();
+  const SmallVector<int64_t> rows = distinctRows(rowOffset).first;
+  auto type = cast<VectorType>(op.getScales().getType());
+  if (type.getNumElements() != int64_t(rows.size()))
+    return op.emitOpError("this target's fragment holds ") << rows.size() << " rows per thread; scales has "
+                                                           << type.getNumElements();
   Type f32 = b.getF32Type();
   Value zero = arith::ConstantOp::create(b, loc, f32, b.getF32FloatAttr(0));
-  // One scale load per distinct row of the fragment (2 per wgmma thread, 16 per MFMA lane), bounds by a select:
-  // a row past rows_valid reads row 0's scale and uses 0 instead.
-  std::map<int64_t, Value> scaleOfRow;
-  auto scale = [&](int64_t offset) {
-    auto [it, fresh] = scaleOfRow.try_emplace(offset);
-    if (!fresh) return it->second;
-    Value row = arith::AddIOp::create(b, loc, rowBase, i32(b, loc, offset));
+  // Bounds by a select: a row past rows_valid reads row 0's scale and uses 0 instead.
+  Value out = arith::ConstantOp::create(b, loc, type, DenseElementsAttr::get(type, b.getZeroAttr(f32)));
+  for (int64_t j = 0; j < int64_t(rows.size()); ++j) {
+    Value row = arith::AddIOp::create(b, loc, rowBase, i32(b, loc, rows[j]));
     Value inside = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, row, op.getRowsValid());
     Value at = arith::SelectOp::create(b, loc, inside, row, i32(b, loc, 0));
     Value index = arith::MulIOp::create(b, loc, arith::ExtUIOp::create(b, loc, b.getI64Type(), at),
@@ -46,13 +59,25 @@ Value accScaleAdd(OpBuilder& b, AccScaleAddOp op, Value rowBase, ArrayRef<int64_
     Value ptr = byteGep(b, loc, op.getRowScales(), arith::MulIOp::create(b, loc, index, i64(b, loc, 4)));
     Value s = LLVM::LoadOp::create(b, loc, f32, ptr, 4);
     s = arith::MulFOp::create(b, loc, s, op.getFactor());
-    return it->second = arith::SelectOp::create(b, loc, inside, s, zero);
-  };
+    out = vector::InsertOp::create(b, loc, arith::SelectOp::create(b, loc, inside, s, zero), out, ArrayRef<int64_t>{j});
+  }
+  return out;
+}
+
+FailureOr<Value> accScaleAdd(OpBuilder& b, AccScaleAddOp op, ArrayRef<int64_t> rowOffset) {
+  Location loc = op.getLoc();
+  const auto [rows, slot] = distinctRows(rowOffset);
+  if (op.getScales().getType().getNumElements() != int64_t(rows.size()))
+    return op.emitOpError("this target's fragment holds ") << rows.size() << " rows per thread; scales has "
+                                                           << op.getScales().getType().getNumElements();
+  SmallVector<Value> scale;
+  for (int64_t j = 0; j < int64_t(rows.size()); ++j)
+    scale.push_back(vector::ExtractOp::create(b, loc, op.getScales(), ArrayRef<int64_t>{j}));
   Value out = op.getAcc();
   for (int64_t i = 0; i < int64_t(rowOffset.size()); ++i) {
     Value a = vector::ExtractOp::create(b, loc, op.getAcc(), ArrayRef<int64_t>{i});
     Value p = vector::ExtractOp::create(b, loc, op.getPartial(), ArrayRef<int64_t>{i});
-    Value v = arith::AddFOp::create(b, loc, a, arith::MulFOp::create(b, loc, p, scale(rowOffset[i])));
+    Value v = arith::AddFOp::create(b, loc, a, arith::MulFOp::create(b, loc, p, scale[slot[i]]));
     out = vector::InsertOp::create(b, loc, v, out, ArrayRef<int64_t>{i});
   }
   return out;

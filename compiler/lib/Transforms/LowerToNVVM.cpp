@@ -201,7 +201,8 @@ struct MmaTileToWgmma : OpRewritePattern<MmaTileOp> {
       // A is M x K: "row" = K-major, "col" = MN-major. B is K x N: "col" = K-major, "row" = MN-major.
       acc = NVVM::WgmmaMmaAsyncOp::create(
           b, loc, structTy, acc, a, bd, shape, operandType, operandType, NVVM::WGMMATypes::f32,
-          NVVM::WGMMAScaleOut::one, NVVM::WGMMAScaleIn::one, NVVM::WGMMAScaleIn::one,
+          op.getFresh() && kk == 0 ? NVVM::WGMMAScaleOut::zero : NVVM::WGMMAScaleOut::one, NVVM::WGMMAScaleIn::one,
+          NVVM::WGMMAScaleIn::one,
           aMN ? NVVM::MMALayout::col : NVVM::MMALayout::row, bMN ? NVVM::MMALayout::row : NVVM::MMALayout::col, nullptr);
     }
     NVVM::WgmmaGroupSyncAlignedOp::create(b, loc);
@@ -211,23 +212,28 @@ struct MmaTileToWgmma : OpRewritePattern<MmaTileOp> {
   }
 };
 
-// Waits for every wgmma group, then pins each accumulator register so that no read of it can be scheduled above
-// the wait.
+// Waits until at most `pending` wgmma groups are in flight, then pins each accumulator register so that no read of
+// it can be scheduled above the wait.
 struct MmaDrainToWgmmaWait : OpRewritePattern<MmaDrainOp> {
   using OpRewritePattern::OpRewritePattern;
   LogicalResult matchAndRewrite(MmaDrainOp op, PatternRewriter& b) const override {
     Location loc = op.getLoc();
-    NVVM::WgmmaWaitGroupSyncOp::create(b, loc, uint64_t(0));
+    NVVM::WgmmaWaitGroupSyncOp::create(b, loc, uint64_t(op.getPending()));
     b.replaceOp(op, pinEach(b, loc, op.getAcc()));
     return success();
   }
 };
 
-// acc_scale_add over the wgmma fragment: element i of thread t of warpgroup g lies in row 64 g + 16 warp + lane / 4
-// + Atom::acc(0, i).row.
-struct AccScaleAddOnWgmma : OpRewritePattern<AccScaleAddOp> {
+// The FP8 promotion over the wgmma fragment: element i of thread t of warpgroup g lies in row 64 g + 16 warp +
+// lane / 4 + Atom::acc(0, i).row (two distinct rows per thread).
+static SmallVector<int64_t> wgmmaRowOffsets(int64_t n) {
+  SmallVector<int64_t> rows;
+  for (int64_t i = 0; i < Atom::accPerThread(n); ++i) rows.push_back(Atom::acc(0, i).row);
+  return rows;
+}
+struct AccRowScalesOnWgmma : OpRewritePattern<AccRowScalesOp> {
   using OpRewritePattern::OpRewritePattern;
-  LogicalResult matchAndRewrite(AccScaleAddOp op, PatternRewriter& b) const override {
+  LogicalResult matchAndRewrite(AccRowScalesOp op, PatternRewriter& b) const override {
     Location loc = op.getLoc();
     Value tid = NVVM::ThreadIdXOp::create(b, loc, b.getI32Type());
     Value group = arith::DivUIOp::create(b, loc, tid, i32(b, loc, Atom::kThreads));
@@ -236,9 +242,18 @@ struct AccScaleAddOnWgmma : OpRewritePattern<AccScaleAddOp> {
         b, loc, arith::MulIOp::create(b, loc, group, i32(b, loc, Atom::kM)),
         arith::AddIOp::create(b, loc, arith::MulIOp::create(b, loc, arith::DivUIOp::create(b, loc, t, i32(b, loc, 32)), i32(b, loc, 16)),
                               arith::DivUIOp::create(b, loc, arith::RemUIOp::create(b, loc, t, i32(b, loc, 32)), i32(b, loc, 4))));
-    SmallVector<int64_t> rows;
-    for (int64_t i = 0; i < Atom::accPerThread(op.getN()); ++i) rows.push_back(Atom::acc(0, i).row);
-    b.replaceOp(op, accScaleAdd(b, op, rowBase, rows));
+    FailureOr<Value> scales = accRowScales(b, op, rowBase, wgmmaRowOffsets(op.getN()));
+    if (failed(scales)) return failure();
+    b.replaceOp(op, *scales);
+    return success();
+  }
+};
+struct AccScaleAddOnWgmma : OpRewritePattern<AccScaleAddOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(AccScaleAddOp op, PatternRewriter& b) const override {
+    FailureOr<Value> out = accScaleAdd(b, op, wgmmaRowOffsets(op.getN()));
+    if (failed(out)) return failure();
+    b.replaceOp(op, *out);
     return success();
   }
 };
@@ -496,7 +511,7 @@ struct LowerToNVVMPass : impl::MegaMoeLowerToNVVMBase<LowerToNVVMPass> {
     RewritePatternSet patterns(&getContext());
     populateExpandBarriersPatterns(patterns);
     populateCommonLoweringPatterns(patterns, hooks);
-    patterns.add<MmaTileToWgmma, MmaDrainToWgmmaWait, AccStoreFromWgmma, AccScaleAddOnWgmma, BulkStoreToCpAsyncBulk, BulkCommitToNvvm,
+    patterns.add<MmaTileToWgmma, MmaDrainToWgmmaWait, AccStoreFromWgmma, AccRowScalesOnWgmma, AccScaleAddOnWgmma, BulkStoreToCpAsyncBulk, BulkCommitToNvvm,
                  BulkWaitToNvvm, PackE4m3ToCvt>(&getContext());
     addWarpSpecialisationPatterns(patterns);
     if (failed(applyLowering(getOperation(), std::move(patterns)))) signalPassFailure();

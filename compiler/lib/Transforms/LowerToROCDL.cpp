@@ -105,8 +105,13 @@ struct MmaTileToMfma : OpRewritePattern<MmaTileOp> {
     Value rowA = arith::AddIOp::create(b, loc, arith::MulIOp::create(b, loc, waveA, i32(b, loc, Atom::kM)),
                                        arith::RemUIOp::create(b, loc, lane, i32(b, loc, 32)));
     SmallVector<Value> acc;
-    // Element-wise split and join (vector.{extract,insert}_strided_slice have no direct LLVM lowering).
+    // Element-wise split and join (vector.{extract,insert}_strided_slice have no direct LLVM lowering); `fresh`:
+    // the chain starts from zeros instead.
     for (int64_t s = 0; s < tilesN; ++s) {
+      if (op.getFresh()) {
+        acc.push_back(arith::ConstantOp::create(b, loc, accTy, DenseElementsAttr::get(accTy, b.getZeroAttr(b.getF32Type()))));
+        continue;
+      }
       SmallVector<Value> parts;
       for (int64_t i = 0; i < Atom::kAccPerLane; ++i)
         parts.push_back(vector::ExtractOp::create(b, loc, op.getAcc(), ArrayRef<int64_t>{s * Atom::kAccPerLane + i}));
@@ -134,19 +139,33 @@ struct MmaTileToMfma : OpRewritePattern<MmaTileOp> {
   }
 };
 
-// acc_scale_add over the MFMA fragment: element i of tile s of lane l of wave w lies in row 32 w + 4 (l / 32) +
-// Atom::acc(0, i).row (the same rows in every N tile).
-struct AccScaleAddOnMfma : OpRewritePattern<AccScaleAddOp> {
+// The FP8 promotion over the MFMA fragment: element i of tile s of lane l of wave w lies in row 32 w + 4 (l / 32) +
+// Atom::acc(0, i).row, the same 16 rows in every N tile.
+static SmallVector<int64_t> mfmaRowOffsets(int64_t n) {
+  SmallVector<int64_t> rows;
+  for (int64_t s = 0; s < n / Atom::kN; ++s)
+    for (int64_t i = 0; i < Atom::kAccPerLane; ++i) rows.push_back(Atom::acc(0, i).row);
+  return rows;
+}
+struct AccRowScalesOnMfma : OpRewritePattern<AccRowScalesOp> {
   using OpRewritePattern::OpRewritePattern;
-  LogicalResult matchAndRewrite(AccScaleAddOp op, PatternRewriter& b) const override {
+  LogicalResult matchAndRewrite(AccRowScalesOp op, PatternRewriter& b) const override {
     Location loc = op.getLoc();
     auto [wave, lane] = waveLane(b, loc);
     Value rowBase = arith::AddIOp::create(b, loc, arith::MulIOp::create(b, loc, wave, i32(b, loc, Atom::kM)),
                                           arith::MulIOp::create(b, loc, arith::DivUIOp::create(b, loc, lane, i32(b, loc, 32)), i32(b, loc, 4)));
-    SmallVector<int64_t> rows;
-    for (int64_t s = 0; s < op.getN() / Atom::kN; ++s)
-      for (int64_t i = 0; i < Atom::kAccPerLane; ++i) rows.push_back(Atom::acc(0, i).row);
-    b.replaceOp(op, accScaleAdd(b, op, rowBase, rows));
+    FailureOr<Value> scales = accRowScales(b, op, rowBase, mfmaRowOffsets(op.getN()));
+    if (failed(scales)) return failure();
+    b.replaceOp(op, *scales);
+    return success();
+  }
+};
+struct AccScaleAddOnMfma : OpRewritePattern<AccScaleAddOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(AccScaleAddOp op, PatternRewriter& b) const override {
+    FailureOr<Value> out = accScaleAdd(b, op, mfmaRowOffsets(op.getN()));
+    if (failed(out)) return failure();
+    b.replaceOp(op, *out);
     return success();
   }
 };
@@ -264,7 +283,7 @@ struct LowerToROCDLPass : impl::MegaMoeLowerToROCDLBase<LowerToROCDLPass> {
     RewritePatternSet patterns(&getContext());
     populateExpandBarriersPatterns(patterns);
     populateCommonLoweringPatterns(patterns, hooks);
-    patterns.add<MmaTileToMfma, MmaDrainToValue, AccStoreFromMfma, AccScaleAddOnMfma, BulkStoreToCopies, EraseOp<BulkCommitOp>,
+    patterns.add<MmaTileToMfma, MmaDrainToValue, AccStoreFromMfma, AccRowScalesOnMfma, AccScaleAddOnMfma, BulkStoreToCopies, EraseOp<BulkCommitOp>,
                  EraseOp<BulkWaitOp>, PackE4m3ToCvtPk>(&getContext());
     if (failed(applyLowering(getOperation(), std::move(patterns)))) signalPassFailure();
   }

@@ -305,3 +305,22 @@ TEST(Swizzle, SameChunkOfEightRowsSpreadsOverAllChunks) {
 }
 
 }  // namespace
+
+// The FP8 promotion loads one scale per distinct row of a thread's accumulator elements (acc_row_scales), as many
+// as the kernels ask for (kAccRowsPerThread / kAccRowsPerLane). Catches: a count that differs from the fragment's
+// distinct rows for any thread and N (a scale would be missing, or a register wasted on every promotion).
+TEST(Fp8PromotionAtoms, ScaleRowsAreTheFragmentsDistinctRows) {
+  auto distinctRows = [](auto acc, int64_t thread, int64_t elements) {
+    std::set<int64_t> rows;
+    for (int64_t i = 0; i < elements; ++i) rows.insert(acc(thread, i).row);
+    return int64_t(rows.size());
+  };
+  for (int64_t n : wgmmaNs())
+    for (int64_t t = 0; t < WgmmaM64NK32E4m3::kThreads; ++t)
+      EXPECT_EQ(distinctRows(WgmmaM64NK32E4m3::acc, t, WgmmaM64NK32E4m3::accPerThread(n)),
+                WgmmaM64NK32E4m3::kAccRowsPerThread)
+          << "N = " << n << ", thread " << t;
+  for (int64_t l = 0; l < Mfma32x32x16Fp8::kLanes; ++l)
+    EXPECT_EQ(distinctRows(Mfma32x32x16Fp8::acc, l, Mfma32x32x16Fp8::kAccPerLane), Mfma32x32x16Fp8::kAccRowsPerLane)
+        << "lane " << l;
+}

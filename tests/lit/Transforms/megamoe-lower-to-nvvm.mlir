@@ -1163,25 +1163,65 @@ gpu.module @k {
 
 // -----
 
-// acc_scale_add over the wgmma fragment: a thread's 64 elements lie in two rows (lane / 4 and 8 more), so two scale
-// loads, each multiplied by the factor and zeroed past rows_valid (a select, the load clamped to row 0); every
-// element becomes acc + partial * scale.
-// CHECK-LABEL: llvm.func @acc_scale_add
-// CHECK-SAME: (%[[ACC:[^:]+]]: vector<64xf32>, %[[P:[^:]+]]: vector<64xf32>, %[[S:[^:]+]]: !llvm.ptr<1>, %[[LD:[^:]+]]: i32, %[[RV:[^:]+]]: i32, %[[F:[^:]+]]: f32)
+// The FP8 promotion over the wgmma fragment: a thread's 64 elements lie in two rows (lane / 4 and 8 more), so
+// acc_row_scales loads two scales, each multiplied by the factor and zeroed past rows_valid (a select, the load
+// clamped to row 0); acc_scale_add loads nothing and makes every element acc + partial * its row's scale (elements
+// 0, 1 row 0; 2, 3 row 8).
+// CHECK-LABEL: llvm.func @acc_row_scales
+// CHECK-SAME: (%[[S:[^:]+]]: !llvm.ptr<1>, %[[LD:[^:]+]]: i32, %[[RV:[^:]+]]: i32, %[[F:[^:]+]]: f32)
 // CHECK: %[[IN0:.*]] = arith.cmpi ult, %[[ROW0:.*]], %[[RV]] : i32
 // CHECK-NEXT: arith.select %[[IN0]], %[[ROW0]], %{{.*}} : i32
 // CHECK: %[[S0:.*]] = llvm.load %{{.*}} {alignment = 4 : i64} : !llvm.ptr<1> -> f32
 // CHECK-NEXT: %[[SF0:.*]] = arith.mulf %[[S0]], %[[F]] : f32
-// CHECK-NEXT: %[[Z0:.*]] = arith.select %[[IN0]], %[[SF0]], %{{.*}} : f32
-// CHECK-NEXT: %[[PS:.*]] = arith.mulf %{{.*}}, %[[Z0]] : f32
-// CHECK-NEXT: arith.addf %{{.*}}, %[[PS]] : f32
+// CHECK-NEXT: arith.select %[[IN0]], %[[SF0]], %{{.*}} : f32
 // CHECK-COUNT-1: llvm.load
+// CHECK-NOT: llvm.load
+// CHECK: llvm.return %{{.*}} : vector<2xf32>
+gpu.module @k {
+  llvm.func @acc_row_scales(%s: !llvm.ptr<1>, %ld: i32, %rv: i32, %f: f32) -> vector<2xf32> {
+    %r = megamoe.acc_row_scales %s[%ld] rows_valid %rv factor %f {m = 64, n = 128, threads = 128} : !llvm.ptr<1> -> vector<2xf32>
+    llvm.return %r : vector<2xf32>
+  }
+}
+
+// -----
+
+// CHECK-LABEL: llvm.func @acc_scale_add
+// CHECK-SAME: (%[[ACC:[^:]+]]: vector<64xf32>, %[[P:[^:]+]]: vector<64xf32>, %[[SC:[^:]+]]: vector<2xf32>)
+// CHECK-NOT: llvm.load
+// CHECK: %[[R0:.*]] = vector.extract %[[SC]][0] : f32 from vector<2xf32>
+// CHECK: %[[R8:.*]] = vector.extract %[[SC]][1] : f32 from vector<2xf32>
+// CHECK: %[[P0:.*]] = vector.extract %[[P]][0] : f32 from vector<64xf32>
+// CHECK-NEXT: arith.mulf %[[P0]], %[[R0]] : f32
+// CHECK: %[[P2:.*]] = vector.extract %[[P]][2] : f32 from vector<64xf32>
+// CHECK-NEXT: arith.mulf %[[P2]], %[[R8]] : f32
 // CHECK-NOT: llvm.load
 // CHECK: llvm.return
 gpu.module @k {
-  llvm.func @acc_scale_add(%acc: vector<64xf32>, %p: vector<64xf32>, %s: !llvm.ptr<1>, %ld: i32, %rv: i32, %f: f32) -> vector<64xf32> {
-    %r = megamoe.acc_scale_add %acc, %p, %s[%ld] rows_valid %rv factor %f {m = 64, n = 128, threads = 128} : vector<64xf32>, !llvm.ptr<1>
+  llvm.func @acc_scale_add(%acc: vector<64xf32>, %p: vector<64xf32>, %sc: vector<2xf32>) -> vector<64xf32> {
+    %r = megamoe.acc_scale_add %acc, %p, %sc {m = 64, n = 128, threads = 128} : vector<64xf32>, vector<2xf32>
     llvm.return %r : vector<64xf32>
+  }
+}
+
+// -----
+
+// mma_tile {fresh}: the chain's first wgmma ignores the accumulator (scale-d false), the later ones add to it; an
+// mma_drain {pending = 1} waits for all but the latest group.
+// CHECK-LABEL: llvm.func @mma_fresh
+// CHECK: nvvm.wgmma.fence.aligned
+// CHECK: nvvm.wgmma.mma_async {{.*}} D[<f32>, <zero>]
+// CHECK: nvvm.wgmma.mma_async {{.*}} D[<f32>, <one>]
+// CHECK: nvvm.wgmma.mma_async {{.*}} D[<f32>, <one>]
+// CHECK: nvvm.wgmma.mma_async {{.*}} D[<f32>, <one>]
+// CHECK-NEXT: nvvm.wgmma.commit.group.sync.aligned
+// CHECK: nvvm.wgmma.wait.group.sync.aligned 1
+// CHECK: nvvm.wgmma.wait.group.sync.aligned 1
+gpu.module @k {
+  llvm.func @mma_fresh(%a: !llvm.ptr<3>, %b: !llvm.ptr<3>, %acc: vector<64xf32>) -> vector<64xf32> attributes {megamoe.kernel, megamoe.block_threads = 128 : i64} {
+    %r = megamoe.mma_tile %a, %b, %acc {m = 64, n = 128, k = 128, threads = 128, pending = 1, e4m3, fresh} : !llvm.ptr<3>, !llvm.ptr<3>, vector<64xf32> -> vector<64xf32>
+    %d = megamoe.mma_drain %r {pending = 1} : vector<64xf32>
+    llvm.return %d : vector<64xf32>
   }
 }
 

@@ -1003,15 +1003,22 @@ gpu.module @k {
 
 // -----
 
-// acc_scale_add over the MFMA fragment: a lane's 16 elements of an N tile lie in 16 rows (8 (i / 4) + i % 4 +
-// 4 (lane / 32)), the same in every tile: 16 scale loads for n = 32.
-// CHECK-LABEL: llvm.func @acc_scale_add
+// The FP8 promotion over the MFMA fragment: a lane's 16 elements of an N tile lie in 16 rows (8 (i / 4) + i % 4 +
+// 4 (lane / 32)), the same in every tile: acc_row_scales loads 16 scales for n = 32, acc_scale_add none.
+// CHECK-LABEL: llvm.func @acc_row_scales
 // CHECK-COUNT-16: llvm.load %{{.*}} {alignment = 4 : i64} : !llvm.ptr<1> -> f32
 // CHECK-NOT: llvm.load
 // CHECK: llvm.return
+// CHECK-LABEL: llvm.func @acc_scale_add
+// CHECK-NOT: llvm.load
+// CHECK: llvm.return
 gpu.module @k {
-  llvm.func @acc_scale_add(%acc: vector<16xf32>, %p: vector<16xf32>, %s: !llvm.ptr<1>, %ld: i32, %rv: i32, %f: f32) -> vector<16xf32> {
-    %r = megamoe.acc_scale_add %acc, %p, %s[%ld] rows_valid %rv factor %f {m = 64, n = 32, threads = 128} : vector<16xf32>, !llvm.ptr<1>
+  llvm.func @acc_row_scales(%s: !llvm.ptr<1>, %ld: i32, %rv: i32, %f: f32) -> vector<16xf32> {
+    %r = megamoe.acc_row_scales %s[%ld] rows_valid %rv factor %f {m = 64, n = 32, threads = 128} : !llvm.ptr<1> -> vector<16xf32>
+    llvm.return %r : vector<16xf32>
+  }
+  llvm.func @acc_scale_add(%acc: vector<16xf32>, %p: vector<16xf32>, %sc: vector<16xf32>) -> vector<16xf32> {
+    %r = megamoe.acc_scale_add %acc, %p, %sc {m = 64, n = 32, threads = 128} : vector<16xf32>, vector<16xf32>
     llvm.return %r : vector<16xf32>
   }
 }

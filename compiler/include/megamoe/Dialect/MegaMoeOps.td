@@ -338,12 +338,14 @@ def MegaMoe_MmaTileOp : MegaMoe_Op<"mma_tile", [MemoryEffects<[MemRead]>]> {
     run-time value): one wgmma step instead of k / 16, e.g. for the part of a partial last K step that holds rows.
     With `e4m3` both operands are FP8 e4m3 (OCP E4M3FN), K-major only, k = 128 (still one 128-byte row per
     stage): sm_90a wgmma m64nNk32 e4m3, gfx950 v_mfma_f32_32x32x16_fp8_fp8; block scales are the kernel's (the
-    partial sum of a stage is scaled into its accumulator), not the op's.
+    partial sum of a stage is scaled into its accumulator), not the op's. With `fresh` the accumulator's values
+    are not read (result = A * B; sm_90a: the first wgmma's scale-d is 0): a chain that starts from zero in
+    registers it reuses, without filling them with zeros first.
   }];
   let arguments = (ins VectorOfRankAndType<[1], [F32]>:$acc, AnyLLVMPtr:$a, AnyLLVMPtr:$b, Optional<I32>:$k16,
                    I64Attr:$m, I64Attr:$n, I64Attr:$k, I64Attr:$threads,
                    DefaultValuedAttr<I64Attr, "0">:$pending, UnitAttr:$a_mn_major, UnitAttr:$b_mn_major,
-                   UnitAttr:$mn_atoms_outer, UnitAttr:$a_first_rows, UnitAttr:$e4m3);
+                   UnitAttr:$mn_atoms_outer, UnitAttr:$a_first_rows, UnitAttr:$e4m3, UnitAttr:$fresh);
   let results = (outs VectorOfRankAndType<[1], [F32]>:$result);
   let assemblyFormat = [{
     $a `,` $b `,` $acc (`k16` $k16^)? attr-dict `:` type($a) `,` type($b) `,` type($acc) `->` type($result)
@@ -356,11 +358,14 @@ def MegaMoe_MmaDrainOp : MegaMoe_Op<"mma_drain", [MemoryEffects<[MemRead, MemWri
   let summary = "wait for every MMA tile still in flight (pending > 0) and hand back the final accumulator";
   let description = [{
     `mma_tile {pending = 1}` returns while its own MMA may still run (the one before it has finished), so that the
-    next stage's copies overlap it. Only the accumulator `mma_drain` returns may be read.
+    next stage's copies overlap it. Only the accumulator `mma_drain` returns may be read. With `pending = 1` it
+    waits until at most one MMA tile is in flight: `acc` is then the result of a tile issued before the latest one
+    (e.g. FP8's previous stage, promoted while the next stage multiplies).
   }];
-  let arguments = (ins VectorOfRankAndType<[1], [F32]>:$acc);
+  let arguments = (ins VectorOfRankAndType<[1], [F32]>:$acc, DefaultValuedAttr<I64Attr, "0">:$pending);
   let results = (outs VectorOfRankAndType<[1], [F32]>:$result);
   let assemblyFormat = "$acc attr-dict `:` type($acc)";
+  let hasVerifier = 1;
 }
 
 def MegaMoe_AccStoreOp : MegaMoe_Op<"acc_store"> {
@@ -382,22 +387,39 @@ def MegaMoe_AccStoreOp : MegaMoe_Op<"acc_store"> {
   let hasVerifier = 1;
 }
 
+def MegaMoe_AccRowScalesOp : MegaMoe_Op<"acc_row_scales", [MemoryEffects<[MemRead]>]> {
+  let summary = "the scales of this thread's accumulator rows: row_scales[row * ld] * factor (FP8 promotion)";
+  let description = [{
+    The loads of the FP8 block-scale promotion (acc_scale_add), apart from it so that a K loop can issue them a
+    step ahead of the MMA they scale: an L2 load waited for behind every stage's promotion idled the tensor cores.
+    `row_scales` is f32 in global memory (A's scale of each row for one K block), `factor` B's scale of the
+    block. Element j is the thread's j-th distinct row of an m x n fragment in the target atom's order (wgmma: 2,
+    rows lane / 4 and 8 more of its warp's 16; MFMA 32 x 32: 16): the result's length must be the target's, or
+    the lowering fails. Rows at or past `rows_valid` read row 0's scale and get 0.
+  }];
+  let arguments = (ins AnyLLVMPtr:$row_scales, I32:$ld, I32:$rows_valid, F32:$factor,
+                   I64Attr:$m, I64Attr:$n, I64Attr:$threads);
+  let results = (outs VectorOfRankAndType<[1], [F32]>:$scales);
+  let assemblyFormat = [{
+    $row_scales `[` $ld `]` `rows_valid` $rows_valid `factor` $factor attr-dict `:` type($row_scales) `->`
+    type($scales)
+  }];
+  let hasVerifier = 1;
+}
+
 def MegaMoe_AccScaleAddOp : MegaMoe_Op<"acc_scale_add", [Pure, AllTypesMatch<["acc", "partial", "result"]>]> {
-  let summary = "acc + partial * row_scales[row] * factor over one accumulator fragment (FP8 block-scale promotion)";
+  let summary = "acc + partial * scales[row] over one accumulator fragment (FP8 block-scale promotion)";
   let description = [{
     The promotion of block-scaled FP8 GEMMs: `partial` is one K block's product (an mma_tile chain started from
-    zeros, in the same m x n fragment as `acc`), scaled per row by `row_scales[row * ld]` (f32 in global memory:
-    A's scale of that row and K block) and by `factor` (B's scale of the block: one per 128 x 128 block, so one per
-    tile when n <= 128), and added to `acc` in f32. Rows at or past `rows_valid` read no scale and keep `acc`.
-    The row of each fragment element is the target's MMA atom's, as in `acc_store`.
+    zeros, in the same m x n fragment as `acc`), scaled per row by `scales` (acc_row_scales of the same fragment)
+    and added to `acc` in f32. The row of each fragment element is the target's MMA atom's, as in `acc_store`; a
+    row past rows_valid has scale 0 and adds nothing.
   }];
   let arguments = (ins VectorOfRankAndType<[1], [F32]>:$acc, VectorOfRankAndType<[1], [F32]>:$partial,
-                   AnyLLVMPtr:$row_scales, I32:$ld, I32:$rows_valid, F32:$factor,
-                   I64Attr:$m, I64Attr:$n, I64Attr:$threads);
+                   VectorOfRankAndType<[1], [F32]>:$scales, I64Attr:$m, I64Attr:$n, I64Attr:$threads);
   let results = (outs VectorOfRankAndType<[1], [F32]>:$result);
   let assemblyFormat = [{
-    $acc `,` $partial `,` $row_scales `[` $ld `]` `rows_valid` $rows_valid `factor` $factor attr-dict `:`
-    type($acc) `,` type($row_scales)
+    $acc `,` $partial `,` $scales attr-dict `:` type($acc) `,` type($scales)
   }];
   let hasVerifier = 1;
 }

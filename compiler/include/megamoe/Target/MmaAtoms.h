@@ -18,6 +18,8 @@ struct WgmmaM64NK16Bf16 {
   static constexpr int64_t kM = 64, kK = 16, kThreads = 128;
   static constexpr bool validN(int64_t n) { return n >= 8 && n <= 256 && n % 8 == 0; }
   static constexpr int64_t accPerThread(int64_t n) { return n / 2; }
+  // The distinct rows of a thread's accumulator elements (lane / 4 and 8 more), whatever n.
+  static constexpr int64_t kAccRowsPerThread = 2;
   // Accumulator element i of thread t (0..127) of the warpgroup.
   static constexpr Coord acc(int64_t t, int64_t i) {
     int64_t warp = t / 32, lane = t % 32;
@@ -51,6 +53,7 @@ struct WgmmaM64NK32E4m3 {
   static constexpr int64_t kM = 64, kK = 32, kThreads = 128, kRowElements = 128;
   static constexpr bool validN(int64_t n) { return WgmmaM64NK16Bf16::validN(n); }
   static constexpr int64_t accPerThread(int64_t n) { return WgmmaM64NK16Bf16::accPerThread(n); }
+  static constexpr int64_t kAccRowsPerThread = WgmmaM64NK16Bf16::kAccRowsPerThread;
   static constexpr Coord acc(int64_t t, int64_t i) { return WgmmaM64NK16Bf16::acc(t, i); }
   static constexpr uint64_t kDescriptorStepPerK32 = 32 >> 4;
 };
@@ -74,6 +77,8 @@ struct Mfma32x32x16Fp8 {
   static constexpr const char* kIsa = "v_mfma_f32_32x32x16_fp8_fp8";
   static constexpr int64_t kM = 32, kN = 32, kK = 16, kLanes = 64;
   static constexpr int64_t kAccPerLane = 16, kOperandPerLane = 8, kOperandBytes = 8;
+  // The distinct rows of a lane's accumulator elements: 16, the same in every 32-wide N tile.
+  static constexpr int64_t kAccRowsPerLane = 16;
   static constexpr Coord a(int64_t l, int64_t j) { return Mfma32x32x16Bf16::a(l, j); }
   static constexpr Coord acc(int64_t l, int64_t i) { return Mfma32x32x16Bf16::acc(l, i); }
 };
