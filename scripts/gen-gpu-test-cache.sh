@@ -26,6 +26,7 @@ kernels=(
   "gemm_nt_fp8 N=4096,K=7168"  # L1 in FP8
   "quantize_tokens_fp8 H=128"                # per-token FP8 quantisation
   "quantize_tokens_fp8 H=7168"
+  "quantize_tokens_fp8 H=2048"               # tests/python/gpu: quantize_fp8
   "grouped_gemm_nt_fp8 E=8,N=256,K=512"      # FP8 grouped GEMM on ragged groups
   "grouped_gemm_nt_fp8 E=8,N=384,K=256"      # an odd n-tile count, K of two blocks
   "grouped_gemm_nt_fp8 E=32,N=4096,K=7168"   # DeepSeek-V3 L1 at EP8 in FP8

@@ -9,13 +9,11 @@ import os
 
 import torch
 
-from .ops import ArgumentError, group_starts
+from .ops import _CODE_DTYPES, FLOAT8, ArgumentError, group_starts  # noqa: F401  (FLOAT8: None on torch < 2.1)
 
 E4M3_MAX = 448.0   # the largest finite e4m3 value, 0x7E (1.75 * 2^8)
 BLOCK = 128        # the checkpoints' weight block (rows x columns) and activation group (channels)
-FLOAT8 = getattr(torch, "float8_e4m3fn", None)  # None on torch < 2.1
 SCALE_FORMATS = ("fp32", "ue8m0")
-_CODE_DTYPES = (torch.uint8,) + ((FLOAT8,) if FLOAT8 is not None else ())
 _FLOATS = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
 _MIN_NORMAL = 2.0 ** -6  # e4m3's smallest normal; below it the spacing is the subnormals' 2^-9
 

@@ -1,9 +1,11 @@
 """The PyTorch ops: fused_moe (the expert-parallel MoE layer: dispatch, L1, SwiGLU, L2, combine; forward and
-backward) and the grouped GEMMs (NT / NN / TN over group offsets). On torch >= 2.4 they are torch.library custom ops
-(megamoe::fused_moe, megamoe::fused_moe_backward, megamoe::grouped_mm_nt / _nn / _tn) with fake implementations and
-registered autograd, so torch.compile(fullgraph=True) traces through them and CUDA graphs capture them; on an older
-torch (Debian's 1.13) the same implementations run through torch.autograd.Function. Every call runs on torch's
-current stream; arguments are checked here, at the boundary, with errors that name the argument and the rule."""
+backward), the grouped GEMMs (NT / NN / TN over group offsets; NT in FP8 too) and the per-token FP8 quantiser. On
+torch >= 2.4 they are torch.library custom ops (megamoe::fused_moe, megamoe::fused_moe_backward,
+megamoe::grouped_mm_nt / _nn / _tn; megamoe::grouped_mm_fp8 and megamoe::quantize_fp8 without autograd) with fake
+implementations and registered autograd, so torch.compile(fullgraph=True) traces through them and CUDA graphs
+capture them; on an older torch (Debian's 1.13) the same implementations run through torch.autograd.Function (the
+FP8 ones as plain functions). Every call runs on torch's current stream; arguments are checked here, at the
+boundary, with errors that name the argument and the rule."""
 import logging
 from typing import Tuple
 
@@ -504,10 +506,11 @@ def grouped_mm(a, b, offs, fallback=True):
 # ---- the FP8 grouped GEMM ----
 
 FP8_BLOCK = 128  # the block scales' rows x columns of b, and a's channels per scale (kernels/Kernels.h kScaleBlock)
+FLOAT8 = getattr(torch, "float8_e4m3fn", None)  # None on torch < 2.1
+_CODE_DTYPES = (torch.uint8,) + ((FLOAT8,) if FLOAT8 is not None else ())  # e4m3 codes' dtypes (megamoe.fp8 too)
 
 
 def _fp8_codes(op, name, t, dims, layout):
-    from .fp8 import _CODE_DTYPES  # fp8 imports this module
     _tensor(op, name, t, _CODE_DTYPES, dims, layout)
     return t.view(torch.uint8) if t.dtype != torch.uint8 else t
 
@@ -589,3 +592,80 @@ def grouped_mm_fp8(a, a_scales, b, b_scales, offs):
     block in the tensor cores and adds it, scaled, into a float32 accumulator. offs as grouped_mm_nt's. N a
     multiple of 128; K a multiple of 128, at least 256. Inference only (no gradient)."""
     return _grouped_fp8(a, a_scales, b, b_scales, offs)
+
+
+# ---- per-token FP8 quantisation ----
+
+QUANTIZE_MAX_H = 65536  # quantize_tokens_fp8's largest H (kernels/Registry.cpp)
+
+
+def check_quantize_fp8_args(x, op="quantize_fp8"):
+    """Boundary checks of quantize_fp8 (no device access; the fake runs them too): the kernel's rules, which the
+    CPU path keeps as well; returns (rows, H)."""
+    _tensor(op, "x", x, (torch.bfloat16,), 2, "[rows, H]")
+    rows, H = x.shape
+    if H < FP8_BLOCK or H % FP8_BLOCK:
+        _fail(op, "H=%d must be a positive multiple of 128 (one scale per token and 128 channels)" % H)
+    if H > QUANTIZE_MAX_H:
+        _fail(op, "H=%d must be <= %d (quantize_tokens_fp8's rule)" % (H, QUANTIZE_MAX_H))
+    if rows * (H // FP8_BLOCK) >= 2 ** 31:
+        _fail(op, "rows * H / 128 = %d must be below 2^31 (one thread per 128-channel group, 32-bit thread "
+                  "indices)" % (rows * (H // FP8_BLOCK)))
+    _contiguous(op, x=x)
+    return rows, H
+
+
+def _quantize_fp8(x):
+    op = "quantize_fp8"
+    rows, H = check_quantize_fp8_args(x)
+    if x.device.type not in ("cuda", "cpu"):
+        _fail(op, "x must be on a CUDA device, or on the CPU (megamoe.fp8.quantize_tokens) (got %s)" % x.device)
+    _aligned(op, x=(x, 16))
+    if x.device.type == "cpu":
+        from .fp8 import quantize_tokens  # fp8 imports this module
+        return quantize_tokens(x)
+    q = torch.empty(rows, H, dtype=torch.uint8, device=x.device)
+    scales = torch.empty(rows, H // FP8_BLOCK, dtype=torch.float32, device=x.device)
+    if rows == 0:
+        return q, scales
+    rt = _runtime(x.device)
+    name, spec = "quantize_tokens_fp8", [("H", H)]
+    kernel = with_kernels(lambda: rt.kernel(name, spec), _lib.generate_command(name, spec, rt.target), op)
+    threads = rows * (H // FP8_BLOCK)  # one a (row, 128-channel group); kernel.threads a block (kBlockThreads)
+    rt.launch(kernel, (-(-threads // kernel.threads), 1, 1), torch.cuda.current_stream(x.device).cuda_stream,
+              x=x.data_ptr(), q=q.data_ptr(), scales=scales.data_ptr(), rows=rows)
+    return q, scales
+
+
+def _quantize_fp8_fake(x):
+    rows, H = check_quantize_fp8_args(x)
+    return x.new_empty((rows, H), dtype=torch.uint8), x.new_empty((rows, H // FP8_BLOCK), dtype=torch.float32)
+
+
+if HAS_CUSTOM_OP:
+    @torch.library.custom_op("megamoe::quantize_fp8", mutates_args=())
+    def _quantize(x: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+        return _quantize_fp8(x)
+
+    _quantize.register_fake(_quantize_fp8_fake)
+else:
+    _quantize = _quantize_fp8
+
+
+def quantize_fp8(x, dtype=torch.uint8):
+    """(q, scales) of bf16 activations x [rows, H], quantised per token over groups of 128 channels as
+    grouped_mm_fp8's a and a_scales: q [rows, H] e4m3 codes (torch.uint8, or torch.float8_e4m3fn with dtype=),
+    scales float32 [rows, H / 128], each amax / 448 of its group (1 for an all-zero group), q = e4m3(x / scale)
+    (IEEE quotient, nearest even, saturating). x bfloat16, contiguous, 16-byte aligned; H a positive multiple of
+    128, at most 65536; rows may be 0. On CUDA: the quantize_tokens_fp8 kernel, bitwise megamoe.fp8.quantize_tokens
+    (scale_format fp32) for finite x (not checked there, which would sync with the host: a non-finite group's codes
+    and scale are unspecified). On the CPU: megamoe.fp8.quantize_tokens itself (pure torch, torch 1.13 too; a
+    non-finite x is an ArgumentError), under the kernel's rules, so that one call serves both tiers and a shape one
+    device refuses the other refuses too. That is no fallback in grouped_mm's sense (another implementation for
+    shapes the kernels do not serve, hence its switch): the reference defines the kernel's bits, so there is
+    nothing to switch off. Inference only (no gradient)."""
+    if dtype not in _CODE_DTYPES:
+        _fail("quantize_fp8", "dtype must be torch.uint8%s (got %s)" % (
+            " or torch.float8_e4m3fn" if FLOAT8 is not None else " (this torch has no float8_e4m3fn)", dtype))
+    q, scales = _quantize(x)
+    return (q if dtype == torch.uint8 else q.view(dtype)), scales

@@ -336,6 +336,107 @@ def test_grouped_mm_fp8_rules():
         megamoe.grouped_mm_fp8(a, sa, b, torch.full((4, 2, 4), 127, dtype=torch.uint8), offs)
 
 
+
+# --- megamoe.quantize_fp8 (the quantize_tokens_fp8 kernel's op; on the CPU, quantize_tokens) ----------------------
+
+def test_quantize_fp8_rules_name_the_constraint():
+    import megamoe
+    x = torch.zeros(4, 512, dtype=torch.bfloat16)
+    with pytest.raises(ArgumentError, match=r"quantize_fp8: x must be a torch.Tensor \(got list\)"):
+        megamoe.quantize_fp8([[0.0] * 128])
+    with pytest.raises(ArgumentError, match=r"quantize_fp8: x must be bfloat16 \(got float32\)"):
+        megamoe.quantize_fp8(x.float())
+    with pytest.raises(ArgumentError, match=r"quantize_fp8: x must be bfloat16 \(got float16\)"):
+        megamoe.quantize_fp8(x.half())
+    with pytest.raises(ArgumentError, match=r"x must have 2 dimensions \[rows, H\] \(got shape \[2, 2, 512\]\)"):
+        megamoe.quantize_fp8(x.view(2, 2, 512))
+    with pytest.raises(ArgumentError, match=r"x must have 2 dimensions \[rows, H\] \(got shape \[512\]\)"):
+        megamoe.quantize_fp8(x[0])
+    for H in (200, 64, 0):
+        with pytest.raises(ArgumentError, match=r"H=%d must be a positive multiple of 128" % H):
+            megamoe.quantize_fp8(torch.zeros(4, H, dtype=torch.bfloat16))
+    with pytest.raises(ArgumentError, match=r"H=65664 must be <= 65536"):
+        megamoe.quantize_fp8(torch.zeros(1, 65536 + 128, dtype=torch.bfloat16))
+    assert megamoe.quantize_fp8(torch.zeros(1, 65536, dtype=torch.bfloat16))[1].shape == (1, 512)  # the bound itself
+    # the kernel's 32-bit thread index: a group a thread (meta tensors: no memory; the check runs before the device's)
+    for rows, H in ((2 ** 24, 65536), (2 ** 31, 128)):
+        with pytest.raises(ArgumentError, match=r"rows \* H / 128 = %d must be below 2\^31" % (rows * H // 128)):
+            megamoe.quantize_fp8(torch.empty(rows, H, dtype=torch.bfloat16, device="meta"))
+    with pytest.raises(ArgumentError, match=r"x must be contiguous \(got strides \[1024, 2\] for shape \[4, 512\]"):
+        megamoe.quantize_fp8(torch.zeros(4, 1024, dtype=torch.bfloat16)[:, ::2])
+    with pytest.raises(ArgumentError, match=r"x must be contiguous"):
+        megamoe.quantize_fp8(torch.zeros(512, 4, dtype=torch.bfloat16).t())
+    flat = torch.zeros(4 * 512 + 8, dtype=torch.bfloat16)
+    with pytest.raises(ArgumentError, match=r"x must be 16-byte aligned \(address 0x[0-9a-f]+; a view at an offset of "
+                                            r"1 elements\)"):
+        megamoe.quantize_fp8(flat[1:1 + 4 * 512].view(4, 512))
+    assert megamoe.quantize_fp8(flat[8:8 + 4 * 512].view(4, 512))[0].shape == (4, 512)  # 16 bytes in: aligned
+    with pytest.raises(ArgumentError, match=r"quantize_fp8: dtype must be torch.uint8"):
+        megamoe.quantize_fp8(x, dtype=torch.float16)
+    with pytest.raises(ArgumentError, match=r"megamoe.fp8.quantize_tokens: the input must be finite"):
+        megamoe.quantize_fp8(torch.full((1, 128), math.inf, dtype=torch.bfloat16))
+    meta = torch.empty(2, 256, dtype=torch.bfloat16, device="meta")
+    if megamoe.HAS_CUSTOM_OP:  # a meta tensor meets the op's fake: meta outputs of the shapes
+        q, s = megamoe.quantize_fp8(meta)
+        assert q.device.type == "meta" and q.shape == (2, 256) and s.shape == (2, 2) and s.dtype == torch.float32
+    else:
+        with pytest.raises(ArgumentError, match=r"x must be on a CUDA device, or on the CPU .* \(got meta\)"):
+            megamoe.quantize_fp8(meta)
+
+
+def random_tokens(gen, rows, H):
+    """bf16 [rows, H]: each 128-channel group its own magnitude (2^-20 .. 2^12), then the edge cases: an all-zero
+    row (rows > 1), a first group of large values (2^100) and a last one of bf16 subnormals (a float32 subnormal
+    scale); rows * H >= 256, so that those two are different groups."""
+    groups = H // 128
+    x = torch.randn(rows, groups, 128, generator=gen) * torch.exp2(
+        torch.randint(-20, 13, (rows, groups, 1), generator=gen).float())
+    x = x.view(rows, H)
+    if rows > 1:
+        x[rows // 2] = 0.0
+    x[0, :128] = torch.randn(128, generator=gen) * 2.0 ** 100
+    x[-1, H - 128:] = torch.randn(128, generator=gen) * 2.0 ** -130
+    return x.to(torch.bfloat16)
+
+
+@pytest.mark.parametrize("rows,H", [(1, 256), (37, 2048), (5, 7168)])
+def test_quantize_fp8_on_the_cpu_is_quantize_tokens_bitwise(rng, rows, H):
+    import megamoe
+    gen = torch.Generator().manual_seed(int(rng.integers(2 ** 62)))
+    x = random_tokens(gen, rows, H)
+    q, s = megamoe.quantize_fp8(x)
+    assert q.dtype == torch.uint8 and list(q.shape) == [rows, H] and q.is_contiguous()
+    assert s.dtype == torch.float32 and list(s.shape) == [rows, H // 128] and s.is_contiguous()
+    rq, rs = fp8.quantize_tokens(x)
+    assert torch.equal(q, rq) and torch.equal(s.view(torch.int32), rs.view(torch.int32))
+    # and the kernel's definition, independently in numpy: amax / 448 in float32 (1 for 0), IEEE float32 quotients,
+    # the nearest code by search
+    x32 = x.float().numpy().reshape(rows, H // 128, 128)
+    amax = np.abs(x32).max(axis=2)
+    want = np.where(amax == 0, np.float32(1), amax / np.float32(448))
+    assert (s.numpy().view(np.int32) == want.view(np.int32)).all()
+    quotient = (x32 / want[:, :, None]).astype(np.float32).reshape(rows, H)
+    assert (q.numpy() == ref_encode(quotient.astype(np.float64))).all()
+    assert int((q[0, :128] & 0x7F).max()) == 0x7E and s[0, 0] > 2.0 ** 90  # the large group: amax to 448, 0x7E
+    assert s[-1, -1] < 2.0 ** -126  # a float32 subnormal scale
+    if rows > 1:
+        assert (q[rows // 2] == 0).all() and (s[rows // 2] == 1).all()
+    if FLOAT8 is not None:
+        q8, s8 = megamoe.quantize_fp8(x, dtype=FLOAT8)
+        assert q8.dtype == FLOAT8 and torch.equal(q8.view(torch.uint8), q) and torch.equal(s8, s)
+
+
+def test_quantize_fp8_of_zero_rows():
+    import megamoe
+    for H in (128, 7168):
+        q, s = megamoe.quantize_fp8(torch.empty(0, H, dtype=torch.bfloat16))
+        assert q.dtype == torch.uint8 and list(q.shape) == [0, H]
+        assert s.dtype == torch.float32 and list(s.shape) == [0, H // 128]
+    if FLOAT8 is not None:
+        assert megamoe.quantize_fp8(torch.empty(0, 256, dtype=torch.bfloat16), dtype=FLOAT8)[0].dtype == FLOAT8
+    with pytest.raises(ArgumentError, match=r"H=100 must be a positive multiple of 128"):  # the rules still apply
+        megamoe.quantize_fp8(torch.empty(0, 100, dtype=torch.bfloat16))
+
 # --- safetensors and the checkpoint loader ------------------------------------------------------------------------
 
 def test_safetensors_writer_follows_the_format_and_the_reader_reads_it(tmp_path, rng):

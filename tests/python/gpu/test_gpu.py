@@ -1,8 +1,9 @@
 """The package's GPU tier (one GPU; the kernels from $MEGAMOE_CACHE_DIR, scripts/gen-gpu-test-cache.sh): fused_moe
 forward and backward against an fp32 reference, the op against the C++ layer bitwise, torch.compile(fullgraph) against
 eager bitwise, CUDA-graph capture of forward and backward, several forwards in flight with backwards in any order,
-a 4-layer model on one workspace, a finite-difference check, bad inputs and a device error, the grouped GEMMs, the
-op's overhead against the C++ layer (within 3%, eager and compiled), two ranks on one GPU through a process group.
+a 4-layer model on one workspace, a finite-difference check, bad inputs and a device error, the grouped GEMMs (bf16
+and FP8), the FP8 token quantiser bitwise against its reference, the op's overhead against the C++ layer (within 3%,
+eager and compiled), two ranks on one GPU through a process group.
 Runs under pytest, or without it: `python3 tests/python/gpu/test_gpu.py --junit FILE --json FILE`."""
 import json
 import math
@@ -476,6 +477,63 @@ def test_grouped_mm_fp8_against_the_reference():
     assert bitwise(captured[:rows], out[:rows])
     assert bool(torch.isnan(captured[rows:].float()).all()), "rows past the last group were written"
 
+
+
+def fp8_tokens(rows, H, g):
+    """bf16 [rows, H] on the GPU: each 128-channel group its own magnitude (2^-20 .. 2^12), an all-zero row (rows >
+    1), a first group of large values (2^100) and a last one of bf16 subnormals (a float32 subnormal scale)."""
+    groups = H // 128
+    x = torch.randn(rows, groups, 128, device="cuda", generator=g) * torch.exp2(
+        torch.randint(-20, 13, (rows, groups, 1), device="cuda", generator=g).float())
+    x = x.view(rows, H)
+    if rows > 1:
+        x[rows // 2] = 0.0
+    x[0, :128] = torch.randn(128, device="cuda", generator=g) * 2.0 ** 100
+    x[-1, H - 128:] = torch.randn(128, device="cuda", generator=g) * 2.0 ** -130
+    return x.to(torch.bfloat16)
+
+
+def test_quantize_fp8_bitwise_equals_the_reference():
+    """megamoe.quantize_fp8 (the quantize_tokens_fp8 kernel) against megamoe.fp8.quantize_tokens on the input moved to
+    the CPU, codes and scales bitwise, at 1 and 777 rows and H = 2048 and 7168 (gen-gpu-test-cache.sh's
+    quantize_tokens_fp8 entries); a bitwise rerun, float8 codes, torch.compile, and a CUDA graph whose replays, on
+    fresh inputs written in place, overwrite outputs filled with a sentinel (0xFF, the NaN code, and NaN scales)."""
+    g = gen(171)
+    for H in (2048, 7168):
+        for rows in (1, 777):
+            x = fp8_tokens(rows, H, g)
+            rq, rs = megamoe.fp8.quantize_tokens(x.cpu())
+            q, s = megamoe.quantize_fp8(x)
+            assert q.dtype == torch.uint8 and q.shape == (rows, H) and q.device == x.device
+            assert s.dtype == torch.float32 and s.shape == (rows, H // 128) and s.device == x.device
+            code_diffs = int((q.cpu() != rq).sum())
+            scale_diffs = int((s.cpu().view(torch.int32) != rs.view(torch.int32)).sum())
+            print("quantize_fp8 H=%d rows=%d: code_diffs=%d scale_diffs=%d" % (H, rows, code_diffs, scale_diffs))
+            assert code_diffs == 0 and scale_diffs == 0, (H, rows, code_diffs, scale_diffs)
+            again = megamoe.quantize_fp8(x)
+            assert bitwise(again[0], q) and bitwise(again[1], s), "a rerun differs (H=%d rows=%d)" % (H, rows)
+    # the last shape (H = 7168, 777 rows) through the other paths
+    if megamoe.fp8.FLOAT8 is not None:
+        q8, s8 = megamoe.quantize_fp8(x, dtype=megamoe.fp8.FLOAT8)
+        assert q8.dtype == megamoe.fp8.FLOAT8 and bitwise(q8, q) and bitwise(s8, s)
+    empty = megamoe.quantize_fp8(x[:0])
+    assert empty[0].shape == (0, H) and empty[1].shape == (0, H // 128)
+    if megamoe.HAS_CUSTOM_OP:
+        compiled = torch.compile(megamoe.quantize_fp8, fullgraph=True)
+        cq, cs = compiled(x)
+        assert bitwise(cq, q) and bitwise(cs, s), "compiled differs from eager"
+    static = x.clone()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = megamoe.quantize_fp8(static)
+    for seed in range(2):
+        static.copy_(fp8_tokens(rows, H, gen(172 + seed)))
+        captured[0].fill_(0xFF)
+        captured[1].fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        rq, rs = megamoe.fp8.quantize_tokens(static.cpu())
+        assert bitwise(captured[0].cpu(), rq) and bitwise(captured[1].cpu(), rs), "replay %d differs" % seed
 
 def test_workspace_on_cuda_without_an_index_serves_calls():
     w = megamoe.Workspace(max_tokens=64, training=False, device="cuda", **SHAPE)
