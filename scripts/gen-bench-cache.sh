@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Generates the sm_90a kernels megamoe-bench gemm needs (tools/megamoe-bench: CASES) into the cache dir $1.
+# Generates the sm_90a kernels megamoe-bench gemm needs (python/megamoe/bench/cases.py: CASES) into the cache dir $1.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 dir=${1:?usage: scripts/gen-bench-cache.sh CACHE_DIR}
