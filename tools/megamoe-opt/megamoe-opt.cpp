@@ -1,5 +1,6 @@
 // megamoe-opt: parse, verify, print and run passes on IR with the megamoe dialect (drives the lit tests).
 #include "megamoe/Dialect/Registration.h"
+#include "megamoe/Target/Pipeline.h"
 #include "megamoe/Transforms/Passes.h"
 #include "megamoe/Version.h"
 #include "llvm/Config/llvm-config.h"
@@ -7,6 +8,7 @@
 #include "llvm/Support/raw_ostream.h"
 #include "mlir/Conversion/Passes.h"
 #include "mlir/IR/DialectRegistry.h"
+#include "mlir/Pass/PassRegistry.h"
 #include "mlir/Tools/mlir-opt/MlirOptMain.h"
 #include "mlir/Transforms/Passes.h"
 
@@ -20,5 +22,14 @@ int main(int argc, char** argv) {
   megamoe::registerMegaMoePasses();
   mlir::registerTransformsPasses();
   mlir::registerConversionPasses();
+  // The code generator's own pipelines (compiler/lib/Target/Pipeline.cpp), so that tests/lit/Pipeline runs them and
+  // not a copy of their pass lists.
+  for (const std::string& target : megamoe::TargetOptions::supported()) {
+    mlir::PassPipelineRegistration<>("megamoe-" + target + "-pipeline",
+                                     "the " + target + " lowering pipeline of megamoe's code generator",
+                                     [target](mlir::OpPassManager& pm) {
+                                       megamoe::buildPipeline(pm, *megamoe::TargetOptions::parse(target, nullptr));
+                                     });
+  }
   return mlir::asMainReturnCode(mlir::MlirOptMain(argc, argv, "megamoe IR driver\n", registry));
 }

@@ -1,8 +1,9 @@
-// The gfx950 pipeline of compiler/lib/Target/Pipeline.cpp (buildGfx950Pipeline), pass for pass: afterwards only
-// LLVM and ROCDL ops are left, and MMA is v_mfma_f32_32x32x16_bf16. Keep the pass list in step with that function.
-// RUN: megamoe-opt %s --pass-pipeline='builtin.module(gpu.module(megamoe-lower-to-rocdl,convert-scf-to-cf,convert-gpu-to-rocdl{chipset=gfx950},convert-to-llvm,canonicalize,cse),reconcile-unrealized-casts)' | FileCheck %s
+// The gfx950 pipeline the code generator runs (compiler/lib/Target/Pipeline.cpp
+// buildGfx950Pipeline, registered in megamoe-opt as
+// --megamoe-gfx950-pipeline): afterwards only LLVM and ROCDL ops are left, and MMA is v_mfma_f32_32x32x16_bf16.
+// RUN: megamoe-opt %s --megamoe-gfx950-pipeline | FileCheck %s
 // Every line is an llvm./rocdl. op, a block label, a closing brace or the module structure; grep prints any other.
-// RUN: megamoe-opt %s --pass-pipeline='builtin.module(gpu.module(megamoe-lower-to-rocdl,convert-scf-to-cf,convert-gpu-to-rocdl{chipset=gfx950},convert-to-llvm,canonicalize,cse),reconcile-unrealized-casts)' | not grep -vE '^ *($|}|\^bb|module( attributes .*)? \{$|gpu\.module @|(%[^ ]+ = )?(llvm|rocdl)\.)'
+// RUN: megamoe-opt %s --megamoe-gfx950-pipeline | not grep -vE '^ *($|}|\^bb|module( attributes .*)? \{$|gpu\.module @|(%[^ ]+ = )?(llvm|rocdl)\.)'
 
 // A one-stage GEMM tile: both copies, the MMA (2 waves x 4 N tiles x 4 k-steps), the store.
 // CHECK-LABEL: llvm.func @gemm

@@ -1,8 +1,9 @@
-// The sm_90a pipeline of compiler/lib/Target/Pipeline.cpp (buildSm90aPipeline), pass for pass: afterwards only
-// LLVM and NVVM ops are left, and wgmma is inline PTX. Keep the pass list in step with that function.
-// RUN: megamoe-opt %s --pass-pipeline='builtin.module(gpu.module(megamoe-lower-to-nvvm,convert-scf-to-cf,convert-gpu-to-nvvm,convert-to-llvm,convert-nvvm-to-llvm,canonicalize,cse),reconcile-unrealized-casts)' | FileCheck %s
+// The sm_90a pipeline the code generator runs (compiler/lib/Target/Pipeline.cpp
+// buildSm90aPipeline, registered in megamoe-opt as
+// --megamoe-sm_90a-pipeline): afterwards only LLVM and NVVM ops are left, and wgmma is inline PTX.
+// RUN: megamoe-opt %s --megamoe-sm_90a-pipeline | FileCheck %s
 // Every line is an llvm./nvvm. op, a block label, a closing brace or the module structure; grep prints any other.
-// RUN: megamoe-opt %s --pass-pipeline='builtin.module(gpu.module(megamoe-lower-to-nvvm,convert-scf-to-cf,convert-gpu-to-nvvm,convert-to-llvm,convert-nvvm-to-llvm,canonicalize,cse),reconcile-unrealized-casts)' | not grep -vE '^ *($|}|\^bb|module( attributes .*)? \{$|gpu\.module @|(%[^ ]+ = )?(llvm|nvvm)\.)'
+// RUN: megamoe-opt %s --megamoe-sm_90a-pipeline | not grep -vE '^ *($|}|\^bb|module( attributes .*)? \{$|gpu\.module @|(%[^ ]+ = )?(llvm|nvvm)\.)'
 
 // A one-stage GEMM tile: both copies, the MMA, the store.
 // CHECK-LABEL: llvm.func @gemm
