@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine from the repository root, over what scripts/gpu-stage.sh put into .carry/:
 # SASS check of every cached cubin, the GPU test tier, and the benchmarks. Logs and JSON go to $OUT.
-#   usage: scripts/gpu-run.sh [sass] [tests] [gemm] [layer] [sanitize] [python] [example]   (default: sass tests gemm)
+#   usage: scripts/gpu-run.sh [sass] [tests] [gemm] [fp8] [layer] [sanitize] [python] [example]
+#   (default: sass tests gemm)
 set -uo pipefail
 OUT=${OUT:-/tmp/megamoe-out}; mkdir -p "$OUT"
 export MEGAMOE_CACHE_DIR=$PWD/.carry/cache
@@ -34,6 +35,13 @@ for step in $steps; do
     gemm)
       timeout 500 python3 tools/megamoe-bench/megamoe-bench gemm --lib .carry/lib/libmegamoe.so \
         --json "$OUT/gemm.json" ${GEMM_CASES:+--cases $GEMM_CASES} 2>&1 | tee "$OUT/gemm.txt" ;;
+    fp8)
+      # The FP8 kernels' GPU tests (GEMMs and the quantiser), the package's FP8 ops, and megamoe-bench gemm --dtype fp8
+      # (FP8_CASES narrows it, e.g. FP8_CASES=dsv3-ep2-l1,qwen3-l1).
+      { GTEST_FILTER='*Fp8*:*Quantize*' timeout 120 .carry/bin/gpu_kernels_test; echo "exit status $?"
+        timeout 120 python3 -m pytest -q -rs -p no:cacheprovider tests/python/gpu -k fp8; echo "exit status $?"
+        timeout 300 python3 tools/megamoe-bench/megamoe-bench gemm --dtype fp8 --lib .carry/lib/libmegamoe.so \
+          --json "$OUT/gemm-fp8.json" ${FP8_CASES:+--cases $FP8_CASES}; } 2>&1 | tee "$OUT/fp8.txt" ;;
     layer)
       # Two processes (one per GPU) through torch.distributed; LAYER_ARGS adds options (e.g. --routings uniform).
       timeout 560 python3 tools/megamoe-bench/megamoe-bench layer --lib .carry/lib/libmegamoe.so \
