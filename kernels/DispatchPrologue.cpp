@@ -7,10 +7,25 @@
 namespace megamoe::kernels {
 using namespace dsl;
 
-mlir::OwningOpRef<mlir::ModuleOp> buildDispatchPrologue(mlir::MLIRContext& mctx, const DispatchPrologueSpec& s) {
+namespace {
+
+// The count's groups (Prologue::W): 32, halved until their W x E counts fit in 24 KB of shared memory.
+int64_t countGroups(int64_t E) {
+  int64_t W = 32;
+  while (W > 1 && W * E > 6144) W /= 2;
+  return W;
+}
+
+// The prologue's arguments, shared tables and the values its phases share, and the phases, which
+// buildDispatchPrologue calls in order. The members are initialised in declaration order, which is the order of the
+// DSL calls that make them (it fixes the IR and the shared-memory offsets): keep it.
+struct Prologue {
   using S = DispatchPrologueSpec;
+  Prologue(mlir::MLIRContext& mctx, const DispatchPrologueSpec& spec) : s(spec), k(mctx, S::kName, T) {}
+
+  const DispatchPrologueSpec& s;
   const int64_t E = s.experts, R = s.ranks, local = E / R, T = S::kBlockThreads;
-  Kernel k(mctx, S::kName, T);
+  Kernel k;
   Context ctx = k.context();
   GlobalPtr topkIdx = k.ptr("topk_idx", Elem::i32);
   I32 tokens = k.i32Arg("tokens");
@@ -43,8 +58,7 @@ mlir::OwningOpRef<mlir::ModuleOp> buildDispatchPrologue(mlir::MLIRContext& mctx,
   // a group is at least a warp). A pick's order among the chunk's picks of its expert is its order within its group
   // (G entries scanned) plus that expert's count in the earlier groups (W - 1 entries), instead of a scan over every
   // earlier pick of the chunk (up to T - 1 entries: that scan made this kernel ~1 ms of the EP2 layer).
-  int64_t W = 32;
-  while (W > 1 && W * E > 6144) W /= 2;
+  const int64_t W = countGroups(E);
   const int64_t G = T / W;
   const int64_t padE = (E + 3) / 4 * 4;
   // Shared tables: this block's counts per expert (then every block's), the picks of the earlier blocks, the first
@@ -60,11 +74,27 @@ mlir::OwningOpRef<mlir::ModuleOp> buildDispatchPrologue(mlir::MLIRContext& mctx,
   I32 tid = k.threadIdx(), me = ctx.rank(), block = k.blockIdx();
   I64 epoch = ctx.epoch();
   I64 parity = epoch % 2;
-  auto countAt = [&](const I64& slab, const I32& src, const I32& e) {
-    return counts + ((slab * R + k.widen(src)) * E + k.widen(e));
-  };
-  auto callAt = [&](const I64& slab, const I32& src) { return calls + (slab * R + k.widen(src)); };
 
+  GlobalPtr countAt(const I64& slab, const I32& src, const I32& e) {
+    return counts + ((slab * R + k.widen(src)) * E + k.widen(e));
+  }
+  GlobalPtr callAt(const I64& slab, const I32& src) { return calls + (slab * R + k.widen(src)); }
+
+  // The picks this block counts and places: [first, last).
+  struct Range {
+    I32 first, last;
+  };
+  void begin();
+  Range count();
+  void meet();
+  void exchange();
+  void layOutPools();
+  void writeTables();
+  void placePicks(const Range& range);
+};
+
+// The rank check, the block's tables cleared, and (block 0) the previous call's counters.
+void Prologue::begin() {
   // The kernel was specialised for R ranks: a heap of another size is a launch bug, reported, not run.
   Bool wrongRanks = !(ctx.nranks() == k.i32(R));
   k.ifThen(wrongRanks && tid == 0 && block == 0, [&] {
@@ -83,6 +113,9 @@ mlir::OwningOpRef<mlir::ModuleOp> buildDispatchPrologue(mlir::MLIRContext& mctx,
     k.ifThen(tid == 0, [&] { routeEpoch.storeI64(epoch); });
   });
   k.block().sync();
+}
+
+Prologue::Range Prologue::count() {
   // 1. Block b counts the picks of chunks [b * per, (b + 1) * per) and gives each its order among the block's
   // picks of its expert, in pick order (temporarily in send_slot): within a chunk a pick's order is the number of
   // earlier picks of the chunk with the same expert, so pool rows (and every sum over them, e.g. a weight gradient)
@@ -128,6 +161,10 @@ mlir::OwningOpRef<mlir::ModuleOp> buildDispatchPrologue(mlir::MLIRContext& mctx,
     });
     k.block().sync();
   });
+  return {first, last};
+}
+
+void Prologue::meet() {
   // 2. The blocks meet: then every block knows every block's counts, the earlier blocks' ones (its picks' offset
   // within each expert) and the sums (my picks per expert). The last block past the meeting zeroes the counters
   // for the next launch (a kernel boundary separates it from the next one).
@@ -151,6 +188,9 @@ mlir::OwningOpRef<mlir::ModuleOp> buildDispatchPrologue(mlir::MLIRContext& mctx,
       left.storeI32(k.i32(0));
     });
   });
+}
+
+void Prologue::exchange() {
   // 3. All-gather the count matrix (block 0): my row into every rank's slab [parity], then my call's word, then one
   // flag per source rank; every block waits for the flags.
   I64 expected = epoch + 1;
@@ -195,6 +235,9 @@ mlir::OwningOpRef<mlir::ModuleOp> buildDispatchPrologue(mlir::MLIRContext& mctx,
                   call);
   });
   k.returnIf(mismatch || !k.errorClear(ctx));
+}
+
+void Prologue::layOutPools() {
   // 4. Pool layout of every owner (expert e's rows start after the owner's earlier experts; within e, source ranks
   // in order), so base[e] = first row of (me, e) at e's owner: the per-expert sums over source ranks in parallel
   // (one thread per expert, into two rows of the group counts, free now), then one thread walks the experts in
@@ -236,6 +279,10 @@ mlir::OwningOpRef<mlir::ModuleOp> buildDispatchPrologue(mlir::MLIRContext& mctx,
   });
   k.block().sync();
   k.returnIf(overflow.loadI32(k.i32(0)) == k.i32(1));
+}
+
+// The picks this rank keeps and drops, and its send tables.
+void Prologue::writeTables() {
   // My picks of e that fit at e's owner: the first ones, rows base[e] .. capacity - 1 (all of them unless dropping);
   // the rest are dropped, counted once per call (block 0).
   SharedTile droppedHere = overflow;  // [1]: the picks this rank drops (the overflow flag is clear past here)
@@ -264,9 +311,12 @@ mlir::OwningOpRef<mlir::ModuleOp> buildDispatchPrologue(mlir::MLIRContext& mctx,
       k.ifThen(e < k.i32(E), [&] { (sendBase + k.widen(e)).storeI32(base.loadI32(e)); });
     });
   });
+}
+
+void Prologue::placePicks(const Range& range) {
   // 5. Every pick of the block's range: its row at its owner, and the pick in send_list (its order among my picks of
   // its expert: the earlier blocks' picks of it, then its order in this block).
-  k.forRange(first + tid, last, k.i32(T), [&](I32 i) {
+  k.forRange(range.first + tid, range.last, k.i32(T), [&](I32 i) {
     GlobalPtr slot = sendSlot + k.widen(i);
     I32 e = (topkIdx + k.widen(i)).loadI32();
     k.ifThen(e < k.i32(E), [&] {
@@ -282,7 +332,20 @@ mlir::OwningOpRef<mlir::ModuleOp> buildDispatchPrologue(mlir::MLIRContext& mctx,
       });
     });
   });
-  return k.finish();
+}
+
+}  // namespace
+
+mlir::OwningOpRef<mlir::ModuleOp> buildDispatchPrologue(mlir::MLIRContext& mctx, const DispatchPrologueSpec& s) {
+  Prologue p(mctx, s);
+  p.begin();
+  Prologue::Range range = p.count();
+  p.meet();
+  p.exchange();
+  p.layOutPools();
+  p.writeTables();
+  p.placePicks(range);
+  return p.k.finish();
 }
 
 }  // namespace megamoe::kernels

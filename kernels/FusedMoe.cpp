@@ -2,6 +2,7 @@
 // grouped_gemm_combine, swiglu_bwd and stage_begin (see their specs in Kernels.h, and
 // docs/decisions/fused-dispatch.md for the protocol).
 #include <algorithm>
+#include <initializer_list>
 #include <optional>
 #include <vector>
 
@@ -55,22 +56,66 @@ void copyRowByWarp(Kernel& k, const GlobalPtr& from, const GlobalPtr& to, int64_
   });
 }
 
-}  // namespace
+// With pairs, clusters of two blocks (blocks 2c and 2c + 1 form cluster c): the block's index in its pair.
+std::optional<I32> clusterPairs(Kernel& k, bool pairs) {
+  std::optional<I32> blockInPair;
+  if (pairs) {
+    k.setClusterX(2);
+    blockInPair = k.blockIdx() % 2;
+  }
+  return blockInPair;
+}
 
-mlir::OwningOpRef<mlir::ModuleOp> buildDispatchGemm(mlir::MLIRContext& mctx, const DispatchGemmSpec& s, Arch arch) {
+// A fused kernel's tiles on `arch`; with the warp-specialised engine (ws) as many ring stages as fit beside the
+// kernel's shared tables (`tables`: their entries, WarpSpecializedEngine::stagesFor).
+GroupedGemmSpec::Tiles fusedTiles(const GroupedGemmSpec& g, Arch arch, bool ws, bool pairs,
+                                  std::initializer_list<int64_t> tables) {
+  GroupedGemmSpec::Tiles c = g.tiles(arch, ws);
+  if (ws) c.stages = WarpSpecializedEngine::stagesFor(c, tables, pairs);
+  return c;
+}
+
+// The start check (returnIfErrorAtStart) on a table of its own, allocated here and returned.
+SharedTile startCheck(Kernel& k, const Context& ctx, const std::optional<I32>& blockInPair) {
+  SharedTile startError = sharedTable(k, "start_error", 2);
+  returnIfErrorAtStart(k, ctx, startError, blockInPair);
+  return startError;
+}
+
+// The dispatch's tensor maps.
+TensorMapArgs dispatchMaps(Kernel& k, const DispatchGemmSpec& s) {
+  using G = GroupedGemmSpec;
+  TensorMapArgs maps = tensorMapArgs(k, s.spec());  // sm_90a TN: dh and the pool; NT: the pool and w1
+  // TN stores dW1 as boxes through map_c (WarpSpecializedEngine::tmaStores); NT / NN take it unused.
+  std::optional<TensorMap> mapC = k.tensorMap("map_c", s.spec().constants);
+  if (s.layout == G::kTN) maps.c = mapC;
+  return maps;
+}
+
+// dispatch_grouped_gemm's arguments, the shape of its GEMM, its rings and shared tables (DispatchGemm adds the
+// phases). The members are initialised in declaration order, which is the order of the DSL calls that make them (it
+// fixes the IR and the shared-memory offsets): keep it.
+struct DispatchGemmSetup {
   using S = DispatchGemmSpec;
   using G = GroupedGemmSpec;
+  DispatchGemmSetup(mlir::MLIRContext& mctx, const DispatchGemmSpec& spec, Arch target)
+      : s(spec), arch(target), k(mctx, S::kName, c.threads, /*tensorMaps=*/ws) {
+    // After every member below, before DispatchGemm's own (its parities).
+    k.ifThen(tid == 0, [&] { confirmed.storeI32(k.i32(0), k.i32(-1)); });  // read after the tile table's barriers
+  }
+
+  const DispatchGemmSpec& s;
+  const Arch arch;
   const G g = s.gemm();
   // On sm_90a the weight gradient (TN) runs the warp-specialised engine with TMA loads (DispatchGemmSpec), and so do
   // the forward (NT) and the dgrad (NN) as cluster pairs where their tiles are 256 wide and their rows the pool's own
   // (no dedup gather; docs/decisions/fused-dispatch.md).
   const bool pairs = s.layout != G::kTN && !s.dedup && g.n % 256 == 0 && arch == Arch::sm_90a;
   const bool ws = (s.layout == G::kTN && arch == Arch::sm_90a) || pairs;
-  G::Tiles c = g.tiles(arch, ws);
   const int64_t E = s.experts, R = s.ranks, local = E / R, H = s.hidden, I = s.intermediate;
   // Tables: the start check's, the tile table, slots, confirmed (the unit table lives in the staging tile).
-  if (ws) c.stages = WarpSpecializedEngine::stagesFor(c, {4, local + 1, 1, 1}, pairs);
-  Kernel k(mctx, S::kName, c.threads, /*tensorMaps=*/ws);
+  G::Tiles c = fusedTiles(g, arch, ws, pairs, {4, local + 1, 1, 1});
+  Kernel k;
   Context ctx = k.context();
   GlobalPtr src = k.ptr("src", Elem::bf16);
   GlobalPtr topkWeights = k.ptr("topk_weights", Elem::f32);
@@ -94,22 +139,15 @@ mlir::OwningOpRef<mlir::ModuleOp> buildDispatchGemm(mlir::MLIRContext& mctx, con
   GlobalPtr topkIdx = k.ptr("topk_idx", Elem::i32);
   I32 recvStride = k.i32Arg("recv_stride");
   I32 capacity = k.i32Arg("capacity");  // the receive pool's rows: rows past it were dropped by the prologue
-  TensorMapArgs maps = tensorMapArgs(k, s.spec());  // sm_90a TN: dh and the pool; NT: the pool and w1
-  // TN stores dW1 as boxes through map_c (WarpSpecializedEngine::tmaStores); NT / NN take it unused.
-  std::optional<TensorMap> mapC = k.tensorMap("map_c", s.spec().constants);
-  if (s.layout == G::kTN) maps.c = mapC;
+  TensorMapArgs maps = dispatchMaps(k, s);  // TN: map_c too (dW1 stored as boxes)
   const bool dedup = s.dedup != 0;
 
   // Pairs: blocks 2c and 2c + 1 form cluster c (MoeLayer launches whole pairs, pushing blocks included).
-  std::optional<I32> blockInPair;
-  if (pairs) {
-    k.setClusterX(2);
-    blockInPair = k.blockIdx() % 2;
-  }
+  std::optional<I32> blockInPair = clusterPairs(k, pairs);
   Rings rings = allocateRings(k, g, c, mnRingLayout(maps), ws ? 64 : 0, maps.c.has_value());
   // A failed prologue (an expert index out of range) leaves nothing to do here; the peers' waits time out. (Its
   // table after the rings, which are 1024-byte aligned.)
-  returnIfErrorAtStart(k, ctx, sharedTable(k, "start_error", 2), blockInPair);
+  SharedTile startError = startCheck(k, ctx, blockInPair);
   SharedTile tileFirst = sharedTable(k, "tile_first", local + 1);
   // The push's unit table is dead once the block's GEMM starts: with the warp-specialised engine it lives in the
   // staging tile (first written by an epilogue, after the engine's block-wide start), which leaves room for a
@@ -118,32 +156,55 @@ mlir::OwningOpRef<mlir::ModuleOp> buildDispatchGemm(mlir::MLIRContext& mctx, con
                             : sharedTable(k, "unit_first", E + 1);
   SharedTile slots = sharedTable(k, "ticket_slot", 1);
   SharedTile confirmed = sharedTable(k, "confirmed", 1);  // the last local expert whose rows this block saw complete
-  std::optional<SharedTile> gatherRows;  // dedup: the receive row of each row of the running tile
-  if (dedup) gatherRows = sharedTable(k, "gather_rows", c.m);
+  // dedup: the receive row of each row of the running tile
+  std::optional<SharedTile> gatherRows =
+      dedup ? std::optional<SharedTile>(sharedTable(k, "gather_rows", c.m)) : std::nullopt;
   I32 tid = k.threadIdx(), me = ctx.rank();
-  k.ifThen(tid == 0, [&] { confirmed.storeI32(k.i32(0), k.i32(-1)); });  // read after the tile table's barriers
+};
+
+// dispatch_grouped_gemm's phases, which buildDispatchGemm calls in order, over its setup and the epoch parities
+// (read after the setup's constructor has stored `confirmed`).
+struct DispatchGemm : DispatchGemmSetup {
+  DispatchGemm(mlir::MLIRContext& mctx, const DispatchGemmSpec& spec, Arch target)
+      : DispatchGemmSetup(mctx, spec, target) {}
   I64 parity = ctx.epoch() % 2;
   I64 routeParity = routeEpoch.loadI64() % 2;
-  auto arrivedAt = [&](const I32& from, const I32& el) {
-    return arrivals + ((parity * R + k.widen(from)) * local + k.widen(el));
-  };
-  // Rows source `from` sends me for my local expert el: its all-gathered count, less what lies past the capacity
-  // (el's rows start at pool_offsets[el], the sources in order; the prologue dropped the picks of rows past it).
-  auto expectedRows = [&](const I32& from, const I32& el) {
-    auto countOf = [&](const I32& src) {
-      return (counts + ((routeParity * R + k.widen(src)) * E + k.widen(me * local + el))).loadI32();
-    };
-    auto earlier = k.forRange(k.i32(0), from, k.i32(1), {k.i32(0)}, [&](I32 src, const std::vector<I32>& n) {
-      return std::vector<I32>{n[0] + countOf(src)};
-    });
-    return k.widen(rowsBelowCapacity(k, (poolOffsets + k.widen(el)).loadI32() + earlier[0], countOf(from), capacity));
-  };
-  auto waitArrivals = [&](const I32& from, const I32& el) {
-    k.ifThen(k.errorClear(ctx), [&] {
-      k.waitAtLeast(ctx, arrivedAt(from, el), expectedRows(from, el), arrivalFlagId(k, from, el), Scope::system);
-    });
-  };
 
+  GlobalPtr arrivedAt(const I32& from, const I32& el);
+  I64 expectedRows(const I32& from, const I32& el);
+  void waitArrivals(const I32& from, const I32& el);
+  void push();
+  void awaitAllRows();
+  void gemmTiles();
+  void awaitRows(const I32& el);
+  void swigluRows(const Threads& by, const TilePlace& p, const I32& firstRow, const I32& t, int64_t rows);
+  void runWarpSpecialized(const TileScheduler& sched, GemmOperands& gemm, const I32& total);
+  void runSingleRole(const TileScheduler& sched, GemmOperands& gemm, const I32& total);
+};
+
+GlobalPtr DispatchGemm::arrivedAt(const I32& from, const I32& el) {
+  return arrivals + ((parity * R + k.widen(from)) * local + k.widen(el));
+}
+
+// Rows source `from` sends me for my local expert el: its all-gathered count, less what lies past the capacity
+// (el's rows start at pool_offsets[el], the sources in order; the prologue dropped the picks of rows past it).
+I64 DispatchGemm::expectedRows(const I32& from, const I32& el) {
+  auto countOf = [&](const I32& src) {
+    return (counts + ((routeParity * R + k.widen(src)) * E + k.widen(me * local + el))).loadI32();
+  };
+  auto earlier = k.forRange(k.i32(0), from, k.i32(1), {k.i32(0)}, [&](I32 src, const std::vector<I32>& n) {
+    return std::vector<I32>{n[0] + countOf(src)};
+  });
+  return k.widen(rowsBelowCapacity(k, (poolOffsets + k.widen(el)).loadI32() + earlier[0], countOf(from), capacity));
+}
+
+void DispatchGemm::waitArrivals(const I32& from, const I32& el) {
+  k.ifThen(k.errorClear(ctx), [&] {
+    k.waitAtLeast(ctx, arrivedAt(from, el), expectedRows(from, el), arrivalFlagId(k, from, el), Scope::system);
+  });
+}
+
+void DispatchGemm::push() {
   // 1. Push: units of up to kPushRows rows of one (me -> owner, expert); push order o -> local expert o / R at
   // owner (me + 1 + o) % R, so that every owner's first experts arrive first and the peers are served before myself.
   k.ifThen(legs.comm && k.blockIdx() < pushBlocks, [&] {
@@ -194,13 +255,18 @@ mlir::OwningOpRef<mlir::ModuleOp> buildDispatchGemm(mlir::MLIRContext& mctx, con
       });
     });
   });
-  // Comm-only: everything sent to me has arrived when the leg ends.
+}
+
+// Comm-only: everything sent to me has arrived when the leg ends.
+void DispatchGemm::awaitAllRows() {
   k.ifThen(legs.comm && !legs.gemm && k.blockIdx() == 0 && tid == 0, [&] {
     k.forRange(k.i32(0), ctx.nranks(), k.i32(1), [&](I32 from) {
       k.forRange(k.i32(0), k.i32(local), k.i32(1), [&](I32 el) { waitArrivals(from, el); });
     });
   });
+}
 
+void DispatchGemm::gemmTiles() {
   // 2. GEMM tiles (see DispatchGemmSpec for what each layout computes). Pairs: their tiles in bands of m-tiles as the
   // standalone `_tma` kernels' (TileScheduler::ticketed; faster than unbanded pairs: docs/decisions/fused-dispatch.md).
   TileScheduler sched{k, g, poolOffsets, c.m, c.n, blockInPair, /*ticketed=*/pairs};
@@ -209,64 +275,74 @@ mlir::OwningOpRef<mlir::ModuleOp> buildDispatchGemm(mlir::MLIRContext& mctx, con
   GlobalPtr a = s.layout == G::kTN ? extra : pool;
   GlobalPtr b = s.layout == G::kTN ? pool : weights;
   GemmOperands gemm{k, g, c, a, b, out, rings};
-  // A tile waits for its expert's rows from every source, once per block and expert: tickets come in expert order,
-  // so a block's next tiles are mostly the same expert, and each wait is a few system-scope loads, which add up
-  // over a block's hundreds of tiles (docs/decisions/fused-dispatch.md, arrival counters).
-  // With dedup a tile also needs the rows its tokens' carriers brought with the units of lower experts: it waits
-  // for every expert from the last one confirmed up to its own (tickets come in expert order, so each expert is
-  // waited for once per block), then looks up its rows' receive rows.
-  // One thread: waits for the rows of expert `el` (with dedup: of every expert after `confirmed` up to it); the
-  // caller then confirms it.
-  auto awaitRows = [&](const I32& el) {
-    k.ifThen(legs.comm, [&] {
-      k.forRange(k.i32(0), ctx.nranks(), k.i32(1), [&](I32 from) {
-        if (dedup)
-          k.forRange(confirmed.loadI32(k.i32(0)) + 1, el + 1, k.i32(1), [&](I32 e) { waitArrivals(from, e); });
-        else
-          waitArrivals(from, el);
-      });
-    });
-  };
-  // The forward's epilogue: SwiGLU of `rows` staged rows (h kept too, for the backward) by the threads `by`, this
-  // thread being number t of them.
-  auto swigluRows = [&](const Threads& by, const TilePlace& p, const I32& firstRow, const I32& t, int64_t rows) {
-    const int64_t threads = by.count();
-    const int64_t half = c.n / 2, perRow = half / 8;
-    I32 rowsValid = k.select(firstRow < p.groupEnd, p.groupEnd - firstRow, k.i32(0));
-    if (s.saveH) {  // h kept for the backward: the gate half and the up half of the tile
-      GlobalPtr hRow = extra + (k.widen(firstRow) * (2 * I) + k.widen(p.n0 / 2));
-      by.copyTile(rings.staging.colSlice(0, half), hRow, k.i32(2 * I), rowsValid);
-      by.copyTile(rings.staging.colSlice(half, half), hRow + k.i64(I), k.i32(2 * I), rowsValid);
-    }
-    k.forRange(t, k.i32(rows * perRow), k.i32(threads), [&](I32 v) {
-      I32 r = v / perRow, col = (v % perRow) * 8;
-      k.ifThen(r < rowsValid, [&] {
-        Vec gate = rings.staging.load(r, col, 8).toF32();
-        Vec up = rings.staging.load(r, col + half, 8).toF32();
-        GlobalPtr act = out + (k.widen(firstRow + r) * I + k.widen(p.n0 / 2 + col));
-        act.store(swiglu(gate, up, s.clampMilli).to(Elem::bf16));
-      });
-    });
-  };
   if (s.layout == G::kNT) gemm.gateUpRows = I;
-  if (ws) {
-    // The producer leader waits (as beforeLoads below), then orders the rows the pushes stored (generic proxy,
-    // seen through the counters' acquire) before its TMA reads of them.
-    WarpSpecializedEngine engine = WarpSpecializedEngine::allocate(gemm, maps, blockInPair);
-    if (s.layout == G::kNT)
-      engine.epilogue = [&](const TilePlace& p, const I32& firstRow, const Threads& wg) {
-        swigluRows(wg, p, firstRow, tid - wg.first(), 64);
-      };
-    engine.leaderBeforeLoads = [&](const TilePlace& p) {
-      k.ifThen(!(confirmed.loadI32(k.i32(0)) == p.expert), [&] {
-        awaitRows(p.expert);
-        k.proxyFence(/*global=*/true);
-        confirmed.storeI32(k.i32(0), p.expert);
-      });
-    };
-    engine.runDynamic(sched, tileFirst, tickets, total, grid);
-    return k.finish();
+  if (ws)
+    runWarpSpecialized(sched, gemm, total);
+  else
+    runSingleRole(sched, gemm, total);
+}
+
+// A tile waits for its expert's rows from every source, once per block and expert: tickets come in expert order,
+// so a block's next tiles are mostly the same expert, and each wait is a few system-scope loads, which add up
+// over a block's hundreds of tiles (docs/decisions/fused-dispatch.md, arrival counters).
+// With dedup a tile also needs the rows its tokens' carriers brought with the units of lower experts: it waits
+// for every expert from the last one confirmed up to its own (tickets come in expert order, so each expert is
+// waited for once per block), then looks up its rows' receive rows.
+// One thread: waits for the rows of expert `el` (with dedup: of every expert after `confirmed` up to it); the
+// caller then confirms it.
+void DispatchGemm::awaitRows(const I32& el) {
+  k.ifThen(legs.comm, [&] {
+    k.forRange(k.i32(0), ctx.nranks(), k.i32(1), [&](I32 from) {
+      if (dedup)
+        k.forRange(confirmed.loadI32(k.i32(0)) + 1, el + 1, k.i32(1), [&](I32 e) { waitArrivals(from, e); });
+      else
+        waitArrivals(from, el);
+    });
+  });
+}
+
+// The forward's epilogue: SwiGLU of `rows` staged rows (h kept too, for the backward) by the threads `by`, this
+// thread being number t of them.
+void DispatchGemm::swigluRows(const Threads& by, const TilePlace& p, const I32& firstRow, const I32& t,
+                              int64_t rows) {
+  const int64_t threads = by.count();
+  const int64_t half = c.n / 2, perRow = half / 8;
+  I32 rowsValid = k.select(firstRow < p.groupEnd, p.groupEnd - firstRow, k.i32(0));
+  if (s.saveH) {  // h kept for the backward: the gate half and the up half of the tile
+    GlobalPtr hRow = extra + (k.widen(firstRow) * (2 * I) + k.widen(p.n0 / 2));
+    by.copyTile(rings.staging.colSlice(0, half), hRow, k.i32(2 * I), rowsValid);
+    by.copyTile(rings.staging.colSlice(half, half), hRow + k.i64(I), k.i32(2 * I), rowsValid);
   }
+  k.forRange(t, k.i32(rows * perRow), k.i32(threads), [&](I32 v) {
+    I32 r = v / perRow, col = (v % perRow) * 8;
+    k.ifThen(r < rowsValid, [&] {
+      Vec gate = rings.staging.load(r, col, 8).toF32();
+      Vec up = rings.staging.load(r, col + half, 8).toF32();
+      GlobalPtr act = out + (k.widen(firstRow + r) * I + k.widen(p.n0 / 2 + col));
+      act.store(swiglu(gate, up, s.clampMilli).to(Elem::bf16));
+    });
+  });
+}
+
+void DispatchGemm::runWarpSpecialized(const TileScheduler& sched, GemmOperands& gemm, const I32& total) {
+  // The producer leader waits (as beforeLoads below), then orders the rows the pushes stored (generic proxy,
+  // seen through the counters' acquire) before its TMA reads of them.
+  WarpSpecializedEngine engine = WarpSpecializedEngine::allocate(gemm, maps, blockInPair);
+  if (s.layout == G::kNT)
+    engine.epilogue = [&](const TilePlace& p, const I32& firstRow, const Threads& wg) {
+      swigluRows(wg, p, firstRow, tid - wg.first(), 64);
+    };
+  engine.leaderBeforeLoads = [&](const TilePlace& p) {
+    k.ifThen(!(confirmed.loadI32(k.i32(0)) == p.expert), [&] {
+      awaitRows(p.expert);
+      k.proxyFence(/*global=*/true);
+      confirmed.storeI32(k.i32(0), p.expert);
+    });
+  };
+  engine.runDynamic(sched, tileFirst, tickets, total, grid);
+}
+
+void DispatchGemm::runSingleRole(const TileScheduler& sched, GemmOperands& gemm, const I32& total) {
   gemm.gatherA = gatherRows;
   SingleRoleEngine engine{gemm};
   engine.beforeLoads = [&](const TilePlace& p) {
@@ -294,12 +370,31 @@ mlir::OwningOpRef<mlir::ModuleOp> buildDispatchGemm(mlir::MLIRContext& mctx, con
   if (s.layout == G::kNT)
     engine.epilogue = [&](const TilePlace& p, const I32& firstRow) { swigluRows(k.block(), p, firstRow, tid, c.m); };
   engine.runDynamic(sched, tileFirst, tickets, slots, total, grid);
-  return k.finish();
 }
 
-mlir::OwningOpRef<mlir::ModuleOp> buildGemmCombine(mlir::MLIRContext& mctx, const GemmCombineSpec& s, Arch arch) {
+}  // namespace
+
+mlir::OwningOpRef<mlir::ModuleOp> buildDispatchGemm(mlir::MLIRContext& mctx, const DispatchGemmSpec& s, Arch arch) {
+  DispatchGemm d(mctx, s, arch);
+  d.push();
+  d.awaitAllRows();
+  d.gemmTiles();
+  return d.k.finish();
+}
+
+namespace {
+
+// grouped_gemm_combine's arguments, the shape of its GEMM, its rings, shared tables and tile schedule, and its
+// phases, which buildGemmCombine calls in order. The members are initialised in declaration order, which is the
+// order of the DSL calls that make them (it fixes the IR and the shared-memory offsets): keep it.
+struct GemmCombine {
   using S = GemmCombineSpec;
   using G = GroupedGemmSpec;
+  GemmCombine(mlir::MLIRContext& mctx, const GemmCombineSpec& spec, Arch target)
+      : s(spec), arch(target), k(mctx, S::kName, c.threads, /*tensorMaps=*/ws) {}
+
+  const GemmCombineSpec& s;
+  const Arch arch;
   const G g = s.gemm();
   const bool forward = s.layout == G::kNT;
   // The dx combine (NN) runs the warp-specialised engine with TMA loads on sm_90a, the forward combine too, as
@@ -307,11 +402,10 @@ mlir::OwningOpRef<mlir::ModuleOp> buildGemmCombine(mlir::MLIRContext& mctx, cons
   // (docs/decisions/fused-dispatch.md).
   const bool pairs = forward && g.n % 256 == 0 && arch == Arch::sm_90a;
   const bool ws = (!forward && arch == Arch::sm_90a) || pairs;
-  G::Tiles c = g.tiles(arch, ws);
   const int64_t E = s.experts, R = s.ranks, local = E / R, H = s.hidden;
   // Tables: the start check's, the tile table, slots.
-  if (ws) c.stages = WarpSpecializedEngine::stagesFor(c, {4, local + 1, 1}, pairs);
-  Kernel k(mctx, S::kName, c.threads, /*tensorMaps=*/ws);
+  G::Tiles c = fusedTiles(g, arch, ws, pairs, {4, local + 1, 1});
+  Kernel k;
   Context ctx = k.context();
   GlobalPtr a = k.ptr("a", Elem::bf16);
   GlobalPtr b = k.ptr("b", Elem::bf16);
@@ -331,153 +425,174 @@ mlir::OwningOpRef<mlir::ModuleOp> buildGemmCombine(mlir::MLIRContext& mctx, cons
   const TensorMapArgs maps = tensorMapArgs(k, s.spec());  // sm_90a NN: dh's rows and w1; NT: act's rows and w2
 
   // Pairs: clusters of two blocks (an even grid).
-  std::optional<I32> blockInPair;
-  if (pairs) {
-    k.setClusterX(2);
-    blockInPair = k.blockIdx() % 2;
-  }
+  std::optional<I32> blockInPair = clusterPairs(k, pairs);
   Rings rings = allocateRings(k, g, c, mnRingLayout(maps), ws ? 64 : 0);
-  returnIfErrorAtStart(k, ctx, sharedTable(k, "start_error", 2), blockInPair);
+  SharedTile startError = startCheck(k, ctx, blockInPair);
   SharedTile tileFirst = sharedTable(k, "tile_first", local + 1);
   SharedTile slots = sharedTable(k, "ticket_slot", 1);
   I32 tid = k.threadIdx(), me = ctx.rank();
   I64 parity = ctx.epoch() % 2;
-
-  // 1. GEMM tiles; the epilogue stores each row at its home rank (gemm-only: in my own buffer). Pairs: tiles in
-  // bands as the dispatch's.
   // The early reduce (the warp-specialised combines): the tiles come chunk by chunk over H's columns, and the
   // producer warpgroup's side warps sum a chunk's picks while the next chunk multiplies; only the last chunk's sum
   // waits for the done barrier below (docs/decisions/combine-early-reduce.md).
   const int64_t chunks = ws ? combineChunks(H / c.n, pairs) : 1, counters = abi::doneSlots(R);
   TileScheduler sched{k, g, poolOffsets, c.m, c.n, blockInPair, /*ticketed=*/pairs, chunks};
   const int64_t chunkCols = sched.chunkColumns();
+
+  GlobalPtr homeOf(const TilePlace& p, const I32& firstRow, const I32& r, const I32& col);
+  void reduceColumns(int64_t col0, int64_t cols, const I32& first, const I32& stride);
+  GlobalPtr doneSlot(const I64& slot);
+  void pass(const Threads& wg, const I32& from, const I32& to);
+  void gemmTiles();
+  void runWarpSpecialized(GemmOperands& gemm, const I32& total);
+  void runSingleRole(GemmOperands& gemm, const I32& total);
+  void awaitDone();
+  void reduceLastChunk();
+};
+
+// Row r of tile p from firstRow, column col: its destination at its home rank (gemm-only: here).
+GlobalPtr GemmCombine::homeOf(const TilePlace& p, const I32& firstRow, const I32& r, const I32& col) {
+  I32 from = (poolSrc + k.widen(firstRow + r)).loadI32();
+  I32 home = k.select(legs.comm, from / kSourceShift, me);
+  return k.peer(ctx, comb + (k.widen(from % kSourceShift) * H + k.widen(p.n0 + col)), home);
+}
+
+// Per token, the valid picks' rows of columns [col0, col0 + cols) in pick order, in fp32 (deterministic): weighted
+// by the routing weights in the forward; plain in the backward, which also hands out d_topk_weights (with the
+// columns from 0). One flat loop over (token, 16-byte vector) pairs, from `first` by `stride`, keeps every thread
+// equally busy.
+void GemmCombine::reduceColumns(int64_t col0, int64_t cols, const I32& first, const I32& stride) {
+  const int64_t vectors = cols / 8;
+  k.forRange(first, tokens * vectors, stride, [&](I32 i) {
+    I32 t = i / vectors, v = i % vectors;
+    I64 col = k.widen(v) * 8 + col0;
+    Vec sum = k.zeros(8, Elem::f32);
+    for (int64_t j = 0; j < s.topk; ++j) {
+      I64 pick = k.widen(t) * s.topk + j;
+      Bool valid = (topkIdx + pick).loadI32() < k.i32(E);  // unsigned: -1 is skipped
+      Vec row = (comb + (pick * H + col)).load(8).toF32();
+      Vec term = forward ? row * (topkWeights + pick).loadSplat(8) : row;
+      sum = k.select(valid, sum + term, sum);
+      if (!forward && col0 == 0)
+        k.ifThen(v == 0, [&] {
+          (dTopkWeights + pick).store(k.select(valid, (dw + pick).load(1), k.zeros(1, Elem::f32)));
+        });
+    }
+    (y + (k.widen(t) * H + col)).store(sum.to(Elem::bf16));
+  });
+}
+
+// The counters of this epoch: blocks done per owner (slot o), MMA warpgroups past chunk q (slot R + q).
+GlobalPtr GemmCombine::doneSlot(const I64& slot) { return done + (parity * counters + slot); }
+
+// A warpgroup past chunks [from, to) (its rows of them written: bulkWait) counts itself at every home rank.
+void GemmCombine::pass(const Threads& wg, const I32& from, const I32& to) {
+  k.bulkWait(/*readOnly=*/false);
+  wg.sync();
+  k.ifThen(tid == k.i32(wg.first()), [&] {
+    k.forRange(from, to, k.i32(1), [&](I32 q) {
+      k.forRange(k.i32(0), ctx.nranks(), k.i32(1), [&](I32 home) {
+        k.signal(k.peer(ctx, doneSlot(k.widen(q) + R), home), k.i64(1), Scope::system, /*add=*/true);
+      });
+    });
+  });
+}
+
+void GemmCombine::gemmTiles() {
+  // 1. GEMM tiles; the epilogue stores each row at its home rank (gemm-only: in my own buffer). Pairs: tiles in
+  // bands as the dispatch's.
   I32 total = sched.buildTable(tileFirst);
   GemmOperands gemm{k, g, c, a, b, comb, rings};
-  // Row r of tile p from firstRow, column col: its destination at its home rank (gemm-only: here).
-  auto homeOf = [&](const TilePlace& p, const I32& firstRow, const I32& r, const I32& col) {
-    I32 from = (poolSrc + k.widen(firstRow + r)).loadI32();
-    I32 home = k.select(legs.comm, from / kSourceShift, me);
-    return k.peer(ctx, comb + (k.widen(from % kSourceShift) * H + k.widen(p.n0 + col)), home);
-  };
-  // Per token, the valid picks' rows of columns [col0, col0 + cols) in pick order, in fp32 (deterministic): weighted
-  // by the routing weights in the forward; plain in the backward, which also hands out d_topk_weights (with the
-  // columns from 0). One flat loop over (token, 16-byte vector) pairs, from `first` by `stride`, keeps every thread
-  // equally busy.
-  auto reduceColumns = [&](int64_t col0, int64_t cols, const I32& first, const I32& stride) {
-    const int64_t vectors = cols / 8;
-    k.forRange(first, tokens * vectors, stride, [&](I32 i) {
-      I32 t = i / vectors, v = i % vectors;
-      I64 col = k.widen(v) * 8 + col0;
-      Vec sum = k.zeros(8, Elem::f32);
-      for (int64_t j = 0; j < s.topk; ++j) {
-        I64 pick = k.widen(t) * s.topk + j;
-        Bool valid = (topkIdx + pick).loadI32() < k.i32(E);  // unsigned: -1 is skipped
-        Vec row = (comb + (pick * H + col)).load(8).toF32();
-        Vec term = forward ? row * (topkWeights + pick).loadSplat(8) : row;
-        sum = k.select(valid, sum + term, sum);
-        if (!forward && col0 == 0)
-          k.ifThen(v == 0, [&] {
-            (dTopkWeights + pick).store(k.select(valid, (dw + pick).load(1), k.zeros(1, Elem::f32)));
-          });
-      }
-      (y + (k.widen(t) * H + col)).store(sum.to(Elem::bf16));
-    });
-  };
-  // The counters of this epoch: blocks done per owner (slot o), MMA warpgroups past chunk q (slot R + q).
-  auto doneSlot = [&](const I64& slot) { return done + (parity * counters + slot); };
   // One bulk copy per row, over NVLink where the home is a peer, draining while the next tile runs (faster than the
   // block's row stores here: docs/decisions/gemm-tiles.md, epilogue stores).
   // The comm-only leg leaves the accumulators zero. The NT combine runs a copy of the tile loop without K loop for
   // it: one loop with a run-time trip count (zero for that leg) took ptxas to 255 registers and spills there with
   // the bulk epilogue. The NN combine keeps the one loop: with two, its GEMM was slower
   // (docs/decisions/fused-dispatch.md, comm-only leg).
-  if (ws) {
-    // Each MMA warpgroup sends its 64 staged rows home, one bulk copy per row; the comm-only leg skips the K loops.
-    gemm.mmaOn = [&] { return k.select(legs.gemm, k.i32(1), k.i32(0)); };
-    WarpSpecializedEngine engine = WarpSpecializedEngine::allocate(gemm, maps, blockInPair);
-    engine.bulkEpilogue = true;
-    // A warpgroup past chunks [from, to) (its rows of them written: bulkWait) counts itself at every home rank.
-    auto pass = [&](const Threads& wg, const I32& from, const I32& to) {
-      k.bulkWait(/*readOnly=*/false);
-      wg.sync();
-      k.ifThen(tid == k.i32(wg.first()), [&] {
-        k.forRange(from, to, k.i32(1), [&](I32 q) {
-          k.forRange(k.i32(0), ctx.nranks(), k.i32(1), [&](I32 home) {
-            k.signal(k.peer(ctx, doneSlot(k.widen(q) + R), home), k.i64(1), Scope::system, /*add=*/true);
+  if (ws)
+    runWarpSpecialized(gemm, total);
+  else
+    runSingleRole(gemm, total);
+  k.returnIf(!legs.comm);
+}
+
+void GemmCombine::runWarpSpecialized(GemmOperands& gemm, const I32& total) {
+  // Each MMA warpgroup sends its 64 staged rows home, one bulk copy per row; the comm-only leg skips the K loops.
+  gemm.mmaOn = [&] { return k.select(legs.gemm, k.i32(1), k.i32(0)); };
+  WarpSpecializedEngine engine = WarpSpecializedEngine::allocate(gemm, maps, blockInPair);
+  engine.bulkEpilogue = true;
+  if (chunks > 1) {
+    // The state: chunks passed (tiles come in chunk order, so a tile of chunk q passes every chunk before it).
+    engine.beforeTile = [&](const Threads& wg, const TilePlace& p, const I32& passed) {
+      I32 chunk = p.n0 / k.i32(chunkCols);
+      Bool ahead = passed < chunk;
+      k.ifThen(ahead && legs.comm, [&] { pass(wg, passed, chunk); });
+      return k.select(ahead, chunk, passed);
+    };
+    engine.afterTiles = [&](const Threads& wg, const I32& passed) {
+      k.ifThen(passed < k.i32(chunks - 1) && legs.comm, [&] { pass(wg, passed, k.i32(chunks - 1)); });
+    };
+    // Side warps: chunk q's sums once every warpgroup of every rank is past it (all but the last chunk).
+    engine.sideWork = [&] {
+      const int64_t side = WarpSpecializedEngine::kSideThreads;
+      I32 st = tid - k.i32(c.mmaThreads() + 32);
+      I64 everyWarpgroup = k.widen(grid) * (R * engine.warpgroups());
+      k.ifThen(legs.comm, [&] {
+        for (int64_t q = 0; q + 1 < chunks; ++q) {
+          k.ifThen(st == 0 && k.errorClear(ctx), [&] {
+            k.waitAtLeast(ctx, doneSlot(k.i64(R + q)), everyWarpgroup,
+                          k.i64(int64_t(abi::flagId(abi::FlagKind::kUser, uint32_t(q)))), Scope::system);
           });
-        });
+          k.namedBarrier(WarpSpecializedEngine::kSideBarrier, side, /*arriveOnly=*/false);
+          k.ifThen(k.errorClear(ctx),
+                   [&] { reduceColumns(q * chunkCols, chunkCols, k.blockIdx() * side + st, grid * side); });
+        }
       });
     };
-    if (chunks > 1) {
-      // The state: chunks passed (tiles come in chunk order, so a tile of chunk q passes every chunk before it).
-      engine.beforeTile = [&](const Threads& wg, const TilePlace& p, const I32& passed) {
-        I32 chunk = p.n0 / k.i32(chunkCols);
-        Bool ahead = passed < chunk;
-        k.ifThen(ahead && legs.comm, [&] { pass(wg, passed, chunk); });
-        return k.select(ahead, chunk, passed);
-      };
-      engine.afterTiles = [&](const Threads& wg, const I32& passed) {
-        k.ifThen(passed < k.i32(chunks - 1) && legs.comm, [&] { pass(wg, passed, k.i32(chunks - 1)); });
-      };
-      // Side warps: chunk q's sums once every warpgroup of every rank is past it (all but the last chunk).
-      engine.sideWork = [&] {
-        const int64_t side = WarpSpecializedEngine::kSideThreads;
-        I32 st = tid - k.i32(c.mmaThreads() + 32);
-        I64 everyWarpgroup = k.widen(grid) * (R * engine.warpgroups());
-        k.ifThen(legs.comm, [&] {
-          for (int64_t q = 0; q + 1 < chunks; ++q) {
-            k.ifThen(st == 0 && k.errorClear(ctx), [&] {
-              k.waitAtLeast(ctx, doneSlot(k.i64(R + q)), everyWarpgroup,
-                            k.i64(int64_t(abi::flagId(abi::FlagKind::kUser, uint32_t(q)))), Scope::system);
-            });
-            k.namedBarrier(WarpSpecializedEngine::kSideBarrier, side, /*arriveOnly=*/false);
-            k.ifThen(k.errorClear(ctx),
-                     [&] { reduceColumns(q * chunkCols, chunkCols, k.blockIdx() * side + st, grid * side); });
-          }
-        });
-      };
-    }
-    engine.epilogue = [&](const TilePlace& p, const I32& firstRow, const Threads& wg) {
-      I32 rowsValid = k.select(firstRow < p.groupEnd, p.groupEnd - firstRow, k.i32(0));
-      I32 lt = tid - wg.first();
-      k.ifThen(lt < k.i32(64) && lt < rowsValid, [&] {
-        k.bulkStore(rings.staging, lt, homeOf(p, firstRow, lt, k.i32(0)), c.n * 2);
+  }
+  engine.epilogue = [&](const TilePlace& p, const I32& firstRow, const Threads& wg) {
+    I32 rowsValid = k.select(firstRow < p.groupEnd, p.groupEnd - firstRow, k.i32(0));
+    I32 lt = tid - wg.first();
+    k.ifThen(lt < k.i32(64) && lt < rowsValid, [&] {
+      k.bulkStore(rings.staging, lt, homeOf(p, firstRow, lt, k.i32(0)), c.n * 2);
+      k.bulkCommit();
+    });
+  };
+  engine.runDynamic(sched, tileFirst, tickets, total, grid);
+}
+
+void GemmCombine::runSingleRole(GemmOperands& gemm, const I32& total) {
+  SingleRoleEngine engine{gemm};
+  engine.bulkEpilogue = c.bulkStores;
+  engine.epilogue = [&](const TilePlace& p, const I32& firstRow) {
+    const int64_t perRow = c.n / 8;
+    I32 rowsValid = p.groupEnd - firstRow;
+    if (c.bulkStores) {
+      k.ifThen(tid < k.i32(c.m) && tid < rowsValid, [&] {
+        k.bulkStore(rings.staging, tid, homeOf(p, firstRow, tid, k.i32(0)), c.n * 2);
         k.bulkCommit();
       });
-    };
-    engine.runDynamic(sched, tileFirst, tickets, total, grid);
-  } else {
-    SingleRoleEngine engine{gemm};
-    engine.bulkEpilogue = c.bulkStores;
-    engine.epilogue = [&](const TilePlace& p, const I32& firstRow) {
-      const int64_t perRow = c.n / 8;
-      I32 rowsValid = p.groupEnd - firstRow;
-      if (c.bulkStores) {
-        k.ifThen(tid < k.i32(c.m) && tid < rowsValid, [&] {
-          k.bulkStore(rings.staging, tid, homeOf(p, firstRow, tid, k.i32(0)), c.n * 2);
-          k.bulkCommit();
-        });
-        return;
-      }
-      k.forRange(tid, k.i32(c.m * perRow), k.i32(c.threads), [&](I32 v) {
-        I32 r = v / perRow, col = (v % perRow) * 8;
-        k.ifThen(r < rowsValid, [&] { homeOf(p, firstRow, r, col).store(rings.staging.load(r, col, 8)); });
-      });
-    };
-    if (forward) {
-      k.ifThen(legs.gemm, [&] { engine.runDynamic(sched, tileFirst, tickets, slots, total, grid); });
-      k.ifThen(!legs.gemm, [&] {
-        SingleRoleEngine commOnly = engine;
-        commOnly.gemm.mmaOn = [&] { return k.i32(0); };
-        commOnly.runDynamic(sched, tileFirst, tickets, slots, total, grid);
-      });
-    } else {
-      engine.gemm.mmaOn = [&] { return k.select(legs.gemm, k.i32(1), k.i32(0)); };
-      engine.runDynamic(sched, tileFirst, tickets, slots, total, grid);
+      return;
     }
+    k.forRange(tid, k.i32(c.m * perRow), k.i32(c.threads), [&](I32 v) {
+      I32 r = v / perRow, col = (v % perRow) * 8;
+      k.ifThen(r < rowsValid, [&] { homeOf(p, firstRow, r, col).store(rings.staging.load(r, col, 8)); });
+    });
+  };
+  if (forward) {
+    k.ifThen(legs.gemm, [&] { engine.runDynamic(sched, tileFirst, tickets, slots, total, grid); });
+    k.ifThen(!legs.gemm, [&] {
+      SingleRoleEngine commOnly = engine;
+      commOnly.gemm.mmaOn = [&] { return k.i32(0); };
+      commOnly.runDynamic(sched, tileFirst, tickets, slots, total, grid);
+    });
+  } else {
+    engine.gemm.mmaOn = [&] { return k.select(legs.gemm, k.i32(1), k.i32(0)); };
+    engine.runDynamic(sched, tileFirst, tickets, slots, total, grid);
   }
-  k.returnIf(!legs.comm);
+}
 
+void GemmCombine::awaitDone() {
   // 2. This block is done at every home rank; wait until every block of every rank is done with my rows.
   k.block().sync();
   k.ifThen(tid == 0, [&] {
@@ -492,10 +607,21 @@ mlir::OwningOpRef<mlir::ModuleOp> buildGemmCombine(mlir::MLIRContext& mctx, cons
   });
   k.block().sync();
   k.returnIf(!k.errorClear(ctx));
+}
 
+void GemmCombine::reduceLastChunk() {
   // 3. The last chunk's sums (without chunks: every column), over every thread of every block.
   reduceColumns((chunks - 1) * chunkCols, chunkCols, k.blockIdx() * c.threads + tid, grid * c.threads);
-  return k.finish();
+}
+
+}  // namespace
+
+mlir::OwningOpRef<mlir::ModuleOp> buildGemmCombine(mlir::MLIRContext& mctx, const GemmCombineSpec& s, Arch arch) {
+  GemmCombine d(mctx, s, arch);
+  d.gemmTiles();
+  d.awaitDone();
+  d.reduceLastChunk();
+  return d.k.finish();
 }
 
 mlir::OwningOpRef<mlir::ModuleOp> buildSwigluBwd(mlir::MLIRContext& mctx, const SwigluBwdSpec& s) {
