@@ -39,7 +39,7 @@ static std::pair<SmallVector<int64_t>, SmallVector<int64_t>> distinctRows(ArrayR
   return {rows, slot};
 }
 
-FailureOr<Value> accRowScales(OpBuilder& b, AccRowScalesOp op, Value rowBase, ArrayRef<int64_t> rowOffset) {
+LogicalResult accRowScales(PatternRewriter& b, AccRowScalesOp op, Value rowBase, ArrayRef<int64_t> rowOffset) {
   Location loc = op.getLoc();
   const SmallVector<int64_t> rows = distinctRows(rowOffset).first;
   auto type = cast<VectorType>(op.getScales().getType());
@@ -61,10 +61,11 @@ FailureOr<Value> accRowScales(OpBuilder& b, AccRowScalesOp op, Value rowBase, Ar
     s = arith::MulFOp::create(b, loc, s, op.getFactor());
     out = vector::InsertOp::create(b, loc, arith::SelectOp::create(b, loc, inside, s, zero), out, ArrayRef<int64_t>{j});
   }
-  return out;
+  b.replaceOp(op, out);
+  return success();
 }
 
-FailureOr<Value> accScaleAdd(OpBuilder& b, AccScaleAddOp op, ArrayRef<int64_t> rowOffset) {
+LogicalResult accScaleAdd(PatternRewriter& b, AccScaleAddOp op, ArrayRef<int64_t> rowOffset) {
   Location loc = op.getLoc();
   const auto [rows, slot] = distinctRows(rowOffset);
   if (op.getScales().getType().getNumElements() != int64_t(rows.size()))
@@ -80,7 +81,8 @@ FailureOr<Value> accScaleAdd(OpBuilder& b, AccScaleAddOp op, ArrayRef<int64_t> r
     Value v = arith::AddFOp::create(b, loc, a, arith::MulFOp::create(b, loc, p, scale[slot[i]]));
     out = vector::InsertOp::create(b, loc, v, out, ArrayRef<int64_t>{i});
   }
-  return out;
+  b.replaceOp(op, out);
+  return success();
 }
 
 LogicalResult markKernels(Operation* root, const TargetHooks& hooks) {

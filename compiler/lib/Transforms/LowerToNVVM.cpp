@@ -242,19 +242,13 @@ struct AccRowScalesOnWgmma : OpRewritePattern<AccRowScalesOp> {
         b, loc, arith::MulIOp::create(b, loc, group, i32(b, loc, Atom::kM)),
         arith::AddIOp::create(b, loc, arith::MulIOp::create(b, loc, arith::DivUIOp::create(b, loc, t, i32(b, loc, 32)), i32(b, loc, 16)),
                               arith::DivUIOp::create(b, loc, arith::RemUIOp::create(b, loc, t, i32(b, loc, 32)), i32(b, loc, 4))));
-    FailureOr<Value> scales = accRowScales(b, op, rowBase, wgmmaRowOffsets(op.getN()));
-    if (failed(scales)) return failure();
-    b.replaceOp(op, *scales);
-    return success();
+    return accRowScales(b, op, rowBase, wgmmaRowOffsets(op.getN()));
   }
 };
 struct AccScaleAddOnWgmma : OpRewritePattern<AccScaleAddOp> {
   using OpRewritePattern::OpRewritePattern;
   LogicalResult matchAndRewrite(AccScaleAddOp op, PatternRewriter& b) const override {
-    FailureOr<Value> out = accScaleAdd(b, op, wgmmaRowOffsets(op.getN()));
-    if (failed(out)) return failure();
-    b.replaceOp(op, *out);
-    return success();
+    return accScaleAdd(b, op, wgmmaRowOffsets(op.getN()));
   }
 };
 

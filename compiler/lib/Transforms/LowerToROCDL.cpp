@@ -154,19 +154,13 @@ struct AccRowScalesOnMfma : OpRewritePattern<AccRowScalesOp> {
     auto [wave, lane] = waveLane(b, loc);
     Value rowBase = arith::AddIOp::create(b, loc, arith::MulIOp::create(b, loc, wave, i32(b, loc, Atom::kM)),
                                           arith::MulIOp::create(b, loc, arith::DivUIOp::create(b, loc, lane, i32(b, loc, 32)), i32(b, loc, 4)));
-    FailureOr<Value> scales = accRowScales(b, op, rowBase, mfmaRowOffsets(op.getN()));
-    if (failed(scales)) return failure();
-    b.replaceOp(op, *scales);
-    return success();
+    return accRowScales(b, op, rowBase, mfmaRowOffsets(op.getN()));
   }
 };
 struct AccScaleAddOnMfma : OpRewritePattern<AccScaleAddOp> {
   using OpRewritePattern::OpRewritePattern;
   LogicalResult matchAndRewrite(AccScaleAddOp op, PatternRewriter& b) const override {
-    FailureOr<Value> out = accScaleAdd(b, op, mfmaRowOffsets(op.getN()));
-    if (failed(out)) return failure();
-    b.replaceOp(op, *out);
-    return success();
+    return accScaleAdd(b, op, mfmaRowOffsets(op.getN()));
   }
 };
 

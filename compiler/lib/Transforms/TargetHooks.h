@@ -3,6 +3,7 @@
 #pragma once
 #include "megamoe/Dialect/MegaMoe.h"
 #include "mlir/IR/Builders.h"
+#include "mlir/IR/PatternMatch.h"
 #include "mlir/Rewrite/FrozenRewritePatternSet.h"
 
 namespace megamoe {
@@ -39,11 +40,11 @@ mlir::Value byteGep(mlir::OpBuilder& b, mlir::Location loc, mlir::Value ptr, mli
 // Converts the f32 value to `elem` (bf16, f16 or f32).
 mlir::Value convertF32(mlir::OpBuilder& b, mlir::Location loc, mlir::Value v, mlir::Type elem);
 // The FP8 promotion over a fragment whose element i lies in row rowBase + rowOffset[i] (the target atom's
-// placement): acc_row_scales loads one scale per distinct offset, in first-seen order (fails where the result's
-// length is not their count); acc_scale_add multiplies element i by the scale of its offset.
-mlir::FailureOr<mlir::Value> accRowScales(mlir::OpBuilder& b, AccRowScalesOp op, mlir::Value rowBase,
-                                          llvm::ArrayRef<int64_t> rowOffset);
-mlir::FailureOr<mlir::Value> accScaleAdd(mlir::OpBuilder& b, AccScaleAddOp op, llvm::ArrayRef<int64_t> rowOffset);
+// placement), each replacing its op: acc_row_scales loads one scale per distinct offset, in first-seen order
+// (fails where the result's length is not their count); acc_scale_add multiplies element i by its offset's scale.
+mlir::LogicalResult accRowScales(mlir::PatternRewriter& b, AccRowScalesOp op, mlir::Value rowBase,
+                                 llvm::ArrayRef<int64_t> rowOffset);
+mlir::LogicalResult accScaleAdd(mlir::PatternRewriter& b, AccScaleAddOp op, llvm::ArrayRef<int64_t> rowOffset);
 // Marks every func carrying `megamoe.kernel` via hooks.markKernel; fails on a kernel without block_threads.
 mlir::LogicalResult markKernels(mlir::Operation* root, const TargetHooks& hooks);
 // Runs `patterns` to completion and fails, naming the op, if any megamoe op is left.
