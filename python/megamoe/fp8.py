@@ -1,6 +1,7 @@
 """FP8 e4m3 for megamoe's FP8 inference (issue 48; docs/fp8.md): the format's exact conversions, the checkpoints'
 128 x 128 block quantisation of weights and 1 x 128 per-token quantisation of activations, the fp32 reference of the
-FP8 grouped GEMM NT that the kernels will compute, and a reader of DeepSeek-style FP8 safetensors checkpoints.
+FP8 grouped GEMM NT that the kernels will compute, a layer's experts quantised (quantize_experts) and the reference of
+the FP8 MoE layer (reference_moe_fp8), and a reader of DeepSeek-style FP8 safetensors checkpoints.
 Pure torch: runs on torch 1.13 CPU, which has no float8 dtype, so FP8 tensors are torch.uint8 views of the codes;
 where torch.float8_e4m3fn exists it is accepted wherever codes are, and returned when asked for (dtype=...)."""
 import json
@@ -298,6 +299,140 @@ def reference_grouped_mm_fp8(xq, xs, wq, ws, group_offsets):
         if hi > lo:
             y[lo:hi] = x[lo:hi] @ w[g].T
     return y.float()
+
+
+# --- the MoE layer's experts and its reference -------------------------------------------------------------------
+
+def _check_layer_dims(op, H, I):
+    """H and I of an FP8 layer: multiples of 128, each named with its rule."""
+    if H % BLOCK:
+        _fail(op, "H=%d must be a multiple of %d (x is quantised per token in groups of %d channels, w1 and w2 in "
+                  "%d x %d blocks)" % (H, BLOCK, BLOCK, BLOCK, BLOCK))
+    if I % BLOCK:
+        _fail(op, "I=%d must be a multiple of %d (h is quantised per token in groups of %d channels, and no block of "
+                  "w1 may span gate and up rows)" % (I, BLOCK, BLOCK))
+
+
+def quantize_experts(w1, w2, scale_format="fp32", dtype=torch.uint8):
+    """One layer's experts in FP8, in load_deepseek_experts' layout: w1 [E, 2I, H] (gate rows, then up rows: the
+    order of fused_moe, convert_experts and reference_moe) and w2 [E, H, I], float32 / bfloat16 / float16 /
+    float64, quantised by quantize_blocks in 128 x 128 blocks -> dict(w1 codes [E, 2I, H], w1_scale float32
+    [E, 2I / 128, H / 128], w2 codes [E, H, I], w2_scale float32 [E, H / 128, I / 128]). H and I must be
+    multiples of 128 (the FP8 layer's rules: x and h are quantised per token in groups of 128 channels); as I is,
+    no block spans gate and up rows, so w1's codes and scales are gate's and up's, each quantised on its own,
+    stacked. scale_format "fp32" (amax / 448) or "ue8m0" (powers of two, returned as float32, as
+    load_deepseek_experts decodes them); dtype torch.uint8 (default) or torch.float8_e4m3fn for the codes."""
+    op = "quantize_experts"
+    _floating(op, "w1", w1, (3,))
+    _floating(op, "w2", w2, (3,))
+    E, I2, H = w1.shape
+    if I2 % 2:
+        _fail(op, "w1 must be [E, 2I, H], gate rows then up rows: an even number of rows (got shape %s)" % (
+            list(w1.shape),))
+    I = I2 // 2
+    if list(w2.shape) != [E, H, I]:
+        _fail(op, "w2 must be [E, H, I] = %s for w1 [E, 2I, H] = %s (got %s)" % (
+            [E, H, I], list(w1.shape), list(w2.shape)))
+    _check_layer_dims(op, H, I)
+    q1, s1 = quantize_blocks(w1, scale_format=scale_format, dtype=dtype)
+    q2, s2 = quantize_blocks(w2, scale_format=scale_format, dtype=dtype)
+    return dict(w1=q1, w1_scale=s1, w2=q2, w2_scale=s2)
+
+
+def _check_scales(op, name, scales, want):
+    s = _scale_values(op, scales, name)
+    if list(s.shape) != want:
+        _fail(op, "%s must be %s (got %s)" % (name, want, list(s.shape)))
+    return scales
+
+
+def reference_moe_fp8(x, topk_idx, topk_weights, w1, w1_scale, w2, w2_scale, x_scales=None):
+    """The FP8 MoE layer on one rank holding every expert, as the FP8 kernels are to compute it: y [T, H] bfloat16.
+      x: [T, H] float32 / bfloat16 / float16 / float64, quantised here per token by quantize_tokens (fp32 scales);
+         or e4m3 codes (uint8 / float8_e4m3fn) with x_scales [T, H / 128] (float32, or UE8M0 uint8), required
+         then and refused otherwise.
+      topk_idx [T, k] int32 / int64, topk_weights [T, k] float (taken as float32); a pick outside [0, E) (-1) is
+         skipped.
+      w1 [E, 2I, H] / w1_scale [E, 2I / 128, H / 128], w2 [E, H, I] / w2_scale [E, H / 128, I / 128]: e4m3 codes
+         and block scales (float32 or UE8M0 uint8), as quantize_experts and load_deepseek_experts give them.
+    H and I must be multiples of 128. Per valid pick (token t, expert e), with dq the exact dequantisation:
+      l1  = bf16(fp32(dq(xq[t]) @ dq(w1[e])^T))   float64 product of the exact operands, rounded once to float32
+                                                  (reference_grouped_mm_fp8), then to bf16: the L1 output;
+      h   = silu(l1[:I]) * l1[I:]                 reference_moe's formula in bf16 ops: silu rounded to bf16, the
+                                                  product rounded to bf16;
+      hq, hs = quantize_tokens(h)                 per token, 128 channels, fp32 scales (amax / 448);
+      out = bf16(fp32(dq(hq) @ dq(w2[e])^T))      as l1: the L2 row, bf16 as reference_moe's (the combine's rows);
+    y[t] = bf16(sum over the token's valid picks j, in pick order, from +0, of fp32(out_j) * w[t, j]), each
+    product and each sum rounded to float32 (the combine's fp32 pick-order sum). reference_moe sums in expert
+    order instead (the same float32 sum where a token has at most two valid picks). Not differentiable."""
+    op = "reference_moe_fp8"
+    # x, as codes and scales
+    if not isinstance(x, torch.Tensor):
+        _fail(op, "x must be a tensor [T, H] (got %s)" % type(x).__name__)
+    if x.dim() != 2:
+        _fail(op, "x must be [T, H] (got shape %s)" % list(x.shape))
+    T, H = x.shape
+    codes_in = x.dtype in _CODE_DTYPES
+    if codes_in and x_scales is None:
+        _fail(op, "x is e4m3 codes (%s), so x_scales, its per-token scales [T, H / 128], is required" % x.dtype)
+    if not codes_in:
+        if x.dtype not in _FLOATS:
+            _fail(op, "x must be float32 / bfloat16 / float16 / float64 activations or e4m3 codes (torch.uint8%s) "
+                      "(got %s)" % (" or torch.float8_e4m3fn" if FLOAT8 is not None else "", x.dtype))
+        if x_scales is not None:
+            _fail(op, "x_scales goes only with e4m3 codes x; x is %s and is quantised here (pass its codes from "
+                      "quantize_tokens with their scales, or x alone)" % x.dtype)
+    # the experts
+    w1, w2 = _codes(op, "w1", w1), _codes(op, "w2", w2)
+    if w1.dim() != 3 or w2.dim() != 3:
+        _fail(op, "w1 must be [E, 2I, H] and w2 [E, H, I] (got shapes %s and %s)" % (list(w1.shape), list(w2.shape)))
+    E, I2, Hw = w1.shape
+    if Hw != H:
+        _fail(op, "w1's H (%d, its last dimension) must be x's H (%d)" % (Hw, H))
+    if I2 % 2:
+        _fail(op, "w1 must be [E, 2I, H], gate rows then up rows: an even number of rows (got shape %s)" % (
+            list(w1.shape),))
+    I = I2 // 2
+    if list(w2.shape) != [E, H, I]:
+        _fail(op, "w2 must be [E, H, I] = %s for w1 [E, 2I, H] = %s (got %s)" % (
+            [E, H, I], list(w1.shape), list(w2.shape)))
+    _check_layer_dims(op, H, I)
+    _check_scales(op, "w1_scale", w1_scale, [E, I2 // BLOCK, H // BLOCK])
+    _check_scales(op, "w2_scale", w2_scale, [E, H // BLOCK, I // BLOCK])
+    # the routing
+    if not isinstance(topk_idx, torch.Tensor) or topk_idx.dtype not in (torch.int32, torch.int64) \
+            or topk_idx.dim() != 2 or topk_idx.shape[0] != T:
+        _fail(op, "topk_idx must be an int32 or int64 tensor [T, k] with T = %d, x's tokens (got %s)" % (
+            T, "%s %s" % (topk_idx.dtype, list(topk_idx.shape)) if isinstance(topk_idx, torch.Tensor)
+            else type(topk_idx).__name__))
+    k = topk_idx.shape[1]
+    _floating(op, "topk_weights", topk_weights)
+    if list(topk_weights.shape) != [T, k]:
+        _fail(op, "topk_weights must be [T, k] = %s, topk_idx's shape (got %s)" % ([T, k], list(topk_weights.shape)))
+
+    if codes_in:
+        xq = _codes(op, "x", x)
+        xs = _check_scales(op, "x_scales", x_scales, [T, H // BLOCK])
+    else:
+        xq, xs = quantize_tokens(x)
+    # The picks grouped by expert (pick order within an expert), as the kernels' pools hold them.
+    flat = topk_idx.reshape(-1).long()
+    valid = (flat >= 0) & (flat < E)
+    picks = valid.nonzero().squeeze(1)
+    order = picks[torch.argsort(flat[picks] * max(T * k, 1) + picks)]
+    ends = torch.bincount(flat[order], minlength=E).cumsum(0)
+    tokens = order // max(k, 1)
+    l1 = reference_grouped_mm_fp8(xq[tokens], xs[tokens], w1, w1_scale, ends).to(torch.bfloat16)
+    h = torch.nn.functional.silu(l1[:, :I]) * l1[:, I:]
+    hq, hs = quantize_tokens(h)
+    out = reference_grouped_mm_fp8(hq, hs, w2, w2_scale, ends).to(torch.bfloat16)
+    rows = torch.zeros(T * k, H, dtype=torch.float32, device=x.device)
+    rows[order] = out.float() * topk_weights.reshape(-1)[order, None].float()
+    rows, valid = rows.view(T, k, H), valid.view(T, k)
+    y = torch.zeros(T, H, dtype=torch.float32, device=x.device)
+    for j in range(k):
+        y = torch.where(valid[:, j, None], y + rows[:, j], y)
+    return y.to(torch.bfloat16)
 
 
 # --- safetensors ------------------------------------------------------------------------------------------------

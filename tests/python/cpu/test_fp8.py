@@ -1,7 +1,9 @@
 """megamoe.fp8 on the CPU tier: the e4m3 conversions against the format's bit definition and a brute-force nearest
 value encoder written here, the block / token quantisers' reproduced rounding and error bounds, UE8M0 scales, the FP8
-grouped GEMM reference against float64 numpy, and the safetensors reader and DeepSeek-style checkpoint loader on a
-synthetic sharded checkpoint. Random inputs are fresh each run; a failure prints its seed."""
+grouped GEMM reference against float64 numpy, the safetensors reader and DeepSeek-style checkpoint loader on a
+synthetic sharded checkpoint, quantize_experts in the loader's layout, and reference_moe_fp8 bitwise against the layer
+written pick by pick from the bit definition and near reference_moe's bf16 layer. Random inputs are fresh each run;
+a failure prints its seed."""
 import json
 import math
 import os
@@ -608,6 +610,232 @@ def test_load_deepseek_experts_checks_its_arguments(tmp_path, rng):
     fp8.write_safetensors(path, odd, {n: "F8_E4M3" for n in odd})
     with pytest.raises(fp8.CheckpointError, match="I=192 must be a multiple of 128"):
         fp8.load_deepseek_experts(path, 0, 1)
+
+
+# --- the layer: quantize_experts and reference_moe_fp8 ------------------------------------------------------------
+
+def layer_weights(rng, E_, I_, H_):
+    """bf16 w1 [E, 2I, H] (gate rows, then up) and w2 [E, H, I], normal with nn.Linear-like magnitudes."""
+    w1 = torch.from_numpy(rng.standard_normal((E_, 2 * I_, H_)) / math.sqrt(H_)).to(torch.bfloat16)
+    w2 = torch.from_numpy(rng.standard_normal((E_, H_, I_)) / math.sqrt(I_)).to(torch.bfloat16)
+    return w1, w2
+
+
+@pytest.mark.parametrize("fmt", ["fp32", "ue8m0"])
+def test_quantize_experts_round_trips_in_load_deepseek_experts_layout(tmp_path, rng, fmt):
+    w1, w2 = layer_weights(rng, E, I, H)  # the checkpoint tests' E, I, H: I / 128 = 2, H / 128 = 3
+    w1 = w1 * torch.from_numpy(np.exp2(rng.uniform(-6, 6, (E, 1, 1)))).to(torch.bfloat16)  # experts' own scales
+    got = fp8.quantize_experts(w1, w2, scale_format=fmt)
+    assert sorted(got) == ["w1", "w1_scale", "w2", "w2_scale"]
+    # Each projection quantised on its own: gate's and up's blocks stacked (no block spans the two).
+    for key, parts in (("w1", (w1[:, :I], w1[:, I:])), ("w2", (w2,))):
+        qs = [fp8.quantize_blocks(p, scale_format=fmt) for p in parts]
+        assert torch.equal(got[key], torch.cat([q for q, _ in qs], dim=1))
+        assert torch.equal(got[key + "_scale"], torch.cat([s for _, s in qs], dim=1))
+    # Dequantised within the documented bound: 2^-4 relative, or half a subnormal step 2^-10 s below 2^-6 s.
+    for key, w in (("w1", w1), ("w2", w2)):
+        s_full = block_scales_full(got[key + "_scale"].double().numpy(), w.shape[1], w.shape[2])
+        w64 = w.double().numpy()
+        err = np.abs(fp8.dequantize_blocks(got[key], got[key + "_scale"], dtype=torch.float64).numpy() - w64)
+        assert (err <= np.maximum(2.0 ** -4 * np.abs(w64), 2.0 ** -10 * s_full) * (1 + 2.0 ** -20)).all()
+        assert (err > 0).any()  # quantised: not the bf16 values kept
+    # The same codes and scales written as a checkpoint (gate_proj / up_proj / down_proj per expert; UE8M0 scales
+    # as U8 exponents) come back from load_deepseek_experts as quantize_experts gave them.
+    ib = I // 128
+    as_scale = fp8.float_to_ue8m0 if fmt == "ue8m0" else (lambda s: s)
+    tensors, dtypes = {}, {}
+    for e in range(E):
+        for proj, q, s in (("gate_proj", got["w1"][e, :I], got["w1_scale"][e, :ib]),
+                           ("up_proj", got["w1"][e, I:], got["w1_scale"][e, ib:]),
+                           ("down_proj", got["w2"][e], got["w2_scale"][e])):
+            tensors[expert_name(3, e, proj)] = q.clone()
+            dtypes[expert_name(3, e, proj)] = "F8_E4M3"
+            tensors[expert_name(3, e, proj, "weight_scale_inv")] = as_scale(s.clone())
+    write_sharded(str(tmp_path), tensors, dtypes)
+    loaded = fp8.load_deepseek_experts(str(tmp_path), layer=3, experts=E)
+    check_loaded(loaded, tensors, 3, range(E), decode_u8=fmt == "ue8m0")
+    for key in got:
+        assert loaded[key].dtype == got[key].dtype and torch.equal(loaded[key], got[key]), key
+
+
+def token_dequantised(v):
+    """Per-token quantisation of float32 rows v [n, C] written from the definition (amax / 448 in float32, 1 for an
+    all-zero group; float32 quotients; the nearest code by search), returned dequantised in float64."""
+    v = np.asarray(v, dtype=np.float32)
+    groups = v.reshape(v.shape[0], -1, 128)
+    amax = np.abs(groups).max(axis=2, keepdims=True)
+    s = np.where(amax == 0, np.float32(1), amax / np.float32(448)).astype(np.float32)
+    codes = ref_encode((groups / s).astype(np.float32).astype(np.float64))
+    return (ref_decode(codes) * s.astype(np.float64)).reshape(v.shape)
+
+
+def layer_by_hand(x, idx, weights, q, quantize_h=True):
+    """The FP8 layer pick by pick as docs/fp8.md states it: operands decoded by the bit definition, numpy float64
+    products rounded to float32 then bf16, reference_moe's SwiGLU in bf16 (torch, for the bf16 roundings), h
+    quantised per token (or, quantize_h=False, kept in bf16), the weighted sum in float32 in pick order."""
+    T_, H_ = x.shape
+    E_, I2 = q["w1"].shape[:2]
+    I_ = I2 // 2
+    w1d = ref_decode(q["w1"].numpy()) * block_scales_full(q["w1_scale"].double().numpy(), I2, H_)
+    w2d = ref_decode(q["w2"].numpy()) * block_scales_full(q["w2_scale"].double().numpy(), H_, I_)
+    xd = token_dequantised(x.float().numpy())
+
+    def bf16(v64):
+        return torch.from_numpy(v64.astype(np.float32)).to(torch.bfloat16)
+
+    y = np.zeros((T_, H_), dtype=np.float32)
+    for t in range(T_):
+        for j in range(idx.shape[1]):
+            e = int(idx[t, j])
+            if not 0 <= e < E_:
+                continue
+            l1 = bf16(xd[t] @ w1d[e].T)
+            h = torch.nn.functional.silu(l1[:I_]) * l1[I_:]
+            hd = token_dequantised(h.float().numpy()[None])[0] if quantize_h else h.double().numpy()
+            y[t] = y[t] + bf16(hd @ w2d[e].T).float().numpy() * np.float32(weights[t, j])
+    return torch.from_numpy(y).to(torch.bfloat16)
+
+
+LT, LH, LI, LE = 37, 384, 256, 4  # the layer tests' shape: H != I, so a transposed layout cannot pass
+
+
+def routing(rng, T_, E_, k):
+    """Distinct experts per token, then the picks to skip: -1s, one index past the experts, a token with none."""
+    idx = np.stack([rng.permutation(E_)[:k] for _ in range(T_)]).astype(np.int64)
+    idx[::5, -1] = -1
+    idx[3, 0] = E_
+    idx[7] = -1
+    weights = rng.uniform(0.1, 1.0, (T_, k)).astype(np.float32)
+    return torch.from_numpy(idx), torch.from_numpy(weights)
+
+
+def layer_case(rng, k=2, T_=LT):
+    x = torch.from_numpy(rng.standard_normal((T_, LH)) * np.exp2(rng.uniform(-3, 3, (T_, 1)))).to(torch.bfloat16)
+    w1, w2 = layer_weights(rng, LE, LI, LH)
+    idx, weights = routing(rng, T_, LE, k)
+    return x, idx, weights, w1, w2
+
+
+def rel_err(a, b):
+    a, b = a.double(), b.double()
+    return ((a - b).norm() / b.norm()).item()
+
+
+@pytest.mark.parametrize("k", [2, 3])
+def test_reference_moe_fp8_is_the_layer_at_its_rounding_points(rng, k):
+    x, idx, weights, w1, w2 = layer_case(rng, k)
+    q = fp8.quantize_experts(w1, w2)
+    y = fp8.reference_moe_fp8(x, idx, weights, **q)
+    assert y.dtype == torch.bfloat16 and list(y.shape) == [LT, LH]
+    want = layer_by_hand(x, idx, weights, q)
+    assert torch.equal(y.view(torch.int16), want.view(torch.int16)), (y.float() != want.float()).sum()
+    assert (y[7] == 0).all() and (y[1] != 0).any()  # the token without a valid pick
+    # h's quantisation is one of those rounding points: the layer with h kept in bf16 is another function.
+    assert not torch.equal(y, layer_by_hand(x, idx, weights, q, quantize_h=False))
+
+
+def test_reference_moe_fp8_is_near_the_bf16_layer(rng):
+    from megamoe import reference_moe
+    x, idx, weights, w1, w2 = layer_case(rng)
+    bf16_layer = reference_moe(x, idx, weights, w1, w2)
+    q = fp8.quantize_experts(w1, w2)
+    y = fp8.reference_moe_fp8(x, idx, weights, **q)
+    h_bf16 = layer_by_hand(x, idx, weights, q, quantize_h=False)
+    # Four e4m3 roundings (x, w1, h, w2), each ~0.026 relative rms (2^-4 / sqrt(3) times the mean 1 / mantissa),
+    # L1's error compounded by the SwiGLU product: 0.057-0.072 measured over 20 seeds (0.053-0.070 with h in bf16;
+    # 0.021-0.025 between the two). The bf16 layer is ~0.004 from float64. 5e-2 would not hold.
+    err = rel_err(y, bf16_layer)
+    assert 0.03 < err <= 0.1, err
+    err_h = rel_err(h_bf16, bf16_layer)
+    assert 0.03 < err_h <= 0.1, err_h
+    # h's quantisation alone moves the output by about e4m3's precision, not by a rounding slip.
+    assert 0.01 < rel_err(y, h_bf16) <= 0.05, rel_err(y, h_bf16)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_reference_moe_fp8_takes_x_quantised(rng, dtype):
+    x, idx, weights, w1, w2 = layer_case(rng)
+    x = x.to(dtype) * (1 + torch.from_numpy(rng.uniform(0, 2.0 ** -8, x.shape)).to(dtype))
+    q = fp8.quantize_experts(w1, w2)
+    y = fp8.reference_moe_fp8(x, idx, weights, **q)
+    xq, xs = fp8.quantize_tokens(x)
+    assert torch.equal(fp8.reference_moe_fp8(xq, idx, weights, x_scales=xs, **q).view(torch.int16),
+                       y.view(torch.int16))
+    if FLOAT8 is not None:
+        got = fp8.reference_moe_fp8(xq.view(FLOAT8), idx, weights, x_scales=xs, **q)
+        assert torch.equal(got.view(torch.int16), y.view(torch.int16))
+    # UE8M0 scales, as float32 powers of two or uint8 exponents, and int32 routing: the same layer.
+    xq8, xs8 = fp8.quantize_tokens(x, scale_format="ue8m0")
+    u = fp8.reference_moe_fp8(xq8, idx, weights, x_scales=xs8, **q)
+    assert torch.equal(fp8.reference_moe_fp8(xq8, idx.int(), weights, x_scales=fp8.float_to_ue8m0(xs8), **q), u)
+    assert not torch.equal(u, y)  # other codes: another (equally close) result
+
+
+def test_reference_moe_fp8_of_no_tokens_and_no_picks(rng):
+    x, idx, weights, w1, w2 = layer_case(rng)
+    q = fp8.quantize_experts(w1, w2)
+    assert list(fp8.reference_moe_fp8(x[:0], idx[:0], weights[:0], **q).shape) == [0, LH]
+    assert (fp8.reference_moe_fp8(x, torch.full_like(idx, -1), weights, **q) == 0).all()
+
+
+def test_quantize_experts_and_reference_moe_fp8_name_their_rules(rng):
+    w1, w2 = layer_weights(rng, 2, 256, 384)
+    with pytest.raises(ArgumentError, match=r"quantize_experts: H=200 must be a multiple of 128"):
+        fp8.quantize_experts(w1[:, :, :200], w2[:, :200])
+    with pytest.raises(ArgumentError, match=r"quantize_experts: I=192 must be a multiple of 128 \(h is quantised"):
+        fp8.quantize_experts(torch.cat([w1[:, :192], w1[:, 256:448]], 1), w2[:, :, :192])
+    with pytest.raises(ArgumentError, match=r"w2 must be \[E, H, I\] = \[2, 384, 256\] for w1 \[E, 2I, H\] = "
+                                            r"\[2, 512, 384\] \(got \[2, 256, 384\]\)"):
+        fp8.quantize_experts(w1, w2.transpose(1, 2))
+    with pytest.raises(ArgumentError, match=r"an even number of rows \(got shape \[2, 511, 384\]\)"):
+        fp8.quantize_experts(w1[:, :511], w2)
+    with pytest.raises(ArgumentError, match=r"w1 must have 3 dimensions"):
+        fp8.quantize_experts(w1[0], w2)
+    with pytest.raises(ArgumentError, match=r"w2 must be a float32, bfloat16, float16 or float64 tensor"):
+        fp8.quantize_experts(w1, w2.to(torch.int32))
+
+    q = fp8.quantize_experts(w1, w2)
+    x = torch.from_numpy(rng.standard_normal((5, 384))).to(torch.bfloat16)
+    idx, weights = torch.tensor([[0, 1]] * 5), torch.full((5, 2), 0.5)
+    xq, xs = fp8.quantize_tokens(x)
+    f = fp8.reference_moe_fp8
+    with pytest.raises(ArgumentError, match=r"reference_moe_fp8: x is e4m3 codes \(torch.uint8\), so x_scales, its "
+                                            r"per-token scales \[T, H / 128\], is required"):
+        f(xq, idx, weights, **q)
+    with pytest.raises(ArgumentError, match=r"x_scales goes only with e4m3 codes x; x is torch.bfloat16"):
+        f(x, idx, weights, x_scales=xs, **q)
+    with pytest.raises(ArgumentError, match=r"x_scales must be \[5, 3\] \(got \[5, 2\]\)"):
+        f(xq, idx, weights, x_scales=xs[:, :2], **q)
+    with pytest.raises(ArgumentError, match=r"x must be float32 / bfloat16 / float16 / float64 activations or e4m3 "
+                                            r"codes \(torch.uint8"):
+        f(xq.int(), idx, weights, **q)
+    with pytest.raises(ArgumentError, match=r"x must be \[T, H\] \(got shape \[384\]\)"):
+        f(x[0], idx, weights, **q)
+    with pytest.raises(ArgumentError, match=r"w1's H \(384, its last dimension\) must be x's H \(256\)"):
+        f(x[:, :256], idx, weights, **q)
+    with pytest.raises(ArgumentError, match=r"reference_moe_fp8: H=200 must be a multiple of 128"):
+        f(x[:, :200], idx, weights, q["w1"][:, :, :200], q["w1_scale"][:, :, :2], q["w2"][:, :200],
+          q["w2_scale"][:, :2])
+    with pytest.raises(ArgumentError, match=r"reference_moe_fp8: I=192 must be a multiple of 128"):
+        f(x, idx, weights, q["w1"][:, :384], q["w1_scale"][:, :3], q["w2"][:, :, :192], q["w2_scale"][:, :, :2])
+    with pytest.raises(ArgumentError, match=r"w2 must be \[E, H, I\] = \[2, 384, 256\]"):
+        f(x, idx, weights, q["w1"], q["w1_scale"], q["w2"][:1], q["w2_scale"][:1])
+    with pytest.raises(ArgumentError, match=r"w1 must be \[E, 2I, H\] and w2 \[E, H, I\] \(got shapes \[512, 384\]"):
+        f(x, idx, weights, q["w1"][0], q["w1_scale"][0], q["w2"], q["w2_scale"])
+    with pytest.raises(ArgumentError, match=r"w1_scale must be \[2, 4, 3\] \(got \[2, 3, 4\]\)"):
+        f(x, idx, weights, q["w1"], q["w1_scale"].transpose(1, 2), q["w2"], q["w2_scale"])
+    with pytest.raises(ArgumentError, match=r"w2_scale must be \[2, 3, 2\] \(got \[2, 2, 3\]\)"):
+        f(x, idx, weights, q["w1"], q["w1_scale"], q["w2"], q["w2_scale"].transpose(1, 2))
+    with pytest.raises(ArgumentError, match=r"w1 must be e4m3 codes"):
+        f(x, idx, weights, w1, q["w1_scale"], q["w2"], q["w2_scale"])
+    with pytest.raises(ArgumentError, match=r"topk_idx must be an int32 or int64 tensor \[T, k\] with T = 5"):
+        f(x, idx[:4], weights[:4], **q)
+    with pytest.raises(ArgumentError, match=r"topk_idx must be an int32 or int64 tensor"):
+        f(x, idx.float(), weights, **q)
+    with pytest.raises(ArgumentError, match=r"topk_weights must be \[T, k\] = \[5, 2\], topk_idx's shape "
+                                            r"\(got \[5, 1\]\)"):
+        f(x, idx, weights[:, :1], **q)
+    f(x, idx, weights, **q)  # and the arguments those calls broke are otherwise good
 
 
 # --- bad inputs ---------------------------------------------------------------------------------------------------
