@@ -944,14 +944,19 @@ void Threads::storeAcc(const Acc& acc, const GlobalPtr& dst, const I32& ld, cons
 }
 
 Vec Threads::rowScales(const Acc& like, int64_t rows, const GlobalPtr& rowScales, const I32& ld,
-                       const I32& rowsValid, const Vec& factor) const {
+                       const I32& rowsValid, const std::vector<Vec>& factors) const {
   k_->checkView(*this, "rowScales");
   requireMmaGroup(first_);
   if (rowScales.elem() != Elem::f32) throw std::logic_error(k_->name() + ": the row scales are f32");
   if (rows < 1 || rows > like.m * like.n / count_)
     throw std::logic_error(k_->name() + ": rowScales of " + std::to_string(rows) + " rows per thread");
-  mlir::Value f = mlir::vector::ExtractOp::create(k_->builder(), k_->loc(), factor.value(), llvm::ArrayRef<int64_t>{0});
-  auto type = mlir::VectorType::get({rows}, k_->builder().getF32Type());
+  if (factors.empty() || like.n % int64_t(factors.size()))
+    throw std::logic_error(k_->name() + ": rowScales with " + std::to_string(factors.size()) +
+                           " factors: one per equal column group of the " + std::to_string(like.n) + " columns");
+  llvm::SmallVector<mlir::Value> f;
+  for (const Vec& factor : factors)
+    f.push_back(mlir::vector::ExtractOp::create(k_->builder(), k_->loc(), factor.value(), llvm::ArrayRef<int64_t>{0}));
+  auto type = mlir::VectorType::get({rows * int64_t(factors.size())}, k_->builder().getF32Type());
   auto op = AccRowScalesOp::create(k_->builder(), k_->loc(), type, rowScales.value(), ld.value(), rowsValid.value(), f,
                                    like.m, like.n, count_);
   return {k_, op.getResult()};

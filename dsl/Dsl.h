@@ -252,11 +252,13 @@ class Threads {
   Acc mmaFresh(const Acc& registers, const SharedTile& a, const SharedTile& b, int64_t pending = 0) const;
   // FP8 block-scale promotion, in two parts so that the scales' loads can be issued a K step ahead of the MMA they
   // scale. rowScales: the scales of the `rows` distinct rows of this thread's part of an accumulator like `like`
-  // (the target atom's count: GroupedGemmSpec::Tiles::scaleRows), rowScales[row * ld] * factor[0] (rowScales: A's
-  // f32 scales of the K block's rows; factor: a 1-element f32 vector, B's scale of the block); rows at or past
-  // rowsValid get 0. scaleAdd: acc + partial * those scales in f32 (partial: one K block's product).
+  // (the target atom's count: GroupedGemmSpec::Tiles::scaleRows), rowScales[row * ld] * factors[f][0] (rowScales:
+  // A's f32 scales of the K block's rows; each factor a 1-element f32 vector, B's scale of the block), factor by
+  // factor; rows at or past rowsValid get 0. scaleAdd: acc + partial * those scales in f32 (partial: one K block's
+  // product); with several factors the accumulator's columns split into as many equal groups, group f scaled with
+  // factor f (a tile whose column halves come from two B blocks, e.g. SwiGLU's gate | up).
   Vec rowScales(const Acc& like, int64_t rows, const GlobalPtr& rowScales, const I32& ld, const I32& rowsValid,
-                const Vec& factor) const;
+                const std::vector<Vec>& factors) const;
   Acc scaleAdd(const Acc& acc, const Acc& partial, const Vec& scales) const;
   // Stages the accumulator in shared memory (all rows; a rowMajor tile), e.g. for coalesced 16-byte stores with
   // copyTile afterwards; or in TMA's boxes (an mn128BBoxes bf16 tile of the accumulator's columns and 64 rows per

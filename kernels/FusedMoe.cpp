@@ -38,10 +38,12 @@ int64_t combineChunks(int64_t nTiles, bool pairs) {
   return 1;
 }
 
-// Copies one bf16 row of `hidden` elements with the 32 lanes of a warp, 16 bytes per lane and step: every load of
-// the lane's share is issued before its first store (up to 32 in flight), so a warp keeps a whole row on the way.
-void copyRowByWarp(Kernel& k, const GlobalPtr& from, const GlobalPtr& to, int64_t hidden, const I32& lane) {
-  const int64_t chunks = hidden / 8;
+// Copies one row of `bytes` bytes (a multiple of 16) with the 32 lanes of a warp, 16 bytes per lane and step: every
+// load of the lane's share is issued before its first store (up to 32 in flight), so a warp keeps a whole row on the
+// way.
+void copyRowByWarp(Kernel& k, const GlobalPtr& fromRow, const GlobalPtr& toRow, int64_t bytes, const I32& lane) {
+  const int64_t chunks = bytes / 16;
+  GlobalPtr from = fromRow.as(Elem::bf16), to = toRow.as(Elem::bf16);
   int64_t unroll = 1;
   if (chunks % 32 == 0)
     for (int64_t u = std::min<int64_t>(32, chunks / 32); u > 1; --u)
@@ -75,6 +77,11 @@ GroupedGemmSpec::Tiles fusedTiles(const GroupedGemmSpec& g, Arch arch, bool ws, 
   return c;
 }
 
+// An FP8 kernel's f32 scales argument `name` (none in the bf16 kernels).
+std::optional<GlobalPtr> scalesArg(Kernel& k, bool fp8, const char* name) {
+  return fp8 ? std::optional<GlobalPtr>(k.ptr(name, Elem::f32)) : std::nullopt;
+}
+
 // The start check (returnIfErrorAtStart) on a table of its own, allocated here and returned.
 SharedTile startCheck(Kernel& k, const Context& ctx, const std::optional<I32>& blockInPair) {
   SharedTile startError = sharedTable(k, "start_error", 2);
@@ -85,7 +92,8 @@ SharedTile startCheck(Kernel& k, const Context& ctx, const std::optional<I32>& b
 // The dispatch's tensor maps.
 TensorMapArgs dispatchMaps(Kernel& k, const DispatchGemmSpec& s) {
   using G = GroupedGemmSpec;
-  TensorMapArgs maps = tensorMapArgs(k, s.spec());  // sm_90a TN: dh and the pool; NT: the pool and w1
+  TensorMapArgs maps = tensorMapArgs(k, s.spec());
+  if (s.fp8) return maps;  // the pool and w1 (FP8: no map_c)  // sm_90a TN: dh and the pool; NT: the pool and w1
   // TN stores dW1 as boxes through map_c (WarpSpecializedEngine::tmaStores); NT / NN take it unused.
   std::optional<TensorMap> mapC = k.tensorMap("map_c", s.spec().constants);
   if (s.layout == G::kTN) maps.c = mapC;
@@ -99,7 +107,7 @@ struct DispatchGemmSetup {
   using S = DispatchGemmSpec;
   using G = GroupedGemmSpec;
   DispatchGemmSetup(mlir::MLIRContext& mctx, const DispatchGemmSpec& spec, Arch target)
-      : s(spec), arch(target), k(mctx, S::kName, c.threads, /*tensorMaps=*/ws) {
+      : s(spec), arch(target), k(mctx, s.spec().kernel, c.threads, /*tensorMaps=*/ws) {
     // After every member below, before DispatchGemm's own (its parities).
     k.ifThen(tid == 0, [&] { confirmed.storeI32(k.i32(0), k.i32(-1)); });  // read after the tile table's barriers
   }
@@ -110,14 +118,16 @@ struct DispatchGemmSetup {
   // On sm_90a the weight gradient (TN) runs the warp-specialised engine with TMA loads (DispatchGemmSpec), and so do
   // the forward (NT) and the dgrad (NN) as cluster pairs where their tiles are 256 wide and their rows the pool's own
   // (no dedup gather; docs/decisions/fused-dispatch.md).
-  const bool pairs = s.layout != G::kTN && !s.dedup && g.n % 256 == 0 && arch == Arch::sm_90a;
-  const bool ws = (s.layout == G::kTN && arch == Arch::sm_90a) || pairs;
+  // FP8 runs the warp-specialised engine with TMA without pairs (its 128 x 128 tiles: GroupedGemmSpec::tiles).
+  const bool pairs = s.layout != G::kTN && !s.dedup && !s.fp8 && g.n % 256 == 0 && arch == Arch::sm_90a;
+  const bool ws = ((s.layout == G::kTN || s.fp8) && arch == Arch::sm_90a) || pairs;
+  const Elem rowElem = s.fp8 ? Elem::e4m3 : Elem::bf16;  // what src, the pool and the weights hold
   const int64_t E = s.experts, R = s.ranks, local = E / R, H = s.hidden, I = s.intermediate;
   // Tables: the start check's, the tile table, slots, confirmed (the unit table lives in the staging tile).
   G::Tiles c = fusedTiles(g, arch, ws, pairs, {4, local + 1, 1, 1});
   Kernel k;
   Context ctx = k.context();
-  GlobalPtr src = k.ptr("src", Elem::bf16);
+  GlobalPtr src = k.ptr("src", rowElem);
   GlobalPtr topkWeights = k.ptr("topk_weights", Elem::f32);
   GlobalPtr sendList = k.ptr("send_list", Elem::i32);
   GlobalPtr sendOff = k.ptr("send_off", Elem::i32);
@@ -125,11 +135,11 @@ struct DispatchGemmSetup {
   GlobalPtr counts = k.ptr("counts", Elem::i32);
   GlobalPtr arrivals = k.ptr("arrivals", Elem::i64);
   GlobalPtr routeEpoch = k.ptr("route_epoch", Elem::i64);
-  GlobalPtr pool = k.ptr("pool", Elem::bf16);
+  GlobalPtr pool = k.ptr("pool", rowElem);
   GlobalPtr poolSrc = k.ptr("pool_src", Elem::i32);
   GlobalPtr poolW = k.ptr("pool_w", Elem::f32);
   GlobalPtr poolOffsets = k.ptr("pool_offsets", Elem::i32);
-  GlobalPtr weights = k.ptr("weights", Elem::bf16);
+  GlobalPtr weights = k.ptr("weights", rowElem);
   GlobalPtr extra = k.ptr("extra", Elem::bf16);
   GlobalPtr out = k.ptr("out", Elem::bf16);
   GlobalPtr tickets = k.ptr("tickets", Elem::i32);
@@ -139,6 +149,10 @@ struct DispatchGemmSetup {
   GlobalPtr topkIdx = k.ptr("topk_idx", Elem::i32);
   I32 recvStride = k.i32Arg("recv_stride");
   I32 capacity = k.i32Arg("capacity");  // the receive pool's rows: rows past it were dropped by the prologue
+  // FP8: x's per-token scales [T, H / 128], the pool's [cap, H / 128] (heap), w1's blocks [E/R, 2I / 128, H / 128].
+  std::optional<GlobalPtr> srcScales = scalesArg(k, s.fp8, "src_scales"),
+                           poolScales = scalesArg(k, s.fp8, "pool_scales"),
+                           weightScales = scalesArg(k, s.fp8, "weight_scales");
   TensorMapArgs maps = dispatchMaps(k, s);  // TN: map_c too (dW1 stored as boxes)
   const bool dedup = s.dedup != 0;
 
@@ -160,6 +174,7 @@ struct DispatchGemmSetup {
   std::optional<SharedTile> gatherRows =
       dedup ? std::optional<SharedTile>(sharedTable(k, "gather_rows", c.m)) : std::nullopt;
   I32 tid = k.threadIdx(), me = ctx.rank();
+
 };
 
 // dispatch_grouped_gemm's phases, which buildDispatchGemm calls in order, over its setup and the epoch parities
@@ -239,10 +254,16 @@ void DispatchGemm::push() {
           }
           k.ifThen(!*covered, [&] {
             GlobalPtr to = pool + (k.widen(me) * k.widen(recvStride) + k.widen(token)) * H;
-            copyRowByWarp(k, src + k.widen(token) * H, k.peer(ctx, to, owner), H, lane);
+            copyRowByWarp(k, src + k.widen(token) * H, k.peer(ctx, to, owner), 2 * H, lane);
           });
         } else {
-          copyRowByWarp(k, src + k.widen(token) * H, k.peer(ctx, pool + k.widen(row) * H, owner), H, lane);
+          copyRowByWarp(k, src + k.widen(token) * H, k.peer(ctx, pool + k.widen(row) * H, owner),
+                        H * abi::elemBytes(s.fp8 ? abi::Elem::kE4m3 : abi::Elem::kBf16), lane);
+        }
+        if (s.fp8) {  // the row's H / 128 scales, a lane each
+          const int64_t groups = H / G::kScaleBlock;
+          GlobalPtr from = *srcScales + k.widen(token) * groups, to = k.peer(ctx, *poolScales + k.widen(row) * groups, owner);
+          k.forRange(lane, k.i32(groups), k.i32(32), [&](I32 q) { (to + k.widen(q)).store((from + k.widen(q)).load(1)); });
         }
         k.ifThen(lane == 0, [&] {
           k.peer(ctx, poolSrc + k.widen(row), owner).storeI32(me * kSourceShift + pick);
@@ -269,13 +290,14 @@ void DispatchGemm::awaitAllRows() {
 void DispatchGemm::gemmTiles() {
   // 2. GEMM tiles (see DispatchGemmSpec for what each layout computes). Pairs: their tiles in bands of m-tiles as the
   // standalone `_tma` kernels' (TileScheduler::ticketed; faster than unbanded pairs: docs/decisions/fused-dispatch.md).
-  TileScheduler sched{k, g, poolOffsets, c.m, c.n, blockInPair, /*ticketed=*/pairs};
+  TileScheduler sched{k, g, poolOffsets, c.m, c.n, blockInPair, /*ticketed=*/pairs || s.fp8};
   I32 tiles = sched.buildTable(tileFirst);
   I32 total = k.select(legs.gemm, tiles, k.i32(0));
   GlobalPtr a = s.layout == G::kTN ? extra : pool;
   GlobalPtr b = s.layout == G::kTN ? pool : weights;
   GemmOperands gemm{k, g, c, a, b, out, rings};
   if (s.layout == G::kNT) gemm.gateUpRows = I;
+  if (s.fp8) gemm.scales = GemmOperands::BlockScales{*poolScales, *weightScales, fp8ScaleRows(arch)};
   if (ws)
     runWarpSpecialized(sched, gemm, total);
   else
@@ -375,6 +397,8 @@ void DispatchGemm::runSingleRole(const TileScheduler& sched, GemmOperands& gemm,
 }  // namespace
 
 mlir::OwningOpRef<mlir::ModuleOp> buildDispatchGemm(mlir::MLIRContext& mctx, const DispatchGemmSpec& s, Arch arch) {
+  if (s.fp8 && (s.layout != GroupedGemmSpec::kNT || s.saveH || s.dedup))
+    throw std::invalid_argument("dispatch_grouped_gemm_fp8: the forward (NT) only, without save_h or dedup");
   DispatchGemm d(mctx, s, arch);
   d.push();
   d.awaitAllRows();
@@ -391,7 +415,7 @@ struct GemmCombine {
   using S = GemmCombineSpec;
   using G = GroupedGemmSpec;
   GemmCombine(mlir::MLIRContext& mctx, const GemmCombineSpec& spec, Arch target)
-      : s(spec), arch(target), k(mctx, S::kName, c.threads, /*tensorMaps=*/ws) {}
+      : s(spec), arch(target), k(mctx, s.spec().kernel, c.threads, /*tensorMaps=*/ws) {}
 
   const GemmCombineSpec& s;
   const Arch arch;
@@ -400,15 +424,17 @@ struct GemmCombine {
   // The dx combine (NN) runs the warp-specialised engine with TMA loads on sm_90a, the forward combine too, as
   // cluster pairs, where H is a multiple of 256: both faster than on the single-role engine
   // (docs/decisions/fused-dispatch.md).
-  const bool pairs = forward && g.n % 256 == 0 && arch == Arch::sm_90a;
-  const bool ws = (!forward && arch == Arch::sm_90a) || pairs;
+  // FP8: the warp-specialised engine with TMA, without pairs (its 128 x 128 tiles: GroupedGemmSpec::tiles).
+  const bool pairs = forward && !s.fp8 && g.n % 256 == 0 && arch == Arch::sm_90a;
+  const bool ws = ((!forward || s.fp8) && arch == Arch::sm_90a) || pairs;
+  const Elem rowElem = s.fp8 ? Elem::e4m3 : Elem::bf16;  // what a and b hold
   const int64_t E = s.experts, R = s.ranks, local = E / R, H = s.hidden;
   // Tables: the start check's, the tile table, slots.
   G::Tiles c = fusedTiles(g, arch, ws, pairs, {4, local + 1, 1});
   Kernel k;
   Context ctx = k.context();
-  GlobalPtr a = k.ptr("a", Elem::bf16);
-  GlobalPtr b = k.ptr("b", Elem::bf16);
+  GlobalPtr a = k.ptr("a", rowElem);
+  GlobalPtr b = k.ptr("b", rowElem);
   GlobalPtr poolOffsets = k.ptr("pool_offsets", Elem::i32);
   GlobalPtr poolSrc = k.ptr("pool_src", Elem::i32);
   GlobalPtr comb = k.ptr("comb", Elem::bf16);
@@ -422,6 +448,9 @@ struct GemmCombine {
   GlobalPtr tickets = k.ptr("tickets", Elem::i32);
   I32 grid = k.i32Arg("grid");
   Legs legs = decodeLegs(k.i32Arg("legs"));
+  // FP8: act's per-token scales [cap, I / 128] and w2's blocks [E/R, H / 128, I / 128].
+  std::optional<GlobalPtr> aScales = scalesArg(k, s.fp8, "a_scales"),
+                           bScales = scalesArg(k, s.fp8, "b_scales");
   const TensorMapArgs maps = tensorMapArgs(k, s.spec());  // sm_90a NN: dh's rows and w1; NT: act's rows and w2
 
   // Pairs: clusters of two blocks (an even grid).
@@ -503,6 +532,7 @@ void GemmCombine::gemmTiles() {
   // bands as the dispatch's.
   I32 total = sched.buildTable(tileFirst);
   GemmOperands gemm{k, g, c, a, b, comb, rings};
+  if (s.fp8) gemm.scales = GemmOperands::BlockScales{*aScales, *bScales, fp8ScaleRows(arch)};
   // One bulk copy per row, over NVLink where the home is a peer, draining while the next tile runs (faster than the
   // block's row stores here: docs/decisions/gemm-tiles.md, epilogue stores).
   // The comm-only leg leaves the accumulators zero. The NT combine runs a copy of the tile loop without K loop for
@@ -517,8 +547,9 @@ void GemmCombine::gemmTiles() {
 }
 
 void GemmCombine::runWarpSpecialized(GemmOperands& gemm, const I32& total) {
-  // Each MMA warpgroup sends its 64 staged rows home, one bulk copy per row; the comm-only leg skips the K loops.
-  gemm.mmaOn = [&] { return k.select(legs.gemm, k.i32(1), k.i32(0)); };
+  // Each MMA warpgroup sends its 64 staged rows home, one bulk copy per row; the comm-only leg skips the K loops
+  // (not in FP8, whose K loop has no skip: GemmCombineSpec).
+  if (!s.fp8) gemm.mmaOn = [&] { return k.select(legs.gemm, k.i32(1), k.i32(0)); };
   WarpSpecializedEngine engine = WarpSpecializedEngine::allocate(gemm, maps, blockInPair);
   engine.bulkEpilogue = true;
   if (chunks > 1) {
@@ -617,6 +648,8 @@ void GemmCombine::reduceLastChunk() {
 }  // namespace
 
 mlir::OwningOpRef<mlir::ModuleOp> buildGemmCombine(mlir::MLIRContext& mctx, const GemmCombineSpec& s, Arch arch) {
+  if (s.fp8 && s.layout != GroupedGemmSpec::kNT)
+    throw std::invalid_argument("grouped_gemm_combine_fp8: the forward (NT) only");
   GemmCombine d(mctx, s, arch);
   d.gemmTiles();
   d.awaitDone();

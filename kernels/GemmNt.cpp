@@ -82,7 +82,7 @@ mlir::OwningOpRef<mlir::ModuleOp> buildGemmNtFp8(mlir::MLIRContext& ctx, const G
     block.copyTile(bRows + k0, ldk, tileB, k.i32(S::kBlockN));
     block.sync();
     Vec scales = block.rowScales(acc, fp8ScaleRows(arch), aRowScales + k.widen(kb), k.i32(kBlocks), rowsValid,
-                                 (bTileScales + k.widen(kb)).load(1));
+                                 {(bTileScales + k.widen(kb)).load(1)});
     Acc next = block.scaleAdd(acc, block.mmaFresh(block.zeroAcc(S::kBlockM, S::kBlockN), tileA, tileB), scales);
     block.sync();  // the next stage overwrites the tiles
     return next;

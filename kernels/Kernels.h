@@ -279,20 +279,34 @@ enum LegBits : int64_t { kLegComm = 1, kLegGemm = 2 };
 // the gate and up halves of a tile load as two boxes); NN (I a multiple of 256) too, with maps of the pool [cap, H]
 // (64 x 128 boxes) and of w2 [E/R * H, I] (64 x 64 boxes, as grouped_gemm_nn_tma); every other kernel two unused
 // pointers.
+// dispatch_grouped_gemm_fp8 (fp8; the forward, NT, inference): the same with e4m3 rows. src is x's codes [T, H]
+// with per-token scales src_scales f32 [T, H / 128] (1 x 128 blocks); the push copies each row's H bytes into the
+// pool (heap e4m3 [cap, H]) and its H / 128 scales into pool_scales (heap f32 [cap, H / 128]); weights is w1's
+// codes [E/R, 2I, H] with block scales weight_scales f32 [E/R, 2I / 128, H / 128] (I a multiple of 128: a tile's
+// gate and up halves each lie inside one 128-row block, promoted with their own scale); act = SwiGLU(h) out bf16
+// as in NT. 128 x 128 tiles (GroupedGemmSpec::tiles fp8), no pairs; on sm_90a the warp-specialised engine with TMA
+// loads: map_a over the pool [cap, H] (e4m3, 128 x 128 boxes), map_b over w1 [E/R * 2I, H] (e4m3, 128 x 64: one
+// half of a tile). Args: those of dispatch_grouped_gemm up to capacity (extra unused), then src_scales,
+// pool_scales, weight_scales, map_a, map_b (no map_c).
 struct DispatchGemmSpec {
   static constexpr const char* kName = "dispatch_grouped_gemm";
+  static constexpr const char* kFp8Name = "dispatch_grouped_gemm_fp8";
   static constexpr int64_t kPushRows = 32;  // rows per push unit (warps take rows in turn); one signal per unit
   int64_t experts, ranks, topk, hidden, intermediate, clampMilli = 0;
   GroupedGemmSpec::Layout layout = GroupedGemmSpec::kNT;
   int64_t saveH = 0;
   int64_t dedup = 0;
+  bool fp8 = false;  // dispatch_grouped_gemm_fp8: NT, no save_h, no dedup
   GroupedGemmSpec gemm() const {
     const int64_t local = experts / ranks;
     if (layout == GroupedGemmSpec::kNN) return {GroupedGemmSpec::kNN, local, intermediate, hidden};
     if (layout == GroupedGemmSpec::kTN) return {GroupedGemmSpec::kTN, local, hidden, 2 * intermediate};
-    return {GroupedGemmSpec::kNT, local, 2 * intermediate, hidden};
+    return {GroupedGemmSpec::kNT, local, 2 * intermediate, hidden, fp8};
   }
   KernelSpec spec() const {
+    if (fp8)
+      return {kFp8Name, {{"E", experts}, {"ranks", ranks}, {"topk", topk}, {"H", hidden}, {"I", intermediate},
+                         {"clamp_milli", clampMilli}}};
     return {kName, {{"E", experts}, {"ranks", ranks}, {"topk", topk}, {"H", hidden}, {"I", intermediate},
                     {"clamp_milli", clampMilli}, {"layout", layout}, {"save_h", saveH}, {"dedup", dedup}}};
   }
@@ -311,16 +325,25 @@ struct DispatchGemmSpec {
 // [cap, 2I] (64 x 128 boxes) and of w1 [E/R * 2I, H] (64 x 64 boxes), as grouped_gemm_nn_tma; the NT combine (H a
 // multiple of 256) runs it as cluster pairs (an even grid) and takes maps of act [cap, I] and of w2 [E/R * H, I]
 // (64 x 128 boxes, as grouped_gemm_nt_tma); otherwise two unused pointers.
+// grouped_gemm_combine_fp8 (fp8; the forward, NT): the same with a = act's codes [cap, I] and their per-token
+// scales a_scales f32 [cap, I / 128], b = w2's codes [E/R, H, I] with block scales b_scales f32
+// [E/R, H / 128, I / 128]; comb, y and the sum as in NT (bf16 rows, fp32 sum). 128 x 128 tiles, no pairs; on sm_90a
+// the warp-specialised engine with TMA loads (map_a over act [cap, I], map_b over w2 [E/R * H, I], e4m3 128 x 128
+// boxes). legs without the GEMM (comm-only) still multiply: the FP8 K loop has no skip. Args: those of
+// grouped_gemm_combine up to legs, then a_scales, b_scales, map_a, map_b.
 struct GemmCombineSpec {
   static constexpr const char* kName = "grouped_gemm_combine";
+  static constexpr const char* kFp8Name = "grouped_gemm_combine_fp8";
   int64_t experts, ranks, topk, hidden, intermediate;
   GroupedGemmSpec::Layout layout = GroupedGemmSpec::kNT;
+  bool fp8 = false;  // grouped_gemm_combine_fp8: NT
   GroupedGemmSpec gemm() const {
     const int64_t local = experts / ranks;
     if (layout == GroupedGemmSpec::kNN) return {GroupedGemmSpec::kNN, local, hidden, 2 * intermediate};
-    return {GroupedGemmSpec::kNT, local, hidden, intermediate};
+    return {GroupedGemmSpec::kNT, local, hidden, intermediate, fp8};
   }
   KernelSpec spec() const {
+    if (fp8) return {kFp8Name, {{"E", experts}, {"ranks", ranks}, {"topk", topk}, {"H", hidden}, {"I", intermediate}}};
     return {kName, {{"E", experts}, {"ranks", ranks}, {"topk", topk}, {"H", hidden}, {"I", intermediate},
                     {"layout", layout}}};
   }

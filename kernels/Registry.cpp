@@ -102,6 +102,44 @@ KernelInfo groupedGemmInfo(GroupedGemmSpec::Layout layout, bool tensorMaps = fal
                                     /*warpSpecialized=*/false, tensorMaps, tensorMaps && s.get("pairs") == 1);
           }};
 }
+
+// The FP8 fused kernels' rules beyond validateFused: both GEMMs' K (H for L1, I for L2) at least the FP8 ring's
+// two 128-wide stages.
+std::string validateFusedFp8(const KernelSpec& s) {
+  std::string e = validateFused(s);
+  for (const char* k : {"H", "I"})
+    if (e.empty() && s.get(k) < 2 * GroupedGemmSpec::kScaleBlock)
+      e = std::string(k) + "=" + std::to_string(s.get(k)) + " must be >= 256 (a K of the FP8 ring: two 128-wide stages)";
+  return e;
+}
+
+KernelInfo dispatchGemmFp8Info() {
+  return {DispatchGemmSpec::kFp8Name,
+          "fused dispatch + FP8 grouped GEMM (forward): e4m3 rows and their per-token scales pushed to the owners, "
+          "L1 with 128 x 128 block-scaled w1, SwiGLU to bf16",
+          [](const KernelSpec& s) {
+            std::string e = validateFusedFp8(s);
+            if (e.empty() && s.get("clamp_milli") < 0) e = "clamp_milli must be >= 0 (0 disables the clamp)";
+            return e;
+          },
+          [](mlir::MLIRContext& ctx, const KernelSpec& s, Arch arch) {
+            DispatchGemmSpec d{s.get("E"), s.get("ranks"), s.get("topk"), s.get("H"), s.get("I"), s.get("clamp_milli")};
+            d.fp8 = true;
+            return buildDispatchGemm(ctx, d, arch);
+          }};
+}
+
+KernelInfo gemmCombineFp8Info() {
+  return {GemmCombineSpec::kFp8Name,
+          "fused FP8 grouped GEMM + combine (forward): L2 over e4m3 act with per-token scales and block-scaled w2, "
+          "rows stored at their home rank, the weighted top-k sum in fp32",
+          validateFusedFp8,
+          [](mlir::MLIRContext& ctx, const KernelSpec& s, Arch arch) {
+            GemmCombineSpec d{s.get("E"), s.get("ranks"), s.get("topk"), s.get("H"), s.get("I")};
+            d.fp8 = true;
+            return buildGemmCombine(ctx, d, arch);
+          }};
+}
 }  // namespace
 
 const std::vector<KernelInfo>& registry() {
@@ -215,6 +253,8 @@ const std::vector<KernelInfo>& registry() {
                            GroupedGemmSpec::Layout(s.get("layout"))};
          return buildGemmCombine(ctx, d, arch);
        }},
+      dispatchGemmFp8Info(),
+      gemmCombineFp8Info(),
       {SwigluBwdSpec::kName,
        "SwiGLU backward per received row: dh over h, w * act over g, d topk weight to the home rank",
        [](const KernelSpec& s) {

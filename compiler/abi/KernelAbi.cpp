@@ -26,6 +26,24 @@ ArgDecl mapE4m3(std::string_view n, int64_t rows) {
   return {n, ArgKind::kTensorMap, Elem::kNone, {Elem::kE4m3, 128, rows, Swizzle::k128B}, {}};
 }
 
+std::vector<ArgDecl> concat(std::vector<ArgDecl> head, const std::vector<ArgDecl>& tail) {
+  head.insert(head.end(), tail.begin(), tail.end());
+  return head;
+}
+// The fused kernels' arguments before their scales and maps; `rows` the type of the rows they move and multiply
+// (bf16, or e4m3 in the FP8 kernels).
+std::vector<ArgDecl> dispatchArgs(ArgDecl (*rows)(std::string_view)) {
+  return {{"ctx", ArgKind::kContext}, rows("src"), f32("topk_weights"), i32p("send_list"), i32p("send_off"),
+          i32p("send_base"), i32p("counts"), i64p("arrivals"), i64p("route_epoch"), rows("pool"), i32p("pool_src"),
+          f32("pool_w"), i32p("pool_offsets"), rows("weights"), bf16("extra"), bf16("out"), i32p("tickets"),
+          i32("push_blocks"), i32("grid"), i32("legs"), i32p("topk_idx"), i32("recv_stride"), i32("capacity")};
+}
+std::vector<ArgDecl> combineArgs(ArgDecl (*rows)(std::string_view)) {
+  return {{"ctx", ArgKind::kContext}, rows("a"), rows("b"), i32p("pool_offsets"), i32p("pool_src"), bf16("comb"),
+          i64p("done"), i32p("topk_idx"), f32("topk_weights"), i32("tokens"), bf16("y"), f32("dw"),
+          f32("d_topk_weights"), i32p("tickets"), i32("grid"), i32("legs")};
+}
+
 std::vector<KernelDecl> declarations() {
   const ArgDecl ctx{"ctx", ArgKind::kContext};
   // TN also stores dW through a map: C [E * M, N] in boxes of 64 x 64 (one MMA warpgroup's rows, one 128-byte row).
@@ -64,23 +82,30 @@ std::vector<KernelDecl> declarations() {
       {"topk_idx_narrow", {}, {ctx, i64p("src"), i32p("dst"), i32("count"), i32("grid")}, GridRule::kCovering},
       {"dispatch_grouped_gemm",
        {"E", "ranks", "topk", "H", "I", "clamp_milli", "layout", "save_h", "dedup"},
-       {ctx, bf16("src"), f32("topk_weights"), i32p("send_list"), i32p("send_off"), i32p("send_base"),
-        i32p("counts"), i64p("arrivals"), i64p("route_epoch"), bf16("pool"), i32p("pool_src"), f32("pool_w"),
-        i32p("pool_offsets"), bf16("weights"), bf16("extra"), bf16("out"), i32p("tickets"), i32("push_blocks"),
-        i32("grid"), i32("legs"), i32p("topk_idx"), i32("recv_stride"), i32("capacity"),
-        // NT: the pool and w1 (as grouped_gemm_nt_tma); NN: the pool and w2 (as _nn_tma); TN: dh and the pool, and
-        // dW1 [E / R * 2I, H] (as grouped_gemm_tn_tma's map_c; NT / NN leave it unused)
-        map("map_a", 128, {{"layout", 2, 64, 64}}), map("map_b", 128, {{"layout", 1, 64, 64}, {"layout", 2, 64, 64}}),
-        map("map_c", 64)},
+       concat(dispatchArgs(bf16),
+              // NT: the pool and w1 (as grouped_gemm_nt_tma); NN: the pool and w2 (as _nn_tma); TN: dh and the pool,
+              // and dW1 [E / R * 2I, H] (as grouped_gemm_tn_tma's map_c; NT / NN leave it unused)
+              {map("map_a", 128, {{"layout", 2, 64, 64}}),
+               map("map_b", 128, {{"layout", 1, 64, 64}, {"layout", 2, 64, 64}}), map("map_c", 64)}),
        GridRule::kResidentPairs},
+      {"dispatch_grouped_gemm_fp8",
+       {"E", "ranks", "topk", "H", "I", "clamp_milli"},
+       concat(dispatchArgs(e4m3),
+              // the pool (a 128 x 128 stage) and w1 (a tile's gate or up half: 64 rows)
+              {f32("src_scales"), f32("pool_scales"), f32("weight_scales"), mapE4m3("map_a", 128),
+               mapE4m3("map_b", 64)}),
+       GridRule::kResident},
       {"grouped_gemm_combine",
        {"E", "ranks", "topk", "H", "I", "layout"},
-       {ctx, bf16("a"), bf16("b"), i32p("pool_offsets"), i32p("pool_src"), bf16("comb"), i64p("done"),
-        i32p("topk_idx"), f32("topk_weights"), i32("tokens"), bf16("y"), f32("dw"), f32("d_topk_weights"),
-        i32p("tickets"), i32("grid"), i32("legs"),
-        // NT: act and w2 (as grouped_gemm_nt_tma); NN: dh and w1 (as _nn_tma)
-        map("map_a", 128), map("map_b", 128, {{"layout", 1, 64, 64}})},
+       concat(combineArgs(bf16),
+              // NT: act and w2 (as grouped_gemm_nt_tma); NN: dh and w1 (as _nn_tma)
+              {map("map_a", 128), map("map_b", 128, {{"layout", 1, 64, 64}})}),
        GridRule::kResidentPairs},
+      {"grouped_gemm_combine_fp8",
+       {"E", "ranks", "topk", "H", "I"},
+       concat(combineArgs(e4m3),
+              {f32("a_scales"), f32("b_scales"), mapE4m3("map_a", 128), mapE4m3("map_b", 128)}),
+       GridRule::kResident},
       {"swiglu_bwd",
        {"I", "clamp_milli"},
        {ctx, bf16("g"), bf16("h"), bf16("dh"), f32("pool_w"), i32p("pool_src"), i32p("rows_at"), f32("dw"),

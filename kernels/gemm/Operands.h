@@ -80,15 +80,26 @@ struct GemmOperands {
     return by.scaleAdd(acc, by.mmaFresh(by.zeroAcc(acc.m, acc.n), a, b), stage);
   }
   // FP8: the promotion scales of K step kt (one 128-K block) for this thread's rows of tile p's accumulator like
-  // `acc` (Threads::rowScales): A's per-token scales times B's block scale; rows past the group get 0.
+  // `acc` (Threads::rowScales): A's per-token scales times B's block scale (with gateUpRows, the gate half's and the
+  // up half's, each half inside one 128-row block); rows past the group get 0.
   dsl::Vec stageScales(const dsl::Threads& by, const dsl::Acc& acc, const TilePlace& p, const dsl::I32& kt) const {
     using namespace dsl;
     if (!scales || s.layout != GroupedGemmSpec::kNT) throw std::logic_error("FP8 stages: NT, with the block scales");
     const int64_t kBlocks = s.kOrM / GroupedGemmSpec::kScaleBlock, block = GroupedGemmSpec::kScaleBlock;
     I32 first = m0(p);
     GlobalPtr rowScales = scales->a + (k.widen(first) * kBlocks + k.widen(kt));
-    I64 bBlock = (k.widen(p.expert) * (s.n / block) + k.widen(p.n0 / block)) * kBlocks + k.widen(kt);
-    return by.rowScales(acc, scales->rows, rowScales, k.i32(kBlocks), p.groupEnd - first, (scales->b + bBlock).load(1));
+    // B's block of row `row` of expert p.expert's N rows.
+    auto bScale = [&](const I32& row) {
+      return (scales->b + ((k.widen(p.expert) * (s.n / block) + k.widen(row / block)) * kBlocks + k.widen(kt))).load(1);
+    };
+    std::vector<Vec> factors;
+    if (gateUpRows > 0) {
+      if (gateUpRows % block || c.n / 2 > block) throw std::logic_error("FP8 gate | up tiles: halves inside a block");
+      factors = {bScale(p.n0 / 2), bScale(p.n0 / 2 + gateUpRows)};
+    } else {
+      factors = {bScale(p.n0)};
+    }
+    return by.rowScales(acc, scales->rows, rowScales, k.i32(kBlocks), p.groupEnd - first, factors);
   }
   // Issues the copies (cp.async on sm_90a, synchronous on gfx950) of K step kt of tile p into ring slot `slot`, each
   // in its ring's layout (Rings), by the threads `by` (the block, or a producer warpgroup).

@@ -100,9 +100,8 @@ struct WarpSpecializedEngine {
   static WarpSpecializedEngine allocate(const GemmOperands& gemm, const TensorMapArgs& maps,
                                         std::optional<dsl::I32> blockInPair = std::nullopt) {
     if (maps.a.has_value() != maps.b.has_value() || (maps.a && gemm.gatherA) ||
-        (maps.a && gemm.gateUpRows && (gemm.s.layout != GroupedGemmSpec::kNT || gemm.c.n != 256)))
-      throw std::logic_error("tensor maps: both operands, no gathered rows; gate | up halves only as NT's two "
-                             "128-row boxes");
+        (maps.a && gemm.gateUpRows && gemm.s.layout != GroupedGemmSpec::kNT))
+      throw std::logic_error("tensor maps: both operands, no gathered rows; gate | up halves only in NT (two boxes)");
     if (blockInPair && (!maps.a || gemm.c.n != 256 || gemm.tn()))
       throw std::logic_error("pairs: tensor maps, NT / NN, BN = 256");
     if (gemm.rings.staging.rows() != 64) throw std::logic_error("warp-specialised: a 64-row staging tile");

@@ -190,6 +190,11 @@ LogicalResult AccStoreOp::verify() {
 
 LogicalResult AccRowScalesOp::verify() {
   if (!isGlobalLike(getRowScales().getType())) return emitOpError("row_scales must be in global memory");
+  const int64_t factors = int64_t(getFactors().size());
+  if (factors == 0) return emitOpError("needs at least one factor (B's block scale)");
+  if (getScales().getType().getNumElements() % factors)
+    return emitOpError("scales holds one element per row and factor: its length must be a multiple of the ")
+           << factors << " factors";
   return success();
 }
 LogicalResult AccScaleAddOp::verify() {

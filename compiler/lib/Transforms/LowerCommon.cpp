@@ -39,18 +39,19 @@ static std::pair<SmallVector<int64_t>, SmallVector<int64_t>> distinctRows(ArrayR
   return {rows, slot};
 }
 
-LogicalResult accRowScales(PatternRewriter& b, AccRowScalesOp op, Value rowBase, ArrayRef<int64_t> rowOffset) {
+LogicalResult accRowScales(PatternRewriter& b, AccRowScalesOp op, Value rowBase, const FragmentPlace& place) {
   Location loc = op.getLoc();
-  const SmallVector<int64_t> rows = distinctRows(rowOffset).first;
+  const SmallVector<int64_t> rows = distinctRows(place.row).first;
+  const int64_t n = int64_t(rows.size()), factors = int64_t(op.getFactors().size());
   auto type = cast<VectorType>(op.getScales().getType());
-  if (type.getNumElements() != int64_t(rows.size()))
-    return op.emitOpError("this target's fragment holds ") << rows.size() << " rows per thread; scales has "
-                                                           << type.getNumElements();
+  if (type.getNumElements() != n * factors)
+    return op.emitOpError("this target's fragment holds ")
+           << n << " rows per thread; scales has " << type.getNumElements() << " for " << factors << " factors";
   Type f32 = b.getF32Type();
   Value zero = arith::ConstantOp::create(b, loc, f32, b.getF32FloatAttr(0));
   // Bounds by a select: a row past rows_valid reads row 0's scale and uses 0 instead.
   Value out = arith::ConstantOp::create(b, loc, type, DenseElementsAttr::get(type, b.getZeroAttr(f32)));
-  for (int64_t j = 0; j < int64_t(rows.size()); ++j) {
+  for (int64_t j = 0; j < n; ++j) {
     Value row = arith::AddIOp::create(b, loc, rowBase, i32(b, loc, rows[j]));
     Value inside = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, row, op.getRowsValid());
     Value at = arith::SelectOp::create(b, loc, inside, row, i32(b, loc, 0));
@@ -58,27 +59,36 @@ LogicalResult accRowScales(PatternRewriter& b, AccRowScalesOp op, Value rowBase,
                                         arith::ExtUIOp::create(b, loc, b.getI64Type(), op.getLd()));
     Value ptr = byteGep(b, loc, op.getRowScales(), arith::MulIOp::create(b, loc, index, i64(b, loc, 4)));
     Value s = LLVM::LoadOp::create(b, loc, f32, ptr, 4);
-    s = arith::MulFOp::create(b, loc, s, op.getFactor());
-    out = vector::InsertOp::create(b, loc, arith::SelectOp::create(b, loc, inside, s, zero), out, ArrayRef<int64_t>{j});
+    for (int64_t f = 0; f < factors; ++f) {
+      Value sf = arith::MulFOp::create(b, loc, s, op.getFactors()[f]);
+      out = vector::InsertOp::create(b, loc, arith::SelectOp::create(b, loc, inside, sf, zero), out,
+                                     ArrayRef<int64_t>{f * n + j});
+    }
   }
   b.replaceOp(op, out);
   return success();
 }
 
-LogicalResult accScaleAdd(PatternRewriter& b, AccScaleAddOp op, ArrayRef<int64_t> rowOffset) {
+LogicalResult accScaleAdd(PatternRewriter& b, AccScaleAddOp op, const FragmentPlace& place) {
   Location loc = op.getLoc();
-  const auto [rows, slot] = distinctRows(rowOffset);
-  if (op.getScales().getType().getNumElements() != int64_t(rows.size()))
-    return op.emitOpError("this target's fragment holds ") << rows.size() << " rows per thread; scales has "
-                                                           << op.getScales().getType().getNumElements();
+  const auto [rows, slot] = distinctRows(place.row);
+  const int64_t n = int64_t(rows.size()), length = op.getScales().getType().getNumElements();
+  if (length % n)
+    return op.emitOpError("this target's fragment holds ")
+           << n << " rows per thread; scales has " << length << ", not a multiple of them";
+  const int64_t groups = length / n, groupCols = op.getN() / groups;
+  if (op.getN() % groups || groupCols % place.colSpan)
+    return op.emitOpError("") << groups << " column groups of " << op.getN() << " columns: each must be a multiple of "
+                              << place.colSpan << " columns (one thread's atom spans that many)";
   SmallVector<Value> scale;
-  for (int64_t j = 0; j < int64_t(rows.size()); ++j)
+  for (int64_t j = 0; j < length; ++j)
     scale.push_back(vector::ExtractOp::create(b, loc, op.getScales(), ArrayRef<int64_t>{j}));
   Value out = op.getAcc();
-  for (int64_t i = 0; i < int64_t(rowOffset.size()); ++i) {
+  for (int64_t i = 0; i < int64_t(place.row.size()); ++i) {
     Value a = vector::ExtractOp::create(b, loc, op.getAcc(), ArrayRef<int64_t>{i});
     Value p = vector::ExtractOp::create(b, loc, op.getPartial(), ArrayRef<int64_t>{i});
-    Value v = arith::AddFOp::create(b, loc, a, arith::MulFOp::create(b, loc, p, scale[slot[i]]));
+    const int64_t group = place.col[size_t(i)] / groupCols;
+    Value v = arith::AddFOp::create(b, loc, a, arith::MulFOp::create(b, loc, p, scale[size_t(group * n + slot[i])]));
     out = vector::InsertOp::create(b, loc, v, out, ArrayRef<int64_t>{i});
   }
   b.replaceOp(op, out);

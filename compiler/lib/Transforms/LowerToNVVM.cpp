@@ -226,10 +226,14 @@ struct MmaDrainToWgmmaWait : OpRewritePattern<MmaDrainOp> {
 
 // The FP8 promotion over the wgmma fragment: element i of thread t of warpgroup g lies in row 64 g + 16 warp +
 // lane / 4 + Atom::acc(0, i).row (two distinct rows per thread).
-static SmallVector<int64_t> wgmmaRowOffsets(int64_t n) {
-  SmallVector<int64_t> rows;
-  for (int64_t i = 0; i < Atom::accPerThread(n); ++i) rows.push_back(Atom::acc(0, i).row);
-  return rows;
+// Thread 0's placement; another thread's columns lie up to 6 further (2 (lane % 4)), its rows further too.
+static FragmentPlace wgmmaPlace(int64_t n) {
+  FragmentPlace place{{}, {}, 8};
+  for (int64_t i = 0; i < Atom::accPerThread(n); ++i) {
+    place.row.push_back(Atom::acc(0, i).row);
+    place.col.push_back(Atom::acc(0, i).col);
+  }
+  return place;
 }
 struct AccRowScalesOnWgmma : OpRewritePattern<AccRowScalesOp> {
   using OpRewritePattern::OpRewritePattern;
@@ -242,13 +246,13 @@ struct AccRowScalesOnWgmma : OpRewritePattern<AccRowScalesOp> {
         b, loc, arith::MulIOp::create(b, loc, group, i32(b, loc, Atom::kM)),
         arith::AddIOp::create(b, loc, arith::MulIOp::create(b, loc, arith::DivUIOp::create(b, loc, t, i32(b, loc, 32)), i32(b, loc, 16)),
                               arith::DivUIOp::create(b, loc, arith::RemUIOp::create(b, loc, t, i32(b, loc, 32)), i32(b, loc, 4))));
-    return accRowScales(b, op, rowBase, wgmmaRowOffsets(op.getN()));
+    return accRowScales(b, op, rowBase, wgmmaPlace(op.getN()));
   }
 };
 struct AccScaleAddOnWgmma : OpRewritePattern<AccScaleAddOp> {
   using OpRewritePattern::OpRewritePattern;
   LogicalResult matchAndRewrite(AccScaleAddOp op, PatternRewriter& b) const override {
-    return accScaleAdd(b, op, wgmmaRowOffsets(op.getN()));
+    return accScaleAdd(b, op, wgmmaPlace(op.getN()));
   }
 };
 

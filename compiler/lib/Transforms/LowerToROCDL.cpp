@@ -141,11 +141,15 @@ struct MmaTileToMfma : OpRewritePattern<MmaTileOp> {
 
 // The FP8 promotion over the MFMA fragment: element i of tile s of lane l of wave w lies in row 32 w + 4 (l / 32) +
 // Atom::acc(0, i).row, the same 16 rows in every N tile.
-static SmallVector<int64_t> mfmaRowOffsets(int64_t n) {
-  SmallVector<int64_t> rows;
+// Lane 0's placement over the n / 32 tiles side by side; another lane's columns lie up to 31 further.
+static FragmentPlace mfmaPlace(int64_t n) {
+  FragmentPlace place{{}, {}, Atom::kN};
   for (int64_t s = 0; s < n / Atom::kN; ++s)
-    for (int64_t i = 0; i < Atom::kAccPerLane; ++i) rows.push_back(Atom::acc(0, i).row);
-  return rows;
+    for (int64_t i = 0; i < Atom::kAccPerLane; ++i) {
+      place.row.push_back(Atom::acc(0, i).row);
+      place.col.push_back(s * Atom::kN + Atom::acc(0, i).col);
+    }
+  return place;
 }
 struct AccRowScalesOnMfma : OpRewritePattern<AccRowScalesOp> {
   using OpRewritePattern::OpRewritePattern;
@@ -154,13 +158,13 @@ struct AccRowScalesOnMfma : OpRewritePattern<AccRowScalesOp> {
     auto [wave, lane] = waveLane(b, loc);
     Value rowBase = arith::AddIOp::create(b, loc, arith::MulIOp::create(b, loc, wave, i32(b, loc, Atom::kM)),
                                           arith::MulIOp::create(b, loc, arith::DivUIOp::create(b, loc, lane, i32(b, loc, 32)), i32(b, loc, 4)));
-    return accRowScales(b, op, rowBase, mfmaRowOffsets(op.getN()));
+    return accRowScales(b, op, rowBase, mfmaPlace(op.getN()));
   }
 };
 struct AccScaleAddOnMfma : OpRewritePattern<AccScaleAddOp> {
   using OpRewritePattern::OpRewritePattern;
   LogicalResult matchAndRewrite(AccScaleAddOp op, PatternRewriter& b) const override {
-    return accScaleAdd(b, op, mfmaRowOffsets(op.getN()));
+    return accScaleAdd(b, op, mfmaPlace(op.getN()));
   }
 };
 

@@ -39,12 +39,18 @@ mlir::Value i64(mlir::OpBuilder& b, mlir::Location loc, int64_t v);
 mlir::Value byteGep(mlir::OpBuilder& b, mlir::Location loc, mlir::Value ptr, mlir::Value byteOffset);
 // Converts the f32 value to `elem` (bf16, f16 or f32).
 mlir::Value convertF32(mlir::OpBuilder& b, mlir::Location loc, mlir::Value v, mlir::Type elem);
-// The FP8 promotion over a fragment whose element i lies in row rowBase + rowOffset[i] (the target atom's
-// placement), each replacing its op: acc_row_scales loads one scale per distinct offset, in first-seen order
-// (fails where the result's length is not their count); acc_scale_add multiplies element i by its offset's scale.
+// Where a thread's accumulator elements lie in the target atom's placement: element i in row rowBase + row[i] and
+// column colBase + col[i], with colBase (the thread's own) below colSpan.
+struct FragmentPlace {
+  llvm::SmallVector<int64_t> row, col;
+  int64_t colSpan;
+};
+// The FP8 promotion over such a fragment, each replacing its op: acc_row_scales loads one scale per distinct row
+// offset, in first-seen order, and multiplies it by each factor (fails where the result's length is not rows x
+// factors); acc_scale_add multiplies element i by its row's scale of its column group.
 mlir::LogicalResult accRowScales(mlir::PatternRewriter& b, AccRowScalesOp op, mlir::Value rowBase,
-                                 llvm::ArrayRef<int64_t> rowOffset);
-mlir::LogicalResult accScaleAdd(mlir::PatternRewriter& b, AccScaleAddOp op, llvm::ArrayRef<int64_t> rowOffset);
+                                 const FragmentPlace& place);
+mlir::LogicalResult accScaleAdd(mlir::PatternRewriter& b, AccScaleAddOp op, const FragmentPlace& place);
 // Marks every func carrying `megamoe.kernel` via hooks.markKernel; fails on a kernel without block_threads.
 mlir::LogicalResult markKernels(mlir::Operation* root, const TargetHooks& hooks);
 // Runs `patterns` to completion and fails, naming the op, if any megamoe op is left.

@@ -680,3 +680,19 @@ llvm.func @pack_e4m3_short(%v: vector<4xf32>) -> vector<2xi8> {
   %q = megamoe.pack_e4m3 %v : vector<4xf32> -> vector<2xi8>
   llvm.return %q : vector<2xi8>
 }
+
+// -----
+
+llvm.func @acc_row_scales_no_factor(%s: !llvm.ptr<1>, %ld: i32, %rv: i32) -> vector<2xf32> {
+  // expected-error @+1 {{needs at least one factor (B's block scale)}}
+  %r = megamoe.acc_row_scales %s[%ld] rows_valid %rv factor {m = 64, n = 128, threads = 128} : !llvm.ptr<1> -> vector<2xf32>
+  llvm.return %r : vector<2xf32>
+}
+
+// -----
+
+llvm.func @acc_row_scales_ragged(%s: !llvm.ptr<1>, %ld: i32, %rv: i32, %f: f32, %g: f32) -> vector<3xf32> {
+  // expected-error @+1 {{its length must be a multiple of the 2 factors}}
+  %r = megamoe.acc_row_scales %s[%ld] rows_valid %rv factor %f, %g {m = 64, n = 128, threads = 128} : !llvm.ptr<1> -> vector<3xf32>
+  llvm.return %r : vector<3xf32>
+}

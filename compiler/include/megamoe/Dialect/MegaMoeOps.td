@@ -392,16 +392,18 @@ def MegaMoe_AccRowScalesOp : MegaMoe_Op<"acc_row_scales", [MemoryEffects<[MemRea
   let description = [{
     The loads of the FP8 block-scale promotion (acc_scale_add), apart from it so that a K loop can issue them a
     step ahead of the MMA they scale: an L2 load waited for behind every stage's promotion idled the tensor cores.
-    `row_scales` is f32 in global memory (A's scale of each row for one K block), `factor` B's scale of the
-    block. Element j is the thread's j-th distinct row of an m x n fragment in the target atom's order (wgmma: 2,
-    rows lane / 4 and 8 more of its warp's 16; MFMA 32 x 32: 16): the result's length must be the target's, or
-    the lowering fails. Rows at or past `rows_valid` read row 0's scale and get 0.
+    `row_scales` is f32 in global memory (A's scale of each row for one K block), each `factor` a B scale of the
+    block. Element f * rows + j is the thread's j-th distinct row (of `rows`, the count of an m x n fragment in the
+    target atom's order: wgmma 2, rows lane / 4 and 8 more of its warp's 16; MFMA 32 x 32: 16) times factor f: the
+    result's length must be rows times the factors, or the lowering fails. Several factors scale column groups
+    apart (acc_scale_add), e.g. a tile of gate | up halves from two weight blocks. Rows at or past `rows_valid`
+    read row 0's scale and get 0.
   }];
-  let arguments = (ins AnyLLVMPtr:$row_scales, I32:$ld, I32:$rows_valid, F32:$factor,
+  let arguments = (ins AnyLLVMPtr:$row_scales, I32:$ld, I32:$rows_valid, Variadic<F32>:$factors,
                    I64Attr:$m, I64Attr:$n, I64Attr:$threads);
   let results = (outs VectorOfRankAndType<[1], [F32]>:$scales);
   let assemblyFormat = [{
-    $row_scales `[` $ld `]` `rows_valid` $rows_valid `factor` $factor attr-dict `:` type($row_scales) `->`
+    $row_scales `[` $ld `]` `rows_valid` $rows_valid `factor` $factors attr-dict `:` type($row_scales) `->`
     type($scales)
   }];
   let hasVerifier = 1;
@@ -413,7 +415,9 @@ def MegaMoe_AccScaleAddOp : MegaMoe_Op<"acc_scale_add", [Pure, AllTypesMatch<["a
     The promotion of block-scaled FP8 GEMMs: `partial` is one K block's product (an mma_tile chain started from
     zeros, in the same m x n fragment as `acc`), scaled per row by `scales` (acc_row_scales of the same fragment)
     and added to `acc` in f32. The row of each fragment element is the target's MMA atom's, as in `acc_store`; a
-    row past rows_valid has scale 0 and adds nothing.
+    row past rows_valid has scale 0 and adds nothing. With G = scales' length / the target's rows per thread, the
+    n columns split into G equal groups, and an element of group g takes scale g * rows + its row's (one B block
+    scale per group; n / G a multiple of the columns one thread's atom spans, or the lowering fails).
   }];
   let arguments = (ins VectorOfRankAndType<[1], [F32]>:$acc, VectorOfRankAndType<[1], [F32]>:$partial,
                    VectorOfRankAndType<[1], [F32]>:$scales, I64Attr:$m, I64Attr:$n, I64Attr:$threads);
