@@ -29,7 +29,8 @@ inline void resetIfLastBlock(dsl::Kernel& k, const dsl::GlobalPtr& done, const d
 
 // The start of a kernel after an earlier kernel of the call may have claimed the error record (a bad index, a
 // timeout): return at once where it has. Thread 0 reads the record once and the block (with blockInPair, both blocks
-// of the cluster pair: each stores what it read into its own and its partner's shared slot, then the pair meets)
+// of the cluster pair: once both run, each stores what it read into its own and its partner's shared slot, then the
+// pair meets)
 // decides on what was read, so all threads of a block and both blocks of a pair return together or go on together.
 // A load per thread could see a claim landing between two loads, and a block, or a warp, that went on would wait for
 // its partner's cluster barriers or mailbox forever.
@@ -39,6 +40,9 @@ inline void returnIfErrorAtStart(dsl::Kernel& k, const dsl::Context& ctx, const 
                                  const std::optional<dsl::I32>& blockInPair) {
   using namespace dsl;
   I32 mine = blockInPair ? *blockInPair : k.i32(0);
+  // A block may write its partner's shared memory only once the partner runs (compute-sanitizer's racecheck reported
+  // the store into a block "that might not have entered yet" without this first meeting).
+  if (blockInPair) k.clusterSync();
   k.ifThen(k.threadIdx() == 0, [&] {
     I32 claimed = k.select(k.errorClear(ctx), k.i32(0), k.i32(1));
     seen.storeI32(mine, claimed);
