@@ -313,6 +313,20 @@ def _check_layer_dims(op, H, I):
                   "w1 may span gate and up rows)" % (I, BLOCK, BLOCK))
 
 
+def _expert_dims(op, w1, w2):
+    """I of w1 [E, 2I, H] (gate rows, then up rows) and w2 [E, H, I]; H and I multiples of 128."""
+    E, I2, H = w1.shape
+    if I2 % 2:
+        _fail(op, "w1 must be [E, 2I, H], gate rows then up rows: an even number of rows (got shape %s)" % (
+            list(w1.shape),))
+    I = I2 // 2
+    if list(w2.shape) != [E, H, I]:
+        _fail(op, "w2 must be [E, H, I] = %s for w1 [E, 2I, H] = %s (got %s)" % (
+            [E, H, I], list(w1.shape), list(w2.shape)))
+    _check_layer_dims(op, H, I)
+    return I
+
+
 def quantize_experts(w1, w2, scale_format="fp32", dtype=torch.uint8):
     """One layer's experts in FP8, in load_deepseek_experts' layout: w1 [E, 2I, H] (gate rows, then up rows: the
     order of fused_moe, convert_experts and reference_moe) and w2 [E, H, I], float32 / bfloat16 / float16 /
@@ -325,15 +339,7 @@ def quantize_experts(w1, w2, scale_format="fp32", dtype=torch.uint8):
     op = "quantize_experts"
     _floating(op, "w1", w1, (3,))
     _floating(op, "w2", w2, (3,))
-    E, I2, H = w1.shape
-    if I2 % 2:
-        _fail(op, "w1 must be [E, 2I, H], gate rows then up rows: an even number of rows (got shape %s)" % (
-            list(w1.shape),))
-    I = I2 // 2
-    if list(w2.shape) != [E, H, I]:
-        _fail(op, "w2 must be [E, H, I] = %s for w1 [E, 2I, H] = %s (got %s)" % (
-            [E, H, I], list(w1.shape), list(w2.shape)))
-    _check_layer_dims(op, H, I)
+    _expert_dims(op, w1, w2)
     q1, s1 = quantize_blocks(w1, scale_format=scale_format, dtype=dtype)
     q2, s2 = quantize_blocks(w2, scale_format=scale_format, dtype=dtype)
     return dict(w1=q1, w1_scale=s1, w2=q2, w2_scale=s2)
@@ -389,14 +395,7 @@ def reference_moe_fp8(x, topk_idx, topk_weights, w1, w1_scale, w2, w2_scale, x_s
     E, I2, Hw = w1.shape
     if Hw != H:
         _fail(op, "w1's H (%d, its last dimension) must be x's H (%d)" % (Hw, H))
-    if I2 % 2:
-        _fail(op, "w1 must be [E, 2I, H], gate rows then up rows: an even number of rows (got shape %s)" % (
-            list(w1.shape),))
-    I = I2 // 2
-    if list(w2.shape) != [E, H, I]:
-        _fail(op, "w2 must be [E, H, I] = %s for w1 [E, 2I, H] = %s (got %s)" % (
-            [E, H, I], list(w1.shape), list(w2.shape)))
-    _check_layer_dims(op, H, I)
+    I = _expert_dims(op, w1, w2)
     _check_scales(op, "w1_scale", w1_scale, [E, I2 // BLOCK, H // BLOCK])
     _check_scales(op, "w2_scale", w2_scale, [E, H // BLOCK, I // BLOCK])
     # the routing
