@@ -174,7 +174,6 @@ struct DispatchGemmSetup {
   std::optional<SharedTile> gatherRows =
       dedup ? std::optional<SharedTile>(sharedTable(k, "gather_rows", c.m)) : std::nullopt;
   I32 tid = k.threadIdx(), me = ctx.rank();
-
 };
 
 // dispatch_grouped_gemm's phases, which buildDispatchGemm calls in order, over its setup and the epoch parities
@@ -254,16 +253,18 @@ void DispatchGemm::push() {
           }
           k.ifThen(!*covered, [&] {
             GlobalPtr to = pool + (k.widen(me) * k.widen(recvStride) + k.widen(token)) * H;
-            copyRowByWarp(k, src + k.widen(token) * H, k.peer(ctx, to, owner), 2 * H, lane);
+            copyRowByWarp(k, src + k.widen(token) * H, k.peer(ctx, to, owner), H * c.elemBytes(), lane);
           });
         } else {
-          copyRowByWarp(k, src + k.widen(token) * H, k.peer(ctx, pool + k.widen(row) * H, owner),
-                        H * abi::elemBytes(s.fp8 ? abi::Elem::kE4m3 : abi::Elem::kBf16), lane);
+          copyRowByWarp(k, src + k.widen(token) * H, k.peer(ctx, pool + k.widen(row) * H, owner), H * c.elemBytes(),
+                        lane);
         }
         if (s.fp8) {  // the row's H / 128 scales, a lane each
           const int64_t groups = H / G::kScaleBlock;
-          GlobalPtr from = *srcScales + k.widen(token) * groups, to = k.peer(ctx, *poolScales + k.widen(row) * groups, owner);
-          k.forRange(lane, k.i32(groups), k.i32(32), [&](I32 q) { (to + k.widen(q)).store((from + k.widen(q)).load(1)); });
+          GlobalPtr from = *srcScales + k.widen(token) * groups;
+          GlobalPtr to = k.peer(ctx, *poolScales + k.widen(row) * groups, owner);
+          k.forRange(lane, k.i32(groups), k.i32(32),
+                     [&](I32 q) { (to + k.widen(q)).store((from + k.widen(q)).load(1)); });
         }
         k.ifThen(lane == 0, [&] {
           k.peer(ctx, poolSrc + k.widen(row), owner).storeI32(me * kSourceShift + pick);

@@ -55,6 +55,11 @@ std::string positiveMultiple(const char* what, int64_t value, int64_t of, const 
 }
 
 // The constraints both fused operators share: the routing's (as dispatch_prologue) and the GEMM tiles'.
+// clamp_milli (SwiGLU's clamp in thousandths): 0 (off) or positive.
+std::string clampRule(const KernelSpec& s) {
+  return s.get("clamp_milli") < 0 ? "clamp_milli must be >= 0 (0 disables the clamp)" : "";
+}
+
 std::string validateFused(const KernelSpec& s) {
   const int64_t e = s.get("E"), topk = s.get("topk"), r = s.get("ranks");
   if (r < 1 || r > 8) return "ranks=" + std::to_string(r) + " must be 1..8";
@@ -119,7 +124,7 @@ KernelInfo dispatchGemmFp8Info() {
           "L1 with 128 x 128 block-scaled w1, SwiGLU to bf16",
           [](const KernelSpec& s) {
             std::string e = validateFusedFp8(s);
-            if (e.empty() && s.get("clamp_milli") < 0) e = "clamp_milli must be >= 0 (0 disables the clamp)";
+            if (e.empty()) e = clampRule(s);
             return e;
           },
           [](mlir::MLIRContext& ctx, const KernelSpec& s, Arch arch) {
@@ -148,7 +153,7 @@ const std::vector<KernelInfo>& registry() {
        "SwiGLU forward over [M, 2I] gate|up rows, bf16, optional clamp",
        [](const KernelSpec& s) {
          std::string e = positiveMultiple("I", s.get("I"), SwigluSpec::kVector, "16-byte bf16 vectors");
-         if (e.empty() && s.get("clamp_milli") < 0) e = "clamp_milli must be >= 0 (0 disables the clamp)";
+         if (e.empty()) e = clampRule(s);
          return e;
        },
        [](mlir::MLIRContext& ctx, const KernelSpec& s, Arch) {
@@ -227,7 +232,7 @@ const std::vector<KernelInfo>& registry() {
        "forward, NN dgrad, TN wgrad)",
        [](const KernelSpec& s) {
          std::string e = validateFused(s);
-         if (e.empty() && s.get("clamp_milli") < 0) e = "clamp_milli must be >= 0 (0 disables the clamp)";
+         if (e.empty()) e = clampRule(s);
          if (e.empty() && (s.get("layout") < 0 || s.get("layout") > 2)) e = "layout must be 0 (NT), 1 (NN) or 2 (TN)";
          if (e.empty() && (s.get("save_h") < 0 || s.get("save_h") > 1 || (s.get("save_h") && s.get("layout") != 0)))
            e = "save_h must be 0 or 1, and 1 only with layout 0 (NT, the forward)";
@@ -259,7 +264,7 @@ const std::vector<KernelInfo>& registry() {
        "SwiGLU backward per received row: dh over h, w * act over g, d topk weight to the home rank",
        [](const KernelSpec& s) {
          std::string e = positiveMultiple("I", s.get("I"), 8, "16-byte bf16 vectors");
-         if (e.empty() && s.get("clamp_milli") < 0) e = "clamp_milli must be >= 0 (0 disables the clamp)";
+         if (e.empty()) e = clampRule(s);
          return e;
        },
        [](mlir::MLIRContext& ctx, const KernelSpec& s, Arch) {
