@@ -1,6 +1,7 @@
 // The operators, written once in the DSL, and the registry that names them for the cache and the tools.
 // Each kernel keeps its compile-time constants in one spec; a spec's constants are the cache key's specialisation.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -73,12 +74,17 @@ struct GemmNtFp8Spec {
 // Per-token FP8 quantisation of activations: x [rows, H] bf16 -> q [rows, H] e4m3 codes and scales [rows, H / 128]
 // f32, each 128-channel group g of a row with scale s = amax(|x_g|) / 448 (1 where that is 0) and q = e4m3(x / s)
 // (IEEE quotient, nearest even, saturating): bitwise python/megamoe/fp8.py quantize_tokens (scale_format fp32) for
-// finite inputs. One thread per (row, group); `rows` a run-time argument; ceil(rows * H / 128 / 256) blocks.
+// finite inputs. One thread per (row, group); a block takes chunkRows() rows at a time, `grid` blocks in turn.
+// Args: x, q, scales, rows, rows_at, grid. device_rows = 0: `rows` rows (rows_at unused; the op launches
+// ceil(rows / chunkRows()) blocks); device_rows = 1: min(rows, *rows_at) rows, a count the device wrote (the FP8
+// layer's act: the rows this rank received, pool_offsets[E/R]), over a resident grid.
 struct QuantizeTokensSpec {
   static constexpr const char* kName = "quantize_tokens_fp8";
   static constexpr int64_t kBlockThreads = 256, kGroup = 128, kVector = 8;
   int64_t hidden;
-  KernelSpec spec() const { return {kName, {{"H", hidden}}}; }
+  bool deviceRows = false;
+  int64_t chunkRows() const { return std::max<int64_t>(1, kBlockThreads / (hidden / kGroup)); }
+  KernelSpec spec() const { return {kName, {{"H", hidden}, {"device_rows", deviceRows ? 1 : 0}}}; }
 };
 
 // Grouped bf16 GEMMs over experts, one persistent kernel each, driven by device-side group offsets: offsets is an
@@ -424,9 +430,10 @@ std::string validateShape(const ModelShape& shape, int64_t ranks);
 // compiler/abi/LayerKernels.h's lists (what the runtime loads) over training, dedup and int64 topk_idx, without a
 // clamp (deduplicated, stable order).
 std::vector<KernelSpec> layerKernels(const ModelShape& shape, int64_t ranks);
-// The FP8 grouped GEMMs (grouped_gemm_nt_fp8) at this shape's L1 ([E/R, 2I, H]) and L2 ([E/R, H, I]) at `ranks`
-// ranks: what `megamoe-cache generate --dtype fp8` builds (there is no FP8 layer yet). Throws std::invalid_argument
-// naming the rule a shape breaks (validateShape's, or H and I below 256).
-std::vector<KernelSpec> fp8GemmKernels(const ModelShape& shape, int64_t ranks);
+// The FP8 kernels of this shape at `ranks` ranks: the grouped GEMMs (grouped_gemm_nt_fp8) at its L1 ([E/R, 2I, H])
+// and L2 ([E/R, H, I]), then the FP8 layer's list (compiler/abi/LayerKernels.h, fp8) with and without int64
+// topk_idx: what `megamoe-cache generate --dtype fp8` builds. Throws std::invalid_argument naming the rule a shape
+// breaks (validateShape's, or H and I below 256).
+std::vector<KernelSpec> fp8Kernels(const ModelShape& shape, int64_t ranks);
 
 }  // namespace megamoe::kernels

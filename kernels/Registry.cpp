@@ -164,10 +164,12 @@ const std::vector<KernelInfo>& registry() {
        [](const KernelSpec& s) {
          std::string e = positiveMultiple("H", s.get("H"), QuantizeTokensSpec::kGroup, "one scale per 128 channels");
          if (e.empty() && s.get("H") > 65536) e = "H=" + std::to_string(s.get("H")) + " must be <= 65536";
+         if (e.empty() && s.get("device_rows") != 0 && s.get("device_rows") != 1)
+           e = "device_rows must be 0 (rows) or 1 (min(rows, *rows_at))";
          return e;
        },
        [](mlir::MLIRContext& ctx, const KernelSpec& s, Arch) {
-         return buildQuantizeTokens(ctx, QuantizeTokensSpec{s.get("H")});
+         return buildQuantizeTokens(ctx, QuantizeTokensSpec{s.get("H"), s.get("device_rows") == 1});
        }},
       {GemmNtSpec::kName,
        "one-expert bf16 GEMM C = A B^T through the MMA atom (64x128 tiles)",
@@ -362,14 +364,25 @@ std::vector<KernelSpec> layerKernels(const ModelShape& s, int64_t ranks) {
   return out;
 }
 
-std::vector<KernelSpec> fp8GemmKernels(const ModelShape& s, int64_t ranks) {
+std::vector<KernelSpec> fp8Kernels(const ModelShape& s, int64_t ranks) {
   if (std::string e = validateShape(s, ranks); !e.empty()) throw std::invalid_argument(s.name + ": " + e);
   std::vector<KernelSpec> out;
-  for (auto [n, k] : {std::pair{2 * s.intermediate, s.hidden}, std::pair{s.hidden, s.intermediate}}) {
-    KernelSpec spec{GroupedGemmSpec::kFp8Name, {{"E", s.experts / ranks}, {"N", n}, {"K", k}}};
+  auto add = [&](KernelSpec spec) {
     if (std::string e = find(spec.kernel)->validate(spec); !e.empty())
       throw std::invalid_argument(s.name + " in FP8: " + e);
-    out.push_back(std::move(spec));
+    if (std::none_of(out.begin(), out.end(), [&](const KernelSpec& o) {
+          return o.kernel == spec.kernel && o.constants == spec.constants;
+        }))
+      out.push_back(std::move(spec));
+  };
+  for (auto [n, k] : {std::pair{2 * s.intermediate, s.hidden}, std::pair{s.hidden, s.intermediate}})
+    add({GroupedGemmSpec::kFp8Name, {{"E", s.experts / ranks}, {"N", n}, {"K", k}}});
+  // The FP8 layer's lists (inference: no training, no dedup), with and without int64 topk_idx.
+  for (bool int64Idx : {false, true}) {
+    abi::LayerShape shape{s.hidden, s.intermediate, s.experts, s.topk, ranks};
+    shape.fp8 = true;
+    shape.topkIdxInt64 = int64Idx;
+    for (abi::KernelSpec& k : abi::layerKernels(shape).specs) add({std::move(k.kernel), std::move(k.constants)});
   }
   return out;
 }

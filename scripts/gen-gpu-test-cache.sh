@@ -24,9 +24,11 @@ kernels=(
   "gemm_nt N=7168,K=2048"   # L2: [M, I] x [H, I]^T
   "gemm_nt_fp8 N=256,K=128"    # FP8 e4m3 with 128 x 128 block scales
   "gemm_nt_fp8 N=4096,K=7168"  # L1 in FP8
-  "quantize_tokens_fp8 H=128"                # per-token FP8 quantisation
-  "quantize_tokens_fp8 H=7168"
-  "quantize_tokens_fp8 H=2048"               # tests/python/gpu: quantize_fp8
+  "quantize_tokens_fp8 H=128,device_rows=0"   # per-token FP8 quantisation
+  "quantize_tokens_fp8 H=7168,device_rows=0"
+  "quantize_tokens_fp8 H=2048,device_rows=0"  # tests/python/gpu: quantize_fp8
+  "quantize_tokens_fp8 H=2048,device_rows=1"  # the row count from the device (the FP8 layer's act)
+  "quantize_tokens_fp8 H=7168,device_rows=1"
   "grouped_gemm_nt_fp8 E=8,N=256,K=512"      # FP8 grouped GEMM on ragged groups
   "grouped_gemm_nt_fp8 E=8,N=384,K=256"      # an odd n-tile count, K of two blocks
   "grouped_gemm_nt_fp8 E=32,N=4096,K=7168"   # DeepSeek-V3 L1 at EP8 in FP8

@@ -57,7 +57,10 @@ std::vector<KernelDecl> declarations() {
   const std::vector<ArgDecl> grouped = {bf16("a"), bf16("b"), bf16("c"), i32p("offsets"), i32("grid")};
   return {
       {"swiglu_fwd", {"I", "clamp_milli"}, {bf16("h"), bf16("out"), i32("rows")}, GridRule::kCovering},
-      {"quantize_tokens_fp8", {"H"}, {bf16("x"), e4m3("q"), f32("scales"), i32("rows")}, GridRule::kCovering},
+      {"quantize_tokens_fp8",
+       {"H", "device_rows"},
+       {bf16("x"), e4m3("q"), f32("scales"), i32("rows"), i32p("rows_at"), i32("grid")},
+       GridRule::kCovering},
       {"gemm_nt", {"N", "K"}, {bf16("a"), bf16("b"), bf16("c"), i32("m")}, GridRule::kCovering},
       {"gemm_nt_fp8", {"N", "K"}, {e4m3("a"), f32("a_scales"), e4m3("b"), f32("b_scales"), bf16("c"), i32("m")},
        GridRule::kCovering},

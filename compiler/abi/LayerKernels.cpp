@@ -28,8 +28,16 @@ LayerKernelList layerKernels(const LayerShape& s) {
     add(role, "grouped_gemm_combine", {{"E", E}, {"ranks", R}, {"topk", k}, {"H", H}, {"I", I}, {"layout", layout}});
   };
   add(LayerKernel::kPrologue, "dispatch_prologue", {{"E", E}, {"topk", k}, {"ranks", R}});
-  dispatch(LayerKernel::kDispatchNT, kLayoutNT, /*saveH=*/s.training, s.dedup);
-  combine(LayerKernel::kCombineNT, kLayoutNT);
+  if (s.fp8) {  // the forward in FP8 (kernels/Kernels.h DispatchGemmSpec::fp8, GemmCombineSpec::fp8)
+    add(LayerKernel::kQuantizeX, "quantize_tokens_fp8", {{"H", H}, {"device_rows", 0}});
+    add(LayerKernel::kDispatchNT, "dispatch_grouped_gemm_fp8",
+        {{"E", E}, {"ranks", R}, {"topk", k}, {"H", H}, {"I", I}, {"clamp_milli", s.clampMilli}});
+    add(LayerKernel::kQuantizeAct, "quantize_tokens_fp8", {{"H", I}, {"device_rows", 1}});
+    add(LayerKernel::kCombineNT, "grouped_gemm_combine_fp8", {{"E", E}, {"ranks", R}, {"topk", k}, {"H", H}, {"I", I}});
+  } else {
+    dispatch(LayerKernel::kDispatchNT, kLayoutNT, /*saveH=*/s.training, s.dedup);
+    combine(LayerKernel::kCombineNT, kLayoutNT);
+  }
   add(LayerKernel::kEpochAdvance, "epoch_advance", {});
   add(LayerKernel::kStageBegin, "stage_begin", {{"E", E}, {"ranks", R}});
   if (s.training) {

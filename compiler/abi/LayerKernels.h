@@ -29,6 +29,7 @@ struct LayerShape {
   bool training = false;      // the forward keeps h; the backward's kernels are listed
   bool dedup = false;         // the forward dispatch sends a token once per owner rank
   bool topkIdxInt64 = false;  // topk_idx_narrow runs before each call's prologue
+  bool fp8 = false;           // e4m3 block-scaled weights, e4m3 rows pushed (inference: no training kernels)
 };
 
 // The roles the runtime launches a listed kernel in.
@@ -44,6 +45,8 @@ enum class LayerKernel : uint8_t {
   kDispatchTN,    // training: x re-dispatched, dW1
   kCombineNN,     // training: L1 dgrad + combine (dx)
   kTopkIdxNarrow,  // int64 topk_idx only
+  kQuantizeX,     // FP8: bf16 x to e4m3 rows and their scales (a call given bf16 x)
+  kQuantizeAct,   // FP8: act to e4m3 between the dispatch and the combine (rows counted on the device)
   kCount,
 };
 

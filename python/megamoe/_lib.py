@@ -136,6 +136,7 @@ SIGNATURES = {
     "megamoe_layer_forward": (_i32, [_vp, _u64, _i64, _u64, _u64, _u64, _u64, _u64, _vp]),
     "megamoe_layer_backward": (_i32, [_vp, _u64, _u64, _i64, _u64, _u64, _u64, _u64, _u64, _u64, _u64, _u64, _vp]),
     "megamoe_layer_forward_saved": (_i32, [_vp, _u64, _i64, _u64, _u64, _u64, _u64, _u64, _u64, _vp]),
+    "megamoe_layer_forward_fp8": (_i32, [_vp, _u64, _u64, _i64, _u64, _u64, _u64, _u64, _u64, _u64, _u64, _vp]),
     "megamoe_layer_backward_saved": (_i32, [_vp, _u64, _u64, _i64, _u64, _u64, _u64, _u64, _u64, _u64, _u64, _u64,
                                             _u64, _vp]),
     "megamoe_layer_set_legs": (_i32, [_vp, _i32, _i32]),
@@ -528,6 +529,12 @@ class LayerHandle:
         else:
             self.call("forward_saved", x, tokens, topk_idx, topk_weights, w1, w2, y, saved,
                       ctypes.c_void_p(stream or None))
+
+    def forward_fp8(self, x, x_scales, tokens, topk_idx, topk_weights, w1, w1_scales, w2, w2_scales, y, stream):
+        """Device addresses (megamoe_layer_forward_fp8): x_scales 0 for bf16 x, which the layer quantises."""
+        tokens = index_in("tokens", tokens)
+        self.call("forward_fp8", x, x_scales, tokens, topk_idx, topk_weights, w1, w1_scales, w2, w2_scales, y,
+                  ctypes.c_void_p(stream or None))
 
     def backward(self, dy, x, tokens, topk_idx, topk_weights, w1, w2, dx, d_topk_weights, dw1, dw2, stream,
                  saved=None):

@@ -629,11 +629,12 @@ def _quantize_fp8(x):
     if rows == 0:
         return q, scales
     rt = _runtime(x.device)
-    name, spec = "quantize_tokens_fp8", [("H", H)]
+    name, spec = "quantize_tokens_fp8", [("H", H), ("device_rows", 0)]
     kernel = with_kernels(lambda: rt.kernel(name, spec), _lib.generate_command(name, spec, rt.target), op)
-    threads = rows * (H // FP8_BLOCK)  # one a (row, 128-channel group); kernel.threads a block (kBlockThreads)
-    rt.launch(kernel, (-(-threads // kernel.threads), 1, 1), torch.cuda.current_stream(x.device).cuda_stream,
-              x=x.data_ptr(), q=q.data_ptr(), scales=scales.data_ptr(), rows=rows)
+    # One thread a (row, 128-channel group), kernel.threads a block; the blocks loop over the rows (any grid works).
+    grid = -(-rows * (H // FP8_BLOCK) // kernel.threads)
+    rt.launch(kernel, (grid, 1, 1), torch.cuda.current_stream(x.device).cuda_stream,
+              x=x.data_ptr(), q=q.data_ptr(), scales=scales.data_ptr(), rows=rows, rows_at=0, grid=grid)
     return q, scales
 
 

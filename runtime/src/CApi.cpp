@@ -156,13 +156,15 @@ megamoe::MoeLayerConfig toConfig(const megamoe_layer_config* config, int ranks) 
   out.receiveCapacity = c->receive_capacity;
   out.topkIdxInt64 = c->topk_idx_bits == 64;
   out.dropOverflow = c->drop_overflow != 0;
+  // The fields first, as bf16 (a C value that no DType holds is named after them), then the dtype and its rules.
   out.dtype = megamoe::DType::kBf16;
   if (auto e = megamoe::MoeLayer::validate(out, ranks); !e.empty()) invalid("MoE layer: " + e);
   if (c->topk_idx_bits != 0 && c->topk_idx_bits != 32 && c->topk_idx_bits != 64)
     invalid("topk_idx_bits=" + std::to_string(c->topk_idx_bits) + " must be 32 (or 0) or 64: topk_idx is int32 or int64");
-  if (c->dtype != MEGAMOE_DTYPE_BF16)
-    throw megamoe::Error(megamoe::ErrorCode::kInvalidArgument,
-                         "dtype=" + std::to_string(c->dtype) + " must be MEGAMOE_DTYPE_BF16: the kernels are bf16 only");
+  if (c->dtype != MEGAMOE_DTYPE_BF16 && c->dtype != MEGAMOE_DTYPE_FP8_E4M3)
+    invalid("dtype=" + std::to_string(c->dtype) + " must be MEGAMOE_DTYPE_BF16 (0) or MEGAMOE_DTYPE_FP8_E4M3 (1)");
+  out.dtype = static_cast<megamoe::DType>(c->dtype);
+  if (auto e = megamoe::MoeLayer::validate(out, ranks); !e.empty()) invalid("MoE layer: " + e);
   return out;
 }
 
@@ -624,6 +626,17 @@ int megamoe_layer_forward(megamoe_layer* layer, uint64_t x, int64_t tokens, uint
   return guarded([&] {
     requireArg(layer, "layer");
     layer->layer->forward({x, tokens, topk_idx, topk_weights, w1, w2, y}, stream);
+  });
+}
+
+int megamoe_layer_forward_fp8(megamoe_layer* layer, uint64_t x, uint64_t x_scales, int64_t tokens, uint64_t topk_idx,
+                              uint64_t topk_weights, uint64_t w1, uint64_t w1_scales, uint64_t w2, uint64_t w2_scales,
+                              uint64_t y, void* stream) {
+  return guarded([&] {
+    requireArg(layer, "layer");
+    megamoe::ForwardArgs a{x, tokens, topk_idx, topk_weights, w1, w2, y};
+    a.xScales = x_scales, a.w1Scales = w1_scales, a.w2Scales = w2_scales;
+    layer->layer->forward(a, stream);
   });
 }
 

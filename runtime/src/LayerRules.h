@@ -12,6 +12,16 @@
 namespace megamoe {
 
 inline constexpr int64_t kBf16 = 2;
+// FP8 rows carry one fp32 scale per 128 channels.
+inline constexpr int64_t kFp8ScaleGroup = 128;
+
+inline bool isFp8(const MoeLayerConfig& c) { return c.dtype == DType::kFp8E4m3; }
+// The dtype's name in messages and in the ranks' rendezvous agreement.
+inline const char* dtypeName(DType d) {
+  return d == DType::kBf16 ? "bf16" : d == DType::kFp8E4m3 ? "fp8_e4m3" : "unknown";
+}
+// Bytes of one element of the rows the dispatch pushes and the receive pool holds: bf16, or e4m3 codes.
+inline int64_t rowElemBytes(const MoeLayerConfig& c) { return isFp8(c) ? 1 : kBf16; }
 
 [[noreturn]] inline void invalid(const std::string& message) { throw Error(ErrorCode::kInvalidArgument, message); }
 

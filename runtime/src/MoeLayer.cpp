@@ -52,6 +52,7 @@ abi::LayerShape layerShape(const MoeLayerConfig& c, int ranks) {
   s.training = c.training;
   s.dedup = c.dedupTokens;
   s.topkIdxInt64 = c.topkIdxInt64;
+  s.fp8 = isFp8(c);
   return s;
 }
 
@@ -161,6 +162,8 @@ std::string MoeLayer::validate(const MoeLayerConfig& c, int ranks) {
     std::optional<int64_t> bytes;
   } sizes[] = {
       {"moe.pool", product({*rows, c.hidden, kBf16})},
+      {"moe.pool_scales", product({*rows, c.hidden / kFp8ScaleGroup, 4})},
+      {"act scales", product({*rows, c.intermediate / kFp8ScaleGroup, 4})},
       {"act", product({*rows, c.intermediate, kBf16})},
       {"h", product({*rows, 2, c.intermediate, kBf16})},
       {"moe.comb", product({c.maxTokens, c.topk, c.hidden, kBf16})},
@@ -178,7 +181,17 @@ std::string MoeLayer::validate(const MoeLayerConfig& c, int ranks) {
   if (const int64_t area = int64_t(ranks) * c.maxTokens; c.dedupTokens && poolRows(c, ranks) < area)
     return "receive_capacity=" + std::to_string(c.receiveCapacity) + " must be 0 or >= ranks * max_tokens = " +
            std::to_string(area) + " with dedup_tokens (a token's row lands at receive row source * max_tokens + token)";
-  if (c.dtype != DType::kBf16) return "dtype must be bf16: the kernels are generated for bf16 only";
+  if (c.dtype != DType::kBf16 && c.dtype != DType::kFp8E4m3)
+    return "dtype=" + std::to_string(int(c.dtype)) + " must be bf16 (0) or fp8_e4m3 (1)";
+  if (isFp8(c)) {
+    if (c.training)
+      return "training=true with dtype fp8_e4m3: the FP8 layer is inference only (there is no FP8 backward yet)";
+    if (c.dedupTokens) return "dedup_tokens with dtype fp8_e4m3: the FP8 dispatch pushes a row per pick";
+    for (const auto& [name, v] : {std::pair{"hidden", c.hidden}, {"intermediate", c.intermediate}})
+      if (v < 256)
+        return std::string(name) + "=" + std::to_string(v) +
+               " must be >= 256 with dtype fp8_e4m3 (a K of the FP8 ring: two 128-wide stages)";
+  }
   if (auto e = smBudgetError(c.smBudget); !e.empty()) return e;
   return "";
 }
@@ -187,19 +200,22 @@ std::vector<RegionSpec> MoeLayer::heapRegions(const MoeLayerConfig& c, int ranks
   // The sizes are products of the fields: free of overflow for a valid configuration only.
   if (auto e = validate(c, ranks); !e.empty()) invalid("MoE layer: " + e);
   const uint64_t R = uint64_t(ranks), E = uint64_t(c.experts), local = E / R;
-  return {
+  std::vector<RegionSpec> regions = {
       {"moe.counts", 2 * R * E * 4, 16},                      // [2][R][E] i32: the all-gathered pick counts
       {"moe.flags", R * 8, 16},                               // [R] u64: the prologue's exchange flags
       {"moe.calls", 2 * R * 8, 16},                           // [2][R] u64: each source's call (abi::callWord)
       {"moe.arrivals", 2 * R * local * 8, 16},                // [2][R][E/R] i64: rows arrived per (source, expert)
       {"moe.done", 2 * uint64_t(abi::doneSlots(ranks)) * 8, 16},  // [2][R + chunks] i64: the combine's counters
-      {"moe.pool", uint64_t(poolRows(c, ranks)) * uint64_t(c.hidden) * kBf16, 256},  // received x rows
+      {"moe.pool", uint64_t(poolRows(c, ranks)) * uint64_t(c.hidden * rowElemBytes(c)), 256},  // received x rows
       {"moe.pool_src", uint64_t(poolRows(c, ranks)) * 4, 16},                          // [rows] source * 2^24 + pick
       {"moe.pool_w", uint64_t(poolRows(c, ranks)) * 4, 16},                            // [rows] routing weights
       {"moe.comb", uint64_t(c.maxTokens * c.topk * c.hidden) * kBf16, 256},            // L2 rows back home
       {"moe.dw", uint64_t(c.maxTokens * c.topk) * 4, 16},                              // d topk_weights at home
       {"moe.barrier", R * 8, 16},                                                      // backward stages meet
   };
+  if (isFp8(c))  // [rows, H / 128] f32: the received rows' scales
+    regions.push_back({"moe.pool_scales", uint64_t(poolRows(c, ranks)) * uint64_t(c.hidden / kFp8ScaleGroup) * 4, 16});
+  return regions;
 }
 
 std::vector<std::pair<std::string, std::vector<std::pair<std::string, int64_t>>>> MoeLayer::kernelSpecs(
@@ -341,6 +357,18 @@ struct MoeLayer::Impl {
               "workspace keeps no saved state itself");
     return ownSaved;
   }
+  // quantize_tokens_fp8 (kernels/Kernels.h QuantizeTokensSpec): rows of `width` bf16 to e4m3 codes and scales.
+  // rowsAt 0: `rows` rows on a covering grid; else the rows the device counted there (at most `rows`) on 4 blocks
+  // an SM of the budget, which loop over them.
+  void quantize(Role role, DevicePtr x, DevicePtr codes, DevicePtr scales, int64_t width, int64_t rows,
+                DevicePtr rowsAt, StreamHandle stream, const SymmetricHeap& heap) {
+    if (!rowsAt && rows == 0) return;
+    const int64_t threads = kernelOf(role).metadata().blockThreads, groups = width / kFp8ScaleGroup;
+    const int32_t blocks = int32_t(rowsAt ? 4 * int64_t(grid) : (rows * groups + threads - 1) / threads);
+    KernelArgs a(kernelSpecName(role));
+    a.ptr("x", x).ptr("q", codes).ptr("scales", scales).i32("rows", rows).ptr("rows_at", rowsAt).i32("grid", blocks);
+    launch(role, uint32_t(blocks), stream, a, heap);
+  }
   void epochAdvance(StreamHandle stream, const SymmetricHeap& heap) {
     KernelArgs a = args(Role::kEpochAdvance);
     launch(Role::kEpochAdvance, 1, stream, a, heap);
@@ -380,9 +408,10 @@ MoeLayer::MoeLayer(std::shared_ptr<Workspace> workspace, const MoeLayerConfig& c
   m.pairGrid = int32_t(m.grid) & ~1;
   m.pairPush = std::min<int32_t>((m.pushBlocks + 1) & ~1, m.pairGrid);
   const int64_t rows = workspace_->poolRows(), H = config.hidden, I = config.intermediate;
-  m.dispatchPoolMap = m.map(Role::kDispatchNT, "map_a", m.b.pool, rows, H);
-  m.combineActMap = m.map(Role::kCombineNT, "map_a", m.b.act, rows, I);
-  m.dispatchOutMap = m.map(Role::kDispatchNT, "map_c", m.b.act, rows, I);
+  m.dispatchPoolMap = m.map(Role::kDispatchNT, "map_a", m.b.pool, rows, H);  // bf16 or e4m3 rows, as declared
+  // FP8: the combine's A is act quantised (the dispatch writes act bf16 and has no map_c).
+  m.combineActMap = m.map(Role::kCombineNT, "map_a", isFp8(config) ? m.b.actCodes : m.b.act, rows, I);
+  if (!isFp8(config)) m.dispatchOutMap = m.map(Role::kDispatchNT, "map_c", m.b.act, rows, I);
   if (config.training) {
     m.dgradPoolMap = m.map(Role::kDispatchNN, "map_a", m.b.pool, rows, H);
     m.wgradPoolMap = m.map(Role::kWgradTN, "map_a", m.b.pool, rows, H);
@@ -399,7 +428,7 @@ MoeLayer::MoeLayer(std::shared_ptr<Workspace> workspace, const MoeLayerConfig& c
                          std::to_string(ranks) + ": hidden " + std::to_string(config.hidden) + ", intermediate " +
                          std::to_string(config.intermediate) + ", experts " + std::to_string(config.experts) + " (" +
                          std::to_string(config.experts / ranks) + " local), topk " + std::to_string(config.topk) +
-                         ", max_tokens " + std::to_string(config.maxTokens) + ", training " +
+                         ", max_tokens " + std::to_string(config.maxTokens) + ", " + dtypeName(config.dtype) + ", training " +
                          std::to_string(int(config.training)) + ", SM budget " + std::to_string(m.grid) +
                          ", push blocks " + std::to_string(m.pushBlocks) + ", " + std::to_string(m.kernels.size()) +
                          " kernels");
@@ -452,22 +481,30 @@ std::unique_ptr<MoeLayer> MoeLayer::create(Runtime& runtime, const MoeLayerConfi
 
 void MoeLayer::forward(const ForwardArgs& a, StreamHandle stream) {
   const MoeLayerConfig& c = config_;
+  const bool fp8 = isFp8(c);
   requireTokensInRange("forward", a.tokens, c);
   if (!a.w1 || !a.w2) invalid("forward: w1 and w2 must not be null (every rank computes its experts)");
   if (a.tokens > 0 && (!a.x || !a.topkIdx || !a.topkWeights || !a.y))
     invalid("forward: x, topk_idx, topk_weights and y must not be null when tokens > 0");
+  if (fp8 && (!a.w1Scales || !a.w2Scales))
+    invalid("forward: w1_scales and w2_scales must not be null (dtype fp8_e4m3: the weights' 128 x 128 block scales)");
+  if (!fp8 && (a.xScales || a.w1Scales || a.w2Scales))
+    invalid("forward: x_scales, w1_scales and w2_scales are for a dtype fp8_e4m3 layer; this one is bf16");
   for (const auto& [name, p] : {std::pair{"x", a.x}, {"y", a.y}, {"w1", a.w1}, {"w2", a.w2}})
     requireAligned("forward", name, p, 16, "16-byte vector accesses");
   requireAligned("forward", "topk_idx", a.topkIdx, c.topkIdxInt64 ? 8 : 4, "i32 / i64 loads");
   requireAligned("forward", "topk_weights", a.topkWeights, 4, "f32 loads");
+  for (const auto& [name, p] : {std::pair{"x_scales", a.xScales}, {"w1_scales", a.w1Scales}, {"w2_scales", a.w2Scales}})
+    requireAligned("forward", name, p, 4, "f32 loads");
   requireGridInBounds(impl_->grid);
   heap().requireUsable();
   Impl& m = *impl_;
   const int32_t dispatchLegs = legBits(m.dispatchLeg), combineLegs = legBits(m.combineLeg);
 
   const DevicePtr saved = c.training ? m.savedFor(a.saved, "forward") : 0;
-  // The maps of w1 [E/R * 2I, H] and w2 [E/R * H, I], encoded per call (a CUDA graph captures them by value) and
-  // before anything is enqueued: a driver error then leaves no prologue waiting for a dispatch that never comes.
+  // The maps of w1 [E/R * 2I, H] and w2 [E/R * H, I] (bf16 or e4m3, as the kernels declare them), encoded per call
+  // (a CUDA graph captures them by value) and before anything is enqueued: a driver error then leaves no prologue
+  // waiting for a dispatch that never comes.
   const int64_t local = c.experts / ranks();
   const TensorMapBytes w1Map = m.map(Role::kDispatchNT, "map_b", a.w1, local * 2 * c.intermediate, c.hidden);
   const TensorMapBytes w2Map = m.map(Role::kCombineNT, "map_b", a.w2, local * c.hidden, c.intermediate);
@@ -475,26 +512,41 @@ void MoeLayer::forward(const ForwardArgs& a, StreamHandle stream) {
   ProfileRange range("megamoe.forward");
   MEGAMOE_LOG(kDebug, "layer forward: rank " + std::to_string(rank()) + ", " + std::to_string(a.tokens) + " tokens");
   m.mark(m.events, size_t(Stage::kPrologue), stream);
+  // FP8 given bf16 x: x quantised first (local work that nothing waits on).
+  DevicePtr src = a.x, srcScales = a.xScales;
+  if (fp8 && !a.xScales) {
+    src = m.b.xCodes, srcScales = m.b.xScales;
+    m.quantize(Role::kQuantizeX, a.x, src, srcScales, c.hidden, a.tokens, 0, stream, heap());
+  }
   const DevicePtr idx = m.topkIdx32(c, a.topkIdx, a.tokens, stream, heap());
   m.prologue(idx, a.tokens, poolRows(c, ranks()), c.dropOverflow ? 1 : 0, abi::CallKind::kForward, stream, heap());
   // The dispatch and the combine (kernels/Kernels.h DispatchGemmSpec, GemmCombineSpec) run as cluster pairs on
-  // sm_90a (m.pairGrid, m.pairPush).
+  // sm_90a in bf16 (m.pairGrid, m.pairPush), on single blocks in FP8 (m.grid, m.pushBlocks).
+  const int32_t grid = fp8 ? int32_t(m.grid) : m.pairGrid, push = fp8 ? m.pushBlocks : m.pairPush;
   m.mark(m.events, size_t(Stage::kDispatchGemm), stream);
   KernelArgs dispatch = m.dispatchArgs(Role::kDispatchNT, dispatchLegs, idx, a.topkWeights, c.maxTokens, poolRows(c, ranks()));
-  dispatch.ptr("src", a.x).ptr("weights", a.w1).ptr("extra", saved).ptr("out", m.b.act);
-  dispatch.ptr("tickets", m.b.tickets).i32("push_blocks", m.pairPush).i32("grid", m.pairGrid);
-  dispatch.tensorMap("map_a", m.dispatchPoolMap).tensorMap("map_c", m.dispatchOutMap);
-  dispatch.tensorMap("map_b", w1Map);
-  m.launch(Role::kDispatchNT, uint32_t(m.pairGrid), stream, dispatch, heap());
+  dispatch.ptr("src", src).ptr("weights", a.w1).ptr("extra", saved).ptr("out", m.b.act);
+  dispatch.ptr("tickets", m.b.tickets).i32("push_blocks", push).i32("grid", grid);
+  dispatch.tensorMap("map_a", m.dispatchPoolMap).tensorMap("map_b", w1Map);
+  if (fp8)
+    dispatch.ptr("src_scales", srcScales).ptr("pool_scales", m.b.poolScales).ptr("weight_scales", a.w1Scales);
+  else
+    dispatch.tensorMap("map_c", m.dispatchOutMap);
+  m.launch(Role::kDispatchNT, uint32_t(grid), stream, dispatch, heap());
+  // FP8: act quantised for L2, over the rows this rank received (pool_offsets[E/R], which the prologue wrote).
+  if (fp8)
+    m.quantize(Role::kQuantizeAct, m.b.act, m.b.actCodes, m.b.actScales, c.intermediate, poolRows(c, ranks()),
+               m.b.poolOffsets + uint64_t(local) * 4, stream, heap());
   // Profiling: the combine's stage time is its own, not how much later the peer finished its dispatch (the rank
   // barrier of stage_begin; its counter zeroing repeats the prologue's: the other parity is idle in this call).
   if (m.profiling) m.stageBegin(stream, heap());
   m.mark(m.events, size_t(Stage::kGemmCombine), stream);
   KernelArgs combine = m.combineArgs(Role::kCombineNT, combineLegs, idx, a.topkWeights, a.tokens);
-  combine.ptr("a", m.b.act).ptr("b", a.w2).ptr("y", a.y).ptr("d_topk_weights", 0).ptr("tickets", m.b.tickets + 8);
-  combine.i32("grid", m.pairGrid).tensorMap("map_a", m.combineActMap);
+  combine.ptr("a", fp8 ? m.b.actCodes : m.b.act).ptr("b", a.w2).ptr("y", a.y).ptr("d_topk_weights", 0);
+  combine.ptr("tickets", m.b.tickets + 8).i32("grid", grid).tensorMap("map_a", m.combineActMap);
   combine.tensorMap("map_b", w2Map);
-  m.launch(Role::kCombineNT, uint32_t(m.pairGrid), stream, combine, heap());
+  if (fp8) combine.ptr("a_scales", m.b.actScales).ptr("b_scales", a.w2Scales);
+  m.launch(Role::kCombineNT, uint32_t(grid), stream, combine, heap());
   m.mark(m.events, size_t(Stage::kCount), stream);
   m.epochAdvance(stream, heap());
   if (!a.saved) m.lastForwardTokens = a.tokens;

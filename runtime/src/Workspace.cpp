@@ -40,12 +40,14 @@ int resolveSmBudget(const MoeLayerConfig& c, const RuntimeEnv& env, Device& devi
 // The local working buffers of a workspace, in one place: the constructor allocates them, bytesFor() counts them.
 struct BufferSizes {
   int64_t sendSlot, sendList, sendOff, sendBase, poolOffsets, routeEpoch, prologueScratch, tickets, act, dh, topkIdx32,
-      dropped;
+      dropped, xCodes, xScales, actCodes, actScales;
   static BufferSizes of(const MoeLayerConfig& c, int ranks) {
     const int64_t picks = c.maxTokens * c.topk, E = c.experts, local = E / ranks, rows = poolRows(c, ranks);
+    const int64_t H = c.hidden, I = c.intermediate, fp8 = isFp8(c) ? 1 : 0, group = kFp8ScaleGroup;
     // Tile tickets: i32 [2] for each of the dispatch, the combine and the dW2 GEMM.
     return {picks * 4,   picks * 4, (E + 1) * 4, E * 4, (local + 1) * 4, 8, prologueScratchBytes(E), 24,
-            rows * c.intermediate * kBf16, c.training ? rows * 2 * c.intermediate * kBf16 : 0, picks * 4, 8};
+            rows * I * kBf16, c.training ? rows * 2 * I * kBf16 : 0, picks * 4, 8,
+            fp8 * c.maxTokens * H, fp8 * c.maxTokens * (H / group) * 4, fp8 * rows * I, fp8 * rows * (I / group) * 4};
   }
   // What the device allocates for each (at least 16 bytes; nothing for a size of 0).
   static int64_t allocated(int64_t bytes) { return bytes ? std::max<int64_t>(bytes, 16) : 0; }
@@ -53,7 +55,7 @@ struct BufferSizes {
     int64_t t = 0;
     for (int64_t b :
          {sendSlot, sendList, sendOff, sendBase, poolOffsets, routeEpoch, prologueScratch, tickets, act, dh, topkIdx32,
-          dropped})
+          dropped, xCodes, xScales, actCodes, actScales})
       t += allocated(b);
     return t;
   }
@@ -101,6 +103,10 @@ std::string Workspace::fits(const MoeLayerConfig& layer) const {
     return "experts=" + std::to_string(layer.experts) + " must equal the workspace's experts=" +
            std::to_string(w.experts) + " (the arrival counters' layout)";
   if (layer.training && !w.training) return "training=true needs a workspace created with training (its dh buffer)";
+  // The receive pool's rows are e4m3 or bf16 and the FP8 buffers exist only in an FP8 workspace.
+  if (layer.dtype != w.dtype)
+    return "dtype=" + std::string(dtypeName(layer.dtype)) + " differs from the workspace's dtype=" + dtypeName(w.dtype) +
+           " (the receive pool's rows and the FP8 buffers)";
   if (layer.smBudget && layer.smBudget != smBudget_)
     return "sm_budget=" + std::to_string(layer.smBudget) + " differs from the workspace's " + std::to_string(smBudget_) +
            " (a workspace's budget is its layers')";
@@ -127,6 +133,7 @@ Workspace::Workspace(Runtime& runtime, const MoeLayerConfig& config, std::unique
   b.comb = h.regionAddress("moe.comb");
   b.dw = h.regionAddress("moe.dw");
   b.barrier = h.regionAddress("moe.barrier");
+  if (isFp8(config)) b.poolScales = h.regionAddress("moe.pool_scales");
   const BufferSizes sizes = BufferSizes::of(config, ranks());
   auto alloc = [&](int64_t bytes) { return bytes ? d.allocate(size_t(BufferSizes::allocated(bytes))) : DevicePtr(0); };
   try {
@@ -149,6 +156,10 @@ Workspace::Workspace(Runtime& runtime, const MoeLayerConfig& config, std::unique
     d.memsetZero(b.prologueScratch, size_t(sizes.prologueScratch), nullptr);
     b.dropped = alloc(sizes.dropped);
     d.memsetZero(b.dropped, size_t(sizes.dropped), nullptr);
+    b.xCodes = alloc(sizes.xCodes);
+    b.xScales = alloc(sizes.xScales);
+    b.actCodes = alloc(sizes.actCodes);
+    b.actScales = alloc(sizes.actScales);
     d.synchronize(nullptr);
   } catch (...) {  // no destructor runs for a half-built object: free what was allocated (the heap frees itself)
     freeBuffers();
@@ -167,7 +178,8 @@ void Workspace::freeBuffers() noexcept {
   Device& d = *device_;
   Buffers& b = buffers_;
   for (DevicePtr* p : {&b.sendSlot, &b.sendList, &b.sendOff, &b.sendBase, &b.poolOffsets, &b.routeEpoch, &b.act,
-                       &b.dh, &b.tickets, &b.prologueScratch, &b.topkIdx32, &b.dropped}) {
+                       &b.dh, &b.tickets, &b.prologueScratch, &b.topkIdx32, &b.dropped, &b.xCodes, &b.xScales,
+                       &b.actCodes, &b.actScales}) {
     try {
       if (*p) d.free(*p);
     } catch (...) {
@@ -238,7 +250,7 @@ RendezvousAgreement layerAgreement(const MoeLayerConfig& config, int ranks, int 
       {"max_tokens", std::to_string(config.maxTokens)},
       {"swiglu_clamp_milli", std::to_string(config.swigluClampMilli)},
       {"training", config.training ? "true" : "false"},
-      {"dtype", config.dtype == DType::kBf16 ? "bf16" : std::to_string(int(config.dtype))},
+      {"dtype", dtypeName(config.dtype)},
       {"dedup_tokens", config.dedupTokens ? "true" : "false"},
       {"receive_capacity", std::to_string(megamoe::poolRows(config, ranks))},
       {"drop_overflow", config.dropOverflow ? "true" : "false"},

@@ -156,16 +156,20 @@ TEST_F(NvJitLinkLookup, EmitAsmIntoAFileFailsNamingIt) {
   EXPECT_NE(r.output.find("--emit-asm " + file + "/asm: cannot create the directory"), std::string::npos) << r.output;
 }
 
-// --dtype fp8 with a shape builds the FP8 grouped GEMMs at its L1 ([E/R, 2I, H]) and L2 ([E/R, H, I]) shapes;
-// deepseek-v2-lite at EP8: 8 experts a rank, H = 2048, I = 1408.
-TEST_F(NvJitLinkLookup, DtypeFp8BuildsTheFp8GroupedGemmsOfTheShape) {
+// --dtype fp8 with a shape builds the FP8 grouped GEMMs at its L1 ([E/R, 2I, H]) and L2 ([E/R, H, I]) shapes and
+// the FP8 layer's kernels; deepseek-v2-lite at EP8: 8 experts a rank, H = 2048, I = 1408.
+TEST_F(NvJitLinkLookup, DtypeFp8BuildsTheFp8KernelsOfTheShape) {
   const ChildResult r = run("'" MEGAMOE_CACHE_TOOL "' generate --preset deepseek-v2-lite --ep 8 --dtype fp8 "
                             "--targets gfx950 --quiet --cache-dir '" + dir + "/cache'");
   EXPECT_EQ(r.status, 0) << r.output;
   EXPECT_NE(r.output.find("grouped_gemm_nt_fp8[E=8,N=2816,K=2048]"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("grouped_gemm_nt_fp8[E=8,N=2048,K=1408]"), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("2 entries, 0 failed"), std::string::npos) << r.output;
-  EXPECT_EQ(r.output.find("dispatch_grouped_gemm"), std::string::npos) << r.output;
+  for (const char* layer : {"quantize_tokens_fp8[H=2048,device_rows=0]", "quantize_tokens_fp8[H=1408,device_rows=1]",
+                            "dispatch_grouped_gemm_fp8[E=64,ranks=8,topk=6,H=2048,I=1408,clamp_milli=0]",
+                            "grouped_gemm_combine_fp8[E=64,ranks=8,topk=6,H=2048,I=1408]", "topk_idx_narrow[]"})
+    EXPECT_NE(r.output.find(layer), std::string::npos) << layer << "\n" << r.output;
+  EXPECT_NE(r.output.find("10 entries, 0 failed"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("dispatch_grouped_gemm["), std::string::npos) << "no bf16 layer kernel\n" << r.output;
 }
 
 TEST_F(NvJitLinkLookup, DtypeRulesAreNamed) {

@@ -534,11 +534,12 @@ uint8_t toE4m3(float v) {
 
 // quantize_tokens_fp8 (kernels/Kernels.h QuantizeTokensSpec) on random bf16 rows (a wide range of magnitudes, one
 // all-zero group): the codes and scales bitwise the host quantiser's (IEEE quotient, nearest even), every element
-// written, a guard row untouched, a second launch identical.
-void runQuantizeTokens(Gpu& gpu, int64_t H, int32_t rows) {
+// written, a guard row untouched, a second launch identical. deviceRows: the row count read from the device
+// (rows_at holds `rows`, the bound argument one more: the guard row), over `grid` blocks taking the rows in turn.
+void runQuantizeTokens(Gpu& gpu, int64_t H, int32_t rows, bool deviceRows = false, int32_t grid = 0) {
   std::mt19937 rng = testRng();
   const int64_t groups = H / 128;
-  auto kernel = loadKernel(*gpu.runtime, "quantize_tokens_fp8", {{"H", H}});
+  auto kernel = loadKernel(*gpu.runtime, "quantize_tokens_fp8", {{"H", H}, {"device_rows", deviceRows ? 1 : 0}});
   std::vector<uint16_t> x = randomBf16(rng, size_t(rows * H));
   std::uniform_int_distribution<int> exponent(-20, 12);
   for (int64_t g = 0; g < rows * groups; ++g) {
@@ -549,10 +550,14 @@ void runQuantizeTokens(Gpu& gpu, int64_t H, int32_t rows) {
   Buffer xDev(gpu.device(), x.size() * 2), q(gpu.device(), size_t((rows + 1) * H)),
       scales(gpu.device(), size_t((rows + 1) * groups) * 4);
   xDev.upload(x);
+  Buffer rowsAt(gpu.device(), 4);
+  rowsAt.upload(std::vector<int32_t>{rows});
+  if (!grid) grid = int32_t((rows * groups + 255) / 256);
   KernelArgs args("quantize_tokens_fp8");
-  args.ptr("x", xDev.ptr()).ptr("q", q.ptr()).ptr("scales", scales.ptr()).i32("rows", rows);
+  args.ptr("x", xDev.ptr()).ptr("q", q.ptr()).ptr("scales", scales.ptr()).i32("rows", deviceRows ? rows + 1 : rows);
+  args.ptr("rows_at", deviceRows ? rowsAt.ptr() : 0).i32("grid", grid);
   LaunchDims dims;
-  dims.grid.x = uint32_t((rows * groups + 255) / 256);
+  dims.grid.x = uint32_t(grid);
   dims.block.x = uint32_t(kernel->metadata().blockThreads);
   auto launchOnce = [&] {
     q.upload(std::vector<uint8_t>(size_t((rows + 1) * H), 0xFF));  // the NaN code: never the result of a finite x
@@ -581,14 +586,19 @@ void runQuantizeTokens(Gpu& gpu, int64_t H, int32_t rows) {
   const auto [codes2, scales2] = launchOnce();
   const bool identical = codes2 == codes && std::memcmp(scales2.data(), gotScales.data(), gotScales.size() * 4) == 0;
   EXPECT_TRUE(identical);
-  std::printf("SUMMARY quantize_tokens_fp8 H=%lld rows=%d: code_diffs=%zu scale_diffs=%zu guard_touched=%zu rerun=%s\n",
-              (long long)H, rows, codeDiffs, scaleDiffs, guard, identical ? "identical" : "DIFFERENT");
+  std::printf("SUMMARY quantize_tokens_fp8 H=%lld rows=%d device_rows=%d grid=%d: code_diffs=%zu scale_diffs=%zu "
+              "guard_touched=%zu rerun=%s\n",
+              (long long)H, rows, int(deviceRows), grid, codeDiffs, scaleDiffs, guard, identical ? "identical" : "DIFFERENT");
 }
 
 TEST(GpuKernels, QuantizeTokensFp8MatchesTheHostQuantiser) {
   MEGAMOE_REQUIRE_SM90A(gpu);
   runQuantizeTokens(gpu, 128, 33);
   runQuantizeTokens(gpu, 7168, 300);  // DeepSeek-V3's hidden size
+  runQuantizeTokens(gpu, 128, 33, false, /*grid=*/1);  // one block loops over every chunk of rows
+  // The FP8 layer's act: the count from the device, a bound one row more, fewer blocks than chunks.
+  runQuantizeTokens(gpu, 2048, 301, true, /*grid=*/7);
+  runQuantizeTokens(gpu, 7168, 300, true, /*grid=*/132);
 }
 
 // ------------------------------------------------------------------------------------ grouped_gemm_{nt,nn,tn}_tma

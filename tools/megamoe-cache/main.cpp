@@ -46,8 +46,8 @@ Shape (one of):
 
 Options:
   --ep LIST          expert-parallel rank counts (default 8)
-  --dtype bf16|fp8   with a shape: bf16 (default) builds the layer's kernels; fp8 the FP8 grouped GEMMs
-                     (grouped_gemm_nt_fp8, e4m3 with 128 x 128 block scales) at its L1 and L2 shapes (no FP8 layer yet)
+  --dtype bf16|fp8   with a shape: bf16 (default) builds the layer's kernels; fp8 the FP8 layer's kernels (e4m3
+                     with 128 x 128 block scales, inference) and the FP8 grouped GEMMs at its L1 and L2 shapes
   --targets LIST     sm_90a, gfx950 (default both)
   --cache-dir DIR    cache root (default: $MEGAMOE_CACHE_DIR, else $XDG_CACHE_HOME/megamoe, else ~/.cache/megamoe)
   --json FILE        also write the results as JSON
@@ -190,7 +190,7 @@ int generate(const Args& a) {
     } else {
       throw Usage("generate needs --preset, an explicit shape, or --kernel (see --help)");
     }
-    shapeName = shape.name + (dtype == "fp8" ? " (FP8 grouped GEMMs)" : "");
+    shapeName = shape.name + (dtype == "fp8" ? " (FP8)" : "");
     std::map<std::string, std::string> seen;  // describe() -> EP list it serves
     std::vector<kernels::KernelSpec> order;
     for (int64_t ep : eps) {
@@ -198,7 +198,7 @@ int generate(const Args& a) {
       if (!err.empty()) throw Usage(shape.name + " at EP" + std::to_string(ep) + ": " + err);
       std::vector<kernels::KernelSpec> specs;
       try {
-        specs = dtype == "fp8" ? kernels::fp8GemmKernels(shape, ep) : kernels::layerKernels(shape, ep);
+        specs = dtype == "fp8" ? kernels::fp8Kernels(shape, ep) : kernels::layerKernels(shape, ep);
       } catch (const std::invalid_argument& e) {
         throw Usage(std::string(e.what()) + " at EP" + std::to_string(ep));
       }

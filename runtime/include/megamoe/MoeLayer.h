@@ -28,8 +28,14 @@ namespace megamoe {
 class Runtime;
 class Kernel;
 
-// Element type of x, y, the weights and the gradients (fp32 accumulation inside). Only bf16 exists.
-enum class DType : int { kBf16 = 0 };
+// The layer's number format (fp32 accumulation inside either way).
+//   kBf16:     x, y, w1, w2 (and the gradients) bf16.
+//   kFp8E4m3:  inference (no training): w1 and w2 e4m3 codes in their bf16 layouts with fp32 block scales,
+//              w1_scales [E/R, 2I/128, H/128] and w2_scales [E/R, H/128, I/128] (one per 128 x 128 block: a
+//              checkpoint's weight_scale_inv, dequantised = code x scale); x bf16 (the layer quantises it per token
+//              and 128 channels, amax / 448) or e4m3 codes with their scales x_scales fp32 [tokens, H/128]; y bf16.
+//              The rows pushed are e4m3 with their scales; act is quantised like x between the two GEMMs.
+enum class DType : int { kBf16 = 0, kFp8E4m3 = 1 };
 
 struct MoeLayerConfig {
   int64_t hidden = 0;        // H
@@ -91,6 +97,9 @@ struct ForwardArgs {
   DevicePtr topkIdx = 0, topkWeights = 0;
   DevicePtr w1 = 0, w2 = 0;
   DevicePtr y = 0;
+  // FP8 layers (DType::kFp8E4m3): the block scales of w1 and w2 (required), and x's per-token scales when x is
+  // e4m3 codes (0: x is bf16 and the layer quantises it). 0 on a bf16 layer.
+  DevicePtr xScales = 0, w1Scales = 0, w2Scales = 0;
   // Training layers: where this forward keeps what its backward needs (savedBytes(), 16-byte aligned, the
   // caller's). 0 on a layer created without a workspace: the layer's own buffer, i.e. the last forward's.
   DevicePtr saved = 0;

@@ -82,11 +82,15 @@ class Workspace {
   // The working buffers and heap regions, as the layer's launches pass them (device addresses).
   struct Buffers {
     DevicePtr ctx = 0, counts = 0, flags = 0, calls = 0, arrivals = 0, done = 0, pool = 0, poolSrc = 0, poolW = 0,
-              comb = 0, dw = 0, barrier = 0;                                   // heap regions
+              comb = 0, dw = 0, barrier = 0,                                   // heap regions
+              poolScales = 0;                                                  // heap, FP8 only
     DevicePtr sendSlot = 0, sendList = 0, sendOff = 0, sendBase = 0, poolOffsets = 0, routeEpoch = 0,
               prologueScratch = 0, tickets = 0, act = 0, dh = 0,               // local (dh: training only)
               topkIdx32 = 0,  // the int32 topk_idx (int64 narrowed; with dropping, a copy the prologue edits)
               dropped = 0;    // i64: picks dropped so far
+    // FP8 only (local): x quantised [max_tokens, H] e4m3 + [max_tokens, H / 128] f32, act quantised [rows, I] e4m3
+    // + [rows, I / 128] f32.
+    DevicePtr xCodes = 0, xScales = 0, actCodes = 0, actScales = 0;
   };
   const Buffers& buffers() const { return buffers_; }
   // Rows of the receive pool (every rank may send every pick to this one).

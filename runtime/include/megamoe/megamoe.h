@@ -198,7 +198,7 @@ typedef struct megamoe_layer_config {
   int64_t max_tokens;         /* per rank and call */
   int64_t swiglu_clamp_milli; /* 0 = no clamp */
   int64_t training;           /* non-zero: forward keeps h and megamoe_layer_backward is available */
-  int64_t dtype;              /* MEGAMOE_DTYPE_BF16 (the only one the kernels are generated for) */
+  int64_t dtype;              /* MEGAMOE_DTYPE_BF16, or MEGAMOE_DTYPE_FP8_E4M3 (inference: megamoe_layer_forward_fp8) */
   int64_t dedup_tokens;       /* non-zero: a token crosses to each owner rank once (MoeLayerConfig::dedupTokens) */
   int64_t sm_budget;          /* SMs of this rank's kernels (even); 0 = MEGAMOE_SM_BUDGET, else every SM shared by
                                  the ranks of one process on a device (MoeLayerConfig::smBudget) */
@@ -210,6 +210,7 @@ typedef struct megamoe_layer_config {
   /* Later releases add fields here, and to MEGAMOE_LAYER_CONFIG_INIT. */
 } megamoe_layer_config;
 #define MEGAMOE_DTYPE_BF16 0
+#define MEGAMOE_DTYPE_FP8_E4M3 1 /* e4m3 weights with 128 x 128 fp32 block scales (MoeLayer.h DType::kFp8E4m3) */
 /* struct_size set, every other field 0 (dtype MEGAMOE_DTYPE_BF16): megamoe_layer_config c = MEGAMOE_LAYER_CONFIG_INIT; */
 #define MEGAMOE_LAYER_CONFIG_INIT {sizeof(megamoe_layer_config), 0, 0, 0, 0, 0, 0, 0, MEGAMOE_DTYPE_BF16, 0, 0, 0, 0, 0}
 
@@ -309,6 +310,13 @@ MEGAMOE_API int megamoe_layer_backward_saved(megamoe_layer* layer, uint64_t dy, 
  * buffers are reused by the next call without a host synchronisation. MEGAMOE_OK means enqueued (see above). */
 MEGAMOE_API int megamoe_layer_forward(megamoe_layer* layer, uint64_t x, int64_t tokens, uint64_t topk_idx,
                                       uint64_t topk_weights, uint64_t w1, uint64_t w2, uint64_t y, void* stream);
+/* The forward of a MEGAMOE_DTYPE_FP8_E4M3 layer: w1 / w2 e4m3 codes in the bf16 layouts with fp32 block scales
+ * w1_scales [E/R, 2I/128, H/128] and w2_scales [E/R, H/128, I/128] (4-byte aligned, required); x bf16 with
+ * x_scales = 0 (the layer quantises it per token and 128 channels), or e4m3 codes with x_scales fp32
+ * [tokens, H/128]; y bf16. Otherwise as megamoe_layer_forward. A bf16 layer refuses non-zero scales. */
+MEGAMOE_API int megamoe_layer_forward_fp8(megamoe_layer* layer, uint64_t x, uint64_t x_scales, int64_t tokens,
+                                          uint64_t topk_idx, uint64_t topk_weights, uint64_t w1, uint64_t w1_scales,
+                                          uint64_t w2, uint64_t w2_scales, uint64_t y, void* stream);
 /* The backward of the last forward (training layers): dx [tokens, hidden] bf16, d_topk_weights fp32 [tokens, topk],
  * dW1 / dW2 in w1's / w2's layouts. Alignment and stream ordering as the forward's; d_topk_weights 4-byte aligned. */
 MEGAMOE_API int megamoe_layer_backward(megamoe_layer* layer, uint64_t dy, uint64_t x, int64_t tokens, uint64_t topk_idx,

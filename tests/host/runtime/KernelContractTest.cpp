@@ -182,14 +182,17 @@ TEST(LayerKernels, EveryListedKernelIsDeclaredWithExactlyItsConstants) {
       {LayerKernel::kStageBegin, "stage_begin"},          {LayerKernel::kDispatchNN, "dispatch_grouped_gemm"},
       {LayerKernel::kSwigluBwd, "swiglu_bwd"},            {LayerKernel::kWgradTN, "grouped_gemm_tn_tma"},
       {LayerKernel::kDispatchTN, "dispatch_grouped_gemm"}, {LayerKernel::kCombineNN, "grouped_gemm_combine"},
-      {LayerKernel::kTopkIdxNarrow, "topk_idx_narrow"}};
+      {LayerKernel::kTopkIdxNarrow, "topk_idx_narrow"},   {LayerKernel::kQuantizeX, "quantize_tokens_fp8"},
+      {LayerKernel::kQuantizeAct, "quantize_tokens_fp8"}};
   static_assert(std::size(roleNames) == size_t(LayerKernel::kCount));
-  for (int options = 0; options < 16; ++options) {
+  for (int options = 0; options < 32; ++options) {
     abi::LayerShape shape{7168, 2048, 256, 8, 2};
     shape.training = options & 1;
     shape.dedup = options & 2;
     shape.topkIdxInt64 = options & 4;
     shape.clampMilli = options & 8 ? 7000 : 0;
+    shape.fp8 = options & 16;
+    if (shape.fp8 && (shape.training || shape.dedup)) continue;  // the FP8 layer is inference without dedup
     const abi::LayerKernelList list = abi::layerKernels(shape);
     for (const abi::KernelSpec& spec : list.specs) {
       const abi::KernelDecl* decl = abi::findKernelDecl(spec.kernel);
@@ -201,6 +204,7 @@ TEST(LayerKernels, EveryListedKernelIsDeclaredWithExactlyItsConstants) {
     std::set<size_t> used;
     for (const auto& [role, name] : roleNames) {
       const bool expected = role == LayerKernel::kTopkIdxNarrow ? shape.topkIdxInt64
+                            : role >= LayerKernel::kQuantizeX   ? shape.fp8
                             : role >= LayerKernel::kDispatchNN  ? shape.training
                                                                 : true;
       ASSERT_EQ(list.has(role), expected) << name << " options=" << options;
@@ -208,12 +212,18 @@ TEST(LayerKernels, EveryListedKernelIsDeclaredWithExactlyItsConstants) {
         EXPECT_THROW(list.at(role), std::out_of_range);
         continue;
       }
-      EXPECT_EQ(list.specs.at(list.at(role)).kernel, name);
+      const bool fp8Fused = shape.fp8 && (role == LayerKernel::kDispatchNT || role == LayerKernel::kCombineNT);
+      EXPECT_EQ(list.specs.at(list.at(role)).kernel, fp8Fused ? std::string(name) + "_fp8" : std::string(name));
       EXPECT_TRUE(used.insert(list.at(role)).second) << name << ": two roles share one entry";
     }
     EXPECT_EQ(used.size(), list.specs.size()) << "every listed kernel has a role";
     // The options reach the constants they decide.
     const abi::SpecConstants& forward = list.specs[list.at(LayerKernel::kDispatchNT)].constants;
+    if (shape.fp8) {
+      EXPECT_EQ(forward[5], (std::pair<std::string, int64_t>{"clamp_milli", shape.clampMilli}));
+      EXPECT_EQ(list.specs[list.at(LayerKernel::kQuantizeAct)].constants[0], (std::pair<std::string, int64_t>{"H", 2048}));
+      continue;
+    }
     EXPECT_EQ(forward[5], (std::pair<std::string, int64_t>{"clamp_milli", shape.clampMilli}));
     EXPECT_EQ(forward[7], (std::pair<std::string, int64_t>{"save_h", shape.training ? 1 : 0}));
     EXPECT_EQ(forward[8], (std::pair<std::string, int64_t>{"dedup", shape.dedup ? 1 : 0}));

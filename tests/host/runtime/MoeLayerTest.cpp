@@ -47,9 +47,37 @@ TEST(MoeLayer, EachBrokenConstraintIsNamed) {
     const std::string error = MoeLayer::validate(c.config, c.ranks);
     EXPECT_NE(error.find(c.names), std::string::npos) << "expected '" << c.names << "' in: " << error;
   }
+  MoeLayerConfig unknown = deepseek();
+  unknown.dtype = DType(2);
+  EXPECT_NE(MoeLayer::validate(unknown, 2).find("dtype=2 must be bf16 (0) or fp8_e4m3 (1)"), std::string::npos);
+}
+
+// FP8 (DType::kFp8E4m3) is inference only, one row per pick, and both GEMMs' K at least the FP8 ring's two stages.
+TEST(MoeLayer, Fp8TakesInferenceLayersOnly) {
   MoeLayerConfig fp8 = deepseek();
-  fp8.dtype = DType(1);
-  EXPECT_NE(MoeLayer::validate(fp8, 2).find("dtype"), std::string::npos);
+  fp8.dtype = DType::kFp8E4m3;
+  EXPECT_EQ(MoeLayer::validate(fp8, 2), "");
+  EXPECT_EQ(MoeLayer::validate(fp8, 8), "");
+  struct Case {
+    std::function<void(MoeLayerConfig&)> edit;
+    const char* names;
+  };
+  const Case cases[] = {
+      {[](MoeLayerConfig& c) { c.training = true; }, "training=true with dtype fp8_e4m3"},
+      {[](MoeLayerConfig& c) { c.dedupTokens = true; }, "dedup_tokens with dtype fp8_e4m3"},
+      {[](MoeLayerConfig& c) { c.hidden = 128; }, "hidden=128 must be >= 256 with dtype fp8_e4m3"},
+      {[](MoeLayerConfig& c) { c.intermediate = 128; }, "intermediate=128 must be >= 256 with dtype fp8_e4m3"},
+  };
+  for (const Case& c : cases) {
+    MoeLayerConfig config = fp8;
+    c.edit(config);
+    const std::string error = MoeLayer::validate(config, 2);
+    EXPECT_NE(error.find(c.names), std::string::npos) << "expected '" << c.names << "' in: " << error;
+  }
+  MoeLayerConfig bf16 = fp8;
+  bf16.dtype = DType::kBf16;
+  bf16.hidden = 128;
+  EXPECT_EQ(MoeLayer::validate(bf16, 2), "") << "the FP8 rules are FP8's";
 }
 
 TEST(MoeLayer, HeapRegionsHoldTheWorstCaseRouting) {
@@ -67,6 +95,36 @@ TEST(MoeLayer, HeapRegionsHoldTheWorstCaseRouting) {
   EXPECT_EQ(layout.region("moe.dw").size, uint64_t(8192) * 8 * 4);
   // The same list on every rank: the layout's hash is what the rendezvous compares.
   EXPECT_EQ(layout.hash(), HeapLayout::place(MoeLayer::heapRegions(c, 2)).hash());
+}
+
+// The FP8 layer's pool holds e4m3 rows (H bytes) and their scales in a region of its own.
+TEST(MoeLayer, Fp8HeapRegionsHoldCodesAndScales) {
+  MoeLayerConfig c = deepseek();
+  c.dtype = DType::kFp8E4m3;
+  const HeapLayout layout = HeapLayout::place(MoeLayer::heapRegions(c, 2));
+  EXPECT_EQ(layout.region("moe.pool").size, uint64_t(2) * 8192 * 8 * 7168);
+  EXPECT_EQ(layout.region("moe.pool_scales").size, uint64_t(2) * 8192 * 8 * (7168 / 128) * 4);
+  EXPECT_EQ(layout.region("moe.comb").size, uint64_t(8192) * 8 * 7168 * 2) << "the rows come home in bf16";
+  EXPECT_THROW(HeapLayout::place(MoeLayer::heapRegions(deepseek(), 2)).region("moe.pool_scales"), Error);
+}
+
+// FP8: x quantised, the FP8 dispatch, act quantised (its rows counted on the device), the FP8 combine.
+TEST(MoeLayer, Fp8LoadsTheQuantisersAndTheFp8FusedKernels) {
+  MoeLayerConfig c = deepseek();
+  c.dtype = DType::kFp8E4m3;
+  c.swigluClampMilli = 7000;
+  const auto specs = MoeLayer::kernelSpecs(c, 2);
+  std::vector<std::string> names;
+  for (const auto& s : specs) names.push_back(s.first);
+  EXPECT_EQ(names, (std::vector<std::string>{"dispatch_prologue", "quantize_tokens_fp8", "dispatch_grouped_gemm_fp8",
+                                             "quantize_tokens_fp8", "grouped_gemm_combine_fp8", "epoch_advance",
+                                             "stage_begin"}));
+  using Constants = std::vector<std::pair<std::string, int64_t>>;
+  EXPECT_EQ(specs[1].second, (Constants{{"H", 7168}, {"device_rows", 0}}));
+  EXPECT_EQ(specs[2].second,
+            (Constants{{"E", 256}, {"ranks", 2}, {"topk", 8}, {"H", 7168}, {"I", 2048}, {"clamp_milli", 7000}}));
+  EXPECT_EQ(specs[3].second, (Constants{{"H", 2048}, {"device_rows", 1}}));
+  EXPECT_EQ(specs[4].second, (Constants{{"E", 256}, {"ranks", 2}, {"topk", 8}, {"H", 7168}, {"I", 2048}}));
 }
 
 TEST(MoeLayer, LoadsTheForwardKernelsAndForTrainingTheBackwardOnes) {

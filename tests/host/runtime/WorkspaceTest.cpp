@@ -393,6 +393,97 @@ TEST_F(WorkspaceOnFakeHip, Int64IndicesAreNarrowedFirst) {
   d.free(p);
 }
 
+// FP8: x quantised into the workspace (unless the caller gives e4m3 x and its scales), its codes and scales pushed,
+// act quantised over the rows the prologue counted, the combine reading act's codes; the scales go where the
+// kernels read them, the FP8 buffers exist in an FP8 workspace only, and missing or stray scales are refused.
+TEST_F(WorkspaceOnFakeHip, Fp8ForwardQuantisesXAndActAroundTheFp8Kernels) {
+  MoeLayerConfig fp8 = small(false);
+  fp8.dtype = DType::kFp8E4m3;
+  test::storeFakeLayerKernels(dir.path(), fp8, kRanks, /*recordArguments=*/true);
+  auto workspaces = Workspace::createLocal(raw(), fp8);
+  auto layer = MoeLayer::create(workspaces[0], fp8);
+  const Workspace::Buffers& b = workspaces[0]->buffers();
+  ASSERT_TRUE(b.poolScales && b.xCodes && b.xScales && b.actCodes && b.actScales);
+  EXPECT_EQ(Workspace::bytesFor(fp8, kRanks).buffers - Workspace::bytesFor(small(false), kRanks).buffers,
+            uint64_t(64 * 512 + 64 * 4 * 4 + 2 * 64 * 4 * 256 + 2 * 64 * 4 * 2 * 4))
+      << "x's codes and scales for 64 tokens, act's for 512 rows";
+  Device& d = *runtimes[0]->device();
+  const DevicePtr p = d.allocate(1 << 20);
+  const DevicePtr x = p, idx = p + 0x10000, w = p + 0x20000, w1 = p + 0x30000, w2 = p + 0x40000, y = p + 0x50000,
+                  w1s = p + 0x60000, w2s = p + 0x70000, xs = p + 0x80000;
+  ForwardArgs a{x, 8, idx, w, w1, w2, y};
+  a.w1Scales = w1s, a.w2Scales = w2s;
+  int from = test::FakeHip::get().launchCount();
+  layer->forward(a, nullptr);
+  auto quantisers = launchesOf("quantize_tokens_fp8", from);
+  auto dispatches = launchesOf("dispatch_grouped_gemm_fp8", from);
+  auto combines = launchesOf("grouped_gemm_combine_fp8", from);
+  ASSERT_EQ(quantisers.size(), 2u);
+  ASSERT_EQ(dispatches.size(), 1u);
+  ASSERT_EQ(combines.size(), 1u);
+  auto q = [&](const char* arg) { return argIndex("quantize_tokens_fp8", arg); };
+  auto disp = [&](const char* arg) { return dispatches[0].params[argIndex("dispatch_grouped_gemm_fp8", arg)]; };
+  auto comb = [&](const char* arg) { return combines[0].params[argIndex("grouped_gemm_combine_fp8", arg)]; };
+  EXPECT_EQ(quantisers[0].params[q("x")], x);
+  EXPECT_EQ(quantisers[0].params[q("q")], b.xCodes);
+  EXPECT_EQ(quantisers[0].params[q("scales")], b.xScales);
+  EXPECT_EQ(quantisers[0].params[q("rows_at")], 0u);
+  EXPECT_EQ(disp("src"), b.xCodes);
+  EXPECT_EQ(disp("src_scales"), b.xScales);
+  EXPECT_EQ(disp("pool"), b.pool);
+  EXPECT_EQ(disp("pool_scales"), b.poolScales);
+  EXPECT_EQ(disp("weights"), w1);
+  EXPECT_EQ(disp("weight_scales"), w1s);
+  EXPECT_EQ(disp("out"), b.act);
+  EXPECT_EQ(quantisers[1].params[q("x")], b.act);
+  EXPECT_EQ(quantisers[1].params[q("q")], b.actCodes);
+  EXPECT_EQ(quantisers[1].params[q("scales")], b.actScales);
+  EXPECT_EQ(quantisers[1].params[q("rows_at")], b.poolOffsets + 8 * 4) << "pool_offsets[E/R]: the rows received";
+  EXPECT_EQ(comb("a"), b.actCodes);
+  EXPECT_EQ(comb("a_scales"), b.actScales);
+  EXPECT_EQ(comb("b"), w2);
+  EXPECT_EQ(comb("b_scales"), w2s);
+  EXPECT_EQ(comb("y"), y);
+  // The order: x quantised, the prologue, the dispatch, act quantised, the combine.
+  std::vector<std::string> order;
+  for (int i = from; i < test::FakeHip::get().launchCount(); ++i) {
+    FakeHipLaunch l{};
+    test::FakeHip::get().launch(i, &l);
+    order.push_back(l.name);
+  }
+  EXPECT_EQ(order, (std::vector<std::string>{"quantize_tokens_fp8", "dispatch_prologue", "dispatch_grouped_gemm_fp8",
+                                             "quantize_tokens_fp8", "grouped_gemm_combine_fp8", "epoch_advance"}));
+  // e4m3 x with its scales: no quantisation of x; the caller's codes and scales are pushed.
+  ForwardArgs given = a;
+  given.xScales = xs;
+  from = test::FakeHip::get().launchCount();
+  layer->forward(given, nullptr);
+  ASSERT_EQ(launchesOf("quantize_tokens_fp8", from).size(), 1u) << "act only";
+  dispatches = launchesOf("dispatch_grouped_gemm_fp8", from);
+  ASSERT_EQ(dispatches.size(), 1u);
+  EXPECT_EQ(disp("src"), x);
+  EXPECT_EQ(disp("src_scales"), xs);
+  // Refused before anything is enqueued.
+  from = test::FakeHip::get().launchCount();
+  ForwardArgs noScales = a;
+  noScales.w2Scales = 0;
+  EXPECT_NE(errorOf([&] { layer->forward(noScales, nullptr); }).find("w1_scales and w2_scales must not be null"),
+            std::string::npos);
+  ForwardArgs misaligned = a;
+  misaligned.w1Scales = w1s + 2;
+  EXPECT_NE(errorOf([&] { layer->forward(misaligned, nullptr); }).find("w1_scales"), std::string::npos);
+  EXPECT_EQ(test::FakeHip::get().launchCount(), from);
+  // A bf16 layer takes no scales, and does not fit an FP8 workspace (its pool holds e4m3 rows), nor the reverse.
+  EXPECT_NE(workspaces[0]->fits(small(false)).find("dtype=bf16 differs from the workspace's dtype=fp8_e4m3"),
+            std::string::npos);
+  auto bf16Workspaces = Workspace::createLocal(raw(), small(false));
+  EXPECT_NE(bf16Workspaces[0]->fits(fp8).find("dtype=fp8_e4m3 differs"), std::string::npos);
+  test::storeFakeLayerKernels(dir.path(), small(false), kRanks, /*recordArguments=*/true);
+  auto bf16 = MoeLayer::create(bf16Workspaces[0], small(false));
+  EXPECT_NE(errorOf([&] { bf16->forward(a, nullptr); }).find("are for a dtype fp8_e4m3 layer"), std::string::npos);
+  d.free(p);
+}
+
 // Rendezvous through the caller: each fork()ed rank prepares its workspace, the "caller" all-gathers the handles (here
 // through files), every rank joins, meets, runs a training forward and backward of a layer on it, and meets again
 // before destroying it. The layers' launches reach the peers' heaps through the mapped handles.
@@ -506,6 +597,25 @@ TEST(WorkspaceSizes, DeepSeekV3) {
                 ranks, b.total() / 1073741824.0, b.heap / 1073741824.0, b.buffers / 1073741824.0,
                 saved / 1073741824.0, cb.total() / 1073741824.0, MoeLayer::savedBytes(capped, ranks) / 1073741824.0);
   }
+}
+
+// The memory of DeepSeek-V3 served in FP8 at EP8 with 8192 tokens per rank (issue 48's acceptance: 58 layers on
+// one 141 GB GPU): one workspace for every layer, and each layer's experts (e4m3 codes and fp32 block scales).
+TEST(WorkspaceSizes, DeepSeekV3Fp8At8RanksFits58LayersOnAn141GBGpu) {
+  MoeLayerConfig c{7168, 2048, 256, 8, 8192, 0};
+  c.dtype = DType::kFp8E4m3;
+  const int ranks = 8;
+  const uint64_t local = 256 / ranks, H = 7168, I = 2048;
+  const WorkspaceBytes b = Workspace::bytesFor(c, ranks);
+  const uint64_t weights = local * (2 * I * H + H * I), scales = local * ((2 * I / 128) * (H / 128) + (H / 128) * (I / 128)) * 4;
+  const uint64_t total = b.total() + 58 * (weights + scales);
+  std::printf("DeepSeek-V3 FP8 EP8, 8192 tokens per rank: workspace %.2f GB (heap %.2f + buffers %.2f), experts per "
+              "layer %.3f GB (codes) + %.1f KB (scales); 58 layers + workspace = %.2f GB of 141\n",
+              b.total() / 1e9, b.heap / 1e9, b.buffers / 1e9, weights / 1e9, scales / 1e3, total / 1e9);
+  EXPECT_LT(total, uint64_t(141e9));
+  // The bf16 layer's workspace at the same shape is larger (bf16 rows in the pool).
+  c.dtype = DType::kBf16;
+  EXPECT_GT(Workspace::bytesFor(c, ranks).heap, b.heap);
 }
 
 }  // namespace

@@ -244,6 +244,14 @@ int main(void) {
     CHECK(contains(megamoe_last_error(), "hidden=7100"));
     CHECK_STATUS(megamoe_layer_create(runtime, &fp8, 0, 1, NULL, &layer), MEGAMOE_ERROR_INVALID_ARGUMENT);
     CHECK(contains(megamoe_last_error(), "dtype=7"));
+    fp8.dtype = MEGAMOE_DTYPE_FP8_E4M3; /* FP8 is inference only: `good` trains */
+    CHECK_STATUS(megamoe_layer_create(runtime, &fp8, 0, 1, NULL, &layer), MEGAMOE_ERROR_INVALID_ARGUMENT);
+    CHECK(contains(megamoe_last_error(), "training=true with dtype fp8_e4m3"));
+    fp8.training = 0;
+    CHECK_STATUS(megamoe_layer_create(runtime, &fp8, 0, 1, NULL, &layer), MEGAMOE_ERROR_KERNEL_NOT_FOUND);
+    CHECK(contains(megamoe_last_error(), "megamoe-cache generate --kernel"));
+    CHECK(layer == NULL);
+    CHECK_STATUS(megamoe_layer_forward_fp8(NULL, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, NULL), MEGAMOE_ERROR_INVALID_ARGUMENT);
     CHECK_STATUS(megamoe_layer_create(runtime, &good, 0, 1, NULL, &layer), MEGAMOE_ERROR_KERNEL_NOT_FOUND);
     CHECK(contains(megamoe_last_error(), "megamoe-cache generate --kernel dispatch_prologue"));
     CHECK(layer == NULL);
