@@ -157,4 +157,15 @@ if ! out=$("$tool" generate --hidden 512 --intermediate 256 --experts 16 --topk 
   echo "failed: $tool generate --hidden 512 --intermediate 256 --experts 16 --topk 4 --ep 1,2" >&2
   exit 1
 fi
+# gpu_layer_fp8_test and tests/python/gpu's FP8 layer: the FP8 layer's kernels (and FP8 grouped GEMMs) of each
+# shape, "H I E topk EPs": the small layer, Qwen3-30B-A3B, DeepSeek-V3, Kimi-K2.
+for fp8 in "512 256 16 4 1,2,8" "2048 768 128 8 2,8" "7168 2048 256 8 2,8" "7168 2048 384 8 8"; do
+  read -r H I E k eps <<<"$fp8"
+  if ! out=$("$tool" generate --hidden "$H" --intermediate "$I" --experts "$E" --topk "$k" --ep "$eps" --dtype fp8 \
+             --targets sm_90a --cache-dir "$dir" --quiet 2>&1); then
+    echo "$out" >&2
+    echo "failed: $tool generate --hidden $H --intermediate $I --experts $E --topk $k --ep $eps --dtype fp8" >&2
+    exit 1
+  fi
+done
 echo "GPU test kernels are in $dir"

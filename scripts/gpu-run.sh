@@ -36,9 +36,11 @@ for step in $steps; do
       timeout 500 python3 tools/megamoe-bench/megamoe-bench gemm --lib .carry/lib/libmegamoe.so \
         --json "$OUT/gemm.json" ${GEMM_CASES:+--cases $GEMM_CASES} 2>&1 | tee "$OUT/gemm.txt" ;;
     fp8)
-      # The FP8 kernels' GPU tests (GEMMs and the quantiser), the package's FP8 ops, and megamoe-bench gemm --dtype fp8
-      # (FP8_CASES narrows it, e.g. FP8_CASES=dsv3-ep2-l1,qwen3-l1).
+      # The FP8 kernels' GPU tests (GEMMs and the quantiser), the FP8 layer (gpu_layer_fp8_test), the package's FP8
+      # ops, and megamoe-bench gemm --dtype fp8 (FP8_CASES narrows it, e.g. FP8_CASES=dsv3-ep2-l1,qwen3-l1).
       { GTEST_FILTER='*Fp8*:*Quantize*' timeout 120 .carry/bin/gpu_kernels_test; echo "exit status $?"
+        timeout 400 .carry/bin/gpu_layer_fp8_test > "$OUT/gpu_layer_fp8_test.log" 2>&1; echo "exit status $?"
+        grep -E '^\[  (FAILED|SKIPPED|PASSED)  \]|^SUMMARY|Failure$' "$OUT/gpu_layer_fp8_test.log" | tail -80
         timeout 120 python3 -m pytest -q -rs -p no:cacheprovider tests/python/gpu -k fp8; echo "exit status $?"
         timeout 300 python3 tools/megamoe-bench/megamoe-bench gemm --dtype fp8 --lib .carry/lib/libmegamoe.so \
           --json "$OUT/gemm-fp8.json" ${FP8_CASES:+--cases $FP8_CASES}; } 2>&1 | tee "$OUT/fp8.txt" ;;

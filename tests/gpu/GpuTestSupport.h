@@ -138,6 +138,52 @@ inline std::vector<uint16_t> randomBf16(std::mt19937& rng, size_t n, float scale
   return out;
 }
 
+// ---- FP8 e4m3 on the host ----
+
+// OCP E4M3FN: 1 sign, 4 exponent bits (bias 7), 3 mantissa bits; exponent 15 with mantissa 7 is NaN.
+inline double fromE4m3(uint8_t code) {
+  const int exp = (code >> 3) & 15, man = code & 7;
+  const double magnitude = exp == 0 ? man / 8.0 * std::ldexp(1.0, -6) : (1 + man / 8.0) * std::ldexp(1.0, exp - 7);
+  return code & 0x80 ? -magnitude : magnitude;
+}
+
+// Random finite e4m3 codes (every byte but the NaNs 0x7F / 0xFF), eight from each 64-bit draw (the large shapes'
+// weights are a billion codes).
+inline std::vector<uint8_t> randomE4m3(std::mt19937& rng, size_t count) {
+  std::mt19937_64 wide(rng());
+  std::vector<uint8_t> out(count);
+  for (size_t i = 0; i < count; i += 8) {
+    uint64_t bits = wide();
+    for (size_t j = i; j < std::min(count, i + 8); ++j, bits >>= 8) {
+      const uint8_t v = uint8_t(bits);
+      out[j] = (v & 0x7F) == 0x7F ? uint8_t(v ^ 1) : v;
+    }
+  }
+  return out;
+}
+// The value of every e4m3 code.
+inline const std::vector<double>& e4m3Values() {
+  static const std::vector<double> table = [] {
+    std::vector<double> t(256);
+    for (int c = 0; c < 256; ++c) t[size_t(c)] = fromE4m3(uint8_t(c));
+    return t;
+  }();
+  return table;
+}
+
+// The e4m3 code of a float: nearest value, ties to the even code, magnitudes past 448 saturated (the host half of
+// python/megamoe/fp8.py float_to_e4m3).
+inline uint8_t toE4m3(float v) {
+  const std::vector<double>& value = e4m3Values();
+  const double a = std::min(std::fabs(double(v)), 448.0);
+  int best = 0;
+  for (int c = 1; c <= 0x7E; ++c) {
+    const double d = std::fabs(value[size_t(c)] - a), bd = std::fabs(value[size_t(best)] - a);
+    if (d < bd || (d == bd && c % 2 == 0)) best = c;
+  }
+  return uint8_t(best | (std::signbit(v) ? 0x80 : 0));
+}
+
 inline uint64_t splitMix64(uint64_t& state) {
   uint64_t z = (state += 0x9e3779b97f4a7c15ull);
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
