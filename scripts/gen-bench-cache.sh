@@ -49,4 +49,7 @@ gen topk_idx_narrow  # the layer with int64 topk_idx (torch.topk, DeepEP): narro
 # megamoe-bench layer --nproc 1 --experts 128: one GPU with EP2's per-GPU work (every kernel of that layer).
 build/bin/megamoe-cache generate --hidden 7168 --intermediate 2048 --experts 128 --topk 8 --ep 1 --targets sm_90a \
   --cache-dir "$dir" --quiet >/dev/null
+# megamoe-bench layer-fp8: the same one-GPU layer in FP8 (its bf16 anchor is the layer above).
+build/bin/megamoe-cache generate --hidden 7168 --intermediate 2048 --experts 128 --topk 8 --ep 1 --dtype fp8 \
+  --targets sm_90a --cache-dir "$dir" --quiet >/dev/null
 echo "bench kernels in $dir"

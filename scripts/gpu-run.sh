@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine from the repository root, over what scripts/gpu-stage.sh put into .carry/:
 # SASS check of every cached cubin, the GPU test tier, and the benchmarks. Logs and JSON go to $OUT.
-#   usage: scripts/gpu-run.sh [sass] [tests] [gemm] [fp8] [layer] [sanitize] [python] [example]
+#   usage: scripts/gpu-run.sh [sass] [tests] [gemm] [fp8] [layer-fp8] [layer] [sanitize] [python] [example]
 #   (default: sass tests gemm)
 set -uo pipefail
 OUT=${OUT:-/tmp/megamoe-out}; mkdir -p "$OUT"
@@ -44,6 +44,10 @@ for step in $steps; do
         timeout 120 python3 -m pytest -q -rs -p no:cacheprovider tests/python/gpu -k fp8; echo "exit status $?"
         timeout 300 python3 tools/megamoe-bench/megamoe-bench gemm --dtype fp8 --lib .carry/lib/libmegamoe.so \
           --json "$OUT/gemm-fp8.json" ${FP8_CASES:+--cases $FP8_CASES}; } 2>&1 | tee "$OUT/fp8.txt" ;;
+    layer-fp8)
+      # The FP8 layer's forward against the bf16 layer's on one GPU (DeepSeek-V3 EP2's per-GPU work by default).
+      timeout 500 python3 tools/megamoe-bench/megamoe-bench layer-fp8 --lib .carry/lib/libmegamoe.so \
+        --json "$OUT/layer-fp8.json" ${LAYER_FP8_ARGS:-} 2>&1 | tee "$OUT/layer-fp8.txt" ;;
     layer)
       # Two processes (one per GPU) through torch.distributed; LAYER_ARGS adds options (e.g. --routings uniform).
       timeout 560 python3 tools/megamoe-bench/megamoe-bench layer --lib .carry/lib/libmegamoe.so \

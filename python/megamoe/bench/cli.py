@@ -7,6 +7,8 @@ in the same run, so every ratio compares like with like.
                       [--nproc 2] [--experts 256] [--graph-tokens 1024] [--graph-replays 1000] [--backward]
                       [--dedup off|on|both] [--sm-budget N] [--beside-gemm] [--clocks SECONDS]
                       [--preset NAME | --hidden H --intermediate I --experts E --topk K] [--sweep T,...] [--plot PNG]
+  megamoe-bench layer-fp8 [--tokens 512,2048,8192] [--hidden 7168 --intermediate 2048 --experts 128 --topk 8]
+                          [--reps 10] [--json FILE] [--lib PATH]
 
 gemm: grouped GEMM NT / NN / TN (variable K) against torch._grouped_mm (CUTLASS) and a dense cuBLAS GEMM of the
 same total size; TFLOP/s and ratios, plus a correctness check per case (fp32 reference, sentinel rows, rerun
@@ -72,6 +74,7 @@ product.
 # The docstring above is the command line's --help (main's argparse description): megamoe.bench.cli holds the command
 # line; tools/megamoe-bench/megamoe-bench, its entry point, finds the package and calls main.
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -81,6 +84,7 @@ import torch
 from .cases import FP8_CASES, OPTIONAL_ROUTINGS, PRESETS, ROUTINGS
 from .gemm import gemm_main
 from .layer import layer_main
+from .layer_fp8 import layer_fp8_main
 
 
 def main(script, default_lib):
@@ -129,9 +133,24 @@ def main(script, default_lib):
                         "nvidia-smi: SM clock, power, clock event reasons (JSON \"clocks\"); 0: off")
     m.add_argument("--beside-gemm", action="store_true",
                    help="a case with a dense GEMM looping on another stream beside the layer (use with --sm-budget)")
+    f = sub.add_parser("layer-fp8", help="the FP8 layer's forward against the bf16 layer's, one GPU, one rank")
+    f.add_argument("--tokens", default="512,2048,8192", help="token counts (the largest is max_tokens)")
+    f.add_argument("--hidden", type=int, default=7168)
+    f.add_argument("--intermediate", type=int, default=2048)
+    f.add_argument("--experts", type=int, default=128, help="128: DeepSeek-V3 EP2's per-GPU work")
+    f.add_argument("--topk", type=int, default=8)
+    f.add_argument("--reps", type=int, default=10)
+    f.add_argument("--json")
+    f.add_argument("--lib", default=default_lib)
     args = ap.parse_args()
     if args.cmd == "gemm":
         return gemm_main(args)
+    if args.cmd == "layer-fp8":
+        result = layer_fp8_main(args)
+        if args.json:
+            with open(args.json, "w") as out:
+                json.dump(result, out, indent=1)
+        return 0
     unknown = set(args.routings.split(",")) - set(ROUTINGS) - set(OPTIONAL_ROUTINGS)
     if unknown:
         ap.error("unknown routing %s (known: %s)" % (",".join(sorted(unknown)), ",".join(ROUTINGS + OPTIONAL_ROUTINGS)))

@@ -1,0 +1,85 @@
+"""`megamoe-bench layer-fp8`: the FP8 layer's forward (MEGAMOE_DTYPE_FP8_E4M3: e4m3 weights with 128 x 128 block
+scales, x quantised by the layer) against the bf16 layer's on the same experts, dequantised to bf16, in one process
+on one GPU (one rank: --experts 128 is DeepSeek-V3 EP2's per-GPU work), interleaved in the same run (time_rounds).
+Prints each token count's times, the FP8 / bf16 ratio, the forward's TF/s (2 x 3 H I per pick) and how far the two
+layers' y are apart (relative Frobenius)."""
+import sys
+
+import torch
+
+from .. import _lib
+from ..kernels import with_kernels
+from .runtime import Megamoe
+from .timing import time_rounds
+
+
+def random_e4m3(shape, dev, gen):
+    """Codes of moderate magnitude (exponent fields 5..14, either sign, every mantissa): no NaN, no subnormal."""
+    bits = torch.randint(0, 256, shape, dtype=torch.int32, device=dev, generator=gen)
+    exp = 5 + torch.randint(0, 10, shape, dtype=torch.int32, device=dev, generator=gen)
+    return ((bits & 0x87) | (exp << 3)).to(torch.uint8)
+
+
+def layer_handle(mm, cfg, dtype):
+    config = _lib.LayerConfig(**dict(cfg, dtype=dtype))
+    command = "megamoe-cache generate --hidden %d --intermediate %d --experts %d --topk %d --ep 1%s" % (
+        cfg["hidden"], cfg["intermediate"], cfg["experts"], cfg["topk"], " --dtype fp8" if dtype else "")
+    return with_kernels(lambda: _lib.LayerHandle.create(mm.runtime, config, 0, 1, None), command,
+                        "megamoe-bench layer-fp8")
+
+
+def layer_fp8_main(args):
+    from .. import fp8 as mfp8
+    dev, gen = "cuda", torch.Generator(device="cuda").manual_seed(2026)
+    H, I, E, k = args.hidden, args.intermediate, args.experts, args.topk
+    tokens = [int(t) for t in args.tokens.split(",")]
+    T = max(tokens)
+    mm = Megamoe(args.lib)
+    cfg = {"hidden": H, "intermediate": I, "experts": E, "topk": k, "max_tokens": T}
+    fp8_layer, bf16_layer = layer_handle(mm, cfg, 1), layer_handle(mm, cfg, 0)
+    # The experts: codes with scales that make a weight about 1 / sqrt(K), and their bf16 dequantisation.
+    w1 = random_e4m3((E, 2 * I, H), dev, gen)
+    w2 = random_e4m3((E, H, I), dev, gen)
+    s1 = (torch.rand(E, 2 * I // 128, H // 128, device=dev, generator=gen) * 0.5 + 0.5) / (140 * H ** 0.5)
+    s2 = (torch.rand(E, H // 128, I // 128, device=dev, generator=gen) * 0.5 + 0.5) / (140 * I ** 0.5)
+    w1_bf = torch.empty(E, 2 * I, H, dtype=torch.bfloat16, device=dev)
+    w2_bf = torch.empty(E, H, I, dtype=torch.bfloat16, device=dev)
+    for e in range(E):
+        w1_bf[e] = mfp8.dequantize_blocks(w1[e], s1[e]).to(torch.bfloat16)
+        w2_bf[e] = mfp8.dequantize_blocks(w2[e], s2[e]).to(torch.bfloat16)
+    stream = lambda: torch.cuda.current_stream().cuda_stream
+    rows = []
+    for t in tokens:
+        x = torch.randn(t, H, device=dev, generator=gen).to(torch.bfloat16)
+        idx = torch.rand(t, E, device=dev, generator=gen).topk(k, dim=1).indices.to(torch.int32).contiguous()
+        wts = torch.rand(t, k, device=dev, generator=gen) * 0.95 + 0.05
+        y8 = torch.empty(t, H, dtype=torch.bfloat16, device=dev)
+        y16 = torch.empty(t, H, dtype=torch.bfloat16, device=dev)
+        fns = {
+            "fp8": lambda: fp8_layer.forward_fp8(x.data_ptr(), 0, t, idx.data_ptr(), wts.data_ptr(), w1.data_ptr(),
+                                                 s1.data_ptr(), w2.data_ptr(), s2.data_ptr(), y8.data_ptr(), stream()),
+            "bf16": lambda: bf16_layer.forward(x.data_ptr(), t, idx.data_ptr(), wts.data_ptr(), w1_bf.data_ptr(),
+                                               w2_bf.data_ptr(), y16.data_ptr(), stream()),
+        }
+        for f in fns.values():
+            f()
+        fp8_layer.check_errors(stream())
+        bf16_layer.check_errors(stream())
+        first = y8.clone()
+        fns["fp8"]()
+        fp8_layer.check_errors(stream())
+        ms = time_rounds(fns, args.reps)
+        flops = 2.0 * 3 * H * I * t * k
+        r = {"tokens": t, "ms": ms, "tflops": {n: flops / ms[n] / 1e9 for n in ms},
+             "fp8_speedup_vs_bf16": ms["bf16"] / ms["fp8"],
+             "rel_diff_fp8_vs_bf16": float((y8.float() - y16.float()).norm() / y16.float().norm()),
+             "fp8_finite": bool(torch.isfinite(y8.float()).all()), "fp8_rerun_identical": bool(torch.equal(first, y8))}
+        rows.append(r)
+        print("tokens %6d: fp8 %.3f ms (%.0f TF/s) | bf16 %.3f ms (%.0f TF/s) | fp8 %.2fx bf16 | y rel diff %.3e "
+              "finite=%s rerun=%s" % (t, ms["fp8"], r["tflops"]["fp8"], ms["bf16"], r["tflops"]["bf16"],
+                                      r["fp8_speedup_vs_bf16"], r["rel_diff_fp8_vs_bf16"], r["fp8_finite"],
+                                      r["fp8_rerun_identical"]))
+        sys.stdout.flush()
+    fp8_layer.destroy()
+    bf16_layer.destroy()
+    return {"shape": cfg, "device": torch.cuda.get_device_name(), "rows": rows}
