@@ -58,6 +58,9 @@ class Dims(ctypes.Structure):  # megamoe_launch_dims
                 ("shared_bytes", ctypes.c_uint32)]
 
 
+# megamoe_layer_config.dtype (megamoe.h MEGAMOE_DTYPE_*) by the runtime's names (runtime/src/LayerRules.h dtypeName).
+DTYPES = {"bf16": 0, "fp8_e4m3": 1}
+
 CONFIG_FIELDS = ("hidden", "intermediate", "experts", "topk", "max_tokens", "swiglu_clamp_milli", "training", "dtype",
                  "dedup_tokens", "sm_budget", "receive_capacity", "topk_idx_bits", "drop_overflow")
 

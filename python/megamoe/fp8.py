@@ -352,7 +352,10 @@ def _check_scales(op, name, scales, want):
     return scales
 
 
-def reference_moe_fp8(x, topk_idx, topk_weights, w1, w1_scale, w2, w2_scale, x_scales=None):
+SWIGLU_ROUNDINGS = ("bf16", "fp32")
+
+
+def reference_moe_fp8(x, topk_idx, topk_weights, w1, w1_scale, w2, w2_scale, x_scales=None, swiglu="bf16"):
     """The FP8 MoE layer on one rank holding every expert, as the FP8 kernels are to compute it: y [T, H] bfloat16.
       x: [T, H] float32 / bfloat16 / float16 / float64, quantised here per token by quantize_tokens (fp32 scales);
          or e4m3 codes (uint8 / float8_e4m3fn) with x_scales [T, H / 128] (float32, or UE8M0 uint8), required
@@ -364,14 +367,18 @@ def reference_moe_fp8(x, topk_idx, topk_weights, w1, w1_scale, w2, w2_scale, x_s
     H and I must be multiples of 128. Per valid pick (token t, expert e), with dq the exact dequantisation:
       l1  = bf16(fp32(dq(xq[t]) @ dq(w1[e])^T))   float64 product of the exact operands, rounded once to float32
                                                   (reference_grouped_mm_fp8), then to bf16: the L1 output;
-      h   = silu(l1[:I]) * l1[I:]                 reference_moe's formula in bf16 ops: silu rounded to bf16, the
-                                                  product rounded to bf16;
+      h   = silu(l1[:I]) * l1[I:]                 swiglu="bf16" (the default): reference_moe's formula in bf16
+                                                  ops, silu rounded to bf16, the product rounded to bf16;
+                                                  swiglu="fp32": the FP8 layer kernel's epilogue, silu and the
+                                                  product in float32 from l1, rounded once to bf16;
       hq, hs = quantize_tokens(h)                 per token, 128 channels, fp32 scales (amax / 448);
       out = bf16(fp32(dq(hq) @ dq(w2[e])^T))      as l1: the L2 row, bf16 as reference_moe's (the combine's rows);
     y[t] = bf16(sum over the token's valid picks j, in pick order, from +0, of fp32(out_j) * w[t, j]), each
     product and each sum rounded to float32 (the combine's fp32 pick-order sum). reference_moe sums in expert
     order instead (the same float32 sum where a token has at most two valid picks). Not differentiable."""
     op = "reference_moe_fp8"
+    if swiglu not in SWIGLU_ROUNDINGS:
+        _fail(op, "swiglu must be one of %s (got %r)" % (", ".join(SWIGLU_ROUNDINGS), swiglu))
     # x, as codes and scales
     if not isinstance(x, torch.Tensor):
         _fail(op, "x must be a tensor [T, H] (got %s)" % type(x).__name__)
@@ -422,7 +429,11 @@ def reference_moe_fp8(x, topk_idx, topk_weights, w1, w1_scale, w2, w2_scale, x_s
     ends = torch.bincount(flat[order], minlength=E).cumsum(0)
     tokens = order // max(k, 1)
     l1 = reference_grouped_mm_fp8(xq[tokens], xs[tokens], w1, w1_scale, ends).to(torch.bfloat16)
-    h = torch.nn.functional.silu(l1[:, :I]) * l1[:, I:]
+    if swiglu == "fp32":
+        gate, up = l1[:, :I].float(), l1[:, I:].float()
+        h = (torch.nn.functional.silu(gate) * up).to(torch.bfloat16)
+    else:
+        h = torch.nn.functional.silu(l1[:, :I]) * l1[:, I:]
     hq, hs = quantize_tokens(h)
     out = reference_grouped_mm_fp8(hq, hs, w2, w2_scale, ends).to(torch.bfloat16)
     rows = torch.zeros(T * k, H, dtype=torch.float32, device=x.device)

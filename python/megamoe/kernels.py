@@ -10,11 +10,13 @@ from . import _lib
 log = logging.getLogger("megamoe")
 
 
-def layer_command(hidden, intermediate, experts, topk, ranks, target):
-    """The megamoe-cache command that generates every kernel of one layer (forward, backward, int64 topk_idx,
-    token deduplication) at `ranks` ranks."""
-    return ("megamoe-cache generate --hidden %d --intermediate %d --experts %d --topk %d --ep %d --targets %s"
-            % (hidden, intermediate, experts, topk, ranks, target or "sm_90a"))
+def layer_command(hidden, intermediate, experts, topk, ranks, target, dtype="bf16"):
+    """The megamoe-cache command that generates every kernel of one layer at `ranks` ranks: in bf16 its forward,
+    backward, int64 topk_idx and token deduplication; in FP8 (dtype "fp8_e4m3", or "fp8") the FP8 layer's forward
+    with int32 and int64 topk_idx (--dtype fp8)."""
+    return ("megamoe-cache generate --hidden %d --intermediate %d --experts %d --topk %d --ep %d%s --targets %s"
+            % (hidden, intermediate, experts, topk, ranks, " --dtype fp8" if dtype in ("fp8", "fp8_e4m3") else "",
+               target or "sm_90a"))
 
 
 def cache_tool():

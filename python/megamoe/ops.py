@@ -1,13 +1,14 @@
 """The PyTorch ops: fused_moe (the expert-parallel MoE layer: dispatch, L1, SwiGLU, L2, combine; forward and
-backward), the grouped GEMMs (NT / NN / TN over group offsets; NT in FP8 too) and the per-token FP8 quantiser. On
-torch >= 2.4 they are torch.library custom ops (megamoe::fused_moe, megamoe::fused_moe_backward,
-megamoe::grouped_mm_nt / _nn / _tn; megamoe::grouped_mm_fp8 and megamoe::quantize_fp8 without autograd) with fake
-implementations and registered autograd, so torch.compile(fullgraph=True) traces through them and CUDA graphs
-capture them; on an older torch (Debian's 1.13) the same implementations run through torch.autograd.Function (the
-FP8 ones as plain functions). Every call runs on torch's current stream; arguments are checked here, at the
-boundary, with errors that name the argument and the rule."""
+backward), fused_moe_fp8 (the layer in FP8 e4m3, inference), the grouped GEMMs (NT / NN / TN over group offsets; NT
+in FP8 too) and the per-token FP8 quantiser. On torch >= 2.4 they are torch.library custom ops (megamoe::fused_moe,
+megamoe::fused_moe_backward, megamoe::grouped_mm_nt / _nn / _tn; megamoe::fused_moe_fp8, megamoe::grouped_mm_fp8 and
+megamoe::quantize_fp8 without autograd) with fake implementations and registered autograd, so
+torch.compile(fullgraph=True) traces through them and CUDA graphs capture them; on an older torch (Debian's 1.13)
+the same implementations run through torch.autograd.Function (the FP8 ones as plain functions). Every call runs on
+torch's current stream; arguments are checked here, at the boundary, with errors that name the argument and the
+rule."""
 import logging
-from typing import Tuple
+from typing import Optional, Tuple
 
 import torch
 
@@ -74,15 +75,22 @@ def _address(t, keep):
 
 # ---- fused_moe ----
 
+def _check_layer_key(op, layer, shape, topk_idx, dtype):
+    """The arguments' (hidden, intermediate, experts, topk) and topk_idx bits, and the op's dtype, are the layer's."""
+    given = tuple(shape) + (64 if topk_idx.dtype == torch.int64 else 32,)
+    H, I, E, K, _, bits, layer_dtype = layer.key
+    if layer_dtype != dtype:
+        _fail(op, "layer %d is a %s layer; %s runs %s layers" % (layer.id, layer_dtype, op.split()[0], dtype))
+    if given != (H, I, E, K, bits):
+        _fail(op, "the arguments' (hidden, intermediate, experts, topk, topk_idx bits) %s differ from layer %d's %s" % (
+            given, layer.id, (H, I, E, K, bits)))
+
+
 def _check_layer_call(op, layer, x, topk_idx, topk_weights, w1, w2):
     """The ops check their tensors against the layer they run (whoever calls them: fused_moe, a direct
     torch.ops.megamoe call, a compiled or exported graph): the kernels trust every shape."""
     shape = check_fused_moe_args(x, topk_idx, topk_weights, w1, w2, layer.workspace, op)
-    given = shape + (64 if topk_idx.dtype == torch.int64 else 32,)
-    H, I, E, K, _, bits = layer.key
-    if given != (H, I, E, K, bits):
-        _fail(op, "the arguments' (hidden, intermediate, experts, topk, topk_idx bits) %s differ from layer %d's %s" % (
-            given, layer.id, (H, I, E, K, bits)))
+    _check_layer_key(op, layer, shape, topk_idx, "bf16")
     _aligned(op, x=(x, 16), w1=(w1, 16), w2=(w2, 16), topk_weights=(topk_weights, 4),
              topk_idx=(topk_idx, topk_idx.element_size()))
 
@@ -195,22 +203,25 @@ else:
         return _FusedMoeFunction.apply(*args)
 
 
-def check_fused_moe_args(x, topk_idx, topk_weights, w1, w2, workspace, op="fused_moe"):
-    """The boundary checks of fused_moe (no device access); returns (hidden, intermediate, experts, topk)."""
+def _check_workspace(op, workspace):
     if not isinstance(workspace, Workspace):
         _fail(op, "workspace must be a megamoe.Workspace (got %s)" % type(workspace).__name__)
-    _tensor(op, "x", x, (torch.bfloat16,), 2, "[tokens, hidden]")
+
+
+def _check_routing(op, T, topk_idx, topk_weights):
+    """topk_idx and topk_weights [T, topk]; returns topk."""
     _tensor(op, "topk_idx", topk_idx, (torch.int32, torch.int64), 2, "[tokens, topk]")
     _tensor(op, "topk_weights", topk_weights, (torch.float32,), 2, "[tokens, topk]")
-    _tensor(op, "w1", w1, (torch.bfloat16,), 3, "[local experts, 2 * intermediate, hidden]")
-    _tensor(op, "w2", w2, (torch.bfloat16,), 3, "[local experts, hidden, intermediate]")
-    T, H = x.shape
     if topk_idx.shape[0] != T:
         _fail(op, "topk_idx must have one row per token of x: shape [%d, topk] (got %s)" % (T, list(topk_idx.shape)))
-    K = topk_idx.shape[1]
     if tuple(topk_weights.shape) != tuple(topk_idx.shape):
         _fail(op, "topk_weights must have topk_idx's shape %s (got %s)" % (list(topk_idx.shape),
                                                                          list(topk_weights.shape)))
+    return topk_idx.shape[1]
+
+
+def _check_expert_shapes(op, H, w1, w2):
+    """w1 [E/R, 2I, H] (gate rows, then up rows) and w2 [E/R, H, I]; returns (E/R, I)."""
     if w1.shape[2] != H:
         _fail(op, "w1 must be [local experts, 2 * intermediate, hidden=%d] (got %s)" % (H, list(w1.shape)))
     if w1.shape[1] % 2:
@@ -219,6 +230,11 @@ def check_fused_moe_args(x, topk_idx, topk_weights, w1, w2, workspace, op="fused
     if tuple(w2.shape) != (E_local, H, I):
         _fail(op, "w2 must be [local experts=%d, hidden=%d, intermediate=%d] to match w1 %s (got %s)" % (
             E_local, H, I, list(w1.shape), list(w2.shape)))
+    return E_local, I
+
+
+def _check_fits(op, workspace, T, H, I, E_local, K):
+    """The call's tokens and layer against the workspace's sizes; returns the experts, E_local x ranks."""
     if T > workspace.max_tokens:
         _fail(op, "x has %d tokens, above the workspace's max_tokens=%d" % (T, workspace.max_tokens))
     E = E_local * workspace.ranks
@@ -229,6 +245,21 @@ def check_fused_moe_args(x, topk_idx, topk_weights, w1, w2, workspace, op="fused
     if E != workspace.shape["experts"]:
         _fail(op, "experts=%d (w1's %d local experts x %d ranks) must equal the workspace's experts=%d" % (
             E, E_local, workspace.ranks, workspace.shape["experts"]))
+    return E
+
+
+def check_fused_moe_args(x, topk_idx, topk_weights, w1, w2, workspace, op="fused_moe"):
+    """The boundary checks of fused_moe (no device access); returns (hidden, intermediate, experts, topk)."""
+    _check_workspace(op, workspace)
+    if workspace.dtype != "bf16":
+        _fail(op, "the workspace's dtype is %s: its layers run through fused_moe_fp8" % workspace.dtype)
+    _tensor(op, "x", x, (torch.bfloat16,), 2, "[tokens, hidden]")
+    T, H = x.shape
+    K = _check_routing(op, T, topk_idx, topk_weights)
+    _tensor(op, "w1", w1, (torch.bfloat16,), 3, "[local experts, 2 * intermediate, hidden]")
+    _tensor(op, "w2", w2, (torch.bfloat16,), 3, "[local experts, hidden, intermediate]")
+    E_local, I = _check_expert_shapes(op, H, w1, w2)
+    E = _check_fits(op, workspace, T, H, I, E_local, K)
     _contiguous(op, x=x, topk_idx=topk_idx, topk_weights=topk_weights, w1=w1, w2=w2)
     _on_device(op, workspace.device, x=x, topk_idx=topk_idx, topk_weights=topk_weights, w1=w1, w2=w2)
     return H, I, E, K
@@ -252,7 +283,7 @@ def fused_moe(x, topk_idx, topk_weights, w1, w2, workspace):
         _fail("fused_moe", "gradients are wanted (an input requires grad) but the workspace was made with "
                            "training=False; make it with training=True or call under torch.no_grad()")
     bits = 64 if topk_idx.dtype == torch.int64 else 32
-    layer = workspace.layer_for(H, I, E, K, training, bits)
+    layer = workspace.layer_for(H, I, E, K, training, bits, "bf16")
     y, _ = _fused_moe_call(x, topk_idx, topk_weights, w1, w2, layer.id, training)
     return y
 
@@ -515,15 +546,24 @@ def _fp8_codes(op, name, t, dims, layout):
     return t.view(torch.uint8) if t.dtype != torch.uint8 else t
 
 
-def _fp8_scales(op, name, s, shape, layout):
-    """float32 scales of `shape`; UE8M0 exponents (uint8) are decoded to float32 here (one small kernel)."""
+def _check_fp8_scales(op, name, s, shape, layout):
+    """Scales of `shape`: float32, or UE8M0 exponents (uint8)."""
     _tensor(op, name, s, (torch.float32, torch.uint8), len(shape), layout)
     if list(s.shape) != list(shape):
         _fail(op, "%s must be %s = %s (got %s)" % (name, layout, list(shape), list(s.shape)))
+
+
+def _float_scales(s):
+    """float32 scales, contiguous; UE8M0 exponents (uint8) are decoded to float32 here (one small kernel)."""
     if s.dtype == torch.uint8:
         from .fp8 import ue8m0_to_float
         s = ue8m0_to_float(s)
     return s.contiguous()
+
+
+def _fp8_scales(op, name, s, shape, layout):
+    _check_fp8_scales(op, name, s, shape, layout)
+    return _float_scales(s)
 
 
 def check_grouped_fp8_args(a, a_scales, b, b_scales, offs):
@@ -670,3 +710,127 @@ def quantize_fp8(x, dtype=torch.uint8):
             " or torch.float8_e4m3fn" if FLOAT8 is not None else " (this torch has no float8_e4m3fn)", dtype))
     q, scales = _quantize(x)
     return (q if dtype == torch.uint8 else q.view(dtype)), scales
+
+
+# ---- fused_moe_fp8: the layer in FP8 (inference) ----
+
+def check_fused_moe_fp8_args(x, topk_idx, topk_weights, w1, w1_scale, w2, w2_scale, workspace, x_scales=None,
+                             op="fused_moe_fp8"):
+    """The boundary checks of fused_moe_fp8 (no device access; the fake runs them too); returns (hidden,
+    intermediate, experts, topk)."""
+    _check_workspace(op, workspace)
+    if workspace.dtype != "fp8_e4m3":
+        _fail(op, "the workspace's dtype is %s; the FP8 layer needs a workspace made with dtype='fp8'" %
+              workspace.dtype)
+    _tensor(op, "x", x, (torch.bfloat16,) + _CODE_DTYPES, 2, "[tokens, hidden]")
+    T, H = x.shape
+    if H % FP8_BLOCK:
+        _fail(op, "hidden=%d must be a multiple of 128 (x is quantised per token in groups of 128 channels, w1 and "
+                  "w2 in 128 x 128 blocks)" % H)
+    if x.dtype == torch.bfloat16:
+        if x_scales is not None:
+            _fail(op, "x_scales goes only with e4m3 codes x; x is bfloat16, which the layer quantises itself (pass "
+                      "x alone, or its codes from quantize_fp8 with their scales)")
+    elif x_scales is None:
+        _fail(op, "x is e4m3 codes (%s), so x_scales, its per-token scales [tokens, hidden / 128], is required" %
+              _dtype_name(x.dtype))
+    else:
+        _check_fp8_scales(op, "x_scales", x_scales, (T, H // FP8_BLOCK), "[tokens, hidden / 128]")
+    K = _check_routing(op, T, topk_idx, topk_weights)
+    _tensor(op, "w1", w1, _CODE_DTYPES, 3, "[local experts, 2 * intermediate, hidden] (e4m3 codes)")
+    _tensor(op, "w2", w2, _CODE_DTYPES, 3, "[local experts, hidden, intermediate] (e4m3 codes)")
+    E_local, I = _check_expert_shapes(op, H, w1, w2)
+    if I % FP8_BLOCK:
+        _fail(op, "intermediate=%d must be a multiple of 128 (act is quantised per token in groups of 128 channels, "
+                  "and no block of w1 may span gate and up rows)" % I)
+    _check_fp8_scales(op, "w1_scale", w1_scale, (E_local, 2 * I // FP8_BLOCK, H // FP8_BLOCK),
+                      "[local experts, 2 * intermediate / 128, hidden / 128]")
+    _check_fp8_scales(op, "w2_scale", w2_scale, (E_local, H // FP8_BLOCK, I // FP8_BLOCK),
+                      "[local experts, hidden / 128, intermediate / 128]")
+    E = _check_fits(op, workspace, T, H, I, E_local, K)
+    tensors = dict(x=x, topk_idx=topk_idx, topk_weights=topk_weights, w1=w1, w1_scale=w1_scale, w2=w2,
+                   w2_scale=w2_scale)
+    if x_scales is not None:
+        tensors["x_scales"] = x_scales
+    _contiguous(op, **tensors)
+    _on_device(op, workspace.device, **tensors)
+    return H, I, E, K
+
+
+def _check_fp8_layer_call(op, layer, x, topk_idx, topk_weights, w1, w1_scale, w2, w2_scale, x_scales):
+    """As _check_layer_call: the tensors against the FP8 layer the op runs, whoever calls it."""
+    shape = check_fused_moe_fp8_args(x, topk_idx, topk_weights, w1, w1_scale, w2, w2_scale, layer.workspace,
+                                     x_scales, op)
+    _check_layer_key(op, layer, shape, topk_idx, "fp8_e4m3")
+
+
+def _fused_moe_fp8_forward(x, topk_idx, topk_weights, w1, w1_scale, w2, w2_scale, x_scales, layer_id):
+    op = "fused_moe_fp8"
+    layer = layer_of(layer_id)
+    _check_fp8_layer_call(op, layer, x, topk_idx, topk_weights, w1, w1_scale, w2, w2_scale, x_scales)
+    w1_scale, w2_scale = _float_scales(w1_scale), _float_scales(w2_scale)
+    x_scales = _float_scales(x_scales) if x_scales is not None else None
+    _aligned(op, x=(x, 16), w1=(w1, 16), w2=(w2, 16), topk_weights=(topk_weights, 4),
+             topk_idx=(topk_idx, topk_idx.element_size()), w1_scale=(w1_scale, 4), w2_scale=(w2_scale, 4),
+             **({"x_scales": (x_scales, 4)} if x_scales is not None else {}))
+    ws = layer.workspace
+    y = torch.empty(x.shape, dtype=torch.bfloat16, device=x.device)
+    keep = []
+    with ws._call():
+        # x_scales 0: bf16 x, which the layer quantises (per token and 128 channels) before its dispatch.
+        layer.handle.forward_fp8(_address(x, keep), _address(x_scales, keep) if x_scales is not None else 0,
+                                 x.shape[0], _address(topk_idx, keep), _address(topk_weights, keep), w1.data_ptr(),
+                                 w1_scale.data_ptr(), w2.data_ptr(), w2_scale.data_ptr(), _address(y, keep),
+                                 ws.stream())
+    return y
+
+
+if HAS_CUSTOM_OP:
+    @torch.library.custom_op("megamoe::fused_moe_fp8", mutates_args=())
+    def _fused_moe_fp8_op(x: torch.Tensor, topk_idx: torch.Tensor, topk_weights: torch.Tensor, w1: torch.Tensor,
+                          w1_scale: torch.Tensor, w2: torch.Tensor, w2_scale: torch.Tensor,
+                          x_scales: Optional[torch.Tensor], layer_id: int) -> torch.Tensor:
+        return _fused_moe_fp8_forward(x, topk_idx, topk_weights, w1, w1_scale, w2, w2_scale, x_scales, layer_id)
+
+    @_fused_moe_fp8_op.register_fake
+    def _(x, topk_idx, topk_weights, w1, w1_scale, w2, w2_scale, x_scales, layer_id):
+        _check_fp8_layer_call("fused_moe_fp8", layer_of(layer_id), x, topk_idx, topk_weights, w1, w1_scale, w2,
+                              w2_scale, x_scales)
+        return x.new_empty(x.shape, dtype=torch.bfloat16)
+
+    _fused_moe_fp8_call = _fused_moe_fp8_op
+else:
+    _fused_moe_fp8_call = _fused_moe_fp8_forward
+
+
+def fused_moe_fp8(x, topk_idx, topk_weights, w1, w1_scale, w2, w2_scale, workspace, x_scales=None):
+    """The expert-parallel MoE layer in FP8 e4m3 on this rank, for inference: y [tokens, hidden] bf16, fused_moe's
+    layer with its weights dequantised, on a workspace made with dtype="fp8". The argument names and layouts are
+    megamoe.fp8's (quantize_experts, load_deepseek_experts and reference_moe_fp8 take and give the same):
+
+    x: bf16 [tokens, hidden], which the layer quantises per token and 128 channels (quantize_fp8's codes and
+    scales, bitwise), or e4m3 codes [tokens, hidden] (torch.uint8 or torch.float8_e4m3fn) with x_scales [tokens,
+    hidden / 128]; topk_idx, topk_weights: as fused_moe's; w1: e4m3 codes [E/R, 2 * intermediate, hidden] (gate
+    rows, then up rows) with w1_scale [E/R, 2 * intermediate / 128, hidden / 128], one per 128 x 128 block
+    (dequantised = code * scale: a checkpoint's weight_scale_inv); w2: codes [E/R, hidden, intermediate] with
+    w2_scale [E/R, hidden / 128, intermediate / 128]. Scales float32, or UE8M0 exponents (torch.uint8; decoded to
+    float32 each call). All contiguous, on the workspace's device; hidden and intermediate multiples of 128 (and
+    >= 256: the runtime's rule, met when the workspace was made). The layer: L1 in FP8 (fp32 accumulation), its
+    output bf16, SwiGLU in fp32 written as bf16, act quantised per token and 128 channels, L2 in FP8, the rows
+    summed in fp32 with topk_weights in pick order, y rounded to bf16 (megamoe.fp8.reference_moe_fp8 with
+    swiglu="fp32"). No gradient: an input that requires grad under grad mode is an ArgumentError (run it under
+    torch.no_grad() or torch.inference_mode())."""
+    op = "fused_moe_fp8"
+    H, I, E, K = check_fused_moe_fp8_args(x, topk_idx, topk_weights, w1, w1_scale, w2, w2_scale, workspace,
+                                          x_scales)
+    if torch.is_grad_enabled():
+        wanting = [name for name, t in (("x", x), ("topk_weights", topk_weights), ("w1_scale", w1_scale),
+                                        ("w2_scale", w2_scale), ("x_scales", x_scales))
+                   if t is not None and t.requires_grad]
+        if wanting:
+            _fail(op, "%s require%s grad, but the FP8 layer is inference only (it has no backward): call it under "
+                      "torch.no_grad() or torch.inference_mode(), or pass detached tensors" % (
+                          " and ".join(wanting), "s" if len(wanting) == 1 else ""))
+    bits = 64 if topk_idx.dtype == torch.int64 else 32
+    layer = workspace.layer_for(H, I, E, K, False, bits, "fp8_e4m3")
+    return _fused_moe_fp8_call(x, topk_idx, topk_weights, w1, w1_scale, w2, w2_scale, x_scales, layer.id)

@@ -27,8 +27,20 @@ def layer_of(layer_id):
         raise ValueError("megamoe: layer id %d names no live layer (its workspace was closed)" % layer_id) from None
 
 
+# The dtype names a workspace takes -> the runtime's (_lib.DTYPES).
+DTYPE_NAMES = {"bf16": "bf16", "fp8": "fp8_e4m3", "fp8_e4m3": "fp8_e4m3"}
+
+
+def dtype_name(dtype, what="Workspace"):
+    """The runtime's name ("bf16" or "fp8_e4m3") of a dtype given as "bf16", "fp8" or "fp8_e4m3"."""
+    if not isinstance(dtype, str) or dtype not in DTYPE_NAMES:
+        raise ValueError("%s: dtype must be 'bf16', 'fp8' or 'fp8_e4m3' (got %r)" % (what, dtype))
+    return DTYPE_NAMES[dtype]
+
+
 class _Layer:
-    """One megamoe_layer on a workspace: its shape, training or not, int32 or int64 topk_idx."""
+    """One megamoe_layer on a workspace; its key (hidden, intermediate, experts, topk, training, topk_idx bits,
+    dtype) says its shape, training or not, int32 or int64 topk_idx, bf16 or fp8_e4m3."""
 
     def __init__(self, workspace, handle, key, saved_bytes):
         self._workspace, self.handle, self.key, self.saved_bytes = weakref.ref(workspace), handle, key, saved_bytes
@@ -57,10 +69,14 @@ class Workspace:
     one GPU); every rank of it makes its workspace with the same arguments, and its ranks are the expert-parallel
     ranks (rank r owns experts [r E/R, (r+1) E/R)). The handles are exchanged over the group (all_gather_into_tensor;
     a CUDA tensor on an NCCL group, a CPU one on gloo), then the ranks meet (a barrier) before the first layer call.
-    training: the workspace serves training layers (it holds their dh buffer); sm_budget: SMs of this rank's kernels
-    (even; 0: MEGAMOE_SM_BUDGET, else every SM); receive_capacity, drop_overflow, dedup_tokens, swiglu_clamp_milli: as in
-    megamoe_layer_config (runtime/include/megamoe/MoeLayer.h). All layer calls run on torch's current stream, and
-    must be ordered on one stream. close() (or `with`) synchronises, meets the ranks and frees the workspace.
+    training: the workspace serves training layers (it holds their dh buffer); None (the default): True in bf16,
+    False in FP8; sm_budget: SMs of this rank's kernels (even; 0: MEGAMOE_SM_BUDGET, else every SM);
+    receive_capacity, drop_overflow, dedup_tokens, swiglu_clamp_milli: as in megamoe_layer_config
+    (runtime/include/megamoe/MoeLayer.h). dtype: "bf16" (fused_moe) or "fp8" / "fp8_e4m3" (fused_moe_fp8: e4m3
+    weights with 128 x 128 block scales, inference only, no dedup_tokens, hidden and intermediate >= 256); every
+    layer on the workspace has its dtype, and what the runtime refuses of a combination is its MegamoeError. All
+    layer calls run on torch's current stream, and must be ordered on one stream. close() (or `with`)
+    synchronises, meets the ranks and frees the workspace.
 
     Threads: every call that enters a layer handle (fused_moe's forward and backward, check_errors, dropped_picks,
     making a layer) holds the workspace against close(), and calls from several threads are serialised by the
@@ -68,10 +84,13 @@ class Workspace:
     order on every rank). close() waits until no call is in flight, then frees the workspace; a call after it (or
     one that starts once close() has marked it closed) raises RuntimeError("megamoe: the workspace is closed")."""
 
-    def __init__(self, hidden, intermediate, experts, topk, max_tokens, group=None, training=True, sm_budget=0,
+    def __init__(self, hidden, intermediate, experts, topk, max_tokens, group=None, training=None, sm_budget=0,
                  receive_capacity=0, dedup_tokens=False, swiglu_clamp_milli=0, device=None, backend=None,
-                 drop_overflow=False,
+                 drop_overflow=False, dtype="bf16",
                  _host_tensors=False):
+        self.dtype = dtype_name(dtype)
+        if training is None:
+            training = self.dtype == "bf16"
         dist = _dist() if torch.distributed.is_available() else None
         if group is None and dist is not None and dist.is_initialized():
             group = dist.group.WORLD
@@ -119,10 +138,10 @@ class Workspace:
             for idx_bits in (32, 64):
                 self.layer(training=training_layer, topk_idx_bits=idx_bits, **self.shape)
 
-    def _config(self, hidden, intermediate, experts, topk, training=0, topk_idx_bits=0):
+    def _config(self, hidden, intermediate, experts, topk, training=0, topk_idx_bits=0, dtype=None):
         return _lib.LayerConfig(hidden=hidden, intermediate=intermediate, experts=experts, topk=topk,
-                                max_tokens=self.max_tokens, training=training, dtype=0, topk_idx_bits=topk_idx_bits,
-                                **self.options)
+                                max_tokens=self.max_tokens, training=training,
+                                dtype=_lib.DTYPES[dtype or self.dtype], topk_idx_bits=topk_idx_bits, **self.options)
 
     def _create(self):
         rt, cfg = self.runtime, self.config
@@ -228,19 +247,21 @@ class Workspace:
                 if not self._callers:
                     self._state.notify_all()
 
-    def layer(self, hidden, intermediate, experts, topk, training, topk_idx_bits=32):
-        """The layer of that shape on this workspace (made once): a _Layer with its handle, id and saved bytes."""
-        key = (hidden, intermediate, experts, topk, bool(training), topk_idx_bits)
+    def layer(self, hidden, intermediate, experts, topk, training, topk_idx_bits=32, dtype=None):
+        """The layer of that shape on this workspace (made once): a _Layer with its handle, id and saved bytes.
+        dtype: "bf16", "fp8" or "fp8_e4m3"; None, the workspace's (the runtime refuses any other)."""
+        dtype = dtype_name(dtype, "Workspace.layer") if dtype is not None else self.dtype
+        key = (hidden, intermediate, experts, topk, bool(training), topk_idx_bits, dtype)
         if key in self.layers:
             return self.layers[key]
         if self.handle is None:
             raise RuntimeError("megamoe: the workspace is closed")
         if training and not self.training:
             raise ValueError("megamoe: a training layer needs a workspace made with training=True")
-        cfg = self._config(hidden, intermediate, experts, topk, int(training), topk_idx_bits)
-        command = layer_command(hidden, intermediate, experts, topk, self.ranks, self.runtime.target)
-        what = "the MoE layer hidden=%d intermediate=%d experts=%d topk=%d at %d ranks" % (
-            hidden, intermediate, experts, topk, self.ranks)
+        cfg = self._config(hidden, intermediate, experts, topk, int(training), topk_idx_bits, dtype)
+        command = layer_command(hidden, intermediate, experts, topk, self.ranks, self.runtime.target, dtype)
+        what = "the %sMoE layer hidden=%d intermediate=%d experts=%d topk=%d at %d ranks" % (
+            "FP8 " if dtype != "bf16" else "", hidden, intermediate, experts, topk, self.ranks)
         with self._call():
             if key in self.layers:  # another thread made it meanwhile
                 return self.layers[key]
@@ -249,17 +270,18 @@ class Workspace:
             self.layers[key] = _Layer(self, handle, key, saved)
             return self.layers[key]
 
-    def layer_for(self, hidden, intermediate, experts, topk, training, topk_idx_bits):
+    def layer_for(self, hidden, intermediate, experts, topk, training, topk_idx_bits, dtype=None):
         """A pure lookup (what a compiled graph runs): the layer must have been made (layer(), or the workspace's
-        own shape, or an MoeExperts module on it)."""
+        own shape, or an MoeExperts module on it). dtype: the runtime's name; None, the workspace's."""
         if self._closed:
             raise RuntimeError("megamoe: the workspace is closed")
+        dtype = dtype or self.dtype
         try:
-            return self.layers[(hidden, intermediate, experts, topk, training, topk_idx_bits)]
+            return self.layers[(hidden, intermediate, experts, topk, training, topk_idx_bits, dtype)]
         except KeyError:
-            raise ValueError("megamoe: no layer hidden=%d intermediate=%d experts=%d topk=%d (training %s) on this "
-                             "workspace; make it first with workspace.layer(...) or an MoeExperts module" % (
-                                 hidden, intermediate, experts, topk, training)) from None
+            raise ValueError("megamoe: no layer hidden=%d intermediate=%d experts=%d topk=%d (training %s, %s) on "
+                             "this workspace (dtype %s); make it first with workspace.layer(...) or an MoeExperts "
+                             "module" % (hidden, intermediate, experts, topk, training, dtype, self.dtype)) from None
 
     def bytes(self):
         """(heap bytes, buffer bytes) of this rank's workspace."""

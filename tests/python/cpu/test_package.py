@@ -3,6 +3,7 @@ against the fake HIP backend (tests/host/runtime/FakeHip.cpp; its "device memory
 layer kernels (megamoe_fake_layer_cache): workspaces, layers, forward and backward calls, saved state, errors."""
 import ctypes
 import logging
+import math
 import os
 import re
 import stat
@@ -367,7 +368,7 @@ def test_four_layers_on_one_workspace(ws):
 def test_smaller_layer_fits_the_workspace(ws, fake_env):
     fill_cache(fake_env, 256, 128, 16, 2)
     m = megamoe.MoeExperts(256, 128, 16, 2, ws)
-    assert (256, 128, 16, 2, True, 32) in ws.layers
+    assert (256, 128, 16, 2, True, 32, "bf16") in ws.layers
     x = torch.randn(3, 256).bfloat16()
     idx = torch.tensor([[0, 15], [1, 2], [3, -1]], dtype=torch.int32)
     assert m(x, idx, torch.rand(3, 2)).shape == x.shape
@@ -764,3 +765,357 @@ def test_two_processes_meet_through_a_process_group(fake_env, tmp_path):
     for rank, (p, out) in enumerate(zip(procs, outs)):
         assert p.returncode == 0, "rank %d:\n%s" % (rank, out)
         assert "rank %d: exchanged through the group (handles)" % rank in out, out
+
+
+# ---- the FP8 layer (dtype="fp8"): the workspace's config, fused_moe_fp8, MoeExperts in FP8 ----
+
+FP8_KEYS = {(512, 256, 16, 4, False, bits, "fp8_e4m3") for bits in (32, 64)}
+
+
+class Fp8LayerStandIn:
+    """What megamoe_layer_create_on makes of an FP8 config on the real FP8 workspace handle, which the fake layer
+    cache cannot serve (megamoe_fake_layer_cache stores the bf16 layers' kernels): it keeps the config and records
+    each forward_fp8 call, with copies of the scales' bytes at their addresses then, and fills y with 0x3F bytes."""
+
+    def __init__(self, config):
+        self.config, self.calls = config, []
+
+    def forward_fp8(self, x, x_scales, tokens, topk_idx, topk_weights, w1, w1_scales, w2, w2_scales, y, stream):
+        c = self.config
+        E_local, H, I = c.experts, c.hidden, c.intermediate  # one rank
+        call = dict(x=x, x_scales=x_scales, tokens=tokens, topk_idx=topk_idx, topk_weights=topk_weights, w1=w1,
+                    w1_scales=w1_scales, w2=w2, w2_scales=w2_scales, y=y, stream=stream,
+                    w1_scale_bytes=ctypes.string_at(w1_scales, E_local * (2 * I // 128) * (H // 128) * 4),
+                    w2_scale_bytes=ctypes.string_at(w2_scales, E_local * (H // 128) * (I // 128) * 4),
+                    x_scale_bytes=ctypes.string_at(x_scales, tokens * (H // 128) * 4) if x_scales else None)
+        self.calls.append(call)
+        ctypes.memset(y, 0x3F, tokens * H * 2)
+
+    def destroy(self):
+        pass
+
+
+@pytest.fixture
+def fp8_layers(monkeypatch):
+    """Every FP8 layer made from now on is a stand-in (a bf16 one stays the runtime's); the list of them."""
+    made = []
+    create_on = _lib.LayerHandle.create_on
+
+    def create(workspace, config):
+        if config.dtype != _lib.DTYPES["fp8_e4m3"]:
+            return create_on(workspace, config)
+        made.append(Fp8LayerStandIn(config))
+        return made[-1]
+    monkeypatch.setattr(_lib.LayerHandle, "create_on", staticmethod(create))
+    return made
+
+
+@pytest.fixture
+def fp8_ws(fake_env, fp8_layers):
+    fill_cache(fake_env)
+    w = megamoe.Workspace(max_tokens=MAX_TOKENS, dtype="fp8", backend="hip", _host_tensors=True, **SHAPE)
+    yield w
+    w.close()
+
+
+def as_bytes(t):
+    return t.contiguous().view(torch.uint8).numpy().tobytes()
+
+
+_quantised = {}
+
+
+def fp8_inputs(T=10, idx_dtype=torch.int32, scale_format="fp32"):
+    """fused_moe_fp8's arguments: bf16 x, routing, and inputs()'s weights quantised (quantize_experts' dict, made
+    once per scale format; callers do not write into it)."""
+    x, idx, wts, w1, w2 = inputs(T, idx_dtype, grad=False)
+    if scale_format not in _quantised:
+        _quantised[scale_format] = megamoe.fp8.quantize_experts(w1 * 0.05, w2 * 0.05, scale_format=scale_format)
+    return x, idx, wts, _quantised[scale_format]
+
+
+def test_the_dtypes_are_the_headers():
+    header = open(os.path.join(os.path.dirname(__file__), "..", "..", "..", "runtime", "include", "megamoe",
+                               "megamoe.h")).read()
+    defined = {name.lower(): int(v) for name, v in re.findall(r"#define MEGAMOE_DTYPE_(\w+) (\d+)", header)}
+    assert defined == _lib.DTYPES
+
+
+def test_the_workspaces_dtype_reaches_the_c_config_of_it_and_its_layers(fp8_ws, fp8_layers):
+    lib = _lib.Library.get(LIB)
+    fp8_config = _lib.LayerConfig(max_tokens=MAX_TOKENS, training=0, dtype=1, **SHAPE)
+    bf16_config = _lib.LayerConfig(max_tokens=MAX_TOKENS, training=0, dtype=0, **SHAPE)
+    assert fp8_ws.dtype == "fp8_e4m3" and fp8_ws.config.dtype == 1 and fp8_ws.handle.config.dtype == 1
+    assert not fp8_ws.training  # training=None: False in FP8, which is inference only
+    # The runtime sized the heap and buffers for an FP8 workspace (its e4m3 pool and scales), not a bf16 one.
+    assert fp8_ws.bytes() == lib.workspace_bytes(fp8_config, 1) != lib.workspace_bytes(bf16_config, 1)
+    # The workspace's own layers: FP8, inference, int32 and int64 topk_idx, keyed on the dtype.
+    assert set(fp8_ws.layers) == FP8_KEYS
+    assert sorted((s.config.dtype, s.config.training, s.config.topk_idx_bits) for s in fp8_layers) == [
+        (1, 0, 32), (1, 0, 64)]
+    assert fp8_ws.layer(512, 256, 16, 4, False, 32, dtype="fp8") is fp8_ws.layers[
+        (512, 256, 16, 4, False, 32, "fp8_e4m3")]
+    assert len(fp8_layers) == 2  # looked up, not made again
+    with pytest.raises(ValueError, match="no layer hidden=512 intermediate=256 experts=16 topk=4 "
+                                         r"\(training False, bf16\) on this workspace \(dtype fp8_e4m3\)"):
+        fp8_ws.layer_for(512, 256, 16, 4, False, 32, "bf16")
+    # "fp8_e4m3" is the same dtype; bf16 stays the default.
+    w = megamoe.Workspace(max_tokens=MAX_TOKENS, dtype="fp8_e4m3", backend="hip", _host_tensors=True, **SHAPE)
+    assert w.config.dtype == 1 and set(w.layers) == FP8_KEYS
+    w.close()
+    w = megamoe.Workspace(max_tokens=MAX_TOKENS, backend="hip", _host_tensors=True, **SHAPE)
+    assert w.dtype == "bf16" and w.config.dtype == 0 and w.training
+    assert {k[6] for k in w.layers} == {"bf16"} and len(fp8_layers) == 4
+    w.close()
+
+
+def test_fp8_workspace_errors_are_the_runtimes(fake_env):
+    fill_cache(fake_env)
+    make = lambda **kw: megamoe.Workspace(**dict(dict(max_tokens=MAX_TOKENS, backend="hip", _host_tensors=True,  # noqa: E731
+                                                      dtype="fp8"), **dict(SHAPE, **kw)))
+    # The fake layer cache holds no FP8 kernels: the miss names the command that builds the FP8 layer's.
+    with pytest.raises(megamoe.MegamoeError, match="the FP8 MoE layer hidden=512 .*\n    megamoe-cache generate "
+                                                   "--hidden 512 --intermediate 256 --experts 16 --topk 4 --ep 1 "
+                                                   "--dtype fp8 --targets gfx950") as e:
+        make()
+    assert e.value.status == _lib.KERNEL_NOT_FOUND and "quantize_tokens_fp8" in str(e.value)
+    for kw, rule in ((dict(training=True), "training=true with dtype fp8_e4m3: the FP8 layer is inference only"),
+                     (dict(dedup_tokens=True), "dedup_tokens with dtype fp8_e4m3"),
+                     (dict(hidden=128), "hidden=128 must be >= 256 with dtype fp8_e4m3")):
+        with pytest.raises(megamoe.MegamoeError, match=rule) as e:
+            make(**kw)
+        assert e.value.status == _lib.INVALID_ARGUMENT
+    with pytest.raises(ValueError, match=r"Workspace: dtype must be 'bf16', 'fp8' or 'fp8_e4m3' \(got 'fp4'\)"):
+        make(dtype="fp4")
+    w = megamoe.Workspace(max_tokens=MAX_TOKENS, training=False, backend="hip", _host_tensors=True, **SHAPE)
+    with pytest.raises(megamoe.MegamoeError, match="dtype=fp8_e4m3 differs from the workspace's dtype=bf16"):
+        w.layer(512, 256, 16, 4, False, 32, dtype="fp8")
+    # A bf16 layer refuses the FP8 forward's scales (the binding reaches megamoe_layer_forward_fp8).
+    x, idx, wts, w1, w2 = inputs(grad=False)
+    y = torch.empty_like(x)
+    layer = w.layer(512, 256, 16, 4, False, 32)
+    with pytest.raises(megamoe.MegamoeError, match="x_scales, w1_scales and w2_scales are for a dtype fp8_e4m3 "
+                                                   "layer; this one is bf16"):
+        layer.handle.forward_fp8(x.data_ptr(), 0, 10, idx.data_ptr(), wts.data_ptr(), w1.data_ptr(), wts.data_ptr(),
+                                 w2.data_ptr(), wts.data_ptr(), y.data_ptr(), 0)
+    w.close()
+
+
+def test_layer_command_names_the_dtype():
+    assert megamoe.layer_command(512, 256, 16, 4, 2, "sm_90a").endswith("--ep 2 --targets sm_90a")
+    for dtype in ("fp8", "fp8_e4m3"):
+        assert megamoe.layer_command(512, 256, 16, 4, 2, "sm_90a", dtype).endswith("--ep 2 --dtype fp8 --targets sm_90a")
+
+
+def test_fused_moe_fp8_hands_its_tensors_to_the_fp8_layer(fp8_ws, fp8_layers):
+    x, idx, wts, q = fp8_inputs()
+    by_bits = {s.config.topk_idx_bits: s for s in fp8_layers}
+    before = fake_launches()
+    y = megamoe.fused_moe_fp8(x, idx, wts, q["w1"], q["w1_scale"], q["w2"], q["w2_scale"], fp8_ws)
+    assert fake_launches() == before  # the stand-in's call only
+    assert y.shape == x.shape and y.dtype == torch.bfloat16 and bool((y.view(torch.int16) == 0x3F3F).all())
+    (call,) = by_bits[32].calls
+    assert call["y"] == y.data_ptr() and call["tokens"] == 10 and call["stream"] == 0
+    assert (call["x"], call["topk_idx"], call["topk_weights"], call["w1"], call["w2"]) == (
+        x.data_ptr(), idx.data_ptr(), wts.data_ptr(), q["w1"].data_ptr(), q["w2"].data_ptr())
+    assert call["x_scales"] == 0  # bf16 x: the layer quantises it
+    assert call["w1_scale_bytes"] == as_bytes(q["w1_scale"]) and call["w2_scale_bytes"] == as_bytes(q["w2_scale"])
+    # x as codes with its scales, int64 topk_idx (the other layer), the arguments by quantize_experts' names.
+    xq, xs = megamoe.quantize_fp8(x)
+    megamoe.fused_moe_fp8(xq, idx.long(), wts, workspace=fp8_ws, x_scales=xs, **q)
+    (call,) = by_bits[64].calls
+    assert call["x"] == xq.data_ptr() and call["x_scales"] == xs.data_ptr() and call["x_scale_bytes"] == as_bytes(xs)
+    # UE8M0 scales (uint8 exponents) reach the layer decoded to float32, bitwise.
+    _, _, _, u = fp8_inputs(scale_format="ue8m0")
+    e1, e2 = megamoe.fp8.float_to_ue8m0(u["w1_scale"]), megamoe.fp8.float_to_ue8m0(u["w2_scale"])
+    megamoe.fused_moe_fp8(x, idx, wts, u["w1"], e1, u["w2"], e2, fp8_ws)
+    call = by_bits[32].calls[-1]
+    assert call["w1_scale_bytes"] == as_bytes(u["w1_scale"]) and call["w2_scale_bytes"] == as_bytes(u["w2_scale"])
+    # An empty rank still calls its layer (the ranks' exchange).
+    y0 = megamoe.fused_moe_fp8(x[:0], idx[:0], wts[:0], workspace=fp8_ws, **q)
+    assert y0.shape == (0, 512) and by_bits[32].calls[-1]["tokens"] == 0 and by_bits[32].calls[-1]["x"] != 0
+
+
+def check_fp8_error(ws, match, **changes):
+    x, idx, wts, q = fp8_inputs()
+    args = dict(x=x, topk_idx=idx, topk_weights=wts, workspace=ws, **q)
+    args.update(changes)
+    with pytest.raises(megamoe.ArgumentError, match=match):
+        megamoe.fused_moe_fp8(**args)
+
+
+def test_fused_moe_fp8_rules_name_the_constraint(fp8_ws, fp8_layers, ws):
+    x, idx, wts, q = fp8_inputs()
+    xq, xs = megamoe.quantize_fp8(x)
+    c = check_fp8_error
+    c(fp8_ws, r"fused_moe_fp8: x must be bfloat16 or uint8 \(got float32\)", x=x.float())
+    c(fp8_ws, r"x must have 2 dimensions \[tokens, hidden\]", x=x[None])
+    c(fp8_ws, r"x is e4m3 codes \(uint8\), so x_scales, its per-token scales \[tokens, hidden / 128\], is required",
+      x=xq)
+    c(fp8_ws, r"x_scales goes only with e4m3 codes x; x is bfloat16", x_scales=xs)
+    c(fp8_ws, r"x_scales must be \[tokens, hidden / 128\] = \[10, 4\] \(got \[10, 3\]\)", x=xq, x_scales=xs[:, :3])
+    c(fp8_ws, r"x_scales must be float32 or uint8 \(got float16\)", x=xq, x_scales=xs.half())
+    c(fp8_ws, r"topk_idx must have one row per token of x", topk_idx=idx[:5])
+    c(fp8_ws, r"topk_weights must be float32", topk_weights=wts.double())
+    c(fp8_ws, r"w1 must be uint8 \(got bfloat16\)", w1=q["w1"].bfloat16())
+    c(fp8_ws, r"w2 must have 3 dimensions \[local experts, hidden, intermediate\] \(e4m3 codes\)", w2=q["w2"][0])
+    c(fp8_ws, r"w2 must be \[local experts=16, hidden=512, intermediate=256\]", w2=q["w2"][:, :, :128])
+    c(fp8_ws, r"hidden=320 must be a multiple of 128", x=x[:, :320].contiguous(), w1=q["w1"][:, :, :320].contiguous(),
+      w2=q["w2"][:, :320].contiguous())
+    c(fp8_ws, r"intermediate=192 must be a multiple of 128 \(act is quantised per token",
+      w1=q["w1"][:, :384].contiguous(), w2=q["w2"][:, :, :192].contiguous())
+    c(fp8_ws, r"w1_scale must be \[local experts, 2 \* intermediate / 128, hidden / 128\] = \[16, 4, 4\] "
+              r"\(got \[16, 4, 3\]\)", w1_scale=q["w1_scale"][:, :, :3])
+    c(fp8_ws, r"w2_scale must be float32 or uint8 \(got bfloat16\)", w2_scale=q["w2_scale"].bfloat16())
+    c(fp8_ws, r"w2_scale must be \[local experts, hidden / 128, intermediate / 128\] = \[16, 4, 2\]",
+      w2_scale=q["w2_scale"].transpose(1, 2).contiguous())
+    c(fp8_ws, r"w1_scale must be contiguous", w1_scale=q["w1_scale"].transpose(1, 2).contiguous().transpose(1, 2))
+    c(fp8_ws, r"w1 must be on cpu, the workspace's device \(got meta\)", w1=q["w1"].to("meta"))
+    big = fp8_inputs(MAX_TOKENS + 1)
+    c(fp8_ws, r"x has 65 tokens, above the workspace's max_tokens=64", x=big[0], topk_idx=big[1], topk_weights=big[2])
+    c(fp8_ws, r"experts=8 \(w1's 8 local experts x 1 ranks\) must equal the workspace's experts=16",
+      w1=q["w1"][:8], w1_scale=q["w1_scale"][:8], w2=q["w2"][:8], w2_scale=q["w2_scale"][:8])
+    flat = torch.empty(x.numel() + 1, dtype=torch.bfloat16)
+    shifted = flat[1:].view(x.shape)
+    shifted.copy_(x)
+    c(fp8_ws, r"x must be 16-byte aligned", x=shifted)
+    c(None, r"workspace must be a megamoe.Workspace \(got NoneType\)")
+    c(ws, r"the workspace's dtype is bf16; the FP8 layer needs a workspace made with dtype='fp8'")
+    with pytest.raises(megamoe.ArgumentError, match="fused_moe: the workspace's dtype is fp8_e4m3: its layers run "
+                                                    "through fused_moe_fp8"):
+        megamoe.fused_moe(*inputs(grad=False), fp8_ws)
+    # No backward: gradients wanted are refused by name; under no_grad the same call runs.
+    c(fp8_ws, r"x requires grad, but the FP8 layer is inference only", x=x.clone().requires_grad_())
+    c(fp8_ws, r"topk_weights and w1_scale require grad", topk_weights=wts.clone().requires_grad_(),
+      w1_scale=q["w1_scale"].clone().requires_grad_())
+    with torch.no_grad():
+        megamoe.fused_moe_fp8(x.clone().requires_grad_(), idx, wts, workspace=fp8_ws, **q)
+    assert sum(len(s.calls) for s in fp8_layers) == 1  # only that call reached a layer
+
+
+def test_the_fp8_op_checks_its_arguments_against_the_layer(fp8_ws, fp8_layers, ws):
+    from megamoe.ops import _fused_moe_fp8_call
+    x, idx, wts, q = fp8_inputs()
+    args = (q["w1"], q["w1_scale"], q["w2"], q["w2_scale"])
+    layer = fp8_ws.layer(512, 256, 16, 4, False, 32)
+    with pytest.raises(megamoe.ArgumentError, match="topk_idx bits"):
+        _fused_moe_fp8_call(x, idx.long(), wts, *args, None, layer.id)
+    with pytest.raises(megamoe.ArgumentError, match="the workspace's dtype is bf16"):
+        _fused_moe_fp8_call(x, idx, wts, *args, None, ws.layer(training=False, **SHAPE).id)
+    with pytest.raises(megamoe.ArgumentError, match="fused_moe_fp8: w2 must be contiguous"):
+        _fused_moe_fp8_call(x, idx, wts, q["w1"], q["w1_scale"], q["w2"].transpose(1, 2).contiguous().transpose(1, 2),
+                            q["w2_scale"], None, layer.id)
+    from megamoe.ops import _fused_moe_call
+    with pytest.raises(megamoe.ArgumentError, match="fused_moe: the workspace's dtype is fp8_e4m3"):
+        _fused_moe_call(*inputs(grad=False), layer.id, False)
+    assert not any(s.calls for s in fp8_layers)
+    _fused_moe_fp8_call(x, idx, wts, *args, None, layer.id)
+    assert len(layer.handle.calls) == 1
+
+
+def fp8_checkpoint_weights(E_=16):
+    """A checkpoint's experts in bf16 (gate, up, down; nn.Linear's [out, in]) and in FP8 (codes, block scales)."""
+    g = torch.Generator().manual_seed(5)
+    gate, up = (torch.randn(E_, 256, 512, generator=g).mul(0.05).bfloat16() for _ in range(2))
+    down = torch.randn(E_, 512, 256, generator=g).mul(0.05).bfloat16()
+    return gate, up, down
+
+
+def test_fp8_experts_are_buffers_quantised_from_bf16_weights(fp8_ws, fp8_layers):
+    m = megamoe.MoeExperts(512, 256, 16, 4, fp8_ws)
+    assert m.dtype == "fp8_e4m3" and list(m.parameters()) == []
+    assert {n: (tuple(b.shape), b.dtype) for n, b in m.named_buffers()} == {
+        "w1": ((16, 512, 512), torch.uint8), "w1_scale": ((16, 4, 4), torch.float32),
+        "w2": ((16, 512, 256), torch.uint8), "w2_scale": ((16, 4, 2), torch.float32)}
+    assert sorted(m.state_dict()) == ["w1", "w1_scale", "w2", "w2_scale"]
+    # init: nn.Linear's uniform weights quantised, so each block's scale is its amax / 448 <= bound / 448.
+    assert bool((m.w1_scale > 0).all()) and bool((m.w1_scale <= 1 / math.sqrt(512) / 448).all())
+    assert bool((m.w2_scale <= 1 / math.sqrt(256) / 448).all()) and int((m.w1 != 0).sum()) > m.w1.numel() // 2
+    assert "dtype=fp8_e4m3" in repr(m)
+    # The quantiser path: a bf16 checkpoint on an FP8 workspace is quantised in quantize_experts' blocks.
+    gate, up, down = fp8_checkpoint_weights()
+    for fmt in ("fp32", "ue8m0"):
+        m = megamoe.MoeExperts.from_checkpoint(fp8_ws, 4, list(down), gate=list(gate), up=list(up), scale_format=fmt)
+        want = megamoe.fp8.quantize_experts(torch.cat([gate, up], 1), down, scale_format=fmt)
+        for name, t in want.items():
+            assert torch.equal(getattr(m, name), t), (fmt, name)
+    # forward runs fused_moe_fp8 on the module's buffers; bf16 modules refuse x_scales.
+    x, idx, wts, _ = fp8_inputs()
+    with torch.no_grad():
+        assert m(x, idx, wts).shape == x.shape
+    call = [s for s in fp8_layers if s.config.topk_idx_bits == 32][0].calls[-1]
+    assert (call["w1"], call["w2"]) == (m.w1.data_ptr(), m.w2.data_ptr())
+    assert call["w1_scale_bytes"] == as_bytes(m.w1_scale)
+    with pytest.raises(ValueError, match=r"MoeExperts.quantize_from: w2 must be \[16, 512, 256\]"):
+        m.quantize_from(torch.cat([gate, up], 1), down[:, :, :128])
+
+
+class TwoRankWorkspace:
+    """Rank 1 of 2 as MoeExperts sees its workspace (its layers made elsewhere): a module's share of the experts."""
+    rank, ranks, dtype, training, device = 1, 2, "fp8_e4m3", False, torch.device("cpu")
+
+    def layer(self, *args):
+        pass
+
+
+def test_fp8_experts_from_an_fp8_checkpoint_keep_this_ranks_share(tmp_path, fp8_ws):
+    gate, up, down = fp8_checkpoint_weights()
+    q = {name: megamoe.fp8.quantize_blocks(t, scale_format="ue8m0") for name, t in
+         (("gate", gate), ("up", up), ("down", down))}
+    full = megamoe.fp8.quantize_experts(torch.cat([gate, up], 1), down, scale_format="ue8m0")
+    # In memory, as a DeepSeek-V3 / Kimi-K2 model's modules hold them: per expert e4m3 weight and weight_scale_inv
+    # (here UE8M0 uint8 exponents), lists of per-expert tensors.
+    codes = {n: list(q[n][0]) for n in q}
+    scale_inv = {n: [megamoe.fp8.float_to_ue8m0(s) for s in q[n][1]] for n in q}
+    for workspace, lo in ((fp8_ws, 0), (TwoRankWorkspace(), 8)):
+        m = megamoe.MoeExperts.from_checkpoint(workspace, 4, codes["down"], gate=codes["gate"], up=codes["up"],
+                                               scale_inv=scale_inv)
+        for name, t in full.items():
+            assert torch.equal(getattr(m, name), t[lo:lo + 16 // workspace.ranks]), (lo, name)
+    # On disk: a safetensors checkpoint's files, of which a rank reads its experts only.
+    tensors, dtypes = {}, {}
+    for e in range(16):
+        for proj in ("gate", "up", "down"):
+            name = "model.layers.3.mlp.experts.%d.%s_proj.weight" % (e, proj)
+            tensors[name], dtypes[name] = q[proj][0][e].clone(), "F8_E4M3"
+            tensors[name + "_scale_inv"] = q[proj][1][e].clone()
+    path = str(tmp_path / "model.safetensors")
+    megamoe.fp8.write_safetensors(path, tensors, dtypes)
+    for workspace, lo in ((fp8_ws, 0), (TwoRankWorkspace(), 8)):
+        m = megamoe.MoeExperts.from_fp8_checkpoint(workspace, 4, path, layer=3, experts=16)
+        for name, t in full.items():
+            assert torch.equal(getattr(m, name), t[lo:lo + 16 // workspace.ranks]), (lo, name)
+    # What cannot be an FP8 module's weights is refused by rule.
+    with pytest.raises(ValueError, match=r"scale_inv must be a dict of the weights' block scales, keys "
+                                         r"\['down', 'gate', 'up'\] \(got \['down', 'gate_up'\]\)"):
+        megamoe.MoeExperts.from_checkpoint(fp8_ws, 4, codes["down"], gate=codes["gate"], up=codes["up"],
+                                           scale_inv=dict(down=scale_inv["down"], gate_up=scale_inv["gate"]))
+    with pytest.raises(ValueError, match="interleaved gate and up rows would split"):
+        megamoe.MoeExperts.from_checkpoint(fp8_ws, 4, codes["down"], gate_up=torch.cat([q["gate"][0], q["up"][0]], 1),
+                                           interleaved=True, scale_inv=dict(down=q["down"][1], gate_up=q["up"][1]))
+    with pytest.raises(ValueError, match=r"gate must be e4m3 codes \(torch.uint8.*\) with scale_inv \(got "
+                                         r"torch.bfloat16\)"):
+        megamoe.MoeExperts.from_checkpoint(fp8_ws, 4, codes["down"], gate=gate, up=codes["up"], scale_inv=scale_inv)
+    m = megamoe.MoeExperts(512, 256, 16, 4, fp8_ws, init=False)
+    with pytest.raises(ValueError, match=r"MoeExperts.load_fp8: w2_scale must be \[16, 4, 2\], this rank's experts' "
+                                         r"\(got \[16, 2, 4\]\)"):
+        m.load_fp8(full["w1"], full["w1_scale"], full["w2"], full["w2_scale"].transpose(1, 2))
+
+
+def test_fp8_weights_need_an_fp8_workspace(tmp_path, ws):
+    gate, up, down = fp8_checkpoint_weights()
+    q = megamoe.fp8.quantize_experts(torch.cat([gate, up], 1), down)
+    with pytest.raises(ValueError, match="scale_inv \\(FP8 weights\\) needs a workspace made with dtype='fp8'"):
+        megamoe.MoeExperts.from_checkpoint(ws, 4, q["w2"], gate=q["w1"][:, :256], up=q["w1"][:, 256:],
+                                           scale_inv=dict(down=q["w2_scale"], gate=q["w1_scale"][:, :2],
+                                                          up=q["w1_scale"][:, 2:]))
+    with pytest.raises(ValueError, match="from_fp8_checkpoint: an FP8 checkpoint needs a workspace made with "
+                                         "dtype='fp8'"):
+        megamoe.MoeExperts.from_fp8_checkpoint(ws, 4, str(tmp_path), layer=0, experts=16)
+    m = megamoe.MoeExperts(512, 256, 16, 4, ws)
+    with pytest.raises(ValueError, match="MoeExperts.load_fp8: this module is bf16"):
+        m.load_fp8(q["w1"], q["w1_scale"], q["w2"], q["w2_scale"])
+    with pytest.raises(megamoe.ArgumentError, match="x_scales goes with FP8 modules; this one is bf16"):
+        m(*inputs(grad=False)[:3], x_scales=torch.ones(10, 4))
+    with pytest.raises(megamoe.MegamoeError, match="dtype=fp8_e4m3 differs from the workspace's dtype=bf16"):
+        megamoe.MoeExperts(512, 256, 16, 4, ws, dtype="fp8")
