@@ -228,10 +228,11 @@ def test_the_entry_points_help_names_the_subcommands():
     r = run_entry("--help")
     assert r.returncode == 0, r.stderr
     out = " ".join(r.stdout.split())  # argparse wraps at the terminal's width
-    assert "usage: megamoe-bench [-h] {gemm,layer} ..." in out
+    assert "usage: megamoe-bench [-h] {gemm,layer,layer-fp8} ..." in out
     assert "megamoe-bench: benchmarks on the GPU machine." in out  # cli's docstring, the description
     assert "gemm grouped GEMM against torch._grouped_mm and dense cuBLAS" in out
     assert "layer the fused MoE layer over --nproc GPUs against the PyTorch pipeline" in out
+    assert "layer-fp8 the FP8 layer's forward against the bf16 layer's, one GPU, one rank" in out
 
 
 def test_the_entry_points_subcommand_help():

@@ -2,8 +2,9 @@
 forward and backward against an fp32 reference, the op against the C++ layer bitwise, torch.compile(fullgraph) against
 eager bitwise, CUDA-graph capture of forward and backward, several forwards in flight with backwards in any order,
 a 4-layer model on one workspace, a finite-difference check, bad inputs and a device error, the grouped GEMMs (bf16
-and FP8), the FP8 token quantiser bitwise against its reference, the op's overhead against the C++ layer (within 3%,
-eager and compiled), two ranks on one GPU through a process group.
+and FP8), the FP8 token quantiser bitwise against its reference, the FP8 layer (fused_moe_fp8) against its
+references and its other forms bitwise, the op's overhead against the C++ layer (within 3%, eager and compiled),
+two ranks on one GPU through a process group.
 Runs under pytest, or without it: `python3 tests/python/gpu/test_gpu.py --junit FILE --json FILE`."""
 import json
 import math
@@ -534,6 +535,104 @@ def test_quantize_fp8_bitwise_equals_the_reference():
         torch.cuda.synchronize()
         rq, rs = megamoe.fp8.quantize_tokens(static.cpu())
         assert bitwise(captured[0].cpu(), rq) and bitwise(captured[1].cpu(), rs), "replay %d differs" % seed
+
+_fp8_ws = None
+
+
+def fp8_ws():
+    """The FP8 tests' workspace: one process, one GPU, dtype fp8 (inference; made once). Its layer's kernels at EP1
+    are gen-gpu-test-cache.sh's "512 256 16 4" FP8 shape."""
+    global _fp8_ws
+    if _fp8_ws is None:
+        _fp8_ws = megamoe.Workspace(max_tokens=MAX_TOKENS, dtype="fp8", **SHAPE)
+    return _fp8_ws
+
+
+def fp8_case(T=100, seed=181, scale_format="fp32"):
+    """x bf16 [T, H], routing with a tenth of the picks skipped (-1), and weights() quantised on the GPU
+    (quantize_experts' dict: w1, w1_scale, w2, w2_scale)."""
+    w1, w2 = weights(seed)
+    x = tokens(T, seed + 1)
+    idx, wts = routing(T, seed + 2, skip_fraction=0.1)
+    return x, idx, wts, megamoe.fp8.quantize_experts(w1, w2, scale_format=scale_format)
+
+
+def fp8_layer(x, idx, wts, q, **kw):
+    with torch.no_grad():
+        y = megamoe.fused_moe_fp8(x, idx, wts, workspace=fp8_ws(), **dict(q, **kw))
+    fp8_ws().check_errors()
+    return y
+
+
+def test_fused_moe_fp8_against_the_references():
+    """The FP8 layer on one rank (H=512, I=256, E=16, topk=4, 100 tokens, skipped picks) against
+    megamoe.fp8.reference_moe_fp8 on the same codes and scales with the kernel's rounding points (SwiGLU in fp32,
+    act bf16 then quantised per 128 channels, L2 rows bf16 summed in fp32) within 1e-2, and against the bf16
+    layer's reference (reference_moe, in fp32) on the dequantised weights within 1e-1, where the FP8 activations'
+    quantisation is the difference; a rerun bitwise identical, and e4m3 x with its scales from quantize_fp8
+    bitwise equal to the layer quantising bf16 x itself."""
+    x, idx, wts, q = fp8_case()
+    y = fp8_layer(x, idx, wts, q)
+    assert y.dtype == torch.bfloat16 and y.shape == x.shape and bool(torch.isfinite(y.float()).all())
+    ref = megamoe.fp8.reference_moe_fp8(x, idx, wts, swiglu="fp32", **q)
+    dequantised = [megamoe.fp8.dequantize_blocks(q[n], q[n + "_scale"]) for n in ("w1", "w2")]
+    bf16_layer = megamoe.reference_moe(x.float(), idx, wts, *dequantised)
+    err, err_bf16 = rel(y, ref), rel(y, bf16_layer)
+    print("fused_moe_fp8: rel err %.3e against reference_moe_fp8, %.3e against the bf16 layer (dequantised)" % (
+        err, err_bf16))
+    assert err <= 1e-2, err
+    assert err_bf16 <= 1e-1, err_bf16
+    assert bitwise(fp8_layer(x, idx, wts, q), y), "a rerun differs"
+    xq, xs = megamoe.quantize_fp8(x)
+    assert bitwise(fp8_layer(xq, idx, wts, q, x_scales=xs), y), "e4m3 x with its scales differs from bf16 x"
+
+
+def test_fused_moe_fp8_forms_agree_bitwise():
+    """The same layer call through its other forms: float8_e4m3fn codes, UE8M0 scales as uint8 exponents (against
+    the same scales as float32), int64 topk_idx, an MoeExperts module quantised from the bf16 weights,
+    torch.compile(fullgraph=True) and a CUDA-graph replay into a sentinel-filled output; zero tokens; gradients
+    refused by name."""
+    x, idx, wts, q = fp8_case(T=77, seed=191)
+    y = fp8_layer(x, idx, wts, q)
+    F8 = megamoe.fp8.FLOAT8
+    if F8 is not None:
+        as_f8 = dict(q, w1=q["w1"].view(F8), w2=q["w2"].view(F8))
+        xq, xs = megamoe.quantize_fp8(x, dtype=F8)
+        assert bitwise(fp8_layer(xq, idx, wts, as_f8, x_scales=xs), y), "float8 codes differ"
+    assert bitwise(fp8_layer(x, idx.long(), wts, q), y), "int64 topk_idx differs"
+    _, _, _, u = fp8_case(T=77, seed=191, scale_format="ue8m0")
+    yu = fp8_layer(x, idx, wts, u)
+    exponents = dict(u, w1_scale=megamoe.fp8.float_to_ue8m0(u["w1_scale"]),
+                     w2_scale=megamoe.fp8.float_to_ue8m0(u["w2_scale"]))
+    assert bitwise(fp8_layer(x, idx, wts, exponents), yu), "UE8M0 exponents differ from their float32 scales"
+    assert rel(yu, megamoe.fp8.reference_moe_fp8(x, idx, wts, swiglu="fp32", **u)) <= 1e-2
+    w1, w2 = weights(191)
+    m = megamoe.MoeExperts.from_checkpoint(fp8_ws(), K, w2, gate=w1[:, :I], up=w1[:, I:])
+    for name, t in q.items():
+        assert bitwise(getattr(m, name), t), "MoeExperts' %s differs from quantize_experts'" % name
+    with torch.no_grad():
+        assert bitwise(m(x, idx, wts), y), "the module differs"
+    if megamoe.HAS_CUSTOM_OP:
+        compiled = torch.compile(lambda a, i, b: megamoe.fused_moe_fp8(a, i, b, workspace=fp8_ws(), **q),
+                                 fullgraph=True)
+        with torch.no_grad():
+            assert bitwise(compiled(x, idx, wts), y), "compiled differs from eager"
+    static = x.clone()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, capture_error_mode="thread_local"), torch.no_grad():
+        captured = megamoe.fused_moe_fp8(static, idx, wts, workspace=fp8_ws(), **q)
+    captured.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    assert bitwise(captured, y), "the graph's replay differs"
+    x2 = tokens(77, 199)
+    static.copy_(x2)
+    graph.replay()
+    assert bitwise(captured, fp8_layer(x2, idx, wts, q)), "a replay on new x differs"
+    assert fp8_layer(x[:0], idx[:0], wts[:0], q).shape == (0, H)
+    with raises(megamoe.ArgumentError, match="x requires grad, but the FP8 layer is inference only"):
+        megamoe.fused_moe_fp8(x.clone().requires_grad_(), idx, wts, workspace=fp8_ws(), **q)
+
 
 def test_workspace_on_cuda_without_an_index_serves_calls():
     w = megamoe.Workspace(max_tokens=64, training=False, device="cuda", **SHAPE)
