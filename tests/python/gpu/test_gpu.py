@@ -618,6 +618,11 @@ def test_fused_moe_fp8_forms_agree_bitwise():
         with torch.no_grad():
             assert bitwise(compiled(x, idx, wts), y), "compiled differs from eager"
     static = x.clone()
+    side = torch.cuda.Stream()  # a warm-up on a side stream before the capture, as torch advises
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side), torch.no_grad():
+        megamoe.fused_moe_fp8(static, idx, wts, workspace=fp8_ws(), **q)
+    torch.cuda.current_stream().wait_stream(side)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph, capture_error_mode="thread_local"), torch.no_grad():
         captured = megamoe.fused_moe_fp8(static, idx, wts, workspace=fp8_ws(), **q)
