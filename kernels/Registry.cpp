@@ -343,6 +343,15 @@ std::string validateShape(const ModelShape& s, int64_t ranks) {
   return "";
 }
 
+namespace {
+// Appends spec unless `out` holds it already (a union in first-seen order).
+void appendOnce(std::vector<KernelSpec>& out, KernelSpec spec) {
+  if (std::none_of(out.begin(), out.end(),
+                   [&](const KernelSpec& o) { return o.kernel == spec.kernel && o.constants == spec.constants; }))
+    out.push_back(std::move(spec));
+}
+}  // namespace
+
 std::vector<KernelSpec> layerKernels(const ModelShape& s, int64_t ranks) {
   if (std::string e = validateShape(s, ranks); !e.empty()) throw std::invalid_argument(s.name + ": " + e);
   // The union of the runtime's lists (compiler/abi/LayerKernels.h) over the layer options that change kernels
@@ -353,13 +362,7 @@ std::vector<KernelSpec> layerKernels(const ModelShape& s, int64_t ranks) {
     shape.training = options & 1;
     shape.dedup = options & 2;
     shape.topkIdxInt64 = options & 4;
-    for (abi::KernelSpec& k : abi::layerKernels(shape).specs) {
-      KernelSpec spec{std::move(k.kernel), std::move(k.constants)};
-      if (std::none_of(out.begin(), out.end(), [&](const KernelSpec& o) {
-            return o.kernel == spec.kernel && o.constants == spec.constants;
-          }))
-        out.push_back(std::move(spec));
-    }
+    for (abi::KernelSpec& k : abi::layerKernels(shape).specs) appendOnce(out, {std::move(k.kernel), std::move(k.constants)});
   }
   return out;
 }
@@ -370,10 +373,7 @@ std::vector<KernelSpec> fp8Kernels(const ModelShape& s, int64_t ranks) {
   auto add = [&](KernelSpec spec) {
     if (std::string e = find(spec.kernel)->validate(spec); !e.empty())
       throw std::invalid_argument(s.name + " in FP8: " + e);
-    if (std::none_of(out.begin(), out.end(), [&](const KernelSpec& o) {
-          return o.kernel == spec.kernel && o.constants == spec.constants;
-        }))
-      out.push_back(std::move(spec));
+    appendOnce(out, std::move(spec));
   };
   for (auto [n, k] : {std::pair{2 * s.intermediate, s.hidden}, std::pair{s.hidden, s.intermediate}})
     add({GroupedGemmSpec::kFp8Name, {{"E", s.experts / ranks}, {"N", n}, {"K", k}}});
