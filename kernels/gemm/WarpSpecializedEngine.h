@@ -387,10 +387,13 @@ struct WarpSpecializedEngine {
 
   // FP8's K loop (NT: K / 128 steps, each one 128-K scale block): each step's product, complete, is promoted into
   // the running sum with scales loaded one step earlier, so that their L2 latency hides behind a step's MMA instead
-  // of idling the tensor cores after it (the other MMA warpgroup's wgmma runs beside this one's promotion). The
-  // product reuses the previous one's registers (Threads::mmaFresh: no zero fill). Two products in turn, promoted
-  // while the next one multiplies, need a third fragment (3 x 64 f32 a thread): ptxas then spilled and serialised
-  // the wgmmas at 224 registers. Returns the sum; the caller gives the last step's slot back.
+  // of idling the tensor cores after it (the other MMA warpgroup's wgmma runs beside this one's promotion). A step's
+  // scale loads come after its slot is full, never before: the A scales may be rows a dispatch is still pushing,
+  // which the producer leader has seen arrive before it loads the tile's first slot (so step 0, whose own scales
+  // have no earlier step to ride on, loads them with step 1's). The product reuses the previous one's registers
+  // (Threads::mmaFresh: no zero fill). Two products in turn, promoted while the next one multiplies, need a third
+  // fragment (3 x 64 f32 a thread): ptxas then spilled and serialised the wgmmas at 224 registers. Returns the sum;
+  // the caller gives the last step's slot back.
   template <typename Step>
   dsl::Acc fp8Steps(const dsl::Threads& wg, const TilePlace& p, const RingPosition& first, const Step& step,
                     const std::function<dsl::SharedTile(const dsl::SharedTile&)>& bOf) const {
@@ -399,15 +402,30 @@ struct WarpSpecializedEngine {
     if (gemm.mmaOn || gemm.tn()) throw std::logic_error("FP8 K loop: NT, every step multiplied");
     const int64_t steps = gemm.s.kOrM / gemm.c.k;
     Acc zero = wg.zeroAcc(64, gemm.c.n);
-    // Carried: the sum, the last product (its registers), the scales of the step about to run, the ring position.
-    Kernel::Carried init{{zero, zero}, {gemm.stageScales(wg, zero, p, k.i32(0))}, {first.entry, first.phase}};
-    Kernel::Carried c = k.forRange(k.i32(0), k.i32(steps), k.i32(1), init, [&](I32 kt, const Kernel::Carried& in) {
-      Vec next = gemm.stageScales(wg, zero, p, k.select(kt + 1 < k.i32(steps), kt + 1, kt));
-      auto [product, at] = step(kt, in.accs[1], in.scalars, [&](const I32&, const Acc& regs, const I32& slot) {
-        return wg.mmaFresh(regs, gemm.rings.a.stage(slot), bOf(gemm.rings.b.stage(slot)));
+    auto scalesOf = [&](const I32& kt) { return gemm.stageScales(wg, zero, p, kt); };
+    // Step kt into the registers of `regs` once its slot is full, loading the scales of step kt + 1 (clamped) and,
+    // for step 0, its own; returns the finished product, those scales and the next ring position.
+    struct Done {
+      Acc product;
+      std::optional<Vec> own;
+      Vec next;
+      std::vector<I32> at;
+    };
+    auto run = [&](const I32& kt, const Acc& regs, const std::vector<I32>& at, bool loadOwn) {
+      std::optional<Vec> own, next;
+      auto [product, pos] = step(kt, regs, at, [&](const I32&, const Acc& r, const I32& slot) {
+        if (loadOwn) own = scalesOf(kt);
+        next = scalesOf(k.select(kt + 1 < k.i32(steps), kt + 1, kt));
+        return wg.mmaFresh(r, gemm.rings.a.stage(slot), bOf(gemm.rings.b.stage(slot)));
       });
-      Acc done = k.drain(product);
-      return Kernel::Carried{{wg.scaleAdd(in.accs[0], done, in.vecs[0]), done}, {next}, at};
+      return Done{k.drain(product), own, *next, pos};
+    };
+    Done d0 = run(k.i32(0), zero, {first.entry, first.phase}, /*loadOwn=*/true);
+    // Carried: the sum, the last product (its registers), the scales of the step about to run, the ring position.
+    Kernel::Carried init{{wg.scaleAdd(zero, d0.product, *d0.own), d0.product}, {d0.next}, d0.at};
+    Kernel::Carried c = k.forRange(k.i32(1), k.i32(steps), k.i32(1), init, [&](I32 kt, const Kernel::Carried& in) {
+      Done d = run(kt, in.accs[1], in.scalars, /*loadOwn=*/false);
+      return Kernel::Carried{{wg.scaleAdd(in.accs[0], d.product, in.vecs[0]), d.product}, {d.next}, d.at};
     });
     return c.accs[0];
   }
