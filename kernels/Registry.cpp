@@ -145,164 +145,193 @@ KernelInfo gemmCombineFp8Info() {
             return buildGemmCombine(ctx, d, arch);
           }};
 }
+
+// Row-wise kernels around the GEMMs.
+std::vector<KernelInfo> elementwiseKernels() {
+  return {
+    {SwigluSpec::kName,
+     "SwiGLU forward over [M, 2I] gate|up rows, bf16, optional clamp",
+     [](const KernelSpec& s) {
+       std::string e = positiveMultiple("I", s.get("I"), SwigluSpec::kVector, "16-byte bf16 vectors");
+       if (e.empty()) e = clampRule(s);
+       return e;
+     },
+     [](mlir::MLIRContext& ctx, const KernelSpec& s, Arch) {
+       return buildSwiglu(ctx, SwigluSpec{s.get("I"), s.get("clamp_milli")});
+     }},
+    {QuantizeTokensSpec::kName,
+     "per-token FP8 e4m3 quantisation of bf16 rows, one f32 scale per 128 channels (amax / 448)",
+     [](const KernelSpec& s) {
+       std::string e = positiveMultiple("H", s.get("H"), QuantizeTokensSpec::kGroup, "one scale per 128 channels");
+       if (e.empty() && s.get("H") > 65536) e = "H=" + std::to_string(s.get("H")) + " must be <= 65536";
+       if (e.empty() && s.get("device_rows") != 0 && s.get("device_rows") != 1)
+         e = "device_rows must be 0 (rows) or 1 (min(rows, *rows_at))";
+       return e;
+     },
+     [](mlir::MLIRContext& ctx, const KernelSpec& s, Arch) {
+       return buildQuantizeTokens(ctx, QuantizeTokensSpec{s.get("H"), s.get("device_rows") == 1});
+     }}
+  };
+}
+
+// The standalone GEMMs, bf16 and FP8.
+std::vector<KernelInfo> gemmKernels() {
+  return {
+    {GemmNtSpec::kName,
+     "one-expert bf16 GEMM C = A B^T through the MMA atom (64x128 tiles)",
+     [](const KernelSpec& s) {
+       std::string e = positiveMultiple("N", s.get("N"), GemmNtSpec::kBlockN, "BLOCK_N");
+       if (e.empty()) e = positiveMultiple("K", s.get("K"), GemmNtSpec::kBlockK, "BLOCK_K, one swizzled 128-byte row");
+       return e;
+     },
+     [](mlir::MLIRContext& ctx, const KernelSpec& s, Arch) { return buildGemmNt(ctx, GemmNtSpec{s.get("N"), s.get("K")}); }},
+    {GemmNtFp8Spec::kName,
+     "one-expert FP8 e4m3 GEMM C = A B^T with 128 x 128 block scales promoted per K block (64x128 tiles)",
+     [](const KernelSpec& s) {
+       std::string e = positiveMultiple("N", s.get("N"), GemmNtFp8Spec::kBlockN, "BLOCK_N, one scale block");
+       if (e.empty()) e = positiveMultiple("K", s.get("K"), GemmNtFp8Spec::kBlockK, "one 128-wide scale block per stage");
+       return e;
+     },
+     [](mlir::MLIRContext& ctx, const KernelSpec& s, Arch arch) {
+       return buildGemmNtFp8(ctx, GemmNtFp8Spec{s.get("N"), s.get("K")}, arch);
+     }},
+    groupedGemmInfo(GroupedGemmSpec::kNT),
+    groupedGemmInfo(GroupedGemmSpec::kNN),
+    groupedGemmInfo(GroupedGemmSpec::kTN),
+    groupedGemmInfo(GroupedGemmSpec::kNT, /*tensorMaps=*/true),
+    groupedGemmInfo(GroupedGemmSpec::kNN, /*tensorMaps=*/true),
+    groupedGemmInfo(GroupedGemmSpec::kTN, /*tensorMaps=*/true),
+    {GroupedGemmSpec::kFp8Name,
+     "grouped FP8 e4m3 GEMM C = A B[e]^T with per-token (A) and 128 x 128 (B) block scales promoted per 128 K "
+     "(warp-specialised with TMA loads on sm_90a)",
+     [](const KernelSpec& s) {
+       using S = GroupedGemmSpec;
+       std::string e = groupCountRule(s);
+       if (e.empty()) e = positiveMultiple("N", s.get("N"), S::kScaleBlock, "BLOCK_N, one scale block");
+       if (e.empty()) e = positiveMultiple("K", s.get("K"), S::kScaleBlock, "one 128-wide scale block per stage");
+       if (e.empty() && s.get("K") < 2 * S::kScaleBlock)
+         e = "K=" + std::to_string(s.get("K")) + " must be >= 256 (the ring's prologue: two stages)";
+       return e;
+     },
+     [](mlir::MLIRContext& ctx, const KernelSpec& s, Arch arch) {
+       GroupedGemmSpec g{GroupedGemmSpec::kNT, s.get("E"), s.get("N"), s.get("K")};
+       g.fp8 = true;
+       return buildGroupedGemmFp8(ctx, g, arch);
+     }}
+  };
+}
+
+// The layer's own kernels: routing, the fused dispatch and combine, the backward's stage kernels.
+std::vector<KernelInfo> routingAndFusedKernels() {
+  return {
+    {DispatchPrologueSpec::kName,
+     "routing tables on the device: per-expert counts all-gathered, pool offsets, each pick's pool row",
+     [](const KernelSpec& s) {
+       const int64_t e = s.get("E"), topk = s.get("topk"), r = s.get("ranks");
+       if (r < 1 || r > 8) return "ranks=" + std::to_string(r) + " must be 1..8";
+       if (e < 1 || e > 1024 || e % r != 0)
+         return "E=" + std::to_string(e) + " must be 1..1024 and a multiple of ranks=" + std::to_string(r);
+       if (topk < 1 || topk > e) return "topk=" + std::to_string(topk) + " must be 1..E";
+       return std::string();
+     },
+     [](mlir::MLIRContext& ctx, const KernelSpec& s, Arch) {
+       return buildDispatchPrologue(ctx, DispatchPrologueSpec{s.get("E"), s.get("topk"), s.get("ranks")});
+     }},
+    {TopkIdxNarrowSpec::kName,
+     "int64 top-k indices narrowed to int32; values outside [-1, 2^31) become INT32_MAX and claim kBadIndex",
+     [](const KernelSpec&) { return std::string(); },
+     [](mlir::MLIRContext& ctx, const KernelSpec&, Arch) { return buildTopkIdxNarrow(ctx, TopkIdxNarrowSpec{}); }},
+    {DispatchGemmSpec::kName,
+     "fused dispatch + grouped GEMM: rows pushed to the owners, each tile starts once its rows arrived (NT + SwiGLU "
+     "forward, NN dgrad, TN wgrad)",
+     [](const KernelSpec& s) {
+       std::string e = validateFused(s);
+       if (e.empty()) e = clampRule(s);
+       if (e.empty() && (s.get("layout") < 0 || s.get("layout") > 2)) e = "layout must be 0 (NT), 1 (NN) or 2 (TN)";
+       if (e.empty() && (s.get("save_h") < 0 || s.get("save_h") > 1 || (s.get("save_h") && s.get("layout") != 0)))
+         e = "save_h must be 0 or 1, and 1 only with layout 0 (NT, the forward)";
+       if (e.empty() && (s.get("dedup") < 0 || s.get("dedup") > 1 || (s.get("dedup") && s.get("layout") != 0)))
+         e = "dedup must be 0 or 1, and 1 only with layout 0 (NT, the forward)";
+       return e;
+     },
+     [](mlir::MLIRContext& ctx, const KernelSpec& s, Arch arch) {
+       DispatchGemmSpec d{s.get("E"), s.get("ranks"), s.get("topk"), s.get("H"), s.get("I"), s.get("clamp_milli"),
+                          GroupedGemmSpec::Layout(s.get("layout")), s.get("save_h"), s.get("dedup")};
+       return buildDispatchGemm(ctx, d, arch);
+     }},
+    {GemmCombineSpec::kName,
+     "fused grouped GEMM + combine: rows stored at their home rank, then the top-k sum in fp32 (NT forward "
+     "weighted, NN backward dx)",
+     [](const KernelSpec& s) {
+       std::string e = validateFused(s);
+       if (e.empty() && s.get("layout") != 0 && s.get("layout") != 1) e = "layout must be 0 (NT) or 1 (NN)";
+       return e;
+     },
+     [](mlir::MLIRContext& ctx, const KernelSpec& s, Arch arch) {
+       GemmCombineSpec d{s.get("E"), s.get("ranks"), s.get("topk"), s.get("H"), s.get("I"),
+                         GroupedGemmSpec::Layout(s.get("layout"))};
+       return buildGemmCombine(ctx, d, arch);
+     }},
+    dispatchGemmFp8Info(),
+    gemmCombineFp8Info(),
+    {SwigluBwdSpec::kName,
+     "SwiGLU backward per received row: dh over h, w * act over g, d topk weight to the home rank",
+     [](const KernelSpec& s) {
+       std::string e = positiveMultiple("I", s.get("I"), 8, "16-byte bf16 vectors");
+       if (e.empty()) e = clampRule(s);
+       return e;
+     },
+     [](mlir::MLIRContext& ctx, const KernelSpec& s, Arch) {
+       return buildSwigluBwd(ctx, SwigluBwdSpec{s.get("I"), s.get("clamp_milli")});
+     }},
+    {StageBeginSpec::kName,
+     "start of a backward stage: zero the other parity's counters, then a rank barrier",
+     [](const KernelSpec& s) {
+       const int64_t e = s.get("E"), r = s.get("ranks");
+       if (r < 1 || r > 8) return "ranks=" + std::to_string(r) + " must be 1..8";
+       if (e < 1 || e > 1024 || e % r != 0)
+         return "E=" + std::to_string(e) + " must be 1..1024 and a multiple of ranks=" + std::to_string(r);
+       return std::string();
+     },
+     [](mlir::MLIRContext& ctx, const KernelSpec& s, Arch) {
+       return buildStageBegin(ctx, StageBeginSpec{s.get("E"), s.get("ranks")});
+     }},
+    {EpochAdvanceSpec::kName,
+     "advance the rank's epoch by one (launched last in a call; stream-ordered, graph-capturable)",
+     [](const KernelSpec&) { return std::string(); },
+     [](mlir::MLIRContext& ctx, const KernelSpec&, Arch) { return buildEpochAdvance(ctx, EpochAdvanceSpec{}); }}
+  };
+}
+
+// Communication probes (benchmarks and tests of the symmetric heap).
+std::vector<KernelInfo> commKernels() {
+  return {
+    {PingPongSpec::kName,
+     "cross-rank ping-pong between ranks 0 and 1 through the symmetric heap",
+     [](const KernelSpec& s) {
+       return s.get("rounds") > 0 ? std::string() : "rounds=" + std::to_string(s.get("rounds")) + " must be > 0";
+     },
+     [](mlir::MLIRContext& ctx, const KernelSpec& s, Arch) { return buildPingPong(ctx, PingPongSpec{s.get("rounds")}); }},
+    {AllToAllRowsSpec::kName,
+     "all-to-all of bf16 rows [nranks][rows][H] through the symmetric heap, flag per source rank",
+     [](const KernelSpec& s) { return positiveMultiple("H", s.get("H"), 8, "16-byte bf16 vectors"); },
+     [](mlir::MLIRContext& ctx, const KernelSpec& s, Arch) { return buildAllToAllRows(ctx, AllToAllRowsSpec{s.get("H")}); }},
+    {PeerStoreSpec::kName,
+     "stream 16-byte chunks into a peer's heap (peer bandwidth benchmark)",
+     [](const KernelSpec&) { return std::string(); },
+     [](mlir::MLIRContext& ctx, const KernelSpec&, Arch) { return buildPeerStore(ctx, PeerStoreSpec{}); }}
+  };
+}
+
 }  // namespace
 
 const std::vector<KernelInfo>& registry() {
-  static const std::vector<KernelInfo> kernels = {
-      {SwigluSpec::kName,
-       "SwiGLU forward over [M, 2I] gate|up rows, bf16, optional clamp",
-       [](const KernelSpec& s) {
-         std::string e = positiveMultiple("I", s.get("I"), SwigluSpec::kVector, "16-byte bf16 vectors");
-         if (e.empty()) e = clampRule(s);
-         return e;
-       },
-       [](mlir::MLIRContext& ctx, const KernelSpec& s, Arch) {
-         return buildSwiglu(ctx, SwigluSpec{s.get("I"), s.get("clamp_milli")});
-       }},
-      {QuantizeTokensSpec::kName,
-       "per-token FP8 e4m3 quantisation of bf16 rows, one f32 scale per 128 channels (amax / 448)",
-       [](const KernelSpec& s) {
-         std::string e = positiveMultiple("H", s.get("H"), QuantizeTokensSpec::kGroup, "one scale per 128 channels");
-         if (e.empty() && s.get("H") > 65536) e = "H=" + std::to_string(s.get("H")) + " must be <= 65536";
-         if (e.empty() && s.get("device_rows") != 0 && s.get("device_rows") != 1)
-           e = "device_rows must be 0 (rows) or 1 (min(rows, *rows_at))";
-         return e;
-       },
-       [](mlir::MLIRContext& ctx, const KernelSpec& s, Arch) {
-         return buildQuantizeTokens(ctx, QuantizeTokensSpec{s.get("H"), s.get("device_rows") == 1});
-       }},
-      {GemmNtSpec::kName,
-       "one-expert bf16 GEMM C = A B^T through the MMA atom (64x128 tiles)",
-       [](const KernelSpec& s) {
-         std::string e = positiveMultiple("N", s.get("N"), GemmNtSpec::kBlockN, "BLOCK_N");
-         if (e.empty()) e = positiveMultiple("K", s.get("K"), GemmNtSpec::kBlockK, "BLOCK_K, one swizzled 128-byte row");
-         return e;
-       },
-       [](mlir::MLIRContext& ctx, const KernelSpec& s, Arch) { return buildGemmNt(ctx, GemmNtSpec{s.get("N"), s.get("K")}); }},
-      {GemmNtFp8Spec::kName,
-       "one-expert FP8 e4m3 GEMM C = A B^T with 128 x 128 block scales promoted per K block (64x128 tiles)",
-       [](const KernelSpec& s) {
-         std::string e = positiveMultiple("N", s.get("N"), GemmNtFp8Spec::kBlockN, "BLOCK_N, one scale block");
-         if (e.empty()) e = positiveMultiple("K", s.get("K"), GemmNtFp8Spec::kBlockK, "one 128-wide scale block per stage");
-         return e;
-       },
-       [](mlir::MLIRContext& ctx, const KernelSpec& s, Arch arch) {
-         return buildGemmNtFp8(ctx, GemmNtFp8Spec{s.get("N"), s.get("K")}, arch);
-       }},
-      groupedGemmInfo(GroupedGemmSpec::kNT),
-      groupedGemmInfo(GroupedGemmSpec::kNN),
-      groupedGemmInfo(GroupedGemmSpec::kTN),
-      groupedGemmInfo(GroupedGemmSpec::kNT, /*tensorMaps=*/true),
-      groupedGemmInfo(GroupedGemmSpec::kNN, /*tensorMaps=*/true),
-      groupedGemmInfo(GroupedGemmSpec::kTN, /*tensorMaps=*/true),
-      {GroupedGemmSpec::kFp8Name,
-       "grouped FP8 e4m3 GEMM C = A B[e]^T with per-token (A) and 128 x 128 (B) block scales promoted per 128 K "
-       "(warp-specialised with TMA loads on sm_90a)",
-       [](const KernelSpec& s) {
-         using S = GroupedGemmSpec;
-         std::string e = groupCountRule(s);
-         if (e.empty()) e = positiveMultiple("N", s.get("N"), S::kScaleBlock, "BLOCK_N, one scale block");
-         if (e.empty()) e = positiveMultiple("K", s.get("K"), S::kScaleBlock, "one 128-wide scale block per stage");
-         if (e.empty() && s.get("K") < 2 * S::kScaleBlock)
-           e = "K=" + std::to_string(s.get("K")) + " must be >= 256 (the ring's prologue: two stages)";
-         return e;
-       },
-       [](mlir::MLIRContext& ctx, const KernelSpec& s, Arch arch) {
-         GroupedGemmSpec g{GroupedGemmSpec::kNT, s.get("E"), s.get("N"), s.get("K")};
-         g.fp8 = true;
-         return buildGroupedGemmFp8(ctx, g, arch);
-       }},
-      {DispatchPrologueSpec::kName,
-       "routing tables on the device: per-expert counts all-gathered, pool offsets, each pick's pool row",
-       [](const KernelSpec& s) {
-         const int64_t e = s.get("E"), topk = s.get("topk"), r = s.get("ranks");
-         if (r < 1 || r > 8) return "ranks=" + std::to_string(r) + " must be 1..8";
-         if (e < 1 || e > 1024 || e % r != 0)
-           return "E=" + std::to_string(e) + " must be 1..1024 and a multiple of ranks=" + std::to_string(r);
-         if (topk < 1 || topk > e) return "topk=" + std::to_string(topk) + " must be 1..E";
-         return std::string();
-       },
-       [](mlir::MLIRContext& ctx, const KernelSpec& s, Arch) {
-         return buildDispatchPrologue(ctx, DispatchPrologueSpec{s.get("E"), s.get("topk"), s.get("ranks")});
-       }},
-      {TopkIdxNarrowSpec::kName,
-       "int64 top-k indices narrowed to int32; values outside [-1, 2^31) become INT32_MAX and claim kBadIndex",
-       [](const KernelSpec&) { return std::string(); },
-       [](mlir::MLIRContext& ctx, const KernelSpec&, Arch) { return buildTopkIdxNarrow(ctx, TopkIdxNarrowSpec{}); }},
-      {DispatchGemmSpec::kName,
-       "fused dispatch + grouped GEMM: rows pushed to the owners, each tile starts once its rows arrived (NT + SwiGLU "
-       "forward, NN dgrad, TN wgrad)",
-       [](const KernelSpec& s) {
-         std::string e = validateFused(s);
-         if (e.empty()) e = clampRule(s);
-         if (e.empty() && (s.get("layout") < 0 || s.get("layout") > 2)) e = "layout must be 0 (NT), 1 (NN) or 2 (TN)";
-         if (e.empty() && (s.get("save_h") < 0 || s.get("save_h") > 1 || (s.get("save_h") && s.get("layout") != 0)))
-           e = "save_h must be 0 or 1, and 1 only with layout 0 (NT, the forward)";
-         if (e.empty() && (s.get("dedup") < 0 || s.get("dedup") > 1 || (s.get("dedup") && s.get("layout") != 0)))
-           e = "dedup must be 0 or 1, and 1 only with layout 0 (NT, the forward)";
-         return e;
-       },
-       [](mlir::MLIRContext& ctx, const KernelSpec& s, Arch arch) {
-         DispatchGemmSpec d{s.get("E"), s.get("ranks"), s.get("topk"), s.get("H"), s.get("I"), s.get("clamp_milli"),
-                            GroupedGemmSpec::Layout(s.get("layout")), s.get("save_h"), s.get("dedup")};
-         return buildDispatchGemm(ctx, d, arch);
-       }},
-      {GemmCombineSpec::kName,
-       "fused grouped GEMM + combine: rows stored at their home rank, then the top-k sum in fp32 (NT forward "
-       "weighted, NN backward dx)",
-       [](const KernelSpec& s) {
-         std::string e = validateFused(s);
-         if (e.empty() && s.get("layout") != 0 && s.get("layout") != 1) e = "layout must be 0 (NT) or 1 (NN)";
-         return e;
-       },
-       [](mlir::MLIRContext& ctx, const KernelSpec& s, Arch arch) {
-         GemmCombineSpec d{s.get("E"), s.get("ranks"), s.get("topk"), s.get("H"), s.get("I"),
-                           GroupedGemmSpec::Layout(s.get("layout"))};
-         return buildGemmCombine(ctx, d, arch);
-       }},
-      dispatchGemmFp8Info(),
-      gemmCombineFp8Info(),
-      {SwigluBwdSpec::kName,
-       "SwiGLU backward per received row: dh over h, w * act over g, d topk weight to the home rank",
-       [](const KernelSpec& s) {
-         std::string e = positiveMultiple("I", s.get("I"), 8, "16-byte bf16 vectors");
-         if (e.empty()) e = clampRule(s);
-         return e;
-       },
-       [](mlir::MLIRContext& ctx, const KernelSpec& s, Arch) {
-         return buildSwigluBwd(ctx, SwigluBwdSpec{s.get("I"), s.get("clamp_milli")});
-       }},
-      {StageBeginSpec::kName,
-       "start of a backward stage: zero the other parity's counters, then a rank barrier",
-       [](const KernelSpec& s) {
-         const int64_t e = s.get("E"), r = s.get("ranks");
-         if (r < 1 || r > 8) return "ranks=" + std::to_string(r) + " must be 1..8";
-         if (e < 1 || e > 1024 || e % r != 0)
-           return "E=" + std::to_string(e) + " must be 1..1024 and a multiple of ranks=" + std::to_string(r);
-         return std::string();
-       },
-       [](mlir::MLIRContext& ctx, const KernelSpec& s, Arch) {
-         return buildStageBegin(ctx, StageBeginSpec{s.get("E"), s.get("ranks")});
-       }},
-      {EpochAdvanceSpec::kName,
-       "advance the rank's epoch by one (launched last in a call; stream-ordered, graph-capturable)",
-       [](const KernelSpec&) { return std::string(); },
-       [](mlir::MLIRContext& ctx, const KernelSpec&, Arch) { return buildEpochAdvance(ctx, EpochAdvanceSpec{}); }},
-      {PingPongSpec::kName,
-       "cross-rank ping-pong between ranks 0 and 1 through the symmetric heap",
-       [](const KernelSpec& s) {
-         return s.get("rounds") > 0 ? std::string() : "rounds=" + std::to_string(s.get("rounds")) + " must be > 0";
-       },
-       [](mlir::MLIRContext& ctx, const KernelSpec& s, Arch) { return buildPingPong(ctx, PingPongSpec{s.get("rounds")}); }},
-      {AllToAllRowsSpec::kName,
-       "all-to-all of bf16 rows [nranks][rows][H] through the symmetric heap, flag per source rank",
-       [](const KernelSpec& s) { return positiveMultiple("H", s.get("H"), 8, "16-byte bf16 vectors"); },
-       [](mlir::MLIRContext& ctx, const KernelSpec& s, Arch) { return buildAllToAllRows(ctx, AllToAllRowsSpec{s.get("H")}); }},
-      {PeerStoreSpec::kName,
-       "stream 16-byte chunks into a peer's heap (peer bandwidth benchmark)",
-       [](const KernelSpec&) { return std::string(); },
-       [](mlir::MLIRContext& ctx, const KernelSpec&, Arch) { return buildPeerStore(ctx, PeerStoreSpec{}); }},
-  };
+  static const std::vector<KernelInfo> kernels = [] {
+    std::vector<KernelInfo> all;
+    for (auto part : {elementwiseKernels, gemmKernels, routingAndFusedKernels, commKernels})
+      for (KernelInfo& k : part()) all.push_back(std::move(k));
+    return all;
+  }();
   return kernels;
 }
 
