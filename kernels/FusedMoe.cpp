@@ -19,8 +19,6 @@ using namespace dsl;
 
 namespace {
 
-constexpr int64_t kSourceShift = int64_t(1) << 24;  // pool_src = source rank * 2^24 + pick
-
 struct Legs {
   Bool comm, gemm;
 };
@@ -267,7 +265,7 @@ void DispatchGemm::push() {
                      [&](I32 q) { (to + k.widen(q)).store((from + k.widen(q)).load(1)); });
         }
         k.ifThen(lane == 0, [&] {
-          k.peer(ctx, poolSrc + k.widen(row), owner).storeI32(me * kSourceShift + pick);
+          k.peer(ctx, poolSrc + k.widen(row), owner).storeI32(me * abi::kPoolSourceShift + pick);
           k.peer(ctx, poolW + k.widen(row), owner).store((topkWeights + k.widen(pick)).load(1));
         });
       });
@@ -383,7 +381,7 @@ void DispatchGemm::runSingleRole(const TileScheduler& sched, GemmOperands& gemm,
         I32 row = first + r;
         I32 recv = k.ifElse(row < p.groupEnd, [&] {
           I32 from = (poolSrc + k.widen(row)).loadI32();
-          return from / kSourceShift * recvStride + from % kSourceShift / s.topk;
+          return from / abi::kPoolSourceShift * recvStride + from % abi::kPoolSourceShift / s.topk;
         }, k.i32(0));
         gatherRows->storeI32(r, recv);
       });
@@ -483,8 +481,8 @@ struct GemmCombine {
 // Row r of tile p from firstRow, column col: its destination at its home rank (gemm-only: here).
 GlobalPtr GemmCombine::homeOf(const TilePlace& p, const I32& firstRow, const I32& r, const I32& col) {
   I32 from = (poolSrc + k.widen(firstRow + r)).loadI32();
-  I32 home = k.select(legs.comm, from / kSourceShift, me);
-  return k.peer(ctx, comb + (k.widen(from % kSourceShift) * H + k.widen(p.n0 + col)), home);
+  I32 home = k.select(legs.comm, from / abi::kPoolSourceShift, me);
+  return k.peer(ctx, comb + (k.widen(from % abi::kPoolSourceShift) * H + k.widen(p.n0 + col)), home);
 }
 
 // Per token, the valid picks' rows of columns [col0, col0 + cols) in pick order, in fp32 (deterministic): weighted
@@ -713,7 +711,8 @@ mlir::OwningOpRef<mlir::ModuleOp> buildSwigluBwd(mlir::MLIRContext& mctx, const 
     }
     k.ifThen(tid == 0, [&] {
       I32 from = (poolSrc + k.widen(r)).loadI32();
-      k.peer(ctx, dw + k.widen(from % kSourceShift), from / kSourceShift).store(partial.load(k.i32(0), k.i32(0), 1));
+      k.peer(ctx, dw + k.widen(from % abi::kPoolSourceShift), from / abi::kPoolSourceShift)
+          .store(partial.load(k.i32(0), k.i32(0), 1));
     });
     k.block().sync();  // the slots are reset for the next row
   });

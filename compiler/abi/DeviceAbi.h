@@ -32,6 +32,10 @@ inline constexpr uint32_t callRole(CallKind kind, bool profiled, uint32_t dispat
 }
 inline constexpr uint64_t callWord(uint32_t layer, uint32_t role) { return (uint64_t(layer) << 32) | role; }
 
+// What the fused dispatch writes beside each received row (its pool_src entry): the source rank times
+// kPoolSourceShift plus the pick's index in that rank's topk_idx (token * topk + j).
+inline constexpr int64_t kPoolSourceShift = int64_t(1) << 24;
+
 // Device error record: one per rank, in device memory, zeroed once by the runtime.
 // Word order is fixed: lowering writes words by index (see kErrorWord*).
 struct DeviceError {

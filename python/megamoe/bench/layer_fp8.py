@@ -1,8 +1,10 @@
 """`megamoe-bench layer-fp8`: the FP8 layer's forward (MEGAMOE_DTYPE_FP8_E4M3: e4m3 weights with 128 x 128 block
 scales, x quantised by the layer) against the bf16 layer's on the same experts, dequantised to bf16, in one process
 on one GPU (one rank: --experts 128 is DeepSeek-V3 EP2's per-GPU work), interleaved in the same run (time_rounds).
-Prints each token count's times, the FP8 / bf16 ratio, the forward's TF/s (2 x 3 H I per pick) and how far the two
-layers' y are apart (relative Frobenius)."""
+Prints each token count's times, the FP8 / bf16 ratio, the forward's TF/s (2 x 3 H I per pick), how far the two
+layers' y are apart (relative Frobenius), and each layer's stages from its profiling events (MoeLayer::Stage: the
+prologue with FP8's x quantiser; dispatch_grouped_gemm with FP8's act quantiser; grouped_gemm_combine)."""
+import statistics
 import sys
 
 import torch
@@ -10,7 +12,9 @@ import torch
 from .. import _lib
 from ..kernels import with_kernels
 from .runtime import Megamoe
-from .timing import time_rounds
+from .timing import STEADY_LEAD_MS, steady_lead, time_rounds
+
+STAGE_NAMES = ("prologue", "dispatch", "combine")  # MoeLayer::Stage order
 
 
 def random_e4m3(shape, dev, gen):
@@ -18,6 +22,19 @@ def random_e4m3(shape, dev, gen):
     bits = torch.randint(0, 256, shape, dtype=torch.int32, device=dev, generator=gen)
     exp = 5 + torch.randint(0, 10, shape, dtype=torch.int32, device=dev, generator=gen)
     return ((bits & 0x87) | (exp << 3)).to(torch.uint8)
+
+
+def stage_times(layer, step, reps):
+    """Median ms of each stage (STAGE_NAMES) over `reps` profiled calls of step(), after a steady lead."""
+    layer.set_profiling(True)
+    steady_lead(step, STEADY_LEAD_MS)
+    samples = []
+    for _ in range(reps):
+        step()
+        torch.cuda.synchronize()
+        samples.append(layer.stage_ms())
+    layer.set_profiling(False)
+    return {n: statistics.median(s[i] for s in samples) for i, n in enumerate(STAGE_NAMES)}
 
 
 def layer_handle(mm, cfg, dtype):
@@ -69,8 +86,9 @@ def layer_fp8_main(args):
         fns["fp8"]()
         fp8_layer.check_errors(stream())
         ms = time_rounds(fns, args.reps)
+        stages = {n: stage_times(layer, fns[n], args.reps) for n, layer in (("fp8", fp8_layer), ("bf16", bf16_layer))}
         flops = 2.0 * 3 * H * I * t * k
-        r = {"tokens": t, "ms": ms, "tflops": {n: flops / ms[n] / 1e9 for n in ms},
+        r = {"tokens": t, "ms": ms, "tflops": {n: flops / ms[n] / 1e9 for n in ms}, "stage_ms": stages,
              "fp8_speedup_vs_bf16": ms["bf16"] / ms["fp8"],
              "rel_diff_fp8_vs_bf16": float((y8.float() - y16.float()).norm() / y16.float().norm()),
              "fp8_finite": bool(torch.isfinite(y8.float()).all()), "fp8_rerun_identical": bool(torch.equal(first, y8))}
@@ -79,6 +97,8 @@ def layer_fp8_main(args):
               "finite=%s rerun=%s" % (t, ms["fp8"], r["tflops"]["fp8"], ms["bf16"], r["tflops"]["bf16"],
                                       r["fp8_speedup_vs_bf16"], r["rel_diff_fp8_vs_bf16"], r["fp8_finite"],
                                       r["fp8_rerun_identical"]))
+        for n in stages:
+            print("  stages %-4s ms: %s" % (n, " | ".join("%s %.3f" % (st, stages[n][st]) for st in STAGE_NAMES)))
         sys.stdout.flush()
     fp8_layer.destroy()
     bf16_layer.destroy()
