@@ -11,7 +11,7 @@ import torch
 
 from .. import _lib
 from ..kernels import with_kernels
-from .runtime import Megamoe
+from .runtime import LEGS, Megamoe
 from .timing import STEADY_LEAD_MS, steady_lead, time_rounds
 
 STAGE_NAMES = ("prologue", "dispatch", "combine")  # MoeLayer::Stage order
@@ -24,8 +24,10 @@ def random_e4m3(shape, dev, gen):
     return ((bits & 0x87) | (exp << 3)).to(torch.uint8)
 
 
-def stage_times(layer, step, reps):
-    """Median ms of each stage (STAGE_NAMES) over `reps` profiled calls of step(), after a steady lead."""
+def stage_times(layer, step, reps, leg="fused"):
+    """Median ms of each stage (STAGE_NAMES) over `reps` profiled calls of step(), after a steady lead, with the
+    fused kernels running `leg` (LEGS: "gemm" skips the pushes and the arrival waits)."""
+    layer.set_legs(LEGS[leg], LEGS[leg])
     layer.set_profiling(True)
     steady_lead(step, STEADY_LEAD_MS)
     samples = []
@@ -34,6 +36,7 @@ def stage_times(layer, step, reps):
         torch.cuda.synchronize()
         samples.append(layer.stage_ms())
     layer.set_profiling(False)
+    layer.set_legs(LEGS["fused"], LEGS["fused"])
     return {n: statistics.median(s[i] for s in samples) for i, n in enumerate(STAGE_NAMES)}
 
 
@@ -87,6 +90,8 @@ def layer_fp8_main(args):
         fp8_layer.check_errors(stream())
         ms = time_rounds(fns, args.reps)
         stages = {n: stage_times(layer, fns[n], args.reps) for n, layer in (("fp8", fp8_layer), ("bf16", bf16_layer))}
+        for n, layer in (("fp8", fp8_layer), ("bf16", bf16_layer)):
+            stages[n + " gemm-only"] = stage_times(layer, fns[n], args.reps, leg="gemm")
         flops = 2.0 * 3 * H * I * t * k
         r = {"tokens": t, "ms": ms, "tflops": {n: flops / ms[n] / 1e9 for n in ms}, "stage_ms": stages,
              "fp8_speedup_vs_bf16": ms["bf16"] / ms["fp8"],
@@ -98,7 +103,7 @@ def layer_fp8_main(args):
                                       r["fp8_speedup_vs_bf16"], r["rel_diff_fp8_vs_bf16"], r["fp8_finite"],
                                       r["fp8_rerun_identical"]))
         for n in stages:
-            print("  stages %-4s ms: %s" % (n, " | ".join("%s %.3f" % (st, stages[n][st]) for st in STAGE_NAMES)))
+            print("  stages %-14s ms: %s" % (n, " | ".join("%s %.3f" % (st, stages[n][st]) for st in STAGE_NAMES)))
         sys.stdout.flush()
     fp8_layer.destroy()
     bf16_layer.destroy()
