@@ -2,8 +2,10 @@
 scales, x quantised by the layer) against the bf16 layer's on the same experts, dequantised to bf16, in one process
 on one GPU (one rank: --experts 128 is DeepSeek-V3 EP2's per-GPU work), interleaved in the same run (time_rounds).
 Prints each token count's times, the FP8 / bf16 ratio, the forward's TF/s (2 x 3 H I per pick), how far the two
-layers' y are apart (relative Frobenius), and each layer's stages from its profiling events (MoeLayer::Stage: the
-prologue with FP8's x quantiser; dispatch_grouped_gemm with FP8's act quantiser; grouped_gemm_combine)."""
+layers' y are apart (relative Frobenius), each layer's time over the time to read the weights of the experts its
+tokens pick once (their bytes at the copy bandwidth of the same run: issue 50's decode anchor), and each layer's
+stages from its profiling events (MoeLayer::Stage: the prologue with FP8's x quantiser; dispatch_grouped_gemm with
+FP8's act quantiser; grouped_gemm_combine)."""
 import statistics
 import sys
 
@@ -12,7 +14,7 @@ import torch
 from .. import _lib
 from ..kernels import with_kernels
 from .runtime import LEGS, Megamoe
-from .timing import STEADY_LEAD_MS, steady_lead, time_rounds
+from .timing import STEADY_LEAD_MS, steady_lead, time_ms, time_rounds
 
 STAGE_NAMES = ("prologue", "dispatch", "combine")  # MoeLayer::Stage order
 
@@ -38,6 +40,12 @@ def stage_times(layer, step, reps, leg="fused"):
     layer.set_profiling(False)
     layer.set_legs(LEGS["fused"], LEGS["fused"])
     return {n: statistics.median(s[i] for s in samples) for i, n in enumerate(STAGE_NAMES)}
+
+
+def copy_bandwidth(src, reps):
+    """Bytes per ms HBM moves copying `src` (read plus write), measured now."""
+    dst = torch.empty_like(src)
+    return 2.0 * src.numel() * src.element_size() / time_ms(lambda: dst.copy_(src), reps, lead_ms=STEADY_LEAD_MS)
 
 
 def layer_handle(mm, cfg, dtype):
@@ -68,6 +76,9 @@ def layer_fp8_main(args):
         w1_bf[e] = mfp8.dequantize_blocks(w1[e], s1[e]).to(torch.bfloat16)
         w2_bf[e] = mfp8.dequantize_blocks(w2[e], s2[e]).to(torch.bfloat16)
     stream = lambda: torch.cuda.current_stream().cuda_stream
+    bandwidth = copy_bandwidth(w2_bf, args.reps)  # bytes / ms
+    expert_bytes = {"fp8": 3 * H * I + 4 * (s1[0].numel() + s2[0].numel()), "bf16": 6 * H * I}
+    print("copy bandwidth %.0f GB/s (read + write, the weight-read anchor)" % (bandwidth / 1e6))
     rows = []
     for t in tokens:
         x = torch.randn(t, H, device=dev, generator=gen).to(torch.bfloat16)
@@ -93,7 +104,11 @@ def layer_fp8_main(args):
         for n, layer in (("fp8", fp8_layer), ("bf16", bf16_layer)):
             stages[n + " gemm-only"] = stage_times(layer, fns[n], args.reps, leg="gemm")
         flops = 2.0 * 3 * H * I * t * k
+        picked = int(torch.unique(idx).numel())
+        weights_ms = {n: picked * expert_bytes[n] / bandwidth for n in ms}
         r = {"tokens": t, "ms": ms, "tflops": {n: flops / ms[n] / 1e9 for n in ms}, "stage_ms": stages,
+             "experts_picked": picked, "weights_once_ms": weights_ms,
+             "over_weights_once": {n: ms[n] / weights_ms[n] for n in ms},
              "fp8_speedup_vs_bf16": ms["bf16"] / ms["fp8"],
              "rel_diff_fp8_vs_bf16": float((y8.float() - y16.float()).norm() / y16.float().norm()),
              "fp8_finite": bool(torch.isfinite(y8.float()).all()), "fp8_rerun_identical": bool(torch.equal(first, y8))}
@@ -102,9 +117,12 @@ def layer_fp8_main(args):
               "finite=%s rerun=%s" % (t, ms["fp8"], r["tflops"]["fp8"], ms["bf16"], r["tflops"]["bf16"],
                                       r["fp8_speedup_vs_bf16"], r["rel_diff_fp8_vs_bf16"], r["fp8_finite"],
                                       r["fp8_rerun_identical"]))
+        over = r["over_weights_once"]
+        print("  %d experts picked; weights read once: fp8 %.3f ms (layer %.2fx that), bf16 %.3f ms (%.2fx)" % (
+            picked, weights_ms["fp8"], over["fp8"], weights_ms["bf16"], over["bf16"]))
         for n in stages:
             print("  stages %-14s ms: %s" % (n, " | ".join("%s %.3f" % (st, stages[n][st]) for st in STAGE_NAMES)))
         sys.stdout.flush()
     fp8_layer.destroy()
     bf16_layer.destroy()
-    return {"shape": cfg, "device": torch.cuda.get_device_name(), "rows": rows}
+    return {"shape": cfg, "device": torch.cuda.get_device_name(), "copy_bandwidth_gbps": bandwidth / 1e6, "rows": rows}
