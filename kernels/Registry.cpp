@@ -54,18 +54,30 @@ std::string positiveMultiple(const char* what, int64_t value, int64_t of, const 
   return "";
 }
 
-// The constraints both fused operators share: the routing's (as dispatch_prologue) and the GEMM tiles'.
 // clamp_milli (SwiGLU's clamp in thousandths): 0 (off) or positive.
 std::string clampRule(const KernelSpec& s) {
   return s.get("clamp_milli") < 0 ? "clamp_milli must be >= 0 (0 disables the clamp)" : "";
 }
 
-std::string validateFused(const KernelSpec& s) {
-  const int64_t e = s.get("E"), topk = s.get("topk"), r = s.get("ranks");
+// The experts over the ranks of one node (every kernel with E and ranks): ranks 1..8, E 1..1024 split evenly.
+std::string expertsRule(const KernelSpec& s) {
+  const int64_t e = s.get("E"), r = s.get("ranks");
   if (r < 1 || r > 8) return "ranks=" + std::to_string(r) + " must be 1..8";
   if (e < 1 || e > 1024 || e % r != 0)
     return "E=" + std::to_string(e) + " must be 1..1024 and a multiple of ranks=" + std::to_string(r);
-  if (topk < 1 || topk > e) return "topk=" + std::to_string(topk) + " must be 1..E";
+  return "";
+}
+
+// The routing's (dispatch_prologue's): the experts' rule and topk 1..E.
+std::string routingRule(const KernelSpec& s) {
+  if (std::string e = expertsRule(s); !e.empty()) return e;
+  const int64_t topk = s.get("topk");
+  return topk < 1 || topk > s.get("E") ? "topk=" + std::to_string(topk) + " must be 1..E" : "";
+}
+
+// The constraints both fused operators share: the routing's and the GEMM tiles'.
+std::string validateFused(const KernelSpec& s) {
+  if (std::string e = routingRule(s); !e.empty()) return e;
   if (auto m = positiveMultiple("H", s.get("H"), GroupedGemmSpec::kBlockN, "BLOCK_N of L2, K of L1"); !m.empty())
     return m;
   return positiveMultiple("I", s.get("I"), GroupedGemmSpec::kBlockN, "the gate|up halves of an L1 tile, K of L2");
@@ -226,14 +238,7 @@ std::vector<KernelInfo> routingAndFusedKernels() {
   return {
     {DispatchPrologueSpec::kName,
      "routing tables on the device: per-expert counts all-gathered, pool offsets, each pick's pool row",
-     [](const KernelSpec& s) {
-       const int64_t e = s.get("E"), topk = s.get("topk"), r = s.get("ranks");
-       if (r < 1 || r > 8) return "ranks=" + std::to_string(r) + " must be 1..8";
-       if (e < 1 || e > 1024 || e % r != 0)
-         return "E=" + std::to_string(e) + " must be 1..1024 and a multiple of ranks=" + std::to_string(r);
-       if (topk < 1 || topk > e) return "topk=" + std::to_string(topk) + " must be 1..E";
-       return std::string();
-     },
+     routingRule,
      [](mlir::MLIRContext& ctx, const KernelSpec& s, Arch) {
        return buildDispatchPrologue(ctx, DispatchPrologueSpec{s.get("E"), s.get("topk"), s.get("ranks")});
      }},
@@ -286,13 +291,7 @@ std::vector<KernelInfo> routingAndFusedKernels() {
      }},
     {StageBeginSpec::kName,
      "start of a backward stage: zero the other parity's counters, then a rank barrier",
-     [](const KernelSpec& s) {
-       const int64_t e = s.get("E"), r = s.get("ranks");
-       if (r < 1 || r > 8) return "ranks=" + std::to_string(r) + " must be 1..8";
-       if (e < 1 || e > 1024 || e % r != 0)
-         return "E=" + std::to_string(e) + " must be 1..1024 and a multiple of ranks=" + std::to_string(r);
-       return std::string();
-     },
+     expertsRule,
      [](mlir::MLIRContext& ctx, const KernelSpec& s, Arch) {
        return buildStageBegin(ctx, StageBeginSpec{s.get("E"), s.get("ranks")});
      }},
