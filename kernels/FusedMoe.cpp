@@ -75,6 +75,13 @@ GroupedGemmSpec::Tiles fusedTiles(const GroupedGemmSpec& g, Arch arch, bool ws, 
   return c;
 }
 
+// Whether the fused NT / NN tiles of `g` run as cluster pairs sharing B (sm_90a): bf16's 128 x 256 tiles (N a
+// multiple of 256), and FP8's 128 x 128 ones (N a multiple of 128: B's 128 rows load as two 64-row boxes, one
+// from each block of the pair), which halves B's L2 traffic the way the bf16 pairs do (docs/fp8.md).
+bool pairTiles(const GroupedGemmSpec& g, Arch arch) {
+  return arch == Arch::sm_90a && g.n % (g.fp8 ? 128 : 256) == 0;
+}
+
 // An FP8 kernel's f32 scales argument `name` (none in the bf16 kernels).
 std::optional<GlobalPtr> scalesArg(Kernel& k, bool fp8, const char* name) {
   return fp8 ? std::optional<GlobalPtr>(k.ptr(name, Elem::f32)) : std::nullopt;
@@ -116,8 +123,8 @@ struct DispatchGemmSetup {
   // On sm_90a the weight gradient (TN) runs the warp-specialised engine with TMA loads (DispatchGemmSpec), and so do
   // the forward (NT) and the dgrad (NN) as cluster pairs where their tiles are 256 wide and their rows the pool's own
   // (no dedup gather; docs/decisions/fused-dispatch.md).
-  // FP8 runs the warp-specialised engine with TMA without pairs (its 128 x 128 tiles: GroupedGemmSpec::tiles).
-  const bool pairs = s.layout != G::kTN && !s.dedup && !s.fp8 && g.n % 256 == 0 && arch == Arch::sm_90a;
+  // FP8 runs as cluster pairs too (pairTiles).
+  const bool pairs = s.layout != G::kTN && !s.dedup && pairTiles(g, arch);
   const bool ws = ((s.layout == G::kTN || s.fp8) && arch == Arch::sm_90a) || pairs;
   const Elem rowElem = s.fp8 ? Elem::e4m3 : Elem::bf16;  // what src, the pool and the weights hold
   const int64_t E = s.experts, R = s.ranks, local = E / R, H = s.hidden, I = s.intermediate;
@@ -421,10 +428,10 @@ struct GemmCombine {
   const G g = s.gemm();
   const bool forward = s.layout == G::kNT;
   // The dx combine (NN) runs the warp-specialised engine with TMA loads on sm_90a, the forward combine too, as
-  // cluster pairs, where H is a multiple of 256: both faster than on the single-role engine
+  // cluster pairs (pairTiles): both faster than on the single-role engine
   // (docs/decisions/fused-dispatch.md).
-  // FP8: the warp-specialised engine with TMA, without pairs (its 128 x 128 tiles: GroupedGemmSpec::tiles).
-  const bool pairs = forward && !s.fp8 && g.n % 256 == 0 && arch == Arch::sm_90a;
+  // FP8: the warp-specialised engine with TMA, as cluster pairs (pairTiles).
+  const bool pairs = forward && pairTiles(g, arch);
   const bool ws = ((!forward || s.fp8) && arch == Arch::sm_90a) || pairs;
   const Elem rowElem = s.fp8 ? Elem::e4m3 : Elem::bf16;  // what a and b hold
   const int64_t E = s.experts, R = s.ranks, local = E / R, H = s.hidden;

@@ -290,9 +290,10 @@ enum LegBits : int64_t { kLegComm = 1, kLegGemm = 2 };
 // pool (heap e4m3 [cap, H]) and its H / 128 scales into pool_scales (heap f32 [cap, H / 128]); weights is w1's
 // codes [E/R, 2I, H] with block scales weight_scales f32 [E/R, 2I / 128, H / 128] (I a multiple of 128: a tile's
 // gate and up halves each lie inside one 128-row block, promoted with their own scale); act = SwiGLU(h) out bf16
-// as in NT. 128 x 128 tiles (GroupedGemmSpec::tiles fp8), no pairs; on sm_90a the warp-specialised engine with TMA
-// loads: map_a over the pool [cap, H] (e4m3, 128 x 128 boxes), map_b over w1 [E/R * 2I, H] (e4m3, 128 x 64: one
-// half of a tile). Args: those of dispatch_grouped_gemm up to capacity (extra unused), then src_scales,
+// as in NT. 128 x 128 tiles (GroupedGemmSpec::tiles fp8); on sm_90a the warp-specialised engine with TMA loads as
+// cluster pairs (an even grid and push_blocks; each block loads B's gate or up half, multicast into both): map_a
+// over the pool [cap, H] (e4m3, 128 x 128 boxes), map_b over w1 [E/R * 2I, H] (e4m3, 128 x 64: one half of a
+// tile). Args: those of dispatch_grouped_gemm up to capacity (extra unused), then src_scales,
 // pool_scales, weight_scales, map_a, map_b (no map_c).
 struct DispatchGemmSpec {
   static constexpr const char* kName = "dispatch_grouped_gemm";
@@ -333,9 +334,9 @@ struct DispatchGemmSpec {
 // (64 x 128 boxes, as grouped_gemm_nt_tma); otherwise two unused pointers.
 // grouped_gemm_combine_fp8 (fp8; the forward, NT): the same with a = act's codes [cap, I] and their per-token
 // scales a_scales f32 [cap, I / 128], b = w2's codes [E/R, H, I] with block scales b_scales f32
-// [E/R, H / 128, I / 128]; comb, y and the sum as in NT (bf16 rows, fp32 sum). 128 x 128 tiles, no pairs; on sm_90a
-// the warp-specialised engine with TMA loads (map_a over act [cap, I], map_b over w2 [E/R * H, I], e4m3 128 x 128
-// boxes). legs without the GEMM (comm-only) still multiply on sm_90a: its FP8 K loop has no skip. Args: those of
+// [E/R, H / 128, I / 128]; comb, y and the sum as in NT (bf16 rows, fp32 sum). 128 x 128 tiles; on sm_90a the
+// warp-specialised engine with TMA loads as cluster pairs (an even grid; each block loads half of B's 128 rows,
+// multicast into both): map_a over act [cap, I] (e4m3 128 x 128 boxes), map_b over w2 [E/R * H, I] (e4m3 128 x 64). legs without the GEMM (comm-only) still multiply on sm_90a: its FP8 K loop has no skip. Args: those of
 // grouped_gemm_combine up to legs, then a_scales, b_scales, map_a, map_b.
 struct GemmCombineSpec {
   static constexpr const char* kName = "grouped_gemm_combine";

@@ -94,10 +94,10 @@ std::vector<KernelDecl> declarations() {
       {"dispatch_grouped_gemm_fp8",
        {"E", "ranks", "topk", "H", "I", "clamp_milli"},
        concat(dispatchArgs(e4m3),
-              // the pool (a 128 x 128 stage) and w1 (a tile's gate or up half: 64 rows)
+              // the pool (a 128 x 128 stage) and w1 (a tile's gate or up half: 64 rows, one block of a pair's)
               {f32("src_scales"), f32("pool_scales"), f32("weight_scales"), mapE4m3("map_a", 128),
                mapE4m3("map_b", 64)}),
-       GridRule::kResident},
+       GridRule::kResidentPairs},
       {"grouped_gemm_combine",
        {"E", "ranks", "topk", "H", "I", "layout"},
        concat(combineArgs(bf16),
@@ -107,8 +107,9 @@ std::vector<KernelDecl> declarations() {
       {"grouped_gemm_combine_fp8",
        {"E", "ranks", "topk", "H", "I"},
        concat(combineArgs(e4m3),
-              {f32("a_scales"), f32("b_scales"), mapE4m3("map_a", 128), mapE4m3("map_b", 128)}),
-       GridRule::kResident},
+              // act (a 128 x 128 stage) and w2 (half a tile's 128 rows: one block of a pair's)
+              {f32("a_scales"), f32("b_scales"), mapE4m3("map_a", 128), mapE4m3("map_b", 64)}),
+       GridRule::kResidentPairs},
       {"swiglu_bwd",
        {"I", "clamp_milli"},
        {ctx, bf16("g"), bf16("h"), bf16("dh"), f32("pool_w"), i32p("pool_src"), i32p("rows_at"), f32("dw"),

@@ -80,8 +80,9 @@ struct GemmOperands {
     return by.scaleAdd(acc, by.mmaFresh(by.zeroAcc(acc.m, acc.n), a, b), stage);
   }
   // FP8: the promotion scales of K step kt (one 128-K block) for this thread's rows of tile p's accumulator like
-  // `acc` (Threads::rowScales): A's per-token scales times B's block scale (with gateUpRows, the gate half's and the
-  // up half's, each half inside one 128-row block); rows past the group get 0.
+  // `acc` (Threads::rowScales): A's per-token scales times B's block scales, one per column group: each 128 columns
+  // of the tile (one 128-row block of B), or with gateUpRows the gate half's and the up half's (each inside one
+  // block); rows past the group get 0, all of them in a pair's m-tile past it.
   dsl::Vec stageScales(const dsl::Threads& by, const dsl::Acc& acc, const TilePlace& p, const dsl::I32& kt) const {
     using namespace dsl;
     if (!scales || s.layout != GroupedGemmSpec::kNT) throw std::logic_error("FP8 stages: NT, with the block scales");
@@ -97,9 +98,12 @@ struct GemmOperands {
       if (gateUpRows % block || c.n / 2 > block) throw std::logic_error("FP8 gate | up tiles: halves inside a block");
       factors = {bScale(p.n0 / 2), bScale(p.n0 / 2 + gateUpRows)};
     } else {
-      factors = {bScale(p.n0)};
+      if (c.n % block) throw std::logic_error("FP8 tiles: whole 128-row blocks of B");
+      for (int64_t f = 0; f < c.n / block; ++f) factors.push_back(bScale(p.n0 + block * f));
     }
-    return by.rowScales(acc, scales->rows, rowScales, k.i32(kBlocks), p.groupEnd - first, factors);
+    // (first < groupEnd compares non-negative rows: the DSL's < is unsigned.)
+    I32 valid = k.select(first < p.groupEnd, p.groupEnd - first, k.i32(0));
+    return by.rowScales(acc, scales->rows, rowScales, k.i32(kBlocks), valid, factors);
   }
   // Issues the copies (cp.async on sm_90a, synchronous on gfx950) of K step kt of tile p into ring slot `slot`, each
   // in its ring's layout (Rings), by the threads `by` (the block, or a producer warpgroup).

@@ -44,8 +44,8 @@ struct WarpSpecializedEngine {
   // info: i32 [2][8]
   dsl::SharedTile bars, info;
   TensorMapArgs maps;
-  // Pairs (with tensor maps, BN = 256): blocks 2c and 2c + 1 form a cluster running the scheduler's m-tile pairs;
-  // each loads its own A and one half of B, multicast into both, so B's traffic from L2 halves.
+  // Pairs (with tensor maps, BN = 256; FP8 128): blocks 2c and 2c + 1 form a cluster running the scheduler's m-tile
+  // pairs; each loads its own A and one half of B (of its boxes), multicast into both, so B's traffic from L2 halves.
   std::optional<dsl::I32> blockInPair = std::nullopt;
   // Pairs drawing tickets: block 0 of the pair draws, and sends each ticket into block 1's mailbox.
   std::optional<PairMailbox> mailbox = std::nullopt;
@@ -102,8 +102,8 @@ struct WarpSpecializedEngine {
     if (maps.a.has_value() != maps.b.has_value() || (maps.a && gemm.gatherA) ||
         (maps.a && gemm.gateUpRows && gemm.s.layout != GroupedGemmSpec::kNT))
       throw std::logic_error("tensor maps: both operands, no gathered rows; gate | up halves only in NT (two boxes)");
-    if (blockInPair && (!maps.a || gemm.c.n != 256 || gemm.tn()))
-      throw std::logic_error("pairs: tensor maps, NT / NN, BN = 256");
+    if (blockInPair && (!maps.a || (gemm.c.n != 256 && !(gemm.c.e4m3 && gemm.c.n == 128)) || gemm.tn()))
+      throw std::logic_error("pairs: tensor maps, NT / NN, BN = 256 (FP8: 128)");
     if (gemm.rings.staging.rows() != 64) throw std::logic_error("warp-specialised: a 64-row staging tile");
     // A K-major operand's box is one whole stage (A) or a band of whole rows (NT's B); an MN-major slab's box is one
     // 64-wide K step of an MN atom (boxRows).

@@ -521,8 +521,8 @@ void MoeLayer::forward(const ForwardArgs& a, StreamHandle stream) {
   const DevicePtr idx = m.topkIdx32(c, a.topkIdx, a.tokens, stream, heap());
   m.prologue(idx, a.tokens, poolRows(c, ranks()), c.dropOverflow ? 1 : 0, abi::CallKind::kForward, stream, heap());
   // The dispatch and the combine (kernels/Kernels.h DispatchGemmSpec, GemmCombineSpec) run as cluster pairs on
-  // sm_90a in bf16 (m.pairGrid, m.pairPush), on single blocks in FP8 (m.grid, m.pushBlocks).
-  const int32_t grid = fp8 ? int32_t(m.grid) : m.pairGrid, push = fp8 ? m.pushBlocks : m.pairPush;
+  // sm_90a, bf16 and FP8: an even grid and push_blocks.
+  const int32_t grid = m.pairGrid, push = m.pairPush;
   m.mark(m.events, size_t(Stage::kDispatchGemm), stream);
   KernelArgs dispatch = m.dispatchArgs(Role::kDispatchNT, dispatchLegs, idx, a.topkWeights, c.maxTokens, poolRows(c, ranks()));
   dispatch.ptr("src", src).ptr("weights", a.w1).ptr("extra", saved).ptr("out", m.b.act);
