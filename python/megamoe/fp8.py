@@ -106,6 +106,22 @@ def _pow2(exponent, dtype):
     return torch.where(e >= -126, normal, sub)
 
 
+def random_e4m3(shape, device="cpu", generator=None, exponents=None):
+    """Random finite e4m3 codes (uint8, never 0x7F / 0xFF): uniform over the 254 finite codes, or with exponents =
+    (lo, hi) uniform over sign and mantissa with the exponent field in [lo, hi) (1 <= lo < hi <= 16; hi = 16 keeps
+    S.1111.111, NaN, out: its mantissa becomes 110), i.e. normal values of bounded magnitude."""
+    if exponents is None:
+        c = torch.randint(0, 254, shape, dtype=torch.int32, device=device, generator=generator)
+        return (c + (c >= 0x7F).int()).to(torch.uint8)  # skips 0x7F; 0xFF is never drawn (0..253 -> 0..254)
+    lo, hi = exponents
+    if not (1 <= lo < hi <= 16):
+        raise ValueError("random_e4m3: exponents=(%d, %d) must satisfy 1 <= lo < hi <= 16" % (lo, hi))
+    bits = torch.randint(0, 256, shape, dtype=torch.int32, device=device, generator=generator)
+    exp = torch.randint(lo, hi, shape, dtype=torch.int32, device=device, generator=generator)
+    code = (bits & 0x87) | (exp << 3)
+    return torch.where((code & 0x7F) == 0x7F, code ^ 1, code).to(torch.uint8)
+
+
 def float_to_e4m3(x, dtype=torch.uint8):
     """e4m3 codes of x (float32 / bfloat16 / float16 / float64, any shape), rounded to nearest, ties to even, in
     one rounding from x's own precision (float64 is not rounded to float32 first). Finite values beyond +-448 and

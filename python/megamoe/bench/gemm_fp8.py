@@ -8,12 +8,6 @@ from .cases import CASES, FP8_CASES, group_sizes
 from .timing import time_rounds
 
 
-def random_e4m3(shape, dev):
-    """Random finite e4m3 codes (uint8; the NaN codes 0x7F / 0xFF moved to their neighbours)."""
-    c = torch.randint(0, 256, shape, dtype=torch.uint8, device=dev)
-    return torch.where((c & 0x7F) == 0x7F, c ^ 1, c)
-
-
 def run_gemm_fp8_case(mm, name, reps, gen):
     """grouped_gemm_nt_fp8 (e4m3 with 128 x 128 block scales on B, 1 x 128 on A) on CASES[name]'s NT shape and group
     sizes, against: the float32 product of the dequantised operands (correctness, as run_gemm_case checks), our bf16
@@ -28,7 +22,7 @@ def run_gemm_fp8_case(mm, name, reps, gen):
     offs_end = torch.cumsum(sizes, 0).to(torch.int32).to(dev)
     offsets = torch.cat([torch.zeros(1, dtype=torch.int32, device=dev), offs_end])
     kb = K // 128
-    a, b = random_e4m3((total, K), dev), random_e4m3((E, N, K), dev)
+    a, b = mfp8.random_e4m3((total, K), dev), mfp8.random_e4m3((E, N, K), dev)
     sa = torch.rand(total, kb, device=dev) * 0.02 + 0.005
     sb = torch.rand(E, N // 128, kb, device=dev) * 0.02 + 0.005
     flops = 2.0 * total * N * K

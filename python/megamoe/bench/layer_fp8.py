@@ -19,13 +19,6 @@ from .timing import STEADY_LEAD_MS, steady_lead, time_ms, time_rounds
 STAGE_NAMES = ("prologue", "dispatch", "combine")  # MoeLayer::Stage order
 
 
-def random_e4m3(shape, dev, gen):
-    """Codes of moderate magnitude (exponent fields 5..14, either sign, every mantissa): no NaN, no subnormal."""
-    bits = torch.randint(0, 256, shape, dtype=torch.int32, device=dev, generator=gen)
-    exp = 5 + torch.randint(0, 10, shape, dtype=torch.int32, device=dev, generator=gen)
-    return ((bits & 0x87) | (exp << 3)).to(torch.uint8)
-
-
 def stage_times(layer, step, reps, leg="fused"):
     """Median ms of each stage (STAGE_NAMES) over `reps` profiled calls of step(), after a steady lead, with the
     fused kernels running `leg` (LEGS: "gemm" skips the pushes and the arrival waits)."""
@@ -66,8 +59,9 @@ def layer_fp8_main(args):
     cfg = {"hidden": H, "intermediate": I, "experts": E, "topk": k, "max_tokens": T}
     fp8_layer, bf16_layer = layer_handle(mm, cfg, 1), layer_handle(mm, cfg, 0)
     # The experts: codes with scales that make a weight about 1 / sqrt(K), and their bf16 dequantisation.
-    w1 = random_e4m3((E, 2 * I, H), dev, gen)
-    w2 = random_e4m3((E, H, I), dev, gen)
+    # Codes of moderate magnitude (exponent fields 5..14, either sign, every mantissa): no NaN, no subnormal.
+    w1 = mfp8.random_e4m3((E, 2 * I, H), dev, gen, exponents=(5, 15))
+    w2 = mfp8.random_e4m3((E, H, I), dev, gen, exponents=(5, 15))
     s1 = (torch.rand(E, 2 * I // 128, H // 128, device=dev, generator=gen) * 0.5 + 0.5) / (140 * H ** 0.5)
     s2 = (torch.rand(E, H // 128, I // 128, device=dev, generator=gen) * 0.5 + 0.5) / (140 * I ** 0.5)
     w1_bf = torch.empty(E, 2 * I, H, dtype=torch.bfloat16, device=dev)

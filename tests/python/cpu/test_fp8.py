@@ -111,6 +111,24 @@ def test_out_of_range_saturates_and_nan_stays_nan():
     assert fp8.float_to_e4m3(x).tolist() == [0x7E, 0x7E, 0x7E, 0x7E, 0x7E, 0xFE, 0xFE, 0x7F]
 
 
+def test_random_codes_are_finite_and_cover_what_they_promise():
+    gen = torch.Generator().manual_seed(7)
+    codes = fp8.random_e4m3((200000,), generator=gen)
+    assert codes.dtype == torch.uint8
+    seen = set(torch.unique(codes).tolist())
+    assert seen == set(range(256)) - {0x7F, 0xFF}  # every finite code, no NaN
+    moderate = fp8.random_e4m3((50000,), generator=gen, exponents=(5, 15))
+    exp = (moderate.int() >> 3) & 0xF
+    assert int(exp.min()) == 5 and int(exp.max()) == 14
+    assert set(torch.unique(moderate.int() & 0x87).tolist()) == set(range(8)) | set(range(128, 136))
+    top = fp8.random_e4m3((50000,), generator=gen, exponents=(15, 16))
+    assert not torch.isnan(fp8.e4m3_to_float(top)).any() and int(((top.int() >> 3) & 0xF).min()) == 15
+    again = fp8.random_e4m3((1000,), generator=torch.Generator().manual_seed(7))
+    assert torch.equal(again, codes[:1000])
+    with pytest.raises(ValueError, match="exponents=.0, 4. must satisfy 1 <= lo < hi <= 16"):
+        fp8.random_e4m3((4,), exponents=(0, 4))
+
+
 @pytest.mark.skipif(FLOAT8 is None, reason="this torch has no float8_e4m3fn")
 def test_float8_dtype_is_accepted_and_matches_torchs_cast(rng):
     x = torch.from_numpy(rng.uniform(-448, 448, 4096).astype(np.float32))
