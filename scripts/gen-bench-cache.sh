@@ -52,4 +52,13 @@ build/bin/megamoe-cache generate --hidden 7168 --intermediate 2048 --experts 128
 # megamoe-bench layer-fp8: the same one-GPU layer in FP8 (its bf16 anchor is the layer above).
 build/bin/megamoe-cache generate --hidden 7168 --intermediate 2048 --experts 128 --topk 8 --ep 1 --dtype fp8 \
   --targets sm_90a --cache-dir "$dir" --quiet >/dev/null
+# megamoe-bench layer-fp8 at decode sizes (issue 50's shapes, one GPU): DeepSeek-V3 EP8's per-GPU work (32 experts)
+# and Qwen3-30B-A3B, bf16 and FP8.
+for shape in "7168 2048 32" "2048 768 128"; do
+  read -r H I E <<<"$shape"
+  for dtype in bf16 fp8; do
+    build/bin/megamoe-cache generate --hidden "$H" --intermediate "$I" --experts "$E" --topk 8 --ep 1 --dtype $dtype \
+      --targets sm_90a --cache-dir "$dir" --quiet >/dev/null
+  done
+done
 echo "bench kernels in $dir"

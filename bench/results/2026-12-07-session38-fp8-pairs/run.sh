@@ -5,7 +5,7 @@
 #   bitwise), the FP8 kernel tests pass, and layer-fp8's FP8 time at 8192 tokens (512 rows an expert: m-tile pairs
 #   share B) below the base's (B's L2 traffic a tile from 32 KB to 24 KB per 4.2 MFLOP: up to ~1.3x where L2 bounds
 #   it, less where it does not); at 512 / 2048 (4 / 128 rows an expert: one m-tile, lone tiles, no sharing) level.
-#   usage: bash run.sh [tests] [bench]   (both by default); logs under $OUT
+#   usage: bash run.sh [tests] [bench] [decode]   (tests bench by default); logs under $OUT
 set -uo pipefail
 OUT=${OUT:-/tmp/megamoe-out}; mkdir -p "$OUT"
 export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1 PYTHONPATH=$PWD/python${PYTHONPATH:+:$PYTHONPATH}
@@ -32,5 +32,17 @@ for step in $steps; do
           echo "== $name round $round (exit $?)"; grep -E "^copy|^tokens|stages fp8 " "$OUT/layer-fp8-$name-$round.txt" | head -30
         done
       done 2>&1 | tee "$OUT/bench.txt" ;;
+    decode)
+      # Issue 50's shapes at decode sizes, this commit's kernels: each layer's time over the time to read the picked
+      # experts' weights once (the bench's "weights read once" line). Should show: FP8 and bf16 within 1.3x of it
+      # from 8 tokens, 1.6x at 1-4 (the issue's targets), or by how much not.
+      export MEGAMOE_CACHE_DIR=$PWD/.carry/cache
+      for shape in "dsv3-ep8 7168 2048 32" "qwen3-30b 2048 768 128"; do
+        read -r name H I E <<<"$shape"
+        timeout 240 python3 tools/megamoe-bench/megamoe-bench layer-fp8 --lib .carry/lib/libmegamoe.so --hidden $H \
+          --intermediate $I --experts $E --topk 8 --tokens ${DECODE_TOKENS:-1,2,4,8,16,32,64,128,256} \
+          --json "$OUT/decode-$name.json" > "$OUT/decode-$name.txt" 2>&1
+        echo "== $name (exit $?)"; grep -E "^copy|^tokens|weights read once" "$OUT/decode-$name.txt"
+      done 2>&1 | tee "$OUT/decode.txt" ;;
   esac
 done
