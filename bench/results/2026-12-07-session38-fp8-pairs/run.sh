@@ -8,7 +8,9 @@
 #   usage: bash run.sh [tests] [bench] [decode]   (tests bench by default); logs under $OUT
 set -uo pipefail
 OUT=${OUT:-/tmp/megamoe-out}; mkdir -p "$OUT"
-export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1 PYTHONPATH=$PWD/python${PYTHONPATH:+:$PYTHONPATH}
+# The package and megamoe-bench from $PYSRC (default this tree; e.g. a committed tree staged into .carry/py).
+PYSRC=${PYSRC:-$PWD}
+export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1 PYTHONPATH=$PYSRC/python${PYTHONPATH:+:$PYTHONPATH}
 chmod -R go-w .carry/cache .carry-base/cache
 nvidia-smi -L | tee "$OUT/machine.txt"; date -u | tee -a "$OUT/machine.txt"
 steps=${*:-tests bench}
@@ -26,7 +28,7 @@ for step in $steps; do
         for tree in .carry-base .carry; do
           name=$([ $tree = .carry ] && echo pairs || echo base)
           MEGAMOE_CACHE_DIR=$PWD/$tree/cache MEGAMOE_LIB=$PWD/$tree/lib/libmegamoe.so timeout 200 \
-            python3 tools/megamoe-bench/megamoe-bench layer-fp8 --lib $tree/lib/libmegamoe.so \
+            python3 $PYSRC/tools/megamoe-bench/megamoe-bench layer-fp8 --lib $tree/lib/libmegamoe.so \
             --tokens ${TOKENS:-512,2048,8192} --json "$OUT/layer-fp8-$name-$round.json" \
             > "$OUT/layer-fp8-$name-$round.txt" 2>&1
           echo "== $name round $round (exit $?)"; grep -E "^copy|^tokens|stages fp8 " "$OUT/layer-fp8-$name-$round.txt" | head -30
@@ -39,7 +41,7 @@ for step in $steps; do
       export MEGAMOE_CACHE_DIR=$PWD/.carry/cache
       for shape in "dsv3-ep8 7168 2048 32" "qwen3-30b 2048 768 128"; do
         read -r name H I E <<<"$shape"
-        timeout 240 python3 tools/megamoe-bench/megamoe-bench layer-fp8 --lib .carry/lib/libmegamoe.so --hidden $H \
+        timeout 240 python3 $PYSRC/tools/megamoe-bench/megamoe-bench layer-fp8 --lib .carry/lib/libmegamoe.so --hidden $H \
           --intermediate $I --experts $E --topk 8 --tokens ${DECODE_TOKENS:-1,2,4,8,16,32,64,128,256} \
           --json "$OUT/decode-$name.json" > "$OUT/decode-$name.txt" 2>&1
         echo "== $name (exit $?)"; grep -E "^copy|^tokens|weights read once" "$OUT/decode-$name.txt"
