@@ -1,6 +1,6 @@
 // MoeLayer's host side without a GPU: the configuration constraints, the heap regions every rank allocates, the
 // kernels it loads, and the argument checks of forward and backward (a layer on the fake HIP device, its kernels
-// stand-ins). The forward itself runs in tests/gpu/LayerTest.cpp.
+// stand-ins). The forward itself runs in tests/gpu/LayerForwardTest.cpp.
 #include <gtest/gtest.h>
 
 #include <functional>

@@ -1,7 +1,7 @@
 // One workspace serving many layers, on the fake HIP backend: its bytes, known before it exists, do not grow with
 // the layers; every training forward writes the caller's saved state and its backward reads that one, with
 // several forwards outstanding and their backwards in reverse order; layers that do not fit are refused by name.
-// (The numbers a real GPU computes are checked in tests/gpu/LayerTest.cpp.)
+// (The numbers a real GPU computes are checked in tests/gpu/LayerConfigTest.cpp.)
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -312,7 +312,8 @@ TEST_F(WorkspaceOnFakeHip, DroppingPastTheCapacityWorksOnACopyAndCountsOnce) {
 // Each call tells the peers which layer and role it is (issue 46 item 7): the prologue of every call gets the
 // workspace's call words (heap moe.calls), the layer's number on its workspace (creation order, the same on every
 // rank that creates them in the same order) and the call's role: forward or backward, a profiled forward (which
-// meets the peers once more), and the legs. The comparison itself runs on the device (tests/gpu/LayerTest.cpp).
+// meets the peers once more), and the legs. The comparison itself runs on the device
+// (tests/gpu/LayerFailureTest.cpp).
 TEST_F(WorkspaceOnFakeHip, EveryCallNamesItsLayerAndRoleToThePeers) {
   auto workspaces = Workspace::createLocal(raw(), small(true));
   std::vector<std::vector<std::unique_ptr<MoeLayer>>> layers(kRanks);  // [rank][layer]
