@@ -423,6 +423,8 @@ struct ModelShape {
   std::string name;
   int64_t hidden, intermediate, experts, topk;
 };
+// The routed-expert shapes of the model table (compiler/abi/Models.h), every model, also those the layer refuses
+// (validateShape, MoeLayer::validateModel say why).
 const std::vector<ModelShape>& presets();
 const ModelShape* findPreset(std::string_view name);
 // "" when the shape can be served at `ranks` expert-parallel ranks; else the violated constraint.

@@ -1,9 +1,10 @@
-// The kernel registry, model presets and the kernels one MoE layer needs.
+// The kernel registry, the model table's shapes as presets, and the kernels one MoE layer needs.
 #include <algorithm>
 #include <stdexcept>
 
 #include "compiler/abi/KernelAbi.h"
 #include "compiler/abi/LayerKernels.h"
+#include "compiler/abi/Models.h"
 #include "kernels/Kernels.h"
 
 namespace megamoe::kernels {
@@ -341,12 +342,11 @@ const KernelInfo* find(std::string_view name) {
 }
 
 const std::vector<ModelShape>& presets() {
-  static const std::vector<ModelShape> shapes = {
-      {"deepseek-v3", 7168, 2048, 256, 8},
-      {"qwen3-235b-a22b", 4096, 1536, 128, 8},
-      {"mixtral-8x7b", 4096, 14336, 8, 2},
-      {"deepseek-v2-lite", 2048, 1408, 64, 6},
-  };
+  static const std::vector<ModelShape> shapes = [] {
+    std::vector<ModelShape> out;
+    for (const abi::Model& m : abi::models()) out.push_back({m.name, m.hidden, m.intermediate, m.experts, m.topk});
+    return out;
+  }();
   return shapes;
 }
 

@@ -97,6 +97,14 @@ class LayerConfig(ctypes.Structure):
         return {name: getattr(self, name) for name in CONFIG_FIELDS}
 
 
+class Model(ctypes.Structure):
+    """megamoe_model: one row of the model table (compiler/abi/Models.h, read through megamoe_model_get)."""
+    _fields_ = [("struct_size", ctypes.c_size_t), ("name", ctypes.c_char_p), ("source", ctypes.c_char_p)] + \
+        [(name, ctypes.c_int64) for name in ("hidden", "intermediate", "experts", "topk", "ep", "shared_experts",
+                                              "shared_intermediate")] + \
+        [("lacks", ctypes.c_uint64), ("lacks_names", ctypes.c_char_p), ("refusal", ctypes.c_char_p)]
+
+
 LOG_CALLBACK = ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.c_char_p, ctypes.c_void_p)
 
 _vp, _u64, _i64, _i32, _sz = ctypes.c_void_p, ctypes.c_uint64, ctypes.c_int64, ctypes.c_int, ctypes.c_size_t
@@ -114,6 +122,8 @@ SIGNATURES = {
     "megamoe_runtime_create": (_i32, [ctypes.c_char_p, _i32, _P(_vp)]),
     "megamoe_runtime_destroy": (_i32, [_vp]),
     "megamoe_device_count": (_i32, [ctypes.c_char_p, _P(_i32)]),
+    "megamoe_model_count": (_i32, [_P(_sz)]),
+    "megamoe_model_get": (_i32, [_sz, _P(Model)]),
     "megamoe_kernel_load": (_i32, [_vp, _P(Key), ctypes.c_char_p, _P(_vp)]),
     "megamoe_kernel_info": (_i32, [_vp, _P(_i32), _P(_i32)]),
     "megamoe_kernel_arg_count": (_i32, [_vp, _P(_sz)]),
@@ -297,6 +307,23 @@ class Library:
         n = ctypes.c_int()
         self.call("megamoe_device_count", backend.encode() if backend else None, ctypes.byref(n))
         return n.value
+
+    def models(self):
+        """The model table, in its order: a dict per model with name, source (its Hugging Face repository), hidden,
+        intermediate, experts, topk, ep, shared_experts, shared_intermediate, lacks (the names of what the layer
+        does not do for it) and refusal ("" when the layer runs its routed experts at ep ranks, else the rule)."""
+        count = ctypes.c_size_t()
+        self.call("megamoe_model_count", ctypes.byref(count))
+        rows = []
+        for i in range(count.value):
+            m = Model(struct_size=ctypes.sizeof(Model))
+            self.call("megamoe_model_get", ctypes.c_size_t(i), ctypes.byref(m))
+            row = {name: getattr(m, name) for name, _ in Model._fields_ if name not in ("struct_size", "lacks")}
+            for text in ("name", "source", "lacks_names", "refusal"):
+                row[text] = row[text].decode()
+            row["lacks"] = [n for n in row.pop("lacks_names").split(",") if n]
+            rows.append(row)
+        return rows
 
     def workspace_bytes(self, config, ranks):
         """(heap bytes, buffer bytes) of one rank's workspace for layers up to `config` at `ranks` ranks."""

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "compiler/abi/DeviceAbi.h"
+#include "compiler/abi/Models.h"
 #include "megamoe/Error.h"
 #include "megamoe/Log.h"
 #include "megamoe/MoeLayer.h"
@@ -30,6 +31,11 @@ static_assert(MEGAMOE_LOG_OFF == int(megamoe::LogLevel::kOff) && MEGAMOE_LOG_ERR
                   MEGAMOE_LOG_DEBUG == int(megamoe::LogLevel::kDebug),
               "megamoe.h's MEGAMOE_LOG_* are LogLevel's values");
 static_assert(MEGAMOE_MAX_RANKS == megamoe::abi::kMaxRanks, "megamoe.h's rank bound mirrors DeviceAbi.h");
+static_assert(MEGAMOE_MODEL_SHARED_EXPERTS == megamoe::abi::kSharedExperts &&
+                  MEGAMOE_MODEL_EXPERT_BIASES == megamoe::abi::kExpertBiases &&
+                  MEGAMOE_MODEL_SWIGLU_OAI == megamoe::abi::kSwigluOai &&
+                  MEGAMOE_MODEL_WEIGHT_ON_INPUT == megamoe::abi::kWeightOnInput,
+              "megamoe.h's MEGAMOE_MODEL_* are compiler/abi/Models.h's ModelFeature bits");
 
 // The first published megamoe_layer_config (0.1.0) ends with sm_budget; its fields never move, later ones follow it.
 constexpr size_t kLayerConfigFirstSize = offsetof(megamoe_layer_config, sm_budget) + sizeof(int64_t);
@@ -323,6 +329,54 @@ int megamoe_split_scratch_bytes(int64_t grid, uint64_t* bytes, uint64_t* zeroed_
     if (grid < 1 || grid > 1024) invalid("grid=" + std::to_string(grid) + " must be 1..1024");
     if (bytes) *bytes = uint64_t(megamoe::abi::splitScratchBytes(grid));
     if (zeroed_bytes) *zeroed_bytes = uint64_t(megamoe::abi::splitCounterBytes(grid));
+  });
+}
+
+namespace {
+// The table's rows as megamoe_model, their strings (feature names, the refusal at the model's EP) made once.
+const std::vector<megamoe_model>& modelRows() {
+  static const struct Rows {
+    std::vector<std::string> lacks, refusals;  // own the rows' strings (never resized after the rows point in)
+    std::vector<megamoe_model> rows;
+    Rows() {
+      const auto& table = megamoe::abi::models();
+      for (const megamoe::abi::Model& m : table) {
+        lacks.push_back(megamoe::abi::lackedFeatureNames(m));
+        refusals.push_back(megamoe::MoeLayer::validateModel(m, int(m.ep)));
+      }
+      for (size_t i = 0; i < table.size(); ++i) {
+        const megamoe::abi::Model& m = table[i];
+        rows.push_back({sizeof(megamoe_model), m.name, m.source, m.hidden, m.intermediate, m.experts, m.topk, m.ep,
+                        m.sharedExperts, m.sharedIntermediate, m.lacks(), lacks[i].c_str(), refusals[i].c_str()});
+      }
+    }
+  } table;
+  return table.rows;
+}
+}  // namespace
+
+int megamoe_model_count(size_t* count) {
+  return guarded([&] {
+    requireArg(count, "count");
+    *count = modelRows().size();
+  });
+}
+
+int megamoe_model_get(size_t index, megamoe_model* out) {
+  return guarded([&] {
+    requireArg(out, "out");
+    const size_t size = out->struct_size;
+    if (size < sizeof(megamoe_model) || size > kStructSizeLimit)
+      invalid("out->struct_size=" + std::to_string(size) + " is not a megamoe_model size: set it to " +
+              "sizeof(megamoe_model) (" + std::to_string(sizeof(megamoe_model)) + " bytes in this library's megamoe.h)");
+    const std::vector<megamoe_model>& rows = modelRows();
+    if (index >= rows.size())
+      invalid("index=" + std::to_string(index) + " must be below megamoe_model_count (" + std::to_string(rows.size()) +
+              ")");
+    // The fields this library knows; a newer header's later ones are left as the caller set them.
+    std::memcpy(reinterpret_cast<unsigned char*>(out) + sizeof(size_t),
+                reinterpret_cast<const unsigned char*>(&rows[index]) + sizeof(size_t),
+                sizeof(megamoe_model) - sizeof(size_t));
   });
 }
 

@@ -11,6 +11,7 @@
 
 #include "LayerRules.h"
 #include "compiler/abi/LayerKernels.h"
+#include "compiler/abi/Models.h"
 #include "megamoe/Error.h"
 #include "megamoe/Log.h"
 #include "megamoe/Profile.h"
@@ -193,6 +194,14 @@ std::string MoeLayer::validate(const MoeLayerConfig& c, int ranks) {
                " must be >= 256 with dtype fp8_e4m3 (a K of the FP8 ring: two 128-wide stages)";
   }
   if (auto e = smBudgetError(c.smBudget); !e.empty()) return e;
+  return "";
+}
+
+std::string MoeLayer::validateModel(const abi::Model& m, int ranks) {
+  if (std::string rule = validate({m.hidden, m.intermediate, m.experts, m.topk, /*maxTokens=*/4096}, ranks);
+      !rule.empty())
+    return rule;
+  if (const abi::ModelFeatureInfo* f = m.refusingFeature()) return std::string("the layer lacks ") + f->lacking;
   return "";
 }
 

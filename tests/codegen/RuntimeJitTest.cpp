@@ -62,12 +62,17 @@ TEST(RuntimeJit, ForeignOptionsAreRefused) {
 }
 
 // The layer's one kernel list (compiler/abi/LayerKernels.h) names kernels the compiler can build: every spec it
-// lists for a preset, at any option, passes the registry's own validation, and the preset path generates it.
+// lists for a preset whose shape the layer accepts (all but gpt-oss's: H = 2880), at any option, passes the
+// registry's own validation, and the preset path generates it.
 TEST(RuntimeJit, EveryLayerKernelIsOneTheCompilerBuilds) {
   for (const auto& preset : kernels::presets())
     for (int ranks : {2, 8})
       for (int options = 0; options < 16; ++options) {
         MoeLayerConfig config{preset.hidden, preset.intermediate, preset.experts, preset.topk, 1024, 0};
+        if (preset.name.rfind("gpt-oss", 0) == 0) {
+          EXPECT_NE(MoeLayer::validate(config, ranks), "") << preset.name;
+          continue;
+        }
         config.training = options & 1;
         config.dedupTokens = options & 2;
         config.topkIdxInt64 = options & 4;

@@ -15,9 +15,11 @@
 #include <string>
 #include <vector>
 
+#include "compiler/abi/Models.h"
 #include "compiler/cache/CacheReport.h"
 #include "kernels/Jit.h"
 #include "llvm/Config/llvm-config.h"
+#include "megamoe/MoeLayer.h"
 #include "megamoe/Version.h"
 
 using namespace megamoe;
@@ -35,12 +37,13 @@ Usage:
   megamoe-cache list     [--json FILE]
   megamoe-cache verify
   megamoe-cache prune    [--keep-all-fingerprints]
-  megamoe-cache presets
+  megamoe-cache presets          the model table: shape, EP, shared experts, and whether the layer runs it
   megamoe-cache kernels
   megamoe-cache --version
 
 Shape (one of):
-  --preset NAME                 deepseek-v3 | qwen3-235b-a22b | mixtral-8x7b | deepseek-v2-lite
+  --preset NAME                 a model of the model table (see `presets`), e.g. deepseek-v3; a model the layer
+                                refuses at an --ep is bad input, named with the rule
   --hidden H --intermediate I --experts E --topk K
   --kernel NAME --spec A=1,B=2  one kernel with explicit constants (see `kernels`)
 
@@ -145,6 +148,37 @@ void writeFile(const std::string& path, const std::string& text) {
   if (!out) throw std::runtime_error("cannot write " + path + ": " + std::strerror(errno));
 }
 
+// Why the layer refuses model `m` at `ep` ranks (MoeLayer::validateModel), "" if it runs it; where only a feature
+// is missing (the shape itself is served), with the explicit shape that builds its kernels anyway.
+std::string presetRefusal(const abi::Model& m, int64_t ep) {
+  std::string rule = MoeLayer::validateModel(m, int(ep));
+  abi::Model shapeOnly = m;
+  shapeOnly.features = 0;
+  if (!rule.empty() && MoeLayer::validateModel(shapeOnly, int(ep)).empty())
+    rule += "; its shape alone: --hidden " + std::to_string(m.hidden) + " --intermediate " +
+            std::to_string(m.intermediate) + " --experts " + std::to_string(m.experts) + " --topk " +
+            std::to_string(m.topk);
+  return rule;
+}
+
+// `presets`: the model table, one row a model, with what the layer does at the model's EP.
+int printPresets() {
+  std::printf("%-19s %6s %6s %5s %5s %3s  %-8s %-30s %s\n", "preset", "H", "I", "E", "topk", "EP", "shared",
+              "layer lacks", "at its EP");
+  for (const abi::Model& m : abi::models()) {
+    const std::string lacks = abi::lackedFeatureNames(m);
+    const std::string shared =
+        m.sharedExperts ? std::to_string(m.sharedExperts) + "x" + std::to_string(m.sharedIntermediate) : "-";
+    const std::string rule = MoeLayer::validateModel(m, int(m.ep));
+    std::printf("%-19s %6lld %6lld %5lld %5lld %3lld  %-8s %-30s %s\n", m.name, (long long)m.hidden,
+                (long long)m.intermediate, (long long)m.experts, (long long)m.topk, (long long)m.ep, shared.c_str(),
+                lacks.empty() ? "-" : lacks.c_str(), rule.empty() ? "runs" : ("refused: " + rule).c_str());
+  }
+  std::printf("\nshared experts run beside the layer (a dense MLP of the caller's); numbers from each model's "
+              "config.json (compiler/abi/Models.cpp names the repository)\n");
+  return 0;
+}
+
 int generate(const Args& a) {
   struct Work {
     kernels::KernelSpec spec;
@@ -182,6 +216,9 @@ int generate(const Args& a) {
       const kernels::ModelShape* p = kernels::findPreset(a.get("--preset"));
       if (!p) throw Usage("unknown preset '" + a.get("--preset") + "' (see `megamoe-cache presets`)");
       shape = *p;
+      for (int64_t ep : eps)
+        if (std::string rule = presetRefusal(*abi::findModel(p->name), ep); !rule.empty())
+          throw Usage(shape.name + " at EP" + std::to_string(ep) + ": " + rule);
     } else if (a.has("--hidden")) {
       for (const char* f : {"--intermediate", "--experts", "--topk"})
         if (!a.has(f)) throw Usage(std::string("an explicit shape needs ") + f);
@@ -360,12 +397,7 @@ int main(int argc, char** argv) {
       for (const auto& why : leftAlone) std::printf("  %s\n", why.c_str());
       return 0;
     }
-    if (a.command == "presets") {
-      for (const auto& p : kernels::presets())
-        std::printf("%-18s hidden=%lld intermediate=%lld experts=%lld topk=%lld\n", p.name.c_str(), (long long)p.hidden,
-                    (long long)p.intermediate, (long long)p.experts, (long long)p.topk);
-      return 0;
-    }
+    if (a.command == "presets") return printPresets();
     if (a.command == "kernels") {
       for (const auto& k : kernels::registry()) {
         std::string names;

@@ -1,5 +1,5 @@
 """What the benches run: the gemm bench's cases (CASES, FP8_CASES) and their group sizes; the layer bench's model
-presets, routings and token cases, and the draws of its routings (Zipf popularity, whole-tile picks)."""
+presets (the model table's, through libmegamoe), routings and token cases, and the draws of its routings (Zipf popularity, whole-tile picks)."""
 import torch
 
 
@@ -64,11 +64,15 @@ def zipf_sizes(total, experts, s, align, gen):
     return sizes
 
 
-# Model shapes (kernels/Presets: megamoe-cache presets); --hidden / --intermediate / --experts / --topk override.
-PRESETS = {"deepseek-v3": {"hidden": 7168, "intermediate": 2048, "experts": 256, "topk": 8},
-           "qwen3-235b-a22b": {"hidden": 4096, "intermediate": 1536, "experts": 128, "topk": 8},
-           "mixtral-8x7b": {"hidden": 4096, "intermediate": 14336, "experts": 8, "topk": 2},
-           "deepseek-v2-lite": {"hidden": 2048, "intermediate": 1408, "experts": 64, "topk": 6}}
+def presets(lib=None):
+    """The layer bench's model shapes, {name: {hidden, intermediate, experts, topk}}: every model of the model table
+    (compiler/abi/Models.h, read from libmegamoe at `lib`, default the package's search; `megamoe-cache presets`
+    prints the same table); --hidden / --intermediate / --experts / --topk override a preset's."""
+    from .._lib import Library
+    return {m["name"]: {k: m[k] for k in ("hidden", "intermediate", "experts", "topk")}
+            for m in Library.get(lib).models()}
+
+
 ROUTINGS = ("uniform", "remote", "zipf", "hot")
 # balanced: token t of rank r (global position g = r * T + t) picks experts (g * topk + j) mod E, so that every
 # expert receives the same rows, whole 128-row tiles where T * topk * ranks / E is a multiple of 128: the anchor

@@ -81,7 +81,7 @@ import sys
 
 import torch
 
-from .cases import FP8_CASES, OPTIONAL_ROUTINGS, PRESETS, ROUTINGS
+from .cases import FP8_CASES, OPTIONAL_ROUTINGS, ROUTINGS, presets
 from .gemm import gemm_main
 from .layer import layer_main
 from .layer_fp8 import layer_fp8_main
@@ -106,7 +106,8 @@ def main(script, default_lib):
     m.add_argument("--json")
     m.add_argument("--lib", default=default_lib)
     m.add_argument("--nproc", type=int, default=2, help="processes (GPUs), when not already under torchrun")
-    m.add_argument("--preset", choices=sorted(PRESETS), default="deepseek-v3", help="the model shape")
+    m.add_argument("--preset", default="deepseek-v3",
+                   help="the model shape: a model of the model table (`megamoe-cache presets`)")
     m.add_argument("--hidden", type=int, default=0, help="H (default: the preset's)")
     m.add_argument("--intermediate", type=int, default=0, help="I (default: the preset's)")
     m.add_argument("--experts", type=int, default=0,
@@ -162,6 +163,7 @@ def main(script, default_lib):
             ap.error("--nproc %d needs %d GPUs, this machine has %d (for one GPU's share of a larger layer: --nproc 1 "
                      "--experts E, e.g. --experts 128 for DeepSeek-V3 EP2; gpu_layer_test runs several ranks on one "
                      "GPU)" % (args.nproc, args.nproc, gpus))
+        check_preset(ap, args)
         # Our own arguments again, without --nproc (torch.distributed.run would take it for its --nproc-per-node).
         rest, skip = [], False
         for a in sys.argv[1:]:
@@ -174,4 +176,12 @@ def main(script, default_lib):
             rest.append(a)
         return subprocess.call([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
                                 str(args.nproc), script] + rest)
+    check_preset(ap, args)
     return layer_main(args)
+
+
+def check_preset(ap, args):
+    """--preset names a model of the model table (read from --lib), else the usage error that lists them."""
+    known = presets(args.lib)
+    if args.preset not in known:
+        ap.error("unknown preset %s (the model table's: %s)" % (args.preset, ", ".join(known)))

@@ -7,7 +7,7 @@ import sys
 import torch
 import torch.distributed as dist
 
-from .cases import PRESETS, TOKEN_CASES
+from .cases import TOKEN_CASES, presets
 from .layer_bench import LayerBench
 from .plots import plot_sweep
 from .ranks import CaseError, on_all_ranks
@@ -112,7 +112,7 @@ def layer_main(args):
 
 def layer_shape(args):
     """hidden, intermediate, experts, topk: --preset's, each overridden by its own option."""
-    shape = dict(PRESETS[args.preset])
+    shape = dict(presets(args.lib)[args.preset])
     for k in shape:
         if getattr(args, k):
             shape[k] = getattr(args, k)

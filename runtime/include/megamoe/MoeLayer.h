@@ -27,6 +27,9 @@ namespace megamoe {
 
 class Runtime;
 class Kernel;
+namespace abi {
+struct Model;
+}
 
 // The layer's number format (fp32 accumulation inside either way).
 //   kBf16:     x, y, w1, w2 (and the gradients) bf16.
@@ -125,6 +128,10 @@ class MoeLayer {
   // ranks, then each field on its own (experts, topk, hidden, intermediate, max_tokens, swiglu_clamp_milli), then
   // their products (pool rows < 2^24, the i32 indices the kernels derive, the buffer sizes), then dtype.
   static std::string validate(const MoeLayerConfig& config, int ranks);
+  // "" when the layer computes `model`'s routed experts right at `ranks` ranks; else the first thing it refuses:
+  // validate()'s first rule for the model's shape (at max_tokens 4096, no options), else the first feature of the
+  // model it lacks (compiler/abi/Models.h; shared experts excepted: the caller runs them beside the layer).
+  static std::string validateModel(const abi::Model& model, int ranks);
   // The heap regions every rank allocates (same list on every rank). Throws Error(kInvalidArgument) for a
   // configuration that fails validate().
   static std::vector<RegionSpec> heapRegions(const MoeLayerConfig& config, int ranks);

@@ -186,6 +186,34 @@ MEGAMOE_API int megamoe_heap_context(const megamoe_heap* heap, uint64_t* device_
  * heap unusable for good. */
 MEGAMOE_API int megamoe_check_errors(megamoe_heap* heap, void* stream);
 
+/* ---- the model table (compiler/abi/Models.h, declared once; `megamoe-cache presets` prints it) ----
+ * Public MoE models: their routed experts' shape as each config.json gives it, the usual expert-parallel degree,
+ * and what each does that the layer does not yet. megamoe_model_count gives how many; megamoe_model_get the
+ * index-th, writing every field this library knows after out->struct_size (set it to sizeof(megamoe_model); a size
+ * below this first release's or above 4096 is refused). Its strings live as long as the library. */
+#define MEGAMOE_MODEL_SHARED_EXPERTS 1u  /* experts every token passes through beside its routed ones */
+#define MEGAMOE_MODEL_EXPERT_BIASES 2u   /* a bias per expert after L1 and L2 (gpt-oss) */
+#define MEGAMOE_MODEL_SWIGLU_OAI 4u      /* gpt-oss's clamped gate * sigmoid(1.702 gate) * (up + 1) */
+#define MEGAMOE_MODEL_WEIGHT_ON_INPUT 8u /* the routing weight scales the expert's input, not its output (Llama 4) */
+typedef struct megamoe_model {
+  size_t struct_size;          /* sizeof(megamoe_model) as the caller was compiled */
+  const char* name;            /* the preset's name (megamoe-cache generate --preset NAME) */
+  const char* source;          /* the Hugging Face repository whose config.json gives the numbers */
+  int64_t hidden;              /* H */
+  int64_t intermediate;        /* I of a routed expert */
+  int64_t experts;             /* routed experts E */
+  int64_t topk;
+  int64_t ep;                  /* the usual expert-parallel degree */
+  int64_t shared_experts;      /* always-on experts beside the routed ones (0: none) */
+  int64_t shared_intermediate; /* I of one shared expert */
+  uint64_t lacks;              /* MEGAMOE_MODEL_* bits: what the model does that the layer does not */
+  const char* lacks_names;     /* the same as names joined by ',' ("shared_experts,expert_biases"; "" for none) */
+  const char* refusal;         /* "" when the layer runs the model's routed experts at `ep` ranks (shared experts
+                                  run beside it); else the first rule it refuses them with */
+} megamoe_model;
+MEGAMOE_API int megamoe_model_count(size_t* count);
+MEGAMOE_API int megamoe_model_get(size_t index, megamoe_model* out);
+
 /* ---- the MoE layer (runtime/include/megamoe/MoeLayer.h has the layouts and the semantics) ---- */
 typedef struct megamoe_layer megamoe_layer;
 

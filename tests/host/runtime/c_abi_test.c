@@ -81,6 +81,38 @@ int main(void) {
   }
   CHECK(strcmp(megamoe_status_name(-3), "unknown status") == 0);
 
+  { /* The model table from C: a row by index, its strings, and a refusal that names the rule. */
+    size_t models = 0, i;
+    int found = 0;
+    megamoe_model model;
+    memset(&model, 0, sizeof model);
+    model.struct_size = sizeof model;
+    CHECK_STATUS(megamoe_model_count(&models), MEGAMOE_OK);
+    CHECK(models >= 11);
+    for (i = 0; i < models; ++i) {
+      CHECK_STATUS(megamoe_model_get(i, &model), MEGAMOE_OK);
+      CHECK(model.struct_size == sizeof model);
+      if (strcmp(model.name, "deepseek-v3") == 0) {
+        found |= 1;
+        CHECK(model.hidden == 7168 && model.intermediate == 2048 && model.experts == 256 && model.topk == 8);
+        CHECK(model.lacks == MEGAMOE_MODEL_SHARED_EXPERTS && strcmp(model.lacks_names, "shared_experts") == 0);
+        CHECK(strcmp(model.refusal, "") == 0);
+      }
+      if (strcmp(model.name, "gpt-oss-20b") == 0) {
+        found |= 2;
+        CHECK(model.lacks == (MEGAMOE_MODEL_EXPERT_BIASES | MEGAMOE_MODEL_SWIGLU_OAI));
+        CHECK(contains(model.refusal, "hidden=2880 must be a positive multiple of 128"));
+      }
+    }
+    CHECK(found == 3);
+    CHECK_STATUS(megamoe_model_get(models, &model), MEGAMOE_ERROR_INVALID_ARGUMENT);
+    CHECK(contains(megamoe_last_error(), "must be below megamoe_model_count"));
+    model.struct_size = sizeof model - 8;
+    CHECK_STATUS(megamoe_model_get(0, &model), MEGAMOE_ERROR_INVALID_ARGUMENT);
+    CHECK(contains(megamoe_last_error(), "out->struct_size="));
+    CHECK_STATUS(megamoe_model_count(NULL), MEGAMOE_ERROR_INVALID_ARGUMENT);
+  }
+
   /* Null arguments. */
   CHECK_STATUS(megamoe_runtime_create("hip", 0, NULL), MEGAMOE_ERROR_INVALID_ARGUMENT);
   CHECK(contains(megamoe_last_error(), "out must not be NULL"));
