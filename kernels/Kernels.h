@@ -336,8 +336,9 @@ struct DispatchGemmSpec {
 // scales a_scales f32 [cap, I / 128], b = w2's codes [E/R, H, I] with block scales b_scales f32
 // [E/R, H / 128, I / 128]; comb, y and the sum as in NT (bf16 rows, fp32 sum). 128 x 128 tiles; on sm_90a the
 // warp-specialised engine with TMA loads as cluster pairs (an even grid; each block loads half of B's 128 rows,
-// multicast into both): map_a over act [cap, I] (e4m3 128 x 128 boxes), map_b over w2 [E/R * H, I] (e4m3 128 x 64). legs without the GEMM (comm-only) still multiply on sm_90a: its FP8 K loop has no skip. Args: those of
-// grouped_gemm_combine up to legs, then a_scales, b_scales, map_a, map_b.
+// multicast into both): map_a over act [cap, I] (e4m3 128 x 128 boxes), map_b over w2 [E/R * H, I] (e4m3
+// 128 x 64). legs without the GEMM (comm-only) still multiply on sm_90a: its FP8 K loop has no skip. Args: those
+// of grouped_gemm_combine up to legs, then a_scales, b_scales, map_a, map_b.
 struct GemmCombineSpec {
   static constexpr const char* kName = "grouped_gemm_combine";
   static constexpr const char* kFp8Name = "grouped_gemm_combine_fp8";
