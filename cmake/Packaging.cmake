@@ -22,6 +22,7 @@ install(DIRECTORY ${PROJECT_SOURCE_DIR}/runtime/include/megamoe DESTINATION ${CM
         FILES_MATCHING PATTERN "*.h")
 install(FILES ${PROJECT_BINARY_DIR}/include/megamoe/Version.h DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/megamoe)
 install(FILES ${PROJECT_SOURCE_DIR}/compiler/abi/DeviceAbi.h ${PROJECT_SOURCE_DIR}/compiler/abi/KernelAbi.h
+              ${PROJECT_SOURCE_DIR}/compiler/abi/Kernels.def
               ${PROJECT_SOURCE_DIR}/compiler/abi/Models.h
         DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/compiler/abi)
 install(FILES ${PROJECT_SOURCE_DIR}/compiler/cache/KernelCache.h ${PROJECT_SOURCE_DIR}/compiler/cache/Json.h

@@ -302,7 +302,7 @@ GlobalPtr Context::peerOffsets() const {
 namespace {
 const abi::KernelDecl& declared(std::string_view name) {
   if (const abi::KernelDecl* d = abi::findKernelDecl(name)) return *d;
-  throw std::invalid_argument("kernel '" + std::string(name) + "' has no declaration in compiler/abi/KernelAbi.cpp");
+  throw std::invalid_argument("kernel '" + std::string(name) + "' has no declaration in compiler/abi/Kernels.def");
 }
 abi::Elem abiElem(Elem e) {
   switch (e) {

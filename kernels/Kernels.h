@@ -6,10 +6,12 @@
 #include <functional>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
 #include "compiler/abi/DeviceAbi.h"
+#include "compiler/abi/KernelAbi.h"
 #include "megamoe/Target/Target.h"
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/OwningOpRef.h"
@@ -23,16 +25,25 @@ struct KernelSpec {
   int64_t get(std::string_view name) const;  // throws std::out_of_range naming the missing constant
   std::string describe() const;              // "gemm_nt[N=4096,K=7168]"
 };
+// The spec of a kernel's typed declaration (compiler/abi/Kernels.def), e.g. specOf(abi::GemmNt{...}).
+template <class Declared>
+KernelSpec specOf(const Declared& k) {
+  return {std::string(Declared::kName), k.constants()};
+}
 
+// A registered kernel: its declaration (compiler/abi/Kernels.def: constants, their ranges and rules, arguments) and
+// its builder.
 struct KernelInfo {
   std::string name;
-  std::string summary;
-  // The specialisation constants, in the cache key's order: the kernel's declaration's (compiler/abi/KernelAbi.h).
-  std::vector<std::string> constantNames() const;
-  // "" when the spec is valid; otherwise a message naming the violated constraint.
-  std::function<std::string(const KernelSpec&)> validate;
   // The IR is target-neutral; `arch` only picks tuning choices (tile shapes) where one size does not fit both.
   std::function<mlir::OwningOpRef<mlir::ModuleOp>(mlir::MLIRContext&, const KernelSpec&, Arch)> build;
+
+  const abi::KernelDecl& decl() const;
+  std::string_view summary() const { return decl().summary; }
+  // The specialisation constants, in the cache key's order: the declaration's.
+  std::vector<std::string> constantNames() const;
+  // "" when the spec is valid; otherwise a message naming the violated range or rule (abi::validateSpec).
+  std::string validate(const KernelSpec& spec) const { return abi::validateSpec(name, spec.constants); }
 };
 
 const std::vector<KernelInfo>& registry();
@@ -43,20 +54,30 @@ const KernelInfo* find(std::string_view name);
 // SwiGLU forward: out[m, i] = silu(h[m, i]) * h[m, I + i] over h [M, 2I] (gate | up) in bf16, optional clamp
 // (gate <= limit, |up| <= limit; limit given in thousandths, 0 = off). One 16-byte vector per thread.
 struct SwigluSpec {
-  static constexpr const char* kName = "swiglu_fwd";
+  static constexpr std::string_view kName = abi::SwigluFwd::kName;
   static constexpr int64_t kBlockThreads = 256, kVector = 8;
   int64_t intermediate;
   int64_t clampMilli = 0;
-  KernelSpec spec() const { return {kName, {{"I", intermediate}, {"clamp_milli", clampMilli}}}; }
+  KernelSpec spec() const {
+    abi::SwigluFwd k;
+    k.I = intermediate;
+    k.clamp_milli = clampMilli;
+    return specOf(k);
+  }
 };
 
 // One-expert bf16 GEMM, NT: C [M, N] = A [M, K] * B [N, K]^T, fp32 accumulation, bf16 out. A 64 x 128 tile per block
 // over 64-wide K stages through swizzled shared memory and the target's MMA atom. M is a run-time argument.
 struct GemmNtSpec {
-  static constexpr const char* kName = "gemm_nt";
+  static constexpr std::string_view kName = abi::GemmNt::kName;
   static constexpr int64_t kBlockThreads = 128, kBlockM = 64, kBlockN = 128, kBlockK = 64;
   int64_t n, k;
-  KernelSpec spec() const { return {kName, {{"N", n}, {"K", k}}}; }
+  KernelSpec spec() const {
+    abi::GemmNt g;
+    g.N = n;
+    g.K = k;
+    return specOf(g);
+  }
 };
 
 // One-expert FP8 GEMM, NT, with 128 x 128 block scales (DeepSeek-V3's recipe): C [M, N] (bf16) = sum over K blocks
@@ -65,10 +86,15 @@ struct GemmNtSpec {
 // one stage: its product starts from zero and is promoted into the f32 accumulator with its scales (acc_scale_add).
 // A 64 x 128 tile per block, M a run-time argument.
 struct GemmNtFp8Spec {
-  static constexpr const char* kName = "gemm_nt_fp8";
+  static constexpr std::string_view kName = abi::GemmNtFp8::kName;
   static constexpr int64_t kBlockThreads = 128, kBlockM = 64, kBlockN = 128, kBlockK = 128, kScaleBlock = 128;
   int64_t n, k;
-  KernelSpec spec() const { return {kName, {{"N", n}, {"K", k}}}; }
+  KernelSpec spec() const {
+    abi::GemmNtFp8 g;
+    g.N = n;
+    g.K = k;
+    return specOf(g);
+  }
 };
 
 // Per-token FP8 quantisation of activations: x [rows, H] bf16 -> q [rows, H] e4m3 codes and scales [rows, H / 128]
@@ -79,12 +105,17 @@ struct GemmNtFp8Spec {
 // ceil(rows / chunkRows()) blocks); device_rows = 1: min(rows, *rows_at) rows, a count the device wrote (the FP8
 // layer's act: the rows this rank received, pool_offsets[E/R]), over a resident grid.
 struct QuantizeTokensSpec {
-  static constexpr const char* kName = "quantize_tokens_fp8";
+  static constexpr std::string_view kName = abi::QuantizeTokensFp8::kName;
   static constexpr int64_t kBlockThreads = 256, kGroup = 128, kVector = 8;
   int64_t hidden;
   bool deviceRows = false;
   int64_t chunkRows() const { return std::max<int64_t>(1, kBlockThreads / (hidden / kGroup)); }
-  KernelSpec spec() const { return {kName, {{"H", hidden}, {"device_rows", deviceRows ? 1 : 0}}}; }
+  KernelSpec spec() const {
+    abi::QuantizeTokensFp8 q;
+    q.H = hidden;
+    q.device_rows = deviceRows;
+    return specOf(q);
+  }
 };
 
 // Grouped bf16 GEMMs over experts, one persistent kernel each, driven by device-side group offsets: offsets is an
@@ -136,22 +167,39 @@ struct GroupedGemmSpec {
   int64_t kOrM;  // K for NT/NN, M for TN
   bool fp8 = false;  // grouped_gemm_nt_fp8 (NT only)
   static constexpr int64_t kScaleBlock = 128;  // FP8: the block scales' 128 x 128 (B) and 1 x 128 (A)
-  static constexpr const char* kFp8Name = "grouped_gemm_nt_fp8";
-  static const char* name(Layout l) {
-    return l == kNT ? "grouped_gemm_nt" : l == kNN ? "grouped_gemm_nn" : "grouped_gemm_tn";
+  static constexpr std::string_view kFp8Name = abi::GroupedGemmNtFp8::kName;
+  static std::string_view name(Layout l) {
+    return l == kNT ? abi::GroupedGemmNt::kName : l == kNN ? abi::GroupedGemmNn::kName : abi::GroupedGemmTn::kName;
   }
-  // The TMA variants (NT, NN): warp-specialised, loading through two tensor-map arguments (see buildGroupedGemm).
-  static const char* tmaName(Layout l) {
-    return l == kNT ? "grouped_gemm_nt_tma" : l == kNN ? "grouped_gemm_nn_tma" : "grouped_gemm_tn_tma";
+  // The TMA variants: warp-specialised, loading through tensor-map arguments (see buildGroupedGemm).
+  static std::string_view tmaName(Layout l) {
+    return l == kNT ? abi::GroupedGemmNtTma::kName
+           : l == kNN ? abi::GroupedGemmNnTma::kName
+                      : abi::GroupedGemmTnTma::kName;
   }
   KernelSpec spec() const {
-    return {fp8 ? kFp8Name : name(layout), {{"E", experts}, {"N", n}, {layout == kTN ? "M" : "K", kOrM}}};
+    if (fp8) return specOf(withShape<abi::GroupedGemmNtFp8>());
+    if (layout == kNT) return specOf(withShape<abi::GroupedGemmNt>());
+    return layout == kNN ? specOf(withShape<abi::GroupedGemmNn>()) : specOf(withShape<abi::GroupedGemmTn>());
   }
   KernelSpec tmaSpec(int64_t pairs = 0) const {
-    KernelSpec s = spec();
-    s.kernel = tmaName(layout);
-    s.constants.push_back({"pairs", pairs});
-    return s;
+    if (layout == kNT) return specOf(withShape<abi::GroupedGemmNtTma>(pairs));
+    return layout == kNN ? specOf(withShape<abi::GroupedGemmNnTma>(pairs)) : specOf(withShape<abi::GroupedGemmTnTma>(pairs));
+  }
+  // A grouped GEMM declaration of this shape: E, N and K (or TN's M), and `pairs` where it has one.
+  template <class Declared>
+  Declared withShape(int64_t pairs = 0) const {
+    Declared d;
+    d.E = experts;
+    d.N = n;
+    if constexpr (std::is_same_v<Declared, abi::GroupedGemmTn> || std::is_same_v<Declared, abi::GroupedGemmTnTma>)
+      d.M = kOrM;
+    else
+      d.K = kOrM;
+    if constexpr (std::is_same_v<Declared, abi::GroupedGemmNtTma> || std::is_same_v<Declared, abi::GroupedGemmNnTma> ||
+                  std::is_same_v<Declared, abi::GroupedGemmTnTma>)
+      d.pairs = pairs;
+    return d;
   }
 };
 
@@ -221,13 +269,19 @@ int64_t fp8ScaleRows(Arch arch);
 // parity), layer, role (i32: this call's, abi::callWord; a peer's word that differs claims every rank's record with
 // kCallMismatch (flag = the first such peer, seen = its word, expected = mine) before a row moves).
 struct DispatchPrologueSpec {
-  static constexpr const char* kName = "dispatch_prologue";
+  static constexpr std::string_view kName = abi::DispatchPrologue::kName;
   static constexpr int64_t kBlockThreads = 1024;
   // Any number of blocks (all resident: they meet once), each counting a contiguous range of the picks; scratch
   // holds their meeting counters (i32 [kScratchHeader]) and per-block counts (i32 [blocks][E]).
   static constexpr int64_t kScratchHeader = abi::kPrologueScratchHeader;
   int64_t experts, topk, ranks;
-  KernelSpec spec() const { return {kName, {{"E", experts}, {"topk", topk}, {"ranks", ranks}}}; }
+  KernelSpec spec() const {
+    abi::DispatchPrologue p;
+    p.E = experts;
+    p.topk = topk;
+    p.ranks = ranks;
+    return specOf(p);
+  }
 };
 
 // topk_idx_narrow: the caller's int64 top-k indices (torch.topk, DeepEP) as the int32 the layer's kernels read;
@@ -244,11 +298,11 @@ struct DispatchPrologueSpec {
 // count + grid * kBlockThreads < 2^31), grid (i32: the blocks launched, any number >= 1; covering:
 // (count / 2 + kBlockThreads - 1) / kBlockThreads, at least 1).
 struct TopkIdxNarrowSpec {
-  static constexpr const char* kName = "topk_idx_narrow";
+  static constexpr std::string_view kName = abi::TopkIdxNarrow::kName;
   static constexpr int64_t kBlockThreads = 256;
   static constexpr int64_t kLimit = int64_t(1) << 31;  // valid entries are [-1, kLimit)
   static constexpr int32_t kBadValue = 2147483647;     // INT32_MAX, written for every entry outside them
-  KernelSpec spec() const { return {kName, {}}; }
+  KernelSpec spec() const { return specOf(abi::TopkIdxNarrow{}); }
 };
 
 // ---- the fused operators of the MoE layer (runtime/include/megamoe/MoeLayer.h runs them) ----
@@ -296,8 +350,8 @@ enum LegBits : int64_t { kLegComm = 1, kLegGemm = 2 };
 // tile). Args: those of dispatch_grouped_gemm up to capacity (extra unused), then src_scales,
 // pool_scales, weight_scales, map_a, map_b (no map_c).
 struct DispatchGemmSpec {
-  static constexpr const char* kName = "dispatch_grouped_gemm";
-  static constexpr const char* kFp8Name = "dispatch_grouped_gemm_fp8";
+  static constexpr std::string_view kName = abi::DispatchGroupedGemm::kName;
+  static constexpr std::string_view kFp8Name = abi::DispatchGroupedGemmFp8::kName;
   static constexpr int64_t kPushRows = 32;  // rows per push unit (warps take rows in turn); one signal per unit
   int64_t experts, ranks, topk, hidden, intermediate, clampMilli = 0;
   GroupedGemmSpec::Layout layout = GroupedGemmSpec::kNT;
@@ -311,11 +365,23 @@ struct DispatchGemmSpec {
     return {GroupedGemmSpec::kNT, local, 2 * intermediate, hidden, fp8};
   }
   KernelSpec spec() const {
-    if (fp8)
-      return {kFp8Name, {{"E", experts}, {"ranks", ranks}, {"topk", topk}, {"H", hidden}, {"I", intermediate},
-                         {"clamp_milli", clampMilli}}};
-    return {kName, {{"E", experts}, {"ranks", ranks}, {"topk", topk}, {"H", hidden}, {"I", intermediate},
-                    {"clamp_milli", clampMilli}, {"layout", layout}, {"save_h", saveH}, {"dedup", dedup}}};
+    if (fp8) return specOf(withShape<abi::DispatchGroupedGemmFp8>());
+    abi::DispatchGroupedGemm d = withShape<abi::DispatchGroupedGemm>();
+    d.layout = layout;
+    d.save_h = saveH;
+    d.dedup = dedup;
+    return specOf(d);
+  }
+  template <class Declared>
+  Declared withShape() const {
+    Declared d;
+    d.E = experts;
+    d.ranks = ranks;
+    d.topk = topk;
+    d.H = hidden;
+    d.I = intermediate;
+    d.clamp_milli = clampMilli;
+    return d;
   }
 };
 
@@ -340,8 +406,8 @@ struct DispatchGemmSpec {
 // 128 x 64). legs without the GEMM (comm-only) still multiply on sm_90a: its FP8 K loop has no skip. Args: those
 // of grouped_gemm_combine up to legs, then a_scales, b_scales, map_a, map_b.
 struct GemmCombineSpec {
-  static constexpr const char* kName = "grouped_gemm_combine";
-  static constexpr const char* kFp8Name = "grouped_gemm_combine_fp8";
+  static constexpr std::string_view kName = abi::GroupedGemmCombine::kName;
+  static constexpr std::string_view kFp8Name = abi::GroupedGemmCombineFp8::kName;
   int64_t experts, ranks, topk, hidden, intermediate;
   GroupedGemmSpec::Layout layout = GroupedGemmSpec::kNT;
   bool fp8 = false;  // grouped_gemm_combine_fp8: NT
@@ -351,9 +417,20 @@ struct GemmCombineSpec {
     return {GroupedGemmSpec::kNT, local, hidden, intermediate, fp8};
   }
   KernelSpec spec() const {
-    if (fp8) return {kFp8Name, {{"E", experts}, {"ranks", ranks}, {"topk", topk}, {"H", hidden}, {"I", intermediate}}};
-    return {kName, {{"E", experts}, {"ranks", ranks}, {"topk", topk}, {"H", hidden}, {"I", intermediate},
-                    {"layout", layout}}};
+    if (fp8) return specOf(withShape<abi::GroupedGemmCombineFp8>());
+    abi::GroupedGemmCombine c = withShape<abi::GroupedGemmCombine>();
+    c.layout = layout;
+    return specOf(c);
+  }
+  template <class Declared>
+  Declared withShape() const {
+    Declared d;
+    d.E = experts;
+    d.ranks = ranks;
+    d.topk = topk;
+    d.H = hidden;
+    d.I = intermediate;
+    return d;
   }
 };
 
@@ -364,10 +441,15 @@ struct GemmCombineSpec {
 // block per row at a time, a fixed-order reduction.
 // Args: ctx, g, h, dh, pool_w (heap), pool_src (heap), rows_at (i32 pointer), dw (heap f32), grid (i32).
 struct SwigluBwdSpec {
-  static constexpr const char* kName = "swiglu_bwd";
+  static constexpr std::string_view kName = abi::SwigluBwd::kName;
   static constexpr int64_t kBlockThreads = 256;
   int64_t intermediate, clampMilli = 0;
-  KernelSpec spec() const { return {kName, {{"I", intermediate}, {"clamp_milli", clampMilli}}}; }
+  KernelSpec spec() const {
+    abi::SwigluBwd k;
+    k.I = intermediate;
+    k.clamp_milli = clampMilli;
+    return specOf(k);
+  }
 };
 
 // stage_begin: starts a backward stage that reuses the forward's routing: zeroes this rank's arrival and done
@@ -377,9 +459,14 @@ struct SwigluBwdSpec {
 // stage time does not include waiting for a peer's later dispatch.
 // Args: ctx, arrivals (heap), done (heap), barrier (heap u64 [R]).
 struct StageBeginSpec {
-  static constexpr const char* kName = "stage_begin";
+  static constexpr std::string_view kName = abi::StageBegin::kName;
   int64_t experts, ranks;
-  KernelSpec spec() const { return {kName, {{"E", experts}, {"ranks", ranks}}}; }
+  KernelSpec spec() const {
+    abi::StageBegin k;
+    k.E = experts;
+    k.ranks = ranks;
+    return specOf(k);
+  }
 };
 
 // ---- communication kernels over the symmetric heap (runtime tests and benchmarks) ----
@@ -388,34 +475,42 @@ struct StageBeginSpec {
 
 // epoch_advance: ctx.epoch += 1 (one thread).
 struct EpochAdvanceSpec {
-  static constexpr const char* kName = "epoch_advance";
-  KernelSpec spec() const { return {kName, {}}; }
+  static constexpr std::string_view kName = abi::EpochAdvance::kName;
+  KernelSpec spec() const { return specOf(abi::EpochAdvance{}); }
 };
 
 // ping_pong between ranks 0 and 1: in round i the rank i % 2 writes value e * rounds + i + 1 into the peer's slot
 // log[i] and signals the peer's flag; the other rank waits for it. Args: ctx, flag (heap u64), log (heap i64[rounds]).
 struct PingPongSpec {
-  static constexpr const char* kName = "ping_pong";
+  static constexpr std::string_view kName = abi::PingPong::kName;
   int64_t rounds;
-  KernelSpec spec() const { return {kName, {{"rounds", rounds}}}; }
+  KernelSpec spec() const {
+    abi::PingPong k;
+    k.rounds = rounds;
+    return specOf(k);
+  }
 };
 
 // a2a_rows: all-to-all of rows. send [nranks][rows][H] bf16 (local), recv [nranks][rows][H] (heap): rank r's block
 // group p copies send[p] into peer p's recv[r] with 16-byte stores, then adds 1 to peer p's flags[r]; block (p, 0)
 // then waits until flags[p] reaches (e + 1) * kBlocksPerPeer. Args: ctx, send, recv, flags (heap u64[nranks]), rows.
 struct AllToAllRowsSpec {
-  static constexpr const char* kName = "a2a_rows";
+  static constexpr std::string_view kName = abi::A2aRows::kName;
   static constexpr int64_t kBlockThreads = 256, kBlocksPerPeer = 16;
   int64_t hidden;
-  KernelSpec spec() const { return {kName, {{"H", hidden}}}; }
+  KernelSpec spec() const {
+    abi::A2aRows k;
+    k.H = hidden;
+    return specOf(k);
+  }
 };
 
 // peer_store: bandwidth kernel, dst (on peer `peer`'s heap) = src, in 16-byte chunks, grid-stride.
 // Args: ctx, src, dst (local heap address), chunks (i32), peer (i32), grid (i32: the blocks launched).
 struct PeerStoreSpec {
-  static constexpr const char* kName = "peer_store";
+  static constexpr std::string_view kName = abi::PeerStore::kName;
   static constexpr int64_t kBlockThreads = 512, kUnroll = 4;
-  KernelSpec spec() const { return {kName, {}}; }
+  KernelSpec spec() const { return specOf(abi::PeerStore{}); }
 };
 
 // ---- model shapes ----

@@ -1,6 +1,7 @@
 // The kernel registry, the model table's shapes as presets, and the kernels one MoE layer needs.
 #include <algorithm>
 #include <stdexcept>
+#include <type_traits>
 
 #include "compiler/abi/KernelAbi.h"
 #include "compiler/abi/LayerKernels.h"
@@ -41,11 +42,32 @@ std::string KernelSpec::describe() const {
   return s + "]";
 }
 
-std::vector<std::string> KernelInfo::constantNames() const {
-  const abi::KernelDecl* decl = abi::findKernelDecl(name);
-  if (!decl) throw std::logic_error("kernel " + name + " has no declaration in compiler/abi/KernelAbi.cpp");
-  return {decl->constants.begin(), decl->constants.end()};
+const abi::KernelDecl& KernelInfo::decl() const {
+  const abi::KernelDecl* d = abi::findKernelDecl(name);
+  if (!d) throw std::logic_error("kernel " + name + " has no declaration in compiler/abi/Kernels.def");
+  return *d;
 }
+
+std::vector<std::string> KernelInfo::constantNames() const {
+  std::vector<std::string> names;
+  for (const abi::ConstDecl& c : decl().constants) names.emplace_back(c.name);
+  return names;
+}
+
+// The declared ranges carry the tile facts of the kernels that build them (what a constant must be a multiple of).
+static_assert(abi::GemmNt::N_range.step == GemmNtSpec::kBlockN && abi::GemmNt::K_range.step == GemmNtSpec::kBlockK);
+static_assert(abi::GemmNtFp8::N_range.step == GemmNtFp8Spec::kBlockN &&
+              abi::GemmNtFp8::K_range.step == GemmNtFp8Spec::kBlockK);
+static_assert(abi::GroupedGemmNt::N_range.step == GroupedGemmSpec::kBlockN &&
+              abi::GroupedGemmNt::K_range.step == GroupedGemmSpec::kBlockK &&
+              abi::GroupedGemmTn::M_range.step == GroupedGemmSpec::kBlockM);
+static_assert(abi::GroupedGemmNtFp8::K_range.step == GroupedGemmSpec::kScaleBlock &&
+              abi::GroupedGemmNtFp8::K_range.lo == 2 * GroupedGemmSpec::kScaleBlock);
+static_assert(abi::DispatchGroupedGemm::H_range.step == GroupedGemmSpec::kBlockN &&
+              abi::DispatchGroupedGemm::I_range.step == GroupedGemmSpec::kBlockN &&
+              abi::DispatchGroupedGemmFp8::H_range.lo == 2 * GroupedGemmSpec::kScaleBlock);
+static_assert(abi::QuantizeTokensFp8::H_range.step == QuantizeTokensSpec::kGroup);
+static_assert(abi::SwigluFwd::I_range.step == SwigluSpec::kVector);
 
 namespace {
 std::string positiveMultiple(const char* what, int64_t value, int64_t of, const char* why) {
@@ -55,272 +77,116 @@ std::string positiveMultiple(const char* what, int64_t value, int64_t of, const 
   return "";
 }
 
-// clamp_milli (SwiGLU's clamp in thousandths): 0 (off) or positive.
-std::string clampRule(const KernelSpec& s) {
-  return s.get("clamp_milli") < 0 ? "clamp_milli must be >= 0 (0 disables the clamp)" : "";
-}
+using Module = mlir::OwningOpRef<mlir::ModuleOp>;
 
-// The experts over the ranks of one node (every kernel with E and ranks): ranks 1..8, E 1..1024 split evenly.
-std::string expertsRule(const KernelSpec& s) {
-  const int64_t e = s.get("E"), r = s.get("ranks");
-  if (r < 1 || r > 8) return "ranks=" + std::to_string(r) + " must be 1..8";
-  if (e < 1 || e > 1024 || e % r != 0)
-    return "E=" + std::to_string(e) + " must be 1..1024 and a multiple of ranks=" + std::to_string(r);
-  return "";
-}
-
-// The routing's (dispatch_prologue's): the experts' rule and topk 1..E.
-std::string routingRule(const KernelSpec& s) {
-  if (std::string e = expertsRule(s); !e.empty()) return e;
-  const int64_t topk = s.get("topk");
-  return topk < 1 || topk > s.get("E") ? "topk=" + std::to_string(topk) + " must be 1..E" : "";
-}
-
-// The constraints both fused operators share: the routing's and the GEMM tiles'.
-std::string validateFused(const KernelSpec& s) {
-  if (std::string e = routingRule(s); !e.empty()) return e;
-  if (auto m = positiveMultiple("H", s.get("H"), GroupedGemmSpec::kBlockN, "BLOCK_N of L2, K of L1"); !m.empty())
-    return m;
-  return positiveMultiple("I", s.get("I"), GroupedGemmSpec::kBlockN, "the gate|up halves of an L1 tile, K of L2");
-}
-
-// The grouped GEMMs' group count E: 1..1024, the rows of the tile table each block builds in shared memory.
-std::string groupCountRule(const KernelSpec& s) {
-  return s.get("E") > 0 && s.get("E") <= 1024
-             ? ""
-             : "E=" + std::to_string(s.get("E")) + " must be 1..1024 (the shared tile table)";
-}
-
-KernelInfo groupedGemmInfo(GroupedGemmSpec::Layout layout, bool tensorMaps = false) {
-  using S = GroupedGemmSpec;
-  const char* third = layout == S::kTN ? "M" : "K";
-  return {tensorMaps ? S::tmaName(layout) : S::name(layout),
-          tensorMaps           ? "grouped bf16 GEMM, warp-specialised with TMA loads through two tensor-map arguments"
-          : layout == S::kNT   ? "grouped bf16 GEMM C = A B[e]^T over device-side group offsets (persistent)"
-          : layout == S::kNN ? "grouped bf16 GEMM C = A B[e] over device-side group offsets (persistent)"
-                             : "grouped bf16 GEMM C[e] = A_e^T B_e, K = group size (weight gradients)",
-          [layout, third, tensorMaps](const KernelSpec& s) {
-            std::string e = groupCountRule(s);
-            if (e.empty()) e = positiveMultiple("N", s.get("N"), S::kBlockN, "BLOCK_N");
-            if (e.empty())
-              e = layout == S::kTN ? positiveMultiple(third, s.get(third), S::kBlockM, "BLOCK_M")
-                                   : positiveMultiple(third, s.get(third), S::kBlockK, "BLOCK_K");
-            if (e.empty() && layout != S::kTN && s.get("K") < 128)
-              e = "K=" + std::to_string(s.get("K")) + " must be >= 128 (the 3-stage ring's prologue)";
-            if (e.empty() && tensorMaps && (s.get("pairs") < 0 || s.get("pairs") > 1))
-              e = "pairs must be 0 or 1 (cluster pairs sharing B's tile by multicast)";
-            if (e.empty() && tensorMaps && s.get("pairs") && layout == S::kTN)
-              e = "pairs must be 0 for TN (each block's tiles read their own group's rows)";
-            if (e.empty() && tensorMaps && s.get("pairs") && s.get("N") % 256 != 0)
-              e = "pairs=1 needs N a multiple of 256 (each block of a pair loads one 128-row half of B's tile)";
-            return e;
-          },
-          [layout, third, tensorMaps](mlir::MLIRContext& ctx, const KernelSpec& s, Arch arch) {
-            return buildGroupedGemm(ctx, GroupedGemmSpec{layout, s.get("E"), s.get("N"), s.get(third)}, arch,
-                                    /*warpSpecialized=*/false, tensorMaps, tensorMaps && s.get("pairs") == 1);
+// The registry entry of declared kernel `Declared`, built by build(ctx, its typed spec, arch).
+template <class Declared, class Build>
+KernelInfo entry(Build build) {
+  return {std::string(Declared::kName), [build](mlir::MLIRContext& ctx, const KernelSpec& s, Arch arch) -> Module {
+            return build(ctx, Declared::fromConstants(s.constants), arch);
           }};
 }
 
-// The FP8 fused kernels' rules beyond validateFused: both GEMMs' K (H for L1, I for L2) at least the FP8 ring's
-// two 128-wide stages.
-std::string validateFusedFp8(const KernelSpec& s) {
-  std::string e = validateFused(s);
-  for (const char* k : {"H", "I"})
-    if (e.empty() && s.get(k) < 2 * GroupedGemmSpec::kScaleBlock)
-      e = std::string(k) + "=" + std::to_string(s.get(k)) + " must be >= 256 (a K of the FP8 ring: two 128-wide stages)";
-  return e;
-}
-
-KernelInfo dispatchGemmFp8Info() {
-  return {DispatchGemmSpec::kFp8Name,
-          "fused dispatch + FP8 grouped GEMM (forward): e4m3 rows and their per-token scales pushed to the owners, "
-          "L1 with 128 x 128 block-scaled w1, SwiGLU to bf16",
-          [](const KernelSpec& s) {
-            std::string e = validateFusedFp8(s);
-            if (e.empty()) e = clampRule(s);
-            return e;
-          },
-          [](mlir::MLIRContext& ctx, const KernelSpec& s, Arch arch) {
-            DispatchGemmSpec d{s.get("E"), s.get("ranks"), s.get("topk"), s.get("H"), s.get("I"), s.get("clamp_milli")};
-            d.fp8 = true;
-            return buildDispatchGemm(ctx, d, arch);
-          }};
-}
-
-KernelInfo gemmCombineFp8Info() {
-  return {GemmCombineSpec::kFp8Name,
-          "fused FP8 grouped GEMM + combine (forward): L2 over e4m3 act with per-token scales and block-scaled w2, "
-          "rows stored at their home rank, the weighted top-k sum in fp32",
-          validateFusedFp8,
-          [](mlir::MLIRContext& ctx, const KernelSpec& s, Arch arch) {
-            GemmCombineSpec d{s.get("E"), s.get("ranks"), s.get("topk"), s.get("H"), s.get("I")};
-            d.fp8 = true;
-            return buildGemmCombine(ctx, d, arch);
-          }};
+// A grouped bf16 GEMM of `layout`, with tensor maps or without.
+template <class Declared>
+KernelInfo groupedGemm(GroupedGemmSpec::Layout layout) {
+  return entry<Declared>([layout](mlir::MLIRContext& ctx, const Declared& c, Arch arch) {
+    int64_t third = 0, pairs = 0;
+    if constexpr (std::is_same_v<Declared, abi::GroupedGemmTn> || std::is_same_v<Declared, abi::GroupedGemmTnTma>)
+      third = c.M;
+    else
+      third = c.K;
+    constexpr bool kTensorMaps = std::is_same_v<Declared, abi::GroupedGemmNtTma> ||
+                                 std::is_same_v<Declared, abi::GroupedGemmNnTma> ||
+                                 std::is_same_v<Declared, abi::GroupedGemmTnTma>;
+    if constexpr (kTensorMaps) pairs = c.pairs;
+    return buildGroupedGemm(ctx, GroupedGemmSpec{layout, c.E, c.N, third}, arch, /*warpSpecialized=*/false,
+                            kTensorMaps, pairs == 1);
+  });
 }
 
 // Row-wise kernels around the GEMMs.
 std::vector<KernelInfo> elementwiseKernels() {
-  return {
-    {SwigluSpec::kName,
-     "SwiGLU forward over [M, 2I] gate|up rows, bf16, optional clamp",
-     [](const KernelSpec& s) {
-       std::string e = positiveMultiple("I", s.get("I"), SwigluSpec::kVector, "16-byte bf16 vectors");
-       if (e.empty()) e = clampRule(s);
-       return e;
-     },
-     [](mlir::MLIRContext& ctx, const KernelSpec& s, Arch) {
-       return buildSwiglu(ctx, SwigluSpec{s.get("I"), s.get("clamp_milli")});
-     }},
-    {QuantizeTokensSpec::kName,
-     "per-token FP8 e4m3 quantisation of bf16 rows, one f32 scale per 128 channels (amax / 448)",
-     [](const KernelSpec& s) {
-       std::string e = positiveMultiple("H", s.get("H"), QuantizeTokensSpec::kGroup, "one scale per 128 channels");
-       if (e.empty() && s.get("H") > 65536) e = "H=" + std::to_string(s.get("H")) + " must be <= 65536";
-       if (e.empty() && s.get("device_rows") != 0 && s.get("device_rows") != 1)
-         e = "device_rows must be 0 (rows) or 1 (min(rows, *rows_at))";
-       return e;
-     },
-     [](mlir::MLIRContext& ctx, const KernelSpec& s, Arch) {
-       return buildQuantizeTokens(ctx, QuantizeTokensSpec{s.get("H"), s.get("device_rows") == 1});
-     }}
-  };
+  return {entry<abi::SwigluFwd>([](mlir::MLIRContext& ctx, const abi::SwigluFwd& c, Arch) {
+            return buildSwiglu(ctx, SwigluSpec{c.I, c.clamp_milli});
+          }),
+          entry<abi::QuantizeTokensFp8>([](mlir::MLIRContext& ctx, const abi::QuantizeTokensFp8& c, Arch) {
+            return buildQuantizeTokens(ctx, QuantizeTokensSpec{c.H, c.device_rows == 1});
+          })};
 }
 
 // The standalone GEMMs, bf16 and FP8.
 std::vector<KernelInfo> gemmKernels() {
-  return {
-    {GemmNtSpec::kName,
-     "one-expert bf16 GEMM C = A B^T through the MMA atom (64x128 tiles)",
-     [](const KernelSpec& s) {
-       std::string e = positiveMultiple("N", s.get("N"), GemmNtSpec::kBlockN, "BLOCK_N");
-       if (e.empty()) e = positiveMultiple("K", s.get("K"), GemmNtSpec::kBlockK, "BLOCK_K, one swizzled 128-byte row");
-       return e;
-     },
-     [](mlir::MLIRContext& ctx, const KernelSpec& s, Arch) { return buildGemmNt(ctx, GemmNtSpec{s.get("N"), s.get("K")}); }},
-    {GemmNtFp8Spec::kName,
-     "one-expert FP8 e4m3 GEMM C = A B^T with 128 x 128 block scales promoted per K block (64x128 tiles)",
-     [](const KernelSpec& s) {
-       std::string e = positiveMultiple("N", s.get("N"), GemmNtFp8Spec::kBlockN, "BLOCK_N, one scale block");
-       if (e.empty()) e = positiveMultiple("K", s.get("K"), GemmNtFp8Spec::kBlockK, "one 128-wide scale block per stage");
-       return e;
-     },
-     [](mlir::MLIRContext& ctx, const KernelSpec& s, Arch arch) {
-       return buildGemmNtFp8(ctx, GemmNtFp8Spec{s.get("N"), s.get("K")}, arch);
-     }},
-    groupedGemmInfo(GroupedGemmSpec::kNT),
-    groupedGemmInfo(GroupedGemmSpec::kNN),
-    groupedGemmInfo(GroupedGemmSpec::kTN),
-    groupedGemmInfo(GroupedGemmSpec::kNT, /*tensorMaps=*/true),
-    groupedGemmInfo(GroupedGemmSpec::kNN, /*tensorMaps=*/true),
-    groupedGemmInfo(GroupedGemmSpec::kTN, /*tensorMaps=*/true),
-    {GroupedGemmSpec::kFp8Name,
-     "grouped FP8 e4m3 GEMM C = A B[e]^T with per-token (A) and 128 x 128 (B) block scales promoted per 128 K "
-     "(warp-specialised with TMA loads on sm_90a)",
-     [](const KernelSpec& s) {
-       using S = GroupedGemmSpec;
-       std::string e = groupCountRule(s);
-       if (e.empty()) e = positiveMultiple("N", s.get("N"), S::kScaleBlock, "BLOCK_N, one scale block");
-       if (e.empty()) e = positiveMultiple("K", s.get("K"), S::kScaleBlock, "one 128-wide scale block per stage");
-       if (e.empty() && s.get("K") < 2 * S::kScaleBlock)
-         e = "K=" + std::to_string(s.get("K")) + " must be >= 256 (the ring's prologue: two stages)";
-       return e;
-     },
-     [](mlir::MLIRContext& ctx, const KernelSpec& s, Arch arch) {
-       GroupedGemmSpec g{GroupedGemmSpec::kNT, s.get("E"), s.get("N"), s.get("K")};
-       g.fp8 = true;
-       return buildGroupedGemmFp8(ctx, g, arch);
-     }}
-  };
+  using S = GroupedGemmSpec;
+  return {entry<abi::GemmNt>([](mlir::MLIRContext& ctx, const abi::GemmNt& c, Arch) {
+            return buildGemmNt(ctx, GemmNtSpec{c.N, c.K});
+          }),
+          entry<abi::GemmNtFp8>([](mlir::MLIRContext& ctx, const abi::GemmNtFp8& c, Arch arch) {
+            return buildGemmNtFp8(ctx, GemmNtFp8Spec{c.N, c.K}, arch);
+          }),
+          groupedGemm<abi::GroupedGemmNt>(S::kNT),
+          groupedGemm<abi::GroupedGemmNn>(S::kNN),
+          groupedGemm<abi::GroupedGemmTn>(S::kTN),
+          groupedGemm<abi::GroupedGemmNtTma>(S::kNT),
+          groupedGemm<abi::GroupedGemmNnTma>(S::kNN),
+          groupedGemm<abi::GroupedGemmTnTma>(S::kTN),
+          entry<abi::GroupedGemmNtFp8>([](mlir::MLIRContext& ctx, const abi::GroupedGemmNtFp8& c, Arch arch) {
+            GroupedGemmSpec g{S::kNT, c.E, c.N, c.K};
+            g.fp8 = true;
+            return buildGroupedGemmFp8(ctx, g, arch);
+          })};
 }
 
 // The layer's own kernels: routing, the fused dispatch and combine, the backward's stage kernels.
 std::vector<KernelInfo> routingAndFusedKernels() {
   return {
-    {DispatchPrologueSpec::kName,
-     "routing tables on the device: per-expert counts all-gathered, pool offsets, each pick's pool row",
-     routingRule,
-     [](mlir::MLIRContext& ctx, const KernelSpec& s, Arch) {
-       return buildDispatchPrologue(ctx, DispatchPrologueSpec{s.get("E"), s.get("topk"), s.get("ranks")});
-     }},
-    {TopkIdxNarrowSpec::kName,
-     "int64 top-k indices narrowed to int32; values outside [-1, 2^31) become INT32_MAX and claim kBadIndex",
-     [](const KernelSpec&) { return std::string(); },
-     [](mlir::MLIRContext& ctx, const KernelSpec&, Arch) { return buildTopkIdxNarrow(ctx, TopkIdxNarrowSpec{}); }},
-    {DispatchGemmSpec::kName,
-     "fused dispatch + grouped GEMM: rows pushed to the owners, each tile starts once its rows arrived (NT + SwiGLU "
-     "forward, NN dgrad, TN wgrad)",
-     [](const KernelSpec& s) {
-       std::string e = validateFused(s);
-       if (e.empty()) e = clampRule(s);
-       if (e.empty() && (s.get("layout") < 0 || s.get("layout") > 2)) e = "layout must be 0 (NT), 1 (NN) or 2 (TN)";
-       if (e.empty() && (s.get("save_h") < 0 || s.get("save_h") > 1 || (s.get("save_h") && s.get("layout") != 0)))
-         e = "save_h must be 0 or 1, and 1 only with layout 0 (NT, the forward)";
-       if (e.empty() && (s.get("dedup") < 0 || s.get("dedup") > 1 || (s.get("dedup") && s.get("layout") != 0)))
-         e = "dedup must be 0 or 1, and 1 only with layout 0 (NT, the forward)";
-       return e;
-     },
-     [](mlir::MLIRContext& ctx, const KernelSpec& s, Arch arch) {
-       DispatchGemmSpec d{s.get("E"), s.get("ranks"), s.get("topk"), s.get("H"), s.get("I"), s.get("clamp_milli"),
-                          GroupedGemmSpec::Layout(s.get("layout")), s.get("save_h"), s.get("dedup")};
-       return buildDispatchGemm(ctx, d, arch);
-     }},
-    {GemmCombineSpec::kName,
-     "fused grouped GEMM + combine: rows stored at their home rank, then the top-k sum in fp32 (NT forward "
-     "weighted, NN backward dx)",
-     [](const KernelSpec& s) {
-       std::string e = validateFused(s);
-       if (e.empty() && s.get("layout") != 0 && s.get("layout") != 1) e = "layout must be 0 (NT) or 1 (NN)";
-       return e;
-     },
-     [](mlir::MLIRContext& ctx, const KernelSpec& s, Arch arch) {
-       GemmCombineSpec d{s.get("E"), s.get("ranks"), s.get("topk"), s.get("H"), s.get("I"),
-                         GroupedGemmSpec::Layout(s.get("layout"))};
-       return buildGemmCombine(ctx, d, arch);
-     }},
-    dispatchGemmFp8Info(),
-    gemmCombineFp8Info(),
-    {SwigluBwdSpec::kName,
-     "SwiGLU backward per received row: dh over h, w * act over g, d topk weight to the home rank",
-     [](const KernelSpec& s) {
-       std::string e = positiveMultiple("I", s.get("I"), 8, "16-byte bf16 vectors");
-       if (e.empty()) e = clampRule(s);
-       return e;
-     },
-     [](mlir::MLIRContext& ctx, const KernelSpec& s, Arch) {
-       return buildSwigluBwd(ctx, SwigluBwdSpec{s.get("I"), s.get("clamp_milli")});
-     }},
-    {StageBeginSpec::kName,
-     "start of a backward stage: zero the other parity's counters, then a rank barrier",
-     expertsRule,
-     [](mlir::MLIRContext& ctx, const KernelSpec& s, Arch) {
-       return buildStageBegin(ctx, StageBeginSpec{s.get("E"), s.get("ranks")});
-     }},
-    {EpochAdvanceSpec::kName,
-     "advance the rank's epoch by one (launched last in a call; stream-ordered, graph-capturable)",
-     [](const KernelSpec&) { return std::string(); },
-     [](mlir::MLIRContext& ctx, const KernelSpec&, Arch) { return buildEpochAdvance(ctx, EpochAdvanceSpec{}); }}
-  };
+      entry<abi::DispatchPrologue>([](mlir::MLIRContext& ctx, const abi::DispatchPrologue& c, Arch) {
+        return buildDispatchPrologue(ctx, DispatchPrologueSpec{c.E, c.topk, c.ranks});
+      }),
+      entry<abi::TopkIdxNarrow>([](mlir::MLIRContext& ctx, const abi::TopkIdxNarrow&, Arch) {
+        return buildTopkIdxNarrow(ctx, TopkIdxNarrowSpec{});
+      }),
+      entry<abi::DispatchGroupedGemm>([](mlir::MLIRContext& ctx, const abi::DispatchGroupedGemm& c, Arch arch) {
+        DispatchGemmSpec d{c.E, c.ranks, c.topk, c.H, c.I, c.clamp_milli, GroupedGemmSpec::Layout(c.layout), c.save_h,
+                           c.dedup};
+        return buildDispatchGemm(ctx, d, arch);
+      }),
+      entry<abi::GroupedGemmCombine>([](mlir::MLIRContext& ctx, const abi::GroupedGemmCombine& c, Arch arch) {
+        return buildGemmCombine(ctx, GemmCombineSpec{c.E, c.ranks, c.topk, c.H, c.I, GroupedGemmSpec::Layout(c.layout)},
+                                arch);
+      }),
+      entry<abi::DispatchGroupedGemmFp8>([](mlir::MLIRContext& ctx, const abi::DispatchGroupedGemmFp8& c, Arch arch) {
+        DispatchGemmSpec d{c.E, c.ranks, c.topk, c.H, c.I, c.clamp_milli};
+        d.fp8 = true;
+        return buildDispatchGemm(ctx, d, arch);
+      }),
+      entry<abi::GroupedGemmCombineFp8>([](mlir::MLIRContext& ctx, const abi::GroupedGemmCombineFp8& c, Arch arch) {
+        GemmCombineSpec d{c.E, c.ranks, c.topk, c.H, c.I};
+        d.fp8 = true;
+        return buildGemmCombine(ctx, d, arch);
+      }),
+      entry<abi::SwigluBwd>([](mlir::MLIRContext& ctx, const abi::SwigluBwd& c, Arch) {
+        return buildSwigluBwd(ctx, SwigluBwdSpec{c.I, c.clamp_milli});
+      }),
+      entry<abi::StageBegin>([](mlir::MLIRContext& ctx, const abi::StageBegin& c, Arch) {
+        return buildStageBegin(ctx, StageBeginSpec{c.E, c.ranks});
+      }),
+      entry<abi::EpochAdvance>([](mlir::MLIRContext& ctx, const abi::EpochAdvance&, Arch) {
+        return buildEpochAdvance(ctx, EpochAdvanceSpec{});
+      })};
 }
 
 // Communication probes (benchmarks and tests of the symmetric heap).
 std::vector<KernelInfo> commKernels() {
-  return {
-    {PingPongSpec::kName,
-     "cross-rank ping-pong between ranks 0 and 1 through the symmetric heap",
-     [](const KernelSpec& s) {
-       return s.get("rounds") > 0 ? std::string() : "rounds=" + std::to_string(s.get("rounds")) + " must be > 0";
-     },
-     [](mlir::MLIRContext& ctx, const KernelSpec& s, Arch) { return buildPingPong(ctx, PingPongSpec{s.get("rounds")}); }},
-    {AllToAllRowsSpec::kName,
-     "all-to-all of bf16 rows [nranks][rows][H] through the symmetric heap, flag per source rank",
-     [](const KernelSpec& s) { return positiveMultiple("H", s.get("H"), 8, "16-byte bf16 vectors"); },
-     [](mlir::MLIRContext& ctx, const KernelSpec& s, Arch) { return buildAllToAllRows(ctx, AllToAllRowsSpec{s.get("H")}); }},
-    {PeerStoreSpec::kName,
-     "stream 16-byte chunks into a peer's heap (peer bandwidth benchmark)",
-     [](const KernelSpec&) { return std::string(); },
-     [](mlir::MLIRContext& ctx, const KernelSpec&, Arch) { return buildPeerStore(ctx, PeerStoreSpec{}); }}
-  };
+  return {entry<abi::PingPong>([](mlir::MLIRContext& ctx, const abi::PingPong& c, Arch) {
+            return buildPingPong(ctx, PingPongSpec{c.rounds});
+          }),
+          entry<abi::A2aRows>([](mlir::MLIRContext& ctx, const abi::A2aRows& c, Arch) {
+            return buildAllToAllRows(ctx, AllToAllRowsSpec{c.H});
+          }),
+          entry<abi::PeerStore>([](mlir::MLIRContext& ctx, const abi::PeerStore&, Arch) {
+            return buildPeerStore(ctx, PeerStoreSpec{});
+          })};
 }
 
 }  // namespace
@@ -404,7 +270,7 @@ std::vector<KernelSpec> fp8Kernels(const ModelShape& s, int64_t ranks) {
     appendOnce(out, std::move(spec));
   };
   for (auto [n, k] : {std::pair{2 * s.intermediate, s.hidden}, std::pair{s.hidden, s.intermediate}})
-    add({GroupedGemmSpec::kFp8Name, {{"E", s.experts / ranks}, {"N", n}, {"K", k}}});
+    add(GroupedGemmSpec{GroupedGemmSpec::kNT, s.experts / ranks, n, k, /*fp8=*/true}.spec());
   // The FP8 layer's lists (inference: no training, no dedup), with and without int64 topk_idx.
   for (bool int64Idx : {false, true}) {
     abi::LayerShape shape{s.hidden, s.intermediate, s.experts, s.topk, ranks};

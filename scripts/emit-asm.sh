@@ -11,14 +11,19 @@ mkdir -p "$dir"
 scratch=$(mktemp -d)
 trap 'rm -rf "$scratch"' EXIT
 common=(--targets sm_90a,gfx950 --force --cache-dir "$scratch" --emit-asm "$dir" --quiet)
-for preset in $("$tool" presets | awk 'NF {print $1}'); do
-  "$tool" generate --preset "$preset" --ep 2,8 "${common[@]}" >/dev/null
+# Every model the layer runs (the table's rows whose last column says so; its header and refused rows are skipped),
+# in bf16 and in FP8.
+for preset in $("$tool" presets | awk 'NR > 1 && $NF == "runs" {print $1}'); do
+  for dtype in bf16 fp8; do
+    # A build that fails (a static check of one target) is listed, not fatal: the rest still come out to compare.
+    "$tool" generate --preset "$preset" --ep 2,8 --dtype "$dtype" "${common[@]}" >"$scratch/out" 2>&1 ||
+      { echo "FAILED: $preset $dtype: $(grep -m1 FAIL "$scratch/out")"; echo x >> "$scratch/failed"; }
+  done
 done
 # The single kernels of the GPU tests and the benchmarks: every "kernel spec" line of the two generator scripts.
 grep -hoE '^\s*"[a-z_0-9]+ [^"]*"' scripts/gen-gpu-test-cache.sh | tr -d '"' | while read -r kernel spec; do
   args=(generate --kernel "$kernel" "${common[@]}")
   [ "$spec" != "-" ] && args+=(--spec "$spec")
-  # A build that fails (a static check of one target) is listed, not fatal: the rest still come out to compare.
   "$tool" "${args[@]}" >/dev/null 2>"$scratch/err" || { echo "FAILED: $kernel $spec: $(tail -n 1 "$scratch/err")"; echo x >> "$scratch/failed"; }
 done
 echo "assembly of $(ls "$dir" | wc -l) kernel builds in $dir"

@@ -1,8 +1,11 @@
-// The declared contract of every generated kernel: its name, its specialisation constants (the cache key's), its
-// arguments by name and type, and its launch rule. One declaration per kernel, read by both sides: the DSL declares
-// a kernel's arguments from it (dsl::Kernel::declare, checked by name and type), the compiler writes its signature
-// hash into each cache entry, and the runtime refuses an entry whose signature differs from its own declaration and
-// fills launch arguments by name (runtime/include/megamoe/KernelArgs.h). Plain C++, no LLVM: runtime/ includes it.
+// The declared contract of every generated kernel: its name, its specialisation constants (the cache key's) with
+// their ranges and the rules between them, its arguments by name, type and meaning, and its launch rule. One
+// declaration per kernel, written once in Kernels.def and read by both sides: the DSL declares a kernel's arguments
+// from it, the compiler writes its signature hash into each cache entry, and the runtime refuses an entry whose
+// signature differs from its own declaration and fills launch arguments by name (runtime/include/megamoe/
+// KernelArgs.h). Each kernel also gets a typed spec here (e.g. abi::DispatchGroupedGemm: one field per constant,
+// constants(), fromConstants(), validate()), so a misspelt constant does not compile. Plain C++, no LLVM:
+// runtime/ includes it.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -57,6 +60,7 @@ struct ArgDecl {
   std::string_view name;
   ArgKind kind;
   Elem elem = Elem::kNone;  // kPtr only
+  std::string_view meaning = {};  // its shape and role, for people (not in the signature)
   // kTensorMap only: the box, and where the kernel's constants select another shape.
   TensorMapBox box{Elem::kNone, 0, 0, Swizzle::k128B};
   std::vector<BoxWhen> boxWhen = {};
@@ -70,11 +74,28 @@ enum class GridRule : uint8_t {
   kResidentPairs,  // as kResident, in clusters of two where the build runs as cluster pairs: the grid is even
 };
 
+// A specialisation constant: its valid values are the multiples of `step` in [lo, hi].
+struct ConstRange {
+  int64_t lo, hi, step;
+  bool contains(int64_t v) const { return v >= lo && v <= hi && v % step == 0; }
+};
+struct ConstDecl {
+  std::string_view name;
+  ConstRange range;
+  std::string_view meaning;
+};
+// A rule between constants: a C++ condition over them (as written in Kernels.def) and why it holds.
+struct RuleDecl {
+  std::string_view condition, why;
+};
+
 struct KernelDecl {
   std::string_view name;
-  std::vector<std::string_view> constants;  // the specialisation, in the cache key's order
-  std::vector<ArgDecl> args;                // in parameter order
-  GridRule grid;                            // (block threads: the build's, in the entry's metadata)
+  std::string_view summary;            // one line on what it does
+  std::vector<ConstDecl> constants;    // the specialisation, in the cache key's order
+  std::vector<RuleDecl> rules;         // between constants, checked after each constant's range
+  std::vector<ArgDecl> args;           // in parameter order
+  GridRule grid;                       // (block threads: the build's, in the entry's metadata)
 
   // Index of argument `name`, or -1.
   int indexOf(std::string_view arg) const {
@@ -98,8 +119,34 @@ std::string signatureHash(const KernelDecl& decl);
 const std::vector<KernelDecl>& kernelDecls();
 const KernelDecl* findKernelDecl(std::string_view name);
 
+// "" when `constants` name exactly kernel's declared constants (any order), each in its range, and every rule
+// holds; otherwise the first violation, named (an unknown kernel too).
+std::string validateSpec(std::string_view kernel, const SpecConstants& constants);
+const char* gridRuleName(GridRule grid);
+// Every part of a declaration for people: the summary, each constant with its range and meaning, the rules, each
+// argument with its kind and meaning, the grid rule (megamoe-cache kernels --describe).
+std::string describeDecl(const KernelDecl& decl);
+
 // The box of tensor-map argument `arg` of `decl` for a kernel of these constants (std::invalid_argument naming
 // what is wrong when `arg` is no tensor-map argument of decl, or a constant its box depends on is missing).
 TensorMapBox tensorMapBox(const KernelDecl& decl, std::string_view arg, const SpecConstants& constants);
+
+// ---- the typed specs, one per declared kernel (Kernels.def): the constants as fields ----
+// constants(): in the declared order; fromConstants(): std::invalid_argument naming a constant missing, unknown or
+// given twice (values are not checked); validate(): as validateSpec; decl(): the declaration. <c>_range: each
+// constant's range.
+#define MEGAMOE_KERNEL(Type, name, grid, summary) \
+  struct Type {                                   \
+    static constexpr std::string_view kName = #name;
+#define MEGAMOE_CONST(c, lo, hi, step, meaning) \
+  int64_t c = 0;                                \
+  static constexpr ConstRange c##_range{lo, hi, step};
+#define MEGAMOE_END(Type)                                  \
+  SpecConstants constants() const;                         \
+  static Type fromConstants(const SpecConstants& constants); \
+  std::string validate() const;                            \
+  static const KernelDecl& decl();                         \
+  };
+#include "compiler/abi/Kernels.def"
 
 }  // namespace megamoe::abi

@@ -1,5 +1,5 @@
-// The kernels of one MoE layer (LayerKernels.h). Constant names and orders are the declarations' (KernelAbi.cpp);
-// KernelContractTest checks every list against them.
+// The kernels of one MoE layer (LayerKernels.h), each from its typed spec (KernelAbi.h), so the constants' names
+// and order are the declarations'.
 #include "compiler/abi/LayerKernels.h"
 
 #include <stdexcept>
@@ -15,41 +15,60 @@ LayerKernelList layerKernels(const LayerShape& s) {
   const int64_t R = s.ranks, E = s.experts, k = s.topk, H = s.hidden, I = s.intermediate;
   LayerKernelList list;
   list.index.fill(-1);
-  auto add = [&](LayerKernel role, std::string kernel, SpecConstants constants) {
+  auto add = [&](LayerKernel role, const auto& kernel) {
     list.index[size_t(role)] = int(list.specs.size());
-    list.specs.push_back({std::move(kernel), std::move(constants)});
+    list.specs.push_back({std::string(kernel.kName), kernel.constants()});
   };
   auto dispatch = [&](LayerKernel role, int64_t layout, bool saveH, bool dedup) {
-    add(role, "dispatch_grouped_gemm",
-        {{"E", E}, {"ranks", R}, {"topk", k}, {"H", H}, {"I", I}, {"clamp_milli", s.clampMilli}, {"layout", layout},
-         {"save_h", saveH ? 1 : 0}, {"dedup", dedup ? 1 : 0}});
+    DispatchGroupedGemm d;
+    d.E = E; d.ranks = R; d.topk = k; d.H = H; d.I = I; d.clamp_milli = s.clampMilli;
+    d.layout = layout; d.save_h = saveH; d.dedup = dedup;
+    add(role, d);
   };
   auto combine = [&](LayerKernel role, int64_t layout) {
-    add(role, "grouped_gemm_combine", {{"E", E}, {"ranks", R}, {"topk", k}, {"H", H}, {"I", I}, {"layout", layout}});
+    GroupedGemmCombine c;
+    c.E = E; c.ranks = R; c.topk = k; c.H = H; c.I = I; c.layout = layout;
+    add(role, c);
   };
-  add(LayerKernel::kPrologue, "dispatch_prologue", {{"E", E}, {"topk", k}, {"ranks", R}});
+  auto quantize = [&](LayerKernel role, int64_t channels, bool deviceRows) {
+    QuantizeTokensFp8 q;
+    q.H = channels; q.device_rows = deviceRows;
+    add(role, q);
+  };
+  DispatchPrologue prologue;
+  prologue.E = E; prologue.topk = k; prologue.ranks = R;
+  add(LayerKernel::kPrologue, prologue);
   if (s.fp8) {  // the forward in FP8 (kernels/Kernels.h DispatchGemmSpec::fp8, GemmCombineSpec::fp8)
-    add(LayerKernel::kQuantizeX, "quantize_tokens_fp8", {{"H", H}, {"device_rows", 0}});
-    add(LayerKernel::kDispatchNT, "dispatch_grouped_gemm_fp8",
-        {{"E", E}, {"ranks", R}, {"topk", k}, {"H", H}, {"I", I}, {"clamp_milli", s.clampMilli}});
-    add(LayerKernel::kQuantizeAct, "quantize_tokens_fp8", {{"H", I}, {"device_rows", 1}});
-    add(LayerKernel::kCombineNT, "grouped_gemm_combine_fp8", {{"E", E}, {"ranks", R}, {"topk", k}, {"H", H}, {"I", I}});
+    quantize(LayerKernel::kQuantizeX, H, false);
+    DispatchGroupedGemmFp8 d;
+    d.E = E; d.ranks = R; d.topk = k; d.H = H; d.I = I; d.clamp_milli = s.clampMilli;
+    add(LayerKernel::kDispatchNT, d);
+    quantize(LayerKernel::kQuantizeAct, I, true);
+    GroupedGemmCombineFp8 c;
+    c.E = E; c.ranks = R; c.topk = k; c.H = H; c.I = I;
+    add(LayerKernel::kCombineNT, c);
   } else {
     dispatch(LayerKernel::kDispatchNT, kLayoutNT, /*saveH=*/s.training, s.dedup);
     combine(LayerKernel::kCombineNT, kLayoutNT);
   }
-  add(LayerKernel::kEpochAdvance, "epoch_advance", {});
-  add(LayerKernel::kStageBegin, "stage_begin", {{"E", E}, {"ranks", R}});
+  add(LayerKernel::kEpochAdvance, EpochAdvance{});
+  StageBegin stage;
+  stage.E = E; stage.ranks = R;
+  add(LayerKernel::kStageBegin, stage);
   if (s.training) {
     dispatch(LayerKernel::kDispatchNN, kLayoutNN, false, false);  // dy re-dispatched: g = dy . w2[e]
-    add(LayerKernel::kSwigluBwd, "swiglu_bwd", {{"I", I}, {"clamp_milli", s.clampMilli}});
+    SwigluBwd swiglu;
+    swiglu.I = I; swiglu.clamp_milli = s.clampMilli;
+    add(LayerKernel::kSwigluBwd, swiglu);
     // dW2[e] [H, I] = dy_e^T . (w act)_e on the warp-specialised engine (sm_90a; gfx950 builds the single-role
     // kernel and ignores the map arguments)
-    add(LayerKernel::kWgradTN, "grouped_gemm_tn_tma", {{"E", E / R}, {"N", I}, {"M", H}, {"pairs", 0}});
+    GroupedGemmTnTma wgrad;
+    wgrad.E = E / R; wgrad.N = I; wgrad.M = H; wgrad.pairs = 0;
+    add(LayerKernel::kWgradTN, wgrad);
     dispatch(LayerKernel::kDispatchTN, kLayoutTN, false, false);  // x re-dispatched: dW1[e] = dh_e^T x_e
     combine(LayerKernel::kCombineNN, kLayoutNN);                   // dx rows dh . w1[e], summed at home
   }
-  if (s.topkIdxInt64) add(LayerKernel::kTopkIdxNarrow, "topk_idx_narrow", {});
+  if (s.topkIdxInt64) add(LayerKernel::kTopkIdxNarrow, TopkIdxNarrow{});
   return list;
 }
 

@@ -1,6 +1,6 @@
 # Writes GeneratorHash.h: a SHA-256 over the sources that decide generated code (compiler/, dsl/, kernels/),
 # so that a changed generator never reuses cache entries of an older one. Run with -DROOT=<src> -DOUT=<header>.
-file(GLOB_RECURSE sources ${ROOT}/compiler/*.cpp ${ROOT}/compiler/*.h ${ROOT}/compiler/*.td
+file(GLOB_RECURSE sources ${ROOT}/compiler/*.cpp ${ROOT}/compiler/*.h ${ROOT}/compiler/*.td ${ROOT}/compiler/*.def
      ${ROOT}/dsl/*.cpp ${ROOT}/dsl/*.h ${ROOT}/kernels/*.cpp ${ROOT}/kernels/*.h)
 # The model table decides no generated code (a kernel's key is its specialisation): a new row keeps every entry.
 list(FILTER sources EXCLUDE REGEX "/compiler/abi/Models\\.(h|cpp)$")

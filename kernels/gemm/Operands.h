@@ -16,7 +16,7 @@ namespace megamoe::kernels {
 
 // The two trailing tensor-map arguments of a kernel that may run the warp-specialised engine with TMA: CUtensorMaps
 // where the kernel was built with tensor maps (dsl::Kernel's tensorMaps), otherwise unused pointers (empty here).
-// Their boxes are the declaration's for the kernel's constants `spec` (compiler/abi/KernelAbi.cpp).
+// Their boxes are the declaration's for the kernel's constants `spec` (compiler/abi/Kernels.def).
 struct TensorMapArgs {
   std::optional<dsl::TensorMap> a, b;
   // Where the kernel declares it (grouped_gemm_tn_tma): C, which the epilogue then stores as boxes from the staging

@@ -32,7 +32,7 @@ namespace megamoe::kernels {
 //
 // With tensor maps (sm_90a TMA) one producer thread loads each stage as boxes completing on full[s] (expected
 // bytes), so the producer's copies cost a few instructions instead of 24 cp.async with their addresses per thread.
-// The boxes are the maps' declared ones (compiler/abi/KernelAbi.cpp), which the runtime encodes the maps with:
+// The boxes are the maps' declared ones (compiler/abi/Kernels.def), which the runtime encodes the maps with:
 // NT / NN's A [rows, K] in boxes of 128 rows x 64 K, NT's B [E * N, K] in boxes of 128 rows x 64 K, NN's B
 // [E * K, N] and TN's A [tokens, M] and B [tokens, N] in boxes of 64 K x 64 MN (MN atoms outermost: the rings'
 // mn128BBoxes layout, allocateRings; TN's partial last step of a group: tnStepRow, zeroTail). Every

@@ -15,7 +15,7 @@ namespace {
 const abi::KernelDecl& declared(std::string_view kernel) {
   if (const abi::KernelDecl* d = abi::findKernelDecl(kernel)) return *d;
   throw Error(ErrorCode::kInvalidArgument,
-              "kernel '" + std::string(kernel) + "' has no declaration (compiler/abi/KernelAbi.cpp)");
+              "kernel '" + std::string(kernel) + "' has no declaration (compiler/abi/Kernels.def)");
 }
 
 }  // namespace

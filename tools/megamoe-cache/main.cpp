@@ -38,7 +38,9 @@ Usage:
   megamoe-cache verify
   megamoe-cache prune    [--keep-all-fingerprints]
   megamoe-cache presets          the model table: shape, EP, shared experts, and whether the layer runs it
-  megamoe-cache kernels
+  megamoe-cache kernels [--describe [--kernel NAME]]   the kernels and their constants; --describe: what each
+                                 does, every constant's range and meaning, the rules between them, every argument's
+                                 meaning and the grid rule (compiler/abi/Kernels.def)
   megamoe-cache --version
 
 Shape (one of):
@@ -106,7 +108,7 @@ Args parseArgs(int argc, char** argv) {
                                                "--targets", "--cache-dir", "--json", "--kernel", "--spec",
                                                "--emit-asm", "--dtype"};
   static const std::set<std::string> switches = {"--force", "--quiet", "--keep-all-fingerprints", "--help", "-h",
-                                                 "--version"};
+                                                 "--version", "--describe"};
   Args a;
   for (int i = 1; i < argc; ++i) {
     std::string s = argv[i];
@@ -399,10 +401,18 @@ int main(int argc, char** argv) {
     }
     if (a.command == "presets") return printPresets();
     if (a.command == "kernels") {
+      if (a.has("--describe")) {
+        const std::string only = a.get("--kernel");
+        if (!only.empty() && !kernels::find(only))
+          throw Usage("unknown kernel '" + only + "' (see `megamoe-cache kernels`)");
+        for (const auto& k : kernels::registry())
+          if (only.empty() || k.name == only) std::printf("%s\n", abi::describeDecl(k.decl()).c_str());
+        return 0;
+      }
       for (const auto& k : kernels::registry()) {
         std::string names;
         for (const auto& n : k.constantNames()) names += (names.empty() ? "" : ",") + n + "=...";
-        std::printf("%-12s --spec %-20s %s\n", k.name.c_str(), names.c_str(), k.summary.c_str());
+        std::printf("%-12s --spec %-20s %s\n", k.name.c_str(), names.c_str(), std::string(k.summary()).c_str());
       }
       return 0;
     }

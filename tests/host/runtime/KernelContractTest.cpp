@@ -127,6 +127,59 @@ TEST(KernelDecls, NamesAreUniqueAndSignaturesDiffer) {
   EXPECT_NE(abi::signatureHash(renamed), abi::signatureHash(*abi::findKernelDecl("swiglu_fwd")));
 }
 
+// The typed specs (compiler/abi/Kernels.def): fields in the declared order, names checked both ways, each value
+// against its declared range and the rules between constants, every part of a declaration described for people.
+TEST(TypedSpecs, KeepTheDeclaredOrderAndRefuseWhatTheDeclarationDoesNot) {
+  abi::DispatchPrologue p;
+  p.E = 256;
+  p.topk = 8;
+  p.ranks = 8;
+  EXPECT_EQ(p.constants(), (abi::SpecConstants{{"E", 256}, {"topk", 8}, {"ranks", 8}}));  // its own order
+  EXPECT_EQ(abi::DispatchPrologue::fromConstants({{"ranks", 8}, {"E", 256}, {"topk", 8}}).constants(), p.constants());
+  auto refusal = [](const abi::SpecConstants& c) {
+    try {
+      abi::DispatchPrologue::fromConstants(c);
+    } catch (const std::invalid_argument& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_EQ(refusal({{"E", 256}, {"topk", 8}}), "dispatch_prologue: constant 'ranks' is missing");
+  EXPECT_EQ(refusal({{"E", 256}, {"topk", 8}, {"ranks", 8}, {"E", 2}}), "dispatch_prologue: constant 'E' is given twice");
+  EXPECT_EQ(refusal({{"E", 256}, {"topk", 8}, {"ranks", 8}, {"H", 2}}), "dispatch_prologue has no constant 'H'");
+  EXPECT_EQ(p.validate(), "");
+  p.E = 100;  // not a multiple of ranks: a rule between constants
+  EXPECT_EQ(p.validate(), "E % ranks == 0 must hold (each rank owns E / ranks experts)");
+  p.E = 2048;  // above the range
+  EXPECT_EQ(p.validate(), "E=2048 must be <= 1024 (experts of the layer (all ranks))");
+  EXPECT_EQ(abi::validateSpec("dispatch_prologue", {{"E", 8}, {"topk", 9}, {"ranks", 1}}),
+            "topk <= E must hold (a token picks distinct experts)");
+  EXPECT_EQ(abi::validateSpec("grouped_gemm_nt_tma", {{"E", 8}, {"N", 384}, {"K", 256}, {"pairs", 1}}),
+            "pairs == 0 || N % 256 == 0 must hold (each block of a pair loads one 128-row half of B's tile)");
+  EXPECT_EQ(abi::validateSpec("gemm_nt", {{"N", 128}, {"K", 96}}),
+            "K=96 must be a multiple of 64 (the reduction: a multiple of BLOCK_K, one swizzled 128-byte row)");
+  EXPECT_EQ(abi::validateSpec("gemm_nt", {{"N", 128}}), "gemm_nt: constant 'K' is missing");
+  EXPECT_EQ(abi::validateSpec("gemm_tt", {}), "no kernel is named 'gemm_tt'");
+  EXPECT_EQ(&abi::GemmNt::decl(), abi::findKernelDecl("gemm_nt"));
+}
+
+TEST(TypedSpecs, EveryConstantAndArgumentIsDescribed) {
+  for (const abi::KernelDecl& d : abi::kernelDecls()) {
+    const std::string text = abi::describeDecl(d);
+    EXPECT_FALSE(d.summary.empty()) << d.name;
+    for (const abi::ConstDecl& c : d.constants) {
+      EXPECT_FALSE(c.meaning.empty()) << d.name << "." << c.name;
+      EXPECT_TRUE(c.range.contains(c.range.lo) && c.range.lo <= c.range.hi) << d.name << "." << c.name;
+      EXPECT_NE(text.find(std::string(c.meaning)), std::string::npos) << d.name << "." << c.name;
+    }
+    for (const abi::ArgDecl& a : d.args) {
+      EXPECT_FALSE(a.meaning.empty()) << d.name << "." << a.name;
+      EXPECT_NE(text.find(std::string(a.meaning)), std::string::npos) << d.name << "." << a.name;
+    }
+    for (const abi::RuleDecl& r : d.rules) EXPECT_NE(text.find(std::string(r.condition)), std::string::npos);
+  }
+}
+
 // A tensor-map argument's box comes from its declaration and the kernel's constants: the fused operators' by their
 // layout, the grouped GEMMs' by the kernel; the signature covers it.
 TEST(TensorMapBoxes, FollowTheDeclarationAndTheConstants) {
@@ -172,9 +225,9 @@ TEST(TensorMapBoxes, FollowTheDeclarationAndTheConstants) {
   EXPECT_NE(abi::signatureHash(changed), abi::signatureHash(dispatch));
 }
 
-// Every kernel a layer lists, for every option, is declared with exactly the listed constants in the declared order,
-// and each role's index names a kernel of that role's name.
-TEST(LayerKernels, EveryListedKernelIsDeclaredWithExactlyItsConstants) {
+// Every kernel a layer lists, for every option, is a valid spec of its declaration, and each role's index names a
+// kernel of that role's name.
+TEST(LayerKernels, EveryListedKernelIsValidAndEachRoleHasOne) {
   using abi::LayerKernel;
   const std::pair<LayerKernel, const char*> roleNames[] = {
       {LayerKernel::kPrologue, "dispatch_prologue"},      {LayerKernel::kDispatchNT, "dispatch_grouped_gemm"},
@@ -194,13 +247,10 @@ TEST(LayerKernels, EveryListedKernelIsDeclaredWithExactlyItsConstants) {
     shape.fp8 = options & 16;
     if (shape.fp8 && (shape.training || shape.dedup)) continue;  // the FP8 layer is inference without dedup
     const abi::LayerKernelList list = abi::layerKernels(shape);
-    for (const abi::KernelSpec& spec : list.specs) {
-      const abi::KernelDecl* decl = abi::findKernelDecl(spec.kernel);
-      ASSERT_NE(decl, nullptr) << spec.kernel << " is listed but not declared";
-      std::vector<std::string_view> names;
-      for (const auto& c : spec.constants) names.push_back(c.first);
-      EXPECT_EQ(names, decl->constants) << spec.kernel;
-    }
+    // Each spec comes from its kernel's typed declaration, so its names are the declared ones; its values must
+    // also lie in the declared ranges and keep the rules for a valid layer.
+    for (const abi::KernelSpec& spec : list.specs)
+      EXPECT_EQ(abi::validateSpec(spec.kernel, spec.constants), "") << spec.kernel << " options=" << options;
     std::set<size_t> used;
     for (const auto& [role, name] : roleNames) {
       const bool expected = role == LayerKernel::kTopkIdxNarrow ? shape.topkIdxInt64

@@ -215,7 +215,7 @@ def test_launch_by_name_refuses_unknown_and_missing_arguments(fake_env):
     rt = _lib.Runtime("hip", 0)
     k = rt.kernel("epoch_advance", [])
     names = [n for n, _ in k.signature]
-    assert names  # declared in compiler/abi/KernelAbi.cpp
+    assert names  # declared in compiler/abi/Kernels.def
     with pytest.raises(TypeError, match="missing"):
         rt.launch(k, (1, 1, 1), 0)
     with pytest.raises(TypeError, match="unknown \\['bogus'\\]"):
