@@ -420,6 +420,7 @@ namespace {
 struct GemmCombine {
   using S = GemmCombineSpec;
   using G = GroupedGemmSpec;
+  static constexpr int64_t kReduceGroup = 8;  // picks whose rows the reduce loads at once (reduceColumns)
   GemmCombine(mlir::MLIRContext& mctx, const GemmCombineSpec& spec, Arch target)
       : s(spec), arch(target), k(mctx, s.spec().kernel, c.threads, /*tensorMaps=*/ws) {}
 
@@ -496,23 +497,33 @@ GlobalPtr GemmCombine::homeOf(const TilePlace& p, const I32& firstRow, const I32
 // by the routing weights in the forward; plain in the backward, which also hands out d_topk_weights (with the
 // columns from 0). One flat loop over (token, 16-byte vector) pairs, from `first` by `stride`, keeps every thread
 // equally busy.
+// The picks go in groups of up to kReduceGroup, each group's loads in flight together: the producer warpgroup runs
+// this with its 72 registers, where ten 16-byte rows in flight (Qwen3-Next's top-10) spilled.
 void GemmCombine::reduceColumns(int64_t col0, int64_t cols, const I32& first, const I32& stride) {
   const int64_t vectors = cols / 8;
+  int64_t group = std::min<int64_t>(s.topk, kReduceGroup);
+  while (s.topk % group != 0) --group;  // the largest divisor of topk up to kReduceGroup
   k.forRange(first, tokens * vectors, stride, [&](I32 i) {
     I32 t = i / vectors, v = i % vectors;
     I64 col = k.widen(v) * 8 + col0;
-    Vec sum = k.zeros(8, Elem::f32);
-    for (int64_t j = 0; j < s.topk; ++j) {
-      I64 pick = k.widen(t) * s.topk + j;
-      Bool valid = (topkIdx + pick).loadI32() < k.i32(E);  // unsigned: -1 is skipped
-      Vec row = (comb + (pick * H + col)).load(8).toF32();
-      Vec term = forward ? row * (topkWeights + pick).loadSplat(8) : row;
-      sum = k.select(valid, sum + term, sum);
-      if (!forward && col0 == 0)
-        k.ifThen(v == 0, [&] {
-          (dTopkWeights + pick).store(k.select(valid, (dw + pick).load(1), k.zeros(1, Elem::f32)));
-        });
-    }
+    auto addPicks = [&](const I64& firstPick, Vec sum) {
+      for (int64_t j = 0; j < group; ++j) {
+        I64 pick = firstPick + j;
+        Bool valid = (topkIdx + pick).loadI32() < k.i32(E);  // unsigned: -1 is skipped
+        Vec row = (comb + (pick * H + col)).load(8).toF32();
+        Vec term = forward ? row * (topkWeights + pick).loadSplat(8) : row;
+        sum = k.select(valid, sum + term, sum);
+        if (!forward && col0 == 0)
+          k.ifThen(v == 0, [&] {
+            (dTopkWeights + pick).store(k.select(valid, (dw + pick).load(1), k.zeros(1, Elem::f32)));
+          });
+      }
+      return sum;
+    };
+    I64 picks = k.widen(t) * s.topk;
+    Vec sum = group == s.topk ? addPicks(picks, k.zeros(8, Elem::f32))
+                              : k.forRange(k.i32(0), k.i32(s.topk), k.i32(group), k.zeros(8, Elem::f32),
+                                           [&](I32 j, Vec acc) { return addPicks(picks + k.widen(j), acc); });
     (y + (k.widen(t) * H + col)).store(sum.to(Elem::bf16));
   });
 }
